@@ -1,0 +1,506 @@
+//! A fixed-capacity byte ring for the send and receive buffers.
+//!
+//! The storage is allocated once in [`RingBuffer::new`] and never grows or
+//! shrinks, so the data path does no allocation (house style).
+//!
+//! The ring holds *committed* bytes, readable from the front, followed by an
+//! *uncommitted* area up to the capacity:
+//!
+//! ```text
+//!  front                    front + len                 front + capacity
+//!    | committed (readable)      | uncommitted (write_at)       |
+//! ```
+//!
+//! - The send side appends with [`push`](RingBuffer::push), reads segments to
+//!   (re)transmit with [`peek`](RingBuffer::peek) at their offset from
+//!   SND.UNA, and drops acknowledged bytes with
+//!   [`discard`](RingBuffer::discard) (RFC 9293 section 3.8.6 keeps data until
+//!   acknowledged).
+//! - The receive side places a segment at its offset from the front with
+//!   [`write_at`](RingBuffer::write_at), even out of order, and makes bytes
+//!   readable with [`commit`](RingBuffer::commit) once they are contiguous
+//!   (RFC 9293 section 3.10.7.4, "seventh, process the segment text"); the
+//!   application drains them with [`pop`](RingBuffer::pop).
+//!
+//! Consuming bytes from the front moves the front but never moves or clears
+//! bytes already written beyond the committed data, so out-of-order data stays
+//! at the right place while the application reads.
+
+/// A fixed-capacity ring of bytes with a committed prefix and a writable tail.
+///
+/// Offsets in every method count from the front of the ring (the first
+/// committed byte), not from the start of the storage.
+pub struct RingBuffer {
+    /// The storage; its length is the capacity.
+    storage: Box<[u8]>,
+    /// Index in `storage` of the first committed byte.
+    head: usize,
+    /// Number of committed bytes.
+    len: usize,
+}
+
+impl RingBuffer {
+    /// Return an empty ring holding at most `capacity` bytes, allocated now and never again.
+    pub fn new(capacity: usize) -> Self {
+        RingBuffer { storage: vec![0; capacity].into_boxed_slice(), head: 0, len: 0 }
+    }
+
+    /// Return the fixed number of bytes the ring can hold.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.storage.len()
+    }
+
+    /// Return the number of committed bytes readable from the front.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Return whether no committed bytes are readable.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Return the room left after the committed bytes: `capacity() - len()`.
+    #[inline]
+    pub fn free(&self) -> usize {
+        self.capacity() - self.len
+    }
+
+    /// Append as much of `data` as fits in [`free`](Self::free) and commit it; return the count.
+    pub fn push(&mut self, data: &[u8]) -> usize {
+        let n = data.len().min(self.free());
+        self.copy_in(self.len, &data[..n]);
+        self.len += n;
+        n
+    }
+
+    /// Copy committed bytes from the front into `buf` and consume them; return the count.
+    pub fn pop(&mut self, buf: &mut [u8]) -> usize {
+        let n = self.peek(0, buf);
+        self.discard(n);
+        n
+    }
+
+    /// Consume `n` committed bytes from the front, or all of them if `n > len()`.
+    ///
+    /// Bytes already placed beyond the committed data with
+    /// [`write_at`](Self::write_at) keep their position relative to the
+    /// data: after `discard(n)` a byte written at offset `o` is at `o - n`.
+    pub fn discard(&mut self, n: usize) {
+        let n = n.min(self.len);
+        if n == 0 {
+            return;
+        }
+        self.head = self.wrap(self.head + n);
+        self.len -= n;
+    }
+
+    /// Copy committed bytes starting `offset` bytes after the front into `buf`
+    /// without consuming them; return the count (0 if `offset >= len()`).
+    pub fn peek(&self, offset: usize, buf: &mut [u8]) -> usize {
+        if offset >= self.len {
+            return 0;
+        }
+        let n = buf.len().min(self.len - offset);
+        self.copy_out(offset, &mut buf[..n]);
+        n
+    }
+
+    /// Write `data` into the uncommitted area starting `offset` bytes after
+    /// the front, without changing [`len`](Self::len); return how many bytes
+    /// of `data` now lie inside the ring.
+    ///
+    /// Bytes that would land at or past the capacity are not written, so the
+    /// return value is `min(data.len(), capacity() - offset)` (0 when
+    /// `offset >= capacity()`). The caller is expected to pass
+    /// `offset >= len()`; bytes of `data` that would fall on committed data are
+    /// skipped rather than overwrite what the application has yet to read, but
+    /// still count in the return value.
+    pub fn write_at(&mut self, offset: usize, data: &[u8]) -> usize {
+        let cap = self.capacity();
+        if offset >= cap {
+            return 0;
+        }
+        let n = data.len().min(cap - offset);
+        // Keep committed bytes intact: start writing at `len` at the earliest.
+        let skip = self.len.saturating_sub(offset).min(n);
+        self.copy_in(offset + skip, &data[skip..n]);
+        n
+    }
+
+    /// Make `n` more bytes readable: those placed with [`write_at`](Self::write_at)
+    /// right after the committed data. Clamp at the capacity.
+    pub fn commit(&mut self, n: usize) {
+        self.len = self.len.saturating_add(n).min(self.capacity());
+    }
+
+    /// Drop every byte, committed or not, and reset the front to the start of the storage.
+    pub fn clear(&mut self) {
+        self.head = 0;
+        self.len = 0;
+    }
+
+    /// Return the committed bytes as at most two slices, front first, without copying.
+    ///
+    /// The second slice is empty unless the committed data wraps around the
+    /// end of the storage.
+    pub fn as_slices(&self) -> (&[u8], &[u8]) {
+        let first_len = self.len.min(self.capacity() - self.head);
+        let first = &self.storage[self.head..self.head + first_len];
+        let second = &self.storage[..self.len - first_len];
+        (first, second)
+    }
+
+    /// Reduce a storage index in `0..2 * capacity` to `0..capacity`.
+    #[inline]
+    fn wrap(&self, index: usize) -> usize {
+        let cap = self.capacity();
+        if index >= cap { index - cap } else { index }
+    }
+
+    /// Copy `data` into the ring at logical `offset`; the caller ensures
+    /// `offset + data.len() <= capacity()`.
+    fn copy_in(&mut self, offset: usize, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let start = self.wrap(self.head + offset);
+        let first = data.len().min(self.capacity() - start);
+        self.storage[start..start + first].copy_from_slice(&data[..first]);
+        self.storage[..data.len() - first].copy_from_slice(&data[first..]);
+    }
+
+    /// Copy bytes at logical `offset` into `buf`; the caller ensures
+    /// `offset + buf.len() <= capacity()`.
+    fn copy_out(&self, offset: usize, buf: &mut [u8]) {
+        if buf.is_empty() {
+            return;
+        }
+        let start = self.wrap(self.head + offset);
+        let first = buf.len().min(self.capacity() - start);
+        let rest = buf.len() - first;
+        buf[..first].copy_from_slice(&self.storage[start..start + first]);
+        buf[first..].copy_from_slice(&self.storage[..rest]);
+    }
+}
+
+impl core::fmt::Debug for RingBuffer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RingBuffer")
+            .field("capacity", &self.capacity())
+            .field("head", &self.head)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn peek_all(ring: &RingBuffer) -> Vec<u8> {
+        let mut out = vec![0xa5; ring.len()];
+        assert_eq!(ring.peek(0, &mut out), ring.len());
+        let (a, b) = ring.as_slices();
+        assert_eq!([a, b].concat(), out, "as_slices agrees with peek");
+        out
+    }
+
+    #[test]
+    fn new_is_empty() {
+        let ring = RingBuffer::new(8);
+        assert_eq!(ring.capacity(), 8);
+        assert_eq!(ring.len(), 0);
+        assert!(ring.is_empty());
+        assert_eq!(ring.free(), 8);
+        assert_eq!(ring.as_slices(), (&[][..], &[][..]));
+    }
+
+    #[test]
+    fn push_pop_fifo() {
+        let mut ring = RingBuffer::new(8);
+        assert_eq!(ring.push(b"abc"), 3);
+        assert_eq!(ring.push(b"de"), 2);
+        assert_eq!(ring.len(), 5);
+        assert_eq!(ring.free(), 3);
+        let mut buf = [0xa5; 4];
+        assert_eq!(ring.pop(&mut buf), 4);
+        assert_eq!(&buf, b"abcd");
+        assert_eq!(ring.len(), 1);
+        let mut buf = [0xa5; 4];
+        assert_eq!(ring.pop(&mut buf), 1);
+        assert_eq!(buf, [b'e', 0xa5, 0xa5, 0xa5]);
+        assert!(ring.is_empty());
+        assert_eq!(ring.pop(&mut buf), 0);
+    }
+
+    #[test]
+    fn push_stops_at_capacity() {
+        let mut ring = RingBuffer::new(4);
+        assert_eq!(ring.push(b"abcdef"), 4);
+        assert_eq!(ring.free(), 0);
+        assert_eq!(ring.push(b"x"), 0);
+        assert_eq!(peek_all(&ring), b"abcd");
+    }
+
+    #[test]
+    fn wraps_around_the_end() {
+        let mut ring = RingBuffer::new(5);
+        ring.push(b"abcd");
+        ring.discard(3);
+        assert_eq!(ring.push(b"efgh"), 4);
+        assert_eq!(ring.len(), 5);
+        assert_eq!(peek_all(&ring), b"defgh");
+        let (a, b) = ring.as_slices();
+        assert_eq!((a, b), (&b"de"[..], &b"fgh"[..]));
+        let mut buf = [0; 3];
+        assert_eq!(ring.peek(2, &mut buf), 3);
+        assert_eq!(&buf, b"fgh");
+    }
+
+    #[test]
+    fn peek_does_not_consume_and_respects_offset() {
+        let mut ring = RingBuffer::new(8);
+        ring.push(b"hello");
+        let mut buf = [0xa5; 8];
+        assert_eq!(ring.peek(1, &mut buf), 4);
+        assert_eq!(&buf[..5], b"ello\xa5");
+        assert_eq!(ring.peek(4, &mut buf[..1]), 1);
+        assert_eq!(buf[0], b'o');
+        assert_eq!(ring.peek(5, &mut buf), 0, "offset == len");
+        assert_eq!(ring.peek(100, &mut buf), 0, "offset past len");
+        assert_eq!(ring.peek(0, &mut []), 0, "empty buffer");
+        assert_eq!(ring.len(), 5);
+    }
+
+    #[test]
+    fn discard_clamps() {
+        let mut ring = RingBuffer::new(4);
+        ring.push(b"ab");
+        ring.discard(0);
+        assert_eq!(ring.len(), 2);
+        ring.discard(10);
+        assert!(ring.is_empty());
+        assert_eq!(ring.free(), 4);
+    }
+
+    #[test]
+    fn write_at_then_commit_in_order() {
+        let mut ring = RingBuffer::new(8);
+        ring.push(b"ab");
+        assert_eq!(ring.write_at(2, b"cd"), 2);
+        assert_eq!(ring.len(), 2, "write_at does not commit");
+        ring.commit(2);
+        assert_eq!(peek_all(&ring), b"abcd");
+    }
+
+    #[test]
+    fn write_at_out_of_order_then_fill_the_hole() {
+        let mut ring = RingBuffer::new(8);
+        assert_eq!(ring.write_at(3, b"def"), 3);
+        assert!(ring.is_empty());
+        assert_eq!(ring.write_at(0, b"abc"), 3);
+        ring.commit(6);
+        assert_eq!(peek_all(&ring), b"abcdef");
+    }
+
+    #[test]
+    fn write_at_clips_at_capacity() {
+        let mut ring = RingBuffer::new(4);
+        assert_eq!(ring.write_at(2, b"xyz"), 2);
+        assert_eq!(ring.write_at(4, b"xyz"), 0);
+        assert_eq!(ring.write_at(usize::MAX, b"xyz"), 0);
+        assert_eq!(ring.write_at(1, b""), 0);
+        ring.commit(4);
+        let mut buf = [0; 4];
+        ring.peek(0, &mut buf);
+        assert_eq!(&buf[2..], b"xy");
+    }
+
+    #[test]
+    fn write_at_never_overwrites_committed_bytes() {
+        let mut ring = RingBuffer::new(8);
+        ring.push(b"abc");
+        // Overlaps the committed "bc" and adds "de" after them.
+        assert_eq!(ring.write_at(1, b"XYde"), 4);
+        assert_eq!(ring.len(), 3);
+        ring.commit(2);
+        assert_eq!(peek_all(&ring), b"abcde");
+        // Entirely inside committed data: nothing is written.
+        assert_eq!(ring.write_at(0, b"ZZ"), 2);
+        assert_eq!(peek_all(&ring), b"abcde");
+    }
+
+    #[test]
+    fn out_of_order_data_survives_reads_that_empty_the_ring() {
+        let mut ring = RingBuffer::new(6);
+        ring.push(b"abcd");
+        // Out-of-order bytes two past the committed data, wrapping the storage end.
+        assert_eq!(ring.write_at(5, b"f"), 1);
+        let mut buf = [0; 4];
+        assert_eq!(ring.pop(&mut buf), 4);
+        assert!(ring.is_empty());
+        // The hole (offset 0) arrives; the byte written earlier is now at offset 1.
+        assert_eq!(ring.write_at(0, b"e"), 1);
+        ring.commit(2);
+        assert_eq!(peek_all(&ring), b"ef");
+    }
+
+    #[test]
+    fn commit_clamps_to_capacity() {
+        let mut ring = RingBuffer::new(4);
+        ring.commit(3);
+        ring.commit(3);
+        assert_eq!(ring.len(), 4);
+        ring.commit(usize::MAX);
+        assert_eq!(ring.len(), 4);
+        assert_eq!(ring.free(), 0);
+    }
+
+    #[test]
+    fn clear_resets() {
+        let mut ring = RingBuffer::new(4);
+        ring.push(b"abc");
+        ring.discard(2);
+        ring.clear();
+        assert!(ring.is_empty());
+        assert_eq!(ring.free(), 4);
+        assert_eq!(ring.push(b"wxyz"), 4);
+        assert_eq!(ring.as_slices(), (&b"wxyz"[..], &[][..]), "front back at storage start");
+    }
+
+    #[test]
+    fn zero_capacity_is_inert() {
+        let mut ring = RingBuffer::new(0);
+        let mut buf = [0; 4];
+        assert_eq!(ring.push(b"abc"), 0);
+        assert_eq!(ring.write_at(0, b"abc"), 0);
+        ring.commit(5);
+        ring.discard(5);
+        assert_eq!(ring.len(), 0);
+        assert_eq!(ring.pop(&mut buf), 0);
+        assert_eq!(ring.peek(0, &mut buf), 0);
+        assert_eq!(ring.free(), 0);
+        assert_eq!(ring.as_slices(), (&[][..], &[][..]));
+    }
+
+    #[test]
+    fn storage_is_never_reallocated() {
+        let mut ring = RingBuffer::new(16);
+        let ptr = ring.storage.as_ptr();
+        for i in 0..100u8 {
+            ring.push(&[i; 7]);
+            ring.write_at(ring.len() + 1, &[i; 5]);
+            ring.commit(3);
+            ring.discard(9);
+        }
+        ring.clear();
+        assert_eq!(ring.storage.as_ptr(), ptr);
+        assert_eq!(ring.capacity(), 16);
+    }
+
+    /// One operation in the model test.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Push(Vec<u8>),
+        Pop(usize),
+        Discard(usize),
+        Peek(usize, usize),
+        WriteAt(usize, Vec<u8>),
+        Commit(usize),
+        Clear,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let bytes = proptest::collection::vec(any::<u8>(), 0..24);
+        prop_oneof![
+            bytes.clone().prop_map(Op::Push),
+            (0usize..24).prop_map(Op::Pop),
+            (0usize..24).prop_map(Op::Discard),
+            (0usize..24, 0usize..24).prop_map(|(o, n)| Op::Peek(o, n)),
+            (0usize..24, bytes).prop_map(|(o, d)| Op::WriteAt(o, d)),
+            (0usize..12).prop_map(Op::Commit),
+            Just(Op::Clear),
+        ]
+    }
+
+    proptest! {
+        /// Compare against a model: a window of `capacity` logical positions
+        /// counted from the front, `None` where the content is unspecified.
+        #[test]
+        fn matches_model(cap in 0usize..20, ops in proptest::collection::vec(op(), 0..60)) {
+            let mut ring = RingBuffer::new(cap);
+            let mut window: Vec<Option<u8>> = vec![None; cap];
+            let mut len = 0usize;
+            for op in ops {
+                match op {
+                    Op::Push(d) => {
+                        let n = d.len().min(cap - len);
+                        prop_assert_eq!(ring.push(&d), n);
+                        for (i, &b) in d[..n].iter().enumerate() {
+                            window[len + i] = Some(b);
+                        }
+                        len += n;
+                    }
+                    Op::Pop(n) => {
+                        let mut buf = vec![0u8; n];
+                        let got = ring.pop(&mut buf);
+                        let want = n.min(len);
+                        prop_assert_eq!(got, want);
+                        for i in 0..want {
+                            if let Some(b) = window[i] {
+                                prop_assert_eq!(buf[i], b);
+                            }
+                        }
+                        window.rotate_left(want);
+                        len -= want;
+                    }
+                    Op::Discard(n) => {
+                        let n = n.min(len);
+                        ring.discard(n);
+                        window.rotate_left(n);
+                        len -= n;
+                    }
+                    Op::Peek(o, n) => {
+                        let mut buf = vec![0u8; n];
+                        let got = ring.peek(o, &mut buf);
+                        let want = if o >= len { 0 } else { n.min(len - o) };
+                        prop_assert_eq!(got, want);
+                        for i in 0..want {
+                            if let Some(b) = window[o + i] {
+                                prop_assert_eq!(buf[i], b);
+                            }
+                        }
+                    }
+                    Op::WriteAt(o, d) => {
+                        let want = if o >= cap { 0 } else { d.len().min(cap - o) };
+                        prop_assert_eq!(ring.write_at(o, &d), want);
+                        for (i, &b) in d[..want].iter().enumerate() {
+                            if o + i >= len {
+                                window[o + i] = Some(b);
+                            }
+                        }
+                    }
+                    Op::Commit(n) => {
+                        ring.commit(n);
+                        len = (len + n).min(cap);
+                    }
+                    Op::Clear => {
+                        ring.clear();
+                        window.iter_mut().for_each(|b| *b = None);
+                        len = 0;
+                    }
+                }
+                prop_assert_eq!(ring.len(), len);
+                prop_assert_eq!(ring.free(), cap - len);
+                prop_assert_eq!(ring.is_empty(), len == 0);
+                let (a, b) = ring.as_slices();
+                prop_assert_eq!(a.len() + b.len(), len);
+            }
+        }
+    }
+}

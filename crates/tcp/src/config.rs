@@ -1,0 +1,85 @@
+//! Per-connection settings, with defaults that follow the RFCs and Linux practice.
+
+use std::time::Duration;
+
+/// Keep-alive settings (RFC 9293 section 3.8.4). Off unless set in [`Config::keepalive`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Idle time before the first probe (RFC 9293: no less than two hours by default).
+    pub idle: Duration,
+    /// Time between unanswered probes.
+    pub interval: Duration,
+    /// Unanswered probes after which the connection is aborted.
+    pub probes: u32,
+}
+
+impl Default for Keepalive {
+    fn default() -> Self {
+        Keepalive { idle: Duration::from_secs(7200), interval: Duration::from_secs(75), probes: 9 }
+    }
+}
+
+/// Settings for one connection. Cheap to clone; a listener hands a copy to each child.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The MSS we advertise: the largest segment payload we accept (RFC 9293 3.7.1, RFC 6691).
+    pub mss: u16,
+    /// Bytes the application may queue for sending (sent-but-unacknowledged included).
+    pub send_buffer: usize,
+    /// Bytes of received data held for the application; bounds the advertised window and the
+    /// memory kept for out-of-order segments.
+    pub recv_buffer: usize,
+    /// Offer window scaling (RFC 7323 section 2). Needed for windows above 64 KiB.
+    pub window_scaling: bool,
+    /// Offer SACK-permitted and report out-of-order data in SACK blocks (RFC 2018).
+    pub sack: bool,
+    /// Nagle's algorithm (RFC 9293 3.7.4); `false` is TCP_NODELAY.
+    pub nagle: bool,
+    /// Delay for delayed ACKs (RFC 9293 3.8.6.3, RFC 5681 4.2: at most 500 ms; we cap at 200 ms).
+    /// `None` acknowledges every segment at once.
+    pub delayed_ack: Option<Duration>,
+    /// RTO before the first RTT sample (RFC 6298 2.1: 1 s).
+    pub initial_rto: Duration,
+    /// Lower bound on the RTO (RFC 6298 2.4: 1 s; lower it only for tests and fast local links).
+    pub min_rto: Duration,
+    /// Upper bound on the RTO (RFC 6298 2.5: at least 60 s).
+    pub max_rto: Duration,
+    /// Maximum segment lifetime; TIME-WAIT lasts twice this (RFC 9293 3.4.2).
+    pub msl: Duration,
+    /// Retransmissions of a SYN before the open fails (RFC 9293 3.8.3, R2 for SYN).
+    pub syn_retries: u32,
+    /// Retransmissions of the same data before the connection is aborted (RFC 9293 3.8.3, R2).
+    pub max_retransmissions: u32,
+    /// Abort when sent data stays unacknowledged this long (RFC 9293 3.10.8, RFC 5482).
+    pub user_timeout: Option<Duration>,
+    /// Keep-alive probing; `None` (the default) is off.
+    pub keepalive: Option<Keepalive>,
+    /// Secret key for initial sequence numbers (RFC 6528). Fill it from a random source.
+    pub isn_secret: [u8; 16],
+    /// Most challenge ACKs sent per second (RFC 5961 section 7).
+    pub challenge_ack_limit: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mss: 1460,
+            send_buffer: 256 * 1024,
+            recv_buffer: 256 * 1024,
+            window_scaling: true,
+            sack: true,
+            nagle: true,
+            delayed_ack: Some(Duration::from_millis(40)),
+            initial_rto: Duration::from_secs(1),
+            min_rto: Duration::from_secs(1),
+            max_rto: Duration::from_secs(60),
+            msl: Duration::from_secs(30),
+            syn_retries: 6,
+            max_retransmissions: 12,
+            user_timeout: Some(Duration::from_secs(300)),
+            keepalive: None,
+            isn_secret: [0; 16],
+            challenge_ack_limit: 1000,
+        }
+    }
+}

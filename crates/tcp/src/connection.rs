@@ -1,0 +1,661 @@
+//! One TCP connection (a TCB, RFC 9293 3.3.1), sans-IO.
+//!
+//! # Call order
+//!
+//! The owner of a [`Connection`] drives it with four calls and never blocks:
+//!
+//! 1. [`Connection::handle_segment`] for every segment that arrives for it;
+//! 2. [`Connection::poll_transmit`] in a loop until it returns `None`, sending each
+//!    segment it writes;
+//! 3. [`Connection::poll_timeout`] to learn when to call
+//!    [`Connection::handle_timeout`] next (then poll again);
+//! 4. [`Connection::poll_event`] to learn what the application should do.
+//!
+//! The application side is [`send`](Connection::send), [`recv`](Connection::recv),
+//! [`close`](Connection::close) and [`abort`](Connection::abort); after any of
+//! them, call `poll_transmit` again.
+//!
+//! Segment arrival lives in `input.rs`, segment output in `output.rs`, timers in
+//! `timer.rs`; this file holds the TCB and the user calls (RFC 9293 3.10.1-3.10.6).
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use crate::buffer::RingBuffer;
+use crate::config::Config;
+use crate::congestion::NewReno;
+use crate::event::{Cause, Event, Stats, Transition, UserCall};
+use crate::isn::IsnGenerator;
+use crate::reassembly::Assembler;
+use crate::rtt::RttEstimator;
+use crate::segment::{Flags, Segment};
+use crate::seq::SeqNum;
+use crate::state::State;
+use crate::time::Instant;
+use crate::timer::{Timer, TimerTable};
+use crate::tuple::FourTuple;
+
+/// Why `send` refused data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The send buffer is full; wait for `Event::Writable`.
+    #[error("send buffer full; wait until the connection is writable")]
+    WouldBlock,
+    /// The connection is not open for sending (listening, closing or closed).
+    #[error("connection is not open for sending (state {0})")]
+    InvalidState(State),
+    /// The peer reset the connection.
+    #[error("connection reset by peer")]
+    Reset,
+    /// The connection timed out.
+    #[error("connection timed out")]
+    TimedOut,
+}
+
+/// Why `recv` returned no data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecvError {
+    /// No data yet; wait for `Event::Readable`.
+    #[error("no data available yet; wait until the connection is readable")]
+    WouldBlock,
+    /// The connection is not open for receiving (listening or never opened).
+    #[error("connection is not open for receiving (state {0})")]
+    InvalidState(State),
+    /// The peer reset the connection.
+    #[error("connection reset by peer")]
+    Reset,
+    /// The connection timed out.
+    #[error("connection timed out")]
+    TimedOut,
+}
+
+/// What kind of segment `poll_transmit` produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TransmitKind {
+    /// SYN or SYN-ACK (first transmission).
+    Syn,
+    /// New data and/or FIN, sent for the first time.
+    Data,
+    /// A pure acknowledgment (including window updates and challenge ACKs).
+    Ack,
+    /// A retransmission (after RTO, fast retransmit, or partial ACK), SYN included.
+    Retransmission,
+    /// A zero-window probe (persist timer).
+    WindowProbe,
+    /// A keep-alive probe.
+    KeepAlive,
+    /// A reset.
+    Reset,
+}
+
+/// One segment written by `poll_transmit`: `buf[..len]` holds the TCP header and payload,
+/// checksum filled in for the pseudo-header of `src` -> `dst`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Bytes written into the caller's buffer.
+    pub len: usize,
+    /// Our address (IP source).
+    pub src: SocketAddr,
+    /// The peer's address (IP destination).
+    pub dst: SocketAddr,
+    /// What it is.
+    pub kind: TransmitKind,
+    /// Its control bits.
+    pub flags: Flags,
+    /// Its sequence number.
+    pub seq: SeqNum,
+    /// Payload length.
+    pub payload_len: usize,
+}
+
+/// Why the connection ended abnormally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    Reset,
+    TimedOut,
+}
+
+/// How urgently an ACK is owed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum AckDue {
+    None,
+    /// Owed, but may wait for the delayed-ACK timer or ride on data.
+    Delayed,
+    /// Send at the next `poll_transmit`.
+    Now,
+}
+
+/// A reset to send that does not follow from the send sequence (RFC 9293 3.10.7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PendingReset {
+    pub dst: SocketAddr,
+    pub src_port: u16,
+    pub seq: SeqNum,
+    /// `Some` sends RST|ACK with this acknowledgment number.
+    pub ack: Option<SeqNum>,
+}
+
+const EV_ESTABLISHED: u8 = 1 << 0;
+const EV_READABLE: u8 = 1 << 1;
+const EV_WRITABLE: u8 = 1 << 2;
+const EV_PEER_CLOSED: u8 = 1 << 3;
+const EV_CLOSED: u8 = 1 << 4;
+const EV_RESET: u8 = 1 << 5;
+const EV_TIMED_OUT: u8 = 1 << 6;
+
+/// Transitions kept per connection; a connection makes a dozen in a normal life.
+const TRACE_LIMIT: usize = 64;
+
+/// The largest window a shift of `wscale` can express (RFC 7323 2.3).
+pub(crate) fn max_window(wscale: u8) -> u32 {
+    65535u32 << wscale
+}
+
+/// One TCP connection (a TCB), sans-IO. See the module docs for the call order.
+pub struct Connection {
+    pub(crate) config: Config,
+    pub(crate) state: State,
+    /// Our address; the remote half is known once a SYN is sent or received.
+    pub(crate) local: SocketAddr,
+    pub(crate) remote: Option<SocketAddr>,
+    /// Opened from LISTEN (RFC 9293 3.10.7.4: an RST in SYN-RECEIVED returns there).
+    pub(crate) passive: bool,
+
+    // Send sequence space (RFC 9293 3.3.1, Figure 3).
+    pub(crate) iss: SeqNum,
+    pub(crate) snd_una: SeqNum,
+    /// Next sequence number to send; moved back to SND.UNA by a retransmission timeout.
+    pub(crate) snd_nxt: SeqNum,
+    /// Highest sequence number sent plus one (RFC 9293's SND.NXT for ACK validation).
+    pub(crate) snd_max: SeqNum,
+    /// Peer window, scaled, in bytes.
+    pub(crate) snd_wnd: u32,
+    pub(crate) snd_wl1: SeqNum,
+    pub(crate) snd_wl2: SeqNum,
+    /// Largest window the peer has offered (RFC 9293 3.8.6.2.1, RFC 5961 5.2 MAX.SND.WND).
+    pub(crate) max_snd_wnd: u32,
+    pub(crate) snd_wscale: u8,
+    /// Window scaling was negotiated (both SYNs carried the option).
+    pub(crate) wscale_ok: bool,
+    /// Effective send MSS (RFC 9293 3.7.1).
+    pub(crate) smss: u16,
+    /// Sequence number of the first byte held in `send_buf`.
+    pub(crate) send_buf_seq: SeqNum,
+    pub(crate) send_buf: RingBuffer,
+    /// The user closed: a FIN follows the last byte of `send_buf`.
+    pub(crate) fin_queued: bool,
+
+    // Receive sequence space (RFC 9293 3.3.1, Figure 4).
+    pub(crate) irs: SeqNum,
+    pub(crate) rcv_nxt: SeqNum,
+    /// Right edge of the window last advertised; never moves left (RFC 9293 3.8.6.2.2).
+    pub(crate) rcv_adv: SeqNum,
+    pub(crate) rcv_wscale: u8,
+    /// The scale we offered in our SYN (used only if the peer offers one too).
+    pub(crate) rcv_wscale_offer: u8,
+    pub(crate) recv_buf: RingBuffer,
+    pub(crate) assembler: Assembler,
+    /// A FIN arrived ahead of missing data at this sequence number.
+    pub(crate) fin_pending: Option<SeqNum>,
+    pub(crate) fin_received: bool,
+    pub(crate) sack_enabled: bool,
+
+    // Reliability and congestion control.
+    pub(crate) rtt: RttEstimator,
+    /// The segment being timed: (sequence number whose ACK ends it, send time). Karn's rule
+    /// clears it on any retransmission (RFC 6298 section 3).
+    pub(crate) rtt_probe: Option<(SeqNum, Instant)>,
+    pub(crate) cc: NewReno,
+    /// Consecutive retransmission timeouts without progress.
+    pub(crate) rto_count: u32,
+    /// When the oldest unacknowledged octet was first sent (user timeout, RFC 5482).
+    pub(crate) unacked_since: Option<Instant>,
+    /// Send one segment from SND.UNA at the next poll, whatever the windows (RTO, fast
+    /// retransmit, partial ACK).
+    pub(crate) retransmit_una: bool,
+    /// A zero-window probe is due.
+    pub(crate) probe_due: bool,
+    pub(crate) persist_backoff: u32,
+    /// A keep-alive probe is due; `keepalive_sent` counts unanswered probes.
+    pub(crate) keepalive_due: bool,
+    pub(crate) keepalive_sent: u32,
+    pub(crate) last_send: Instant,
+
+    // ACK generation.
+    pub(crate) ack_due: AckDue,
+    /// In-order bytes received since we last sent an ACK (RFC 9293 3.8.6.3).
+    pub(crate) unacked_bytes: u32,
+    pub(crate) challenge_window: Instant,
+    pub(crate) challenge_count: u32,
+    pub(crate) pending_reset: Option<PendingReset>,
+
+    pub(crate) timers: TimerTable,
+    pub(crate) events: u8,
+    pub(crate) failure: Option<Failure>,
+    pub(crate) stats: Stats,
+    pub(crate) trace: Vec<Transition>,
+}
+
+impl Connection {
+    fn blank(config: &Config, local: SocketAddr, remote: Option<SocketAddr>, state: State) -> Self {
+        let mut rcv_wscale_offer = 0;
+        if config.window_scaling {
+            while rcv_wscale_offer < 14 && max_window(rcv_wscale_offer) < config.recv_buffer as u32 {
+                rcv_wscale_offer += 1;
+            }
+        }
+        let default_mss = match local.ip() {
+            IpAddr::V4(_) => 536,
+            IpAddr::V6(_) => 1220,
+        };
+        Connection {
+            config: config.clone(),
+            state,
+            local,
+            remote,
+            passive: false,
+            iss: SeqNum(0),
+            snd_una: SeqNum(0),
+            snd_nxt: SeqNum(0),
+            snd_max: SeqNum(0),
+            snd_wnd: 0,
+            snd_wl1: SeqNum(0),
+            snd_wl2: SeqNum(0),
+            max_snd_wnd: 0,
+            snd_wscale: 0,
+            wscale_ok: false,
+            smss: default_mss.min(config.mss),
+            send_buf_seq: SeqNum(0),
+            send_buf: RingBuffer::new(config.send_buffer),
+            fin_queued: false,
+            irs: SeqNum(0),
+            rcv_nxt: SeqNum(0),
+            rcv_adv: SeqNum(0),
+            rcv_wscale: 0,
+            rcv_wscale_offer,
+            recv_buf: RingBuffer::new(config.recv_buffer),
+            assembler: Assembler::new(),
+            fin_pending: None,
+            fin_received: false,
+            sack_enabled: false,
+            rtt: RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto),
+            rtt_probe: None,
+            cc: NewReno::new(default_mss.min(config.mss) as u32),
+            rto_count: 0,
+            unacked_since: None,
+            retransmit_una: false,
+            probe_due: false,
+            persist_backoff: 0,
+            keepalive_due: false,
+            keepalive_sent: 0,
+            last_send: Instant::ZERO,
+            ack_due: AckDue::None,
+            unacked_bytes: 0,
+            challenge_window: Instant::ZERO,
+            challenge_count: 0,
+            pending_reset: None,
+            timers: TimerTable::default(),
+            events: 0,
+            failure: None,
+            stats: Stats::default(),
+            trace: Vec::with_capacity(16),
+        }
+    }
+
+    /// Choose our ISS for the tuple (RFC 9293 3.4.1, RFC 6528) and set up the send space.
+    pub(crate) fn init_send_space(&mut self, now: Instant) {
+        let tuple = self.tuple().expect("remote address is known when choosing an ISS");
+        self.iss = IsnGenerator::new(self.config.isn_secret).isn(&tuple, now);
+        self.snd_una = self.iss;
+        self.snd_nxt = self.iss;
+        self.snd_max = self.iss;
+        self.send_buf_seq = self.iss + 1u32;
+        self.cc.set_recover(self.iss);
+    }
+
+    /// Active open: return a connection in SYN-SENT whose SYN `poll_transmit` will send
+    /// (RFC 9293 3.10.1).
+    pub fn connect(config: &Config, tuple: FourTuple, now: Instant) -> Connection {
+        let mut c = Connection::blank(config, tuple.local, Some(tuple.remote), State::Closed);
+        c.init_send_space(now);
+        c.set_state(now, State::SynSent, Cause::User(UserCall::Connect));
+        c
+    }
+
+    /// Passive open on `local`: return a connection in LISTEN (RFC 9293 3.10.1).
+    ///
+    /// A listening connection needs the source address of each segment: feed it with
+    /// [`handle_segment_from`](Connection::handle_segment_from).
+    pub fn listen(config: &Config, local: SocketAddr) -> Connection {
+        let mut c = Connection::blank(config, local, None, State::Closed);
+        c.passive = true;
+        c.set_state(Instant::ZERO, State::Listen, Cause::User(UserCall::Listen));
+        c
+    }
+
+    /// Return a connection in SYN-RECEIVED created from a SYN that arrived at a listener for
+    /// `tuple`, with its SYN-ACK ready to send. Return `None` when the segment is not an
+    /// acceptable SYN for LISTEN (RFC 9293 3.10.7.2).
+    pub fn accept(config: &Config, tuple: FourTuple, syn: &Segment<'_>, now: Instant) -> Option<Connection> {
+        if !syn.flags.syn() || syn.flags.intersects(Flags::RST | Flags::ACK) {
+            return None;
+        }
+        let mut c = Connection::listen(config, tuple.local);
+        c.handle_segment_from(now, tuple.remote.ip(), syn);
+        (c.state == State::SynReceived).then_some(c)
+    }
+
+    /// Return the current state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// Return the 4-tuple (`None` while listening).
+    pub fn tuple(&self) -> Option<FourTuple> {
+        self.remote.map(|remote| FourTuple { local: self.local, remote })
+    }
+
+    /// Return our local address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Return the next event for the application.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        if self.events == 0 {
+            return None;
+        }
+        let bit = self.events & self.events.wrapping_neg();
+        self.events &= !bit;
+        Some(match bit {
+            EV_ESTABLISHED => Event::Established,
+            EV_READABLE => Event::Readable,
+            EV_WRITABLE => Event::Writable,
+            EV_PEER_CLOSED => Event::PeerClosed,
+            EV_CLOSED => Event::Closed,
+            EV_RESET => Event::Reset,
+            _ => Event::TimedOut,
+        })
+    }
+
+    /// Queue data for sending; return how many bytes were taken (RFC 9293 3.10.2).
+    ///
+    /// Data queued in SYN-SENT or SYN-RECEIVED goes out once the connection is established.
+    pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
+        self.check_failure().map_err(|f| match f {
+            Failure::Reset => SendError::Reset,
+            Failure::TimedOut => SendError::TimedOut,
+        })?;
+        if !self.state.can_send() || self.fin_queued {
+            return Err(SendError::InvalidState(self.state));
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        match self.send_buf.push(data) {
+            0 => Err(SendError::WouldBlock),
+            n => Ok(n),
+        }
+    }
+
+    /// Read received data; `Ok(0)` means the peer closed and everything was read
+    /// (RFC 9293 3.10.3).
+    pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize, RecvError> {
+        if !self.recv_buf.is_empty() {
+            let before = self.receive_window();
+            let n = self.recv_buf.pop(buf);
+            self.after_read(before);
+            return Ok(n);
+        }
+        if self.fin_received {
+            return Ok(0);
+        }
+        self.check_failure().map_err(|f| match f {
+            Failure::Reset => RecvError::Reset,
+            Failure::TimedOut => RecvError::TimedOut,
+        })?;
+        match self.state {
+            State::SynSent | State::SynReceived | State::Established | State::FinWait1 | State::FinWait2 => {
+                Err(RecvError::WouldBlock)
+            }
+            state => Err(RecvError::InvalidState(state)),
+        }
+    }
+
+    /// Decide whether reading opened the window enough to tell the peer at once
+    /// (receiver-side SWS avoidance, RFC 9293 3.8.6.2.2).
+    fn after_read(&mut self, window_before: u32) {
+        if !self.state.can_receive() {
+            return;
+        }
+        let now_possible = self.recv_buf.free() as u32;
+        let threshold = (self.recv_buf.capacity() as u32 / 2).min(self.config.mss as u32);
+        if now_possible.saturating_sub(window_before) >= threshold {
+            self.ack_due = AckDue::Now;
+        }
+    }
+
+    /// Close our sending side: FIN follows the queued data (RFC 9293 3.10.4).
+    pub fn close(&mut self, now: Instant) {
+        let cause = Cause::User(UserCall::Close);
+        match self.state {
+            State::Listen | State::SynSent => {
+                self.timers.stop_all();
+                self.set_state(now, State::Closed, cause);
+            }
+            // The FIN waits until ESTABLISHED (RFC 9293 3.10.4, SYN-RECEIVED).
+            State::SynReceived => self.fin_queued = true,
+            State::Established => {
+                self.fin_queued = true;
+                self.set_state(now, State::FinWait1, cause);
+            }
+            State::CloseWait => {
+                self.fin_queued = true;
+                self.set_state(now, State::LastAck, cause);
+            }
+            _ => {}
+        }
+    }
+
+    /// Abort: send RST if synchronized and drop everything (RFC 9293 3.10.5).
+    pub fn abort(&mut self, now: Instant) {
+        if matches!(
+            self.state,
+            State::SynReceived | State::Established | State::FinWait1 | State::FinWait2 | State::CloseWait
+        ) && let Some(remote) = self.remote
+        {
+            self.pending_reset =
+                Some(PendingReset { dst: remote, src_port: self.local.port(), seq: self.snd_max, ack: None });
+        }
+        self.send_buf.clear();
+        self.timers.stop_all();
+        if self.state != State::Closed {
+            self.set_state(now, State::Closed, Cause::User(UserCall::Abort));
+        }
+    }
+
+    /// Turn Nagle's algorithm off (`true`, TCP_NODELAY) or on.
+    pub fn set_nodelay(&mut self, nodelay: bool) {
+        self.config.nagle = !nodelay;
+    }
+
+    /// Return bytes that `send` would accept now.
+    pub fn send_capacity(&self) -> usize {
+        if self.state.can_send() && !self.fin_queued && self.failure.is_none() { self.send_buf.free() } else { 0 }
+    }
+
+    /// Return bytes queued for sending and not yet acknowledged.
+    pub fn send_queued(&self) -> usize {
+        self.send_buf.len()
+    }
+
+    /// Return bytes that `recv` would return now.
+    pub fn recv_available(&self) -> usize {
+        self.recv_buf.len()
+    }
+
+    /// Return whether the peer's FIN has been received.
+    pub fn peer_closed(&self) -> bool {
+        self.fin_received
+    }
+
+    /// Return a snapshot of the statistics.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            srtt: self.rtt.srtt(),
+            rto: self.rtt.rto(),
+            cwnd: self.cc.cwnd(),
+            ssthresh: self.cc.ssthresh(),
+            peer_window: self.snd_wnd,
+            bytes_in_flight: self.snd_max - self.snd_una,
+            mss: self.smss,
+            ..self.stats
+        }
+    }
+
+    /// Return the state transitions so far, oldest first (the first 64).
+    pub fn trace(&self) -> &[Transition] {
+        &self.trace
+    }
+
+    /// Return the send and receive sequence variables, for annotations and tests.
+    pub fn sequence_space(&self) -> SequenceSpace {
+        SequenceSpace {
+            iss: self.iss,
+            snd_una: self.snd_una,
+            snd_nxt: self.snd_nxt,
+            snd_max: self.snd_max,
+            snd_wnd: self.snd_wnd,
+            irs: self.irs,
+            rcv_nxt: self.rcv_nxt,
+            rcv_wnd: self.receive_window(),
+            snd_wscale: self.snd_wscale,
+            rcv_wscale: self.rcv_wscale,
+        }
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Shared helpers.
+    // ---------------------------------------------------------------------------------
+
+    /// Return the receive window we last advertised (RCV.WND), in bytes.
+    pub(crate) fn receive_window(&self) -> u32 {
+        if self.rcv_adv.after(self.rcv_nxt) { self.rcv_adv - self.rcv_nxt } else { 0 }
+    }
+
+    fn check_failure(&self) -> Result<(), Failure> {
+        match self.failure {
+            Some(f) => Err(f),
+            None => Ok(()),
+        }
+    }
+
+    /// Record a state change with its cause.
+    pub(crate) fn set_state(&mut self, now: Instant, to: State, cause: Cause) {
+        let from = self.state;
+        if from == to {
+            return;
+        }
+        log::trace!("{:?}: {} -> {}", self.tuple(), from, to);
+        if self.trace.len() < TRACE_LIMIT {
+            self.trace.push(Transition { at: now, from, to, cause });
+        }
+        self.state = to;
+        match to {
+            State::Established if matches!(from, State::SynSent | State::SynReceived) => {
+                self.emit(Event::Established);
+                self.emit(Event::Writable);
+                self.arm_keepalive(now);
+            }
+            State::TimeWait => {
+                self.timers.stop_all();
+                self.timers.set(Timer::TimeWait, now + self.config.msl * 2);
+            }
+            State::Closed => {
+                self.timers.stop_all();
+                self.fin_queued = false;
+                self.retransmit_una = false;
+                self.probe_due = false;
+                self.keepalive_due = false;
+                self.ack_due = AckDue::None;
+            }
+            _ => {}
+        }
+    }
+
+    /// End the connection abnormally: the peer reset it or it timed out.
+    pub(crate) fn fail(&mut self, now: Instant, failure: Failure, cause: Cause) {
+        self.failure = Some(failure);
+        self.send_buf.clear();
+        self.emit(match failure {
+            Failure::Reset => Event::Reset,
+            Failure::TimedOut => Event::TimedOut,
+        });
+        self.set_state(now, State::Closed, cause);
+    }
+
+    pub(crate) fn emit(&mut self, event: Event) {
+        self.events |= match event {
+            Event::Established => EV_ESTABLISHED,
+            Event::Readable => EV_READABLE,
+            Event::Writable => EV_WRITABLE,
+            Event::PeerClosed => EV_PEER_CLOSED,
+            Event::Closed => EV_CLOSED,
+            Event::Reset => EV_RESET,
+            Event::TimedOut => EV_TIMED_OUT,
+        };
+    }
+
+    /// Return the sequence number of our FIN, once the user has closed.
+    pub(crate) fn fin_seq(&self) -> Option<SeqNum> {
+        self.fin_queued.then(|| self.send_buf_seq + self.send_buf.len())
+    }
+
+    /// Return whether our FIN has been sent and acknowledged.
+    pub(crate) fn fin_acked(&self) -> bool {
+        self.fin_seq().is_some_and(|f| self.snd_una.after(f))
+    }
+
+    /// Return whether our SYN has been acknowledged.
+    pub(crate) fn syn_acked(&self) -> bool {
+        self.snd_una.after(self.iss)
+    }
+
+    /// Owe the peer a challenge ACK, within the rate limit (RFC 5961 section 7).
+    pub(crate) fn challenge_ack(&mut self, now: Instant) {
+        if now.saturating_duration_since(self.challenge_window) >= Duration::from_secs(1) {
+            self.challenge_window = now;
+            self.challenge_count = 0;
+        }
+        if self.challenge_count < self.config.challenge_ack_limit {
+            self.challenge_count += 1;
+            self.stats.challenge_acks += 1;
+            self.ack_due = AckDue::Now;
+        }
+    }
+}
+
+/// The sequence variables of a connection (RFC 9293 3.3.1), for annotations and tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SequenceSpace {
+    /// Initial send sequence number.
+    pub iss: SeqNum,
+    /// Oldest unacknowledged sequence number.
+    pub snd_una: SeqNum,
+    /// Next sequence number to send.
+    pub snd_nxt: SeqNum,
+    /// Highest sequence number sent, plus one.
+    pub snd_max: SeqNum,
+    /// Peer's window, scaled, bytes.
+    pub snd_wnd: u32,
+    /// Initial receive sequence number.
+    pub irs: SeqNum,
+    /// Next sequence number expected.
+    pub rcv_nxt: SeqNum,
+    /// Receive window last advertised, bytes.
+    pub rcv_wnd: u32,
+    /// Shift applied to the peer's window field.
+    pub snd_wscale: u8,
+    /// Shift applied to our window field.
+    pub rcv_wscale: u8,
+}

@@ -1,0 +1,128 @@
+//! What a connection tells its user: events, statistics, and the trace of its state changes.
+
+use core::fmt;
+use std::time::Duration;
+
+use crate::segment::Flags;
+use crate::seq::SeqNum;
+use crate::state::State;
+use crate::time::Instant;
+
+/// Something the application should know about, returned by `Connection::poll_event`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// The three-way handshake completed (ESTABLISHED).
+    Established,
+    /// Data (or the peer's FIN) is ready for `recv`.
+    Readable,
+    /// Space opened in the send buffer.
+    Writable,
+    /// The peer sent FIN: no more data will arrive (`recv` returns `Ok(0)` once drained).
+    PeerClosed,
+    /// The connection finished normally and is CLOSED (after TIME-WAIT or LAST-ACK).
+    Closed,
+    /// The peer reset the connection, or it was refused.
+    Reset,
+    /// Retransmissions or the user timeout ran out; the connection was aborted.
+    TimedOut,
+}
+
+/// What made a connection change state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// A segment arrived.
+    Segment {
+        /// Its control bits.
+        flags: Flags,
+        /// Its sequence number.
+        seq: SeqNum,
+        /// Its acknowledgment number.
+        ack: SeqNum,
+        /// Its payload length.
+        len: u32,
+    },
+    /// A timer fired.
+    Timer(crate::timer::Timer),
+    /// The application called an operation.
+    User(UserCall),
+}
+
+/// Application operations that change state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UserCall {
+    /// Active open.
+    Connect,
+    /// Passive open.
+    Listen,
+    /// Close (half-close: our FIN).
+    Close,
+    /// Abort (RST).
+    Abort,
+}
+
+/// One state change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transition {
+    /// When it happened.
+    pub at: Instant,
+    /// State before.
+    pub from: State,
+    /// State after.
+    pub to: State,
+    /// What caused it.
+    pub cause: Cause,
+}
+
+impl fmt::Display for Transition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} -> {} on ", self.at, self.from, self.to)?;
+        match self.cause {
+            Cause::Segment { flags, seq, ack, len } => {
+                write!(f, "segment [{flags}] seq={seq} ack={ack} len={len}")
+            }
+            Cause::Timer(t) => write!(f, "{t:?} timer"),
+            Cause::User(u) => write!(f, "user {u:?}"),
+        }
+    }
+}
+
+/// Per-connection statistics (a snapshot).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Segments received and accepted for processing.
+    pub segs_in: u64,
+    /// Segments sent.
+    pub segs_out: u64,
+    /// Payload bytes received in order and delivered to the receive buffer.
+    pub bytes_in: u64,
+    /// Payload bytes sent, retransmissions included.
+    pub bytes_out: u64,
+    /// Segments retransmitted (timeouts, fast retransmit, partial ACKs).
+    pub retransmits: u64,
+    /// Retransmission timeouts that fired.
+    pub timeouts: u64,
+    /// Fast retransmits (three duplicate ACKs).
+    pub fast_retransmits: u64,
+    /// Duplicate ACKs received.
+    pub dup_acks: u64,
+    /// Segments dropped as unacceptable or invalid.
+    pub segs_dropped: u64,
+    /// Challenge ACKs sent (RFC 5961).
+    pub challenge_acks: u64,
+    /// Zero-window probes sent.
+    pub window_probes: u64,
+    /// Smoothed round-trip time, once measured.
+    pub srtt: Option<Duration>,
+    /// Current retransmission timeout (with backoff).
+    pub rto: Duration,
+    /// Congestion window, bytes.
+    pub cwnd: u32,
+    /// Slow-start threshold, bytes.
+    pub ssthresh: u32,
+    /// The peer's advertised receive window, scaled, bytes.
+    pub peer_window: u32,
+    /// Bytes sent and not yet acknowledged.
+    pub bytes_in_flight: u32,
+    /// Effective send MSS.
+    pub mss: u16,
+}

@@ -1,0 +1,334 @@
+//! Segment output: what to send next, and writing it into the caller's buffer.
+//!
+//! Order of precedence in [`Connection::poll_transmit`]: a pending reset; our SYN or
+//! SYN-ACK; a retransmission from SND.UNA (RTO, fast retransmit, partial ACK); new data
+//! and FIN as the windows, Nagle and SWS avoidance allow; a zero-window or keep-alive
+//! probe; a pure ACK.
+
+use crate::connection::{AckDue, Connection, PendingReset, Transmit, TransmitKind, max_window};
+use crate::options::{SackBlock, TcpOptions};
+use crate::segment::{Flags, Segment};
+use crate::seq::SeqNum;
+use crate::state::State;
+use crate::time::Instant;
+use crate::timer::Timer;
+use crate::wire;
+
+/// Room for the largest TCP header (60 bytes).
+const MAX_HEADER: usize = 60;
+
+impl Connection {
+    /// Write the next segment to send into `buf` (TCP header and payload, checksum
+    /// filled), and describe it. Call until it returns `None`.
+    ///
+    /// `buf` should hold at least 60 bytes plus the MSS; a smaller buffer limits the payload.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(rst) = self.pending_reset.take() {
+            return self.write_reset(rst, buf);
+        }
+        let t = self.next_transmit(now, buf);
+        if t.is_none() {
+            self.update_persist(now);
+        }
+        t
+    }
+
+    fn next_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.remote?;
+        match self.state {
+            State::Closed | State::Listen => return None,
+            State::SynSent | State::SynReceived => {
+                if self.snd_nxt == self.iss {
+                    return self.send_syn(now, buf);
+                }
+                if self.state == State::SynReceived && self.ack_due == AckDue::Now {
+                    return self.send_ack(now, buf, self.snd_max, TransmitKind::Ack);
+                }
+                return None;
+            }
+            State::TimeWait => {
+                if self.ack_due == AckDue::Now {
+                    return self.send_ack(now, buf, self.snd_max, TransmitKind::Ack);
+                }
+                return None;
+            }
+            _ => {}
+        }
+        if self.retransmit_una {
+            self.retransmit_una = false;
+            if let Some(t) = self.send_from(now, self.snd_una, usize::MAX, buf) {
+                return Some(t);
+            }
+        }
+        if let Some(t) = self.send_new(now, buf, false) {
+            return Some(t);
+        }
+        if self.probe_due {
+            self.probe_due = false;
+            if let Some(t) = self.send_new(now, buf, true) {
+                return Some(t);
+            }
+            self.stats.window_probes += 1;
+            // Out of window on purpose: the peer answers with its current window.
+            return self.send_ack(now, buf, self.snd_una - 1, TransmitKind::WindowProbe);
+        }
+        if self.keepalive_due {
+            self.keepalive_due = false;
+            // RFC 9293 3.8.4: SEG.SEQ = SND.NXT - 1, no data, to elicit an ACK.
+            return self.send_ack(now, buf, self.snd_una - 1, TransmitKind::KeepAlive);
+        }
+        if self.ack_due == AckDue::Now {
+            return self.send_ack(now, buf, self.snd_nxt, TransmitKind::Ack);
+        }
+        None
+    }
+
+    /// Send new data (and FIN) from SND.NXT as the windows, Nagle (RFC 9293 3.7.4) and
+    /// sender-side SWS avoidance (RFC 9293 3.8.6.2.1) allow. `forced` is the persist
+    /// timer's override: send whatever the window holds.
+    fn send_new(&mut self, now: Instant, buf: &mut [u8], forced: bool) -> Option<Transmit> {
+        if !self.syn_acked() {
+            return None;
+        }
+        let data_end = self.send_buf_seq + self.send_buf.len();
+        let fin_unsent = self.fin_seq().is_some_and(|f| self.snd_nxt.before_eq(f));
+        let unsent = if self.snd_nxt.before(data_end) { data_end - self.snd_nxt } else { 0 };
+        if unsent == 0 && !fin_unsent {
+            return None;
+        }
+        let flight = self.snd_nxt - self.snd_una;
+        let window = self.snd_wnd.min(self.cc.cwnd());
+        let usable = window.saturating_sub(flight);
+        let room = buf.len().saturating_sub(MAX_HEADER) as u32;
+        let len = unsent.min(self.smss as u32).min(usable).min(room);
+        let with_fin = fin_unsent && self.snd_nxt + len == data_end;
+        if len == 0 && !(with_fin && usable > 0) {
+            return None;
+        }
+        let retransmitting = self.snd_nxt.before(self.snd_max);
+        let send = forced
+            || retransmitting
+            || with_fin
+            || len == self.smss as u32
+            || (self.max_snd_wnd > 0 && len >= self.max_snd_wnd / 2)
+            || (len == unsent && (!self.config.nagle || self.snd_max == self.snd_una));
+        if !send {
+            return None;
+        }
+        self.send_from(now, self.snd_nxt, len as usize, buf)
+    }
+
+    /// Write the segment starting at `seq` with up to `max_len` bytes of data (and the FIN
+    /// if it falls at the end), then advance SND.NXT/SND.MAX past it.
+    fn send_from(&mut self, now: Instant, seq: SeqNum, max_len: usize, buf: &mut [u8]) -> Option<Transmit> {
+        let data_end = self.send_buf_seq + self.send_buf.len();
+        let available = if seq.before(data_end) { (data_end - seq) as usize } else { 0 };
+        let room = buf.len().saturating_sub(MAX_HEADER);
+        let len = available.min(self.smss as usize).min(max_len).min(room);
+        let fin = self.fin_seq().is_some_and(|f| seq + len == f);
+        if len == 0 && !fin {
+            return None;
+        }
+        let end = seq + len + fin as usize;
+        let retransmission = seq.before(self.snd_max);
+        let mut flags = Flags::ACK;
+        if len > 0 && seq + len == data_end {
+            flags |= Flags::PSH;
+        }
+        if fin {
+            flags |= Flags::FIN;
+        }
+        let offset = (seq - self.send_buf_seq) as usize;
+        let t = self.write_segment(now, buf, seq, flags, TcpOptions::NONE, Some((offset, len)))?;
+        if self.snd_nxt.before(end) {
+            self.snd_nxt = end;
+        }
+        if retransmission {
+            self.stats.retransmits += 1;
+            // Karn's rule (RFC 6298 3): no sample from a retransmitted range.
+            self.rtt_probe = None;
+        } else {
+            self.snd_max = end;
+            if self.rtt_probe.is_none() {
+                self.rtt_probe = Some((end, now));
+            }
+        }
+        if self.unacked_since.is_none() {
+            self.unacked_since = Some(now);
+        }
+        // RFC 6298 5.1: start the timer if it is not running.
+        self.timers.set_if_idle(Timer::Retransmit, now + self.rtt.rto());
+        Some(Transmit { kind: if retransmission { TransmitKind::Retransmission } else { TransmitKind::Data }, ..t })
+    }
+
+    /// Send our SYN (active open) or SYN-ACK (passive or simultaneous open), with options.
+    fn send_syn(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let mut options = TcpOptions { mss: Some(self.config.mss), ..TcpOptions::NONE };
+        let passive_reply = self.state == State::SynReceived;
+        // In a SYN-ACK, offer only what the peer offered (RFC 7323 2.2, RFC 2018 2).
+        if self.config.window_scaling && (!passive_reply || self.wscale_ok) {
+            options.window_scale = Some(self.rcv_wscale_offer);
+        }
+        options.sack_permitted = self.config.sack && (!passive_reply || self.sack_enabled);
+        let mut flags = Flags::SYN;
+        if passive_reply {
+            flags |= Flags::ACK;
+        }
+        let retransmission = self.snd_max.after(self.iss);
+        let t = self.write_segment(now, buf, self.iss, flags, options, None)?;
+        self.snd_nxt = self.iss + 1u32;
+        self.snd_max = self.snd_nxt;
+        if retransmission {
+            self.stats.retransmits += 1;
+            self.rtt_probe = None;
+        } else {
+            self.rtt_probe = Some((self.snd_nxt, now));
+        }
+        self.timers.set_if_idle(Timer::Retransmit, now + self.rtt.rto());
+        Some(Transmit { kind: if retransmission { TransmitKind::Retransmission } else { TransmitKind::Syn }, ..t })
+    }
+
+    /// Send a segment with no data: an ACK, a window update, or a probe with `seq`.
+    fn send_ack(&mut self, now: Instant, buf: &mut [u8], seq: SeqNum, kind: TransmitKind) -> Option<Transmit> {
+        let t = self.write_segment(now, buf, seq, Flags::ACK, TcpOptions::NONE, None)?;
+        Some(Transmit { kind, ..t })
+    }
+
+    /// Write one segment from this connection. ACK-bearing segments carry RCV.NXT, the
+    /// window and (with SACK) the out-of-order blocks; sending one settles any owed ACK.
+    fn write_segment(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        seq: SeqNum,
+        flags: Flags,
+        mut options: TcpOptions,
+        data: Option<(usize, usize)>,
+    ) -> Option<Transmit> {
+        let remote = self.remote?;
+        let window = if flags.syn() { self.advertise_syn_window() } else { self.advertise_window() };
+        if flags.ack() && self.sack_enabled && !flags.syn() {
+            self.sack_blocks(&mut options);
+        }
+        let seg = Segment {
+            src_port: self.local.port(),
+            dst_port: remote.port(),
+            seq,
+            ack: if flags.ack() { self.rcv_nxt } else { SeqNum(0) },
+            flags,
+            window,
+            urgent: 0,
+            options,
+            payload: &[],
+        };
+        let hlen = match seg.write_header(buf) {
+            Ok(n) => n,
+            Err(e) => {
+                log::error!("{:?}: cannot write a segment: {e}", self.tuple());
+                return None;
+            }
+        };
+        let payload_len = match data {
+            Some((offset, len)) => self.send_buf.peek(offset, &mut buf[hlen..hlen + len]),
+            None => 0,
+        };
+        let len = hlen + payload_len;
+        if let Err(e) = wire::set_checksum(&mut buf[..len], self.local.ip(), remote.ip()) {
+            log::error!("{:?}: cannot checksum a segment: {e}", self.tuple());
+            return None;
+        }
+        self.stats.segs_out += 1;
+        self.stats.bytes_out += payload_len as u64;
+        self.last_send = now;
+        if flags.ack() {
+            self.ack_due = AckDue::None;
+            self.unacked_bytes = 0;
+            self.timers.stop(Timer::DelayedAck);
+        }
+        log::trace!("{:?} {}: out {:?}", self.tuple(), self.state, Segment { payload: &buf[hlen..len], ..seg });
+        Some(Transmit { len, src: self.local, dst: remote, kind: TransmitKind::Data, flags, seq, payload_len })
+    }
+
+    /// Return the window field of a SYN or SYN-ACK: never scaled (RFC 7323 2.2).
+    fn advertise_syn_window(&mut self) -> u16 {
+        let free = (self.recv_buf.free() as u32).min(65535);
+        if (self.rcv_nxt + free).after(self.rcv_adv) {
+            self.rcv_adv = self.rcv_nxt + free;
+        }
+        free as u16
+    }
+
+    /// Return the window field to send, moving the right edge only by worthwhile amounts
+    /// (receiver-side SWS avoidance, RFC 9293 3.8.6.2.2) and never to the left.
+    pub(crate) fn advertise_window(&mut self) -> u16 {
+        let free = (self.recv_buf.free() as u32).min(max_window(self.rcv_wscale));
+        let edge = self.rcv_nxt + free;
+        let threshold = (self.recv_buf.capacity() as u32 / 2).min(self.config.mss as u32);
+        if edge.after(self.rcv_adv) && (edge - self.rcv_adv >= threshold || free == self.recv_buf.capacity() as u32) {
+            self.rcv_adv = edge;
+        }
+        (self.receive_window() >> self.rcv_wscale).min(65535) as u16
+    }
+
+    /// Fill SACK blocks: the most recent first, then the others (RFC 2018 section 4).
+    fn sack_blocks(&self, options: &mut TcpOptions) {
+        let base = self.rcv_nxt;
+        let recent = self.assembler.recent();
+        if let Some((start, end)) = recent {
+            options.sack_blocks.push(SackBlock { left: base + start, right: base + end });
+        }
+        for (start, end) in self.assembler.ranges() {
+            if Some((start, end)) != recent
+                && !options.sack_blocks.push(SackBlock { left: base + start, right: base + end })
+            {
+                break;
+            }
+        }
+    }
+
+    /// Write a reset that does not follow from the send sequence.
+    fn write_reset(&mut self, rst: PendingReset, buf: &mut [u8]) -> Option<Transmit> {
+        let mut flags = Flags::RST;
+        if rst.ack.is_some() {
+            flags |= Flags::ACK;
+        }
+        let seg = Segment {
+            src_port: rst.src_port,
+            dst_port: rst.dst.port(),
+            seq: rst.seq,
+            ack: rst.ack.unwrap_or(SeqNum(0)),
+            flags,
+            ..Segment::EMPTY
+        };
+        let src = std::net::SocketAddr::new(self.local.ip(), rst.src_port);
+        let len = match seg.emit(src.ip(), rst.dst.ip(), buf) {
+            Ok(n) => n,
+            Err(e) => {
+                log::error!("cannot write a reset to {}: {e}", rst.dst);
+                return None;
+            }
+        };
+        self.stats.segs_out += 1;
+        Some(Transmit { len, src, dst: rst.dst, kind: TransmitKind::Reset, flags, seq: rst.seq, payload_len: 0 })
+    }
+
+    /// Arm the persist timer when data waits and nothing is in flight to bring an ACK
+    /// (RFC 9293 3.8.6.1: zero window; 3.8.6.2.1: the SWS override timeout).
+    fn update_persist(&mut self, now: Instant) {
+        let waiting = self.state.is_synchronized()
+            && self.snd_max == self.snd_una
+            && (self.snd_nxt.before(self.send_buf_seq + self.send_buf.len())
+                || self.fin_seq().is_some_and(|f| self.snd_nxt.before_eq(f)));
+        if waiting {
+            if !self.timers.is_armed(Timer::Persist) {
+                let interval = self.rtt.rto().saturating_mul(1 << self.persist_backoff.min(10));
+                self.timers.set(Timer::Persist, now + interval.min(self.config.max_rto));
+            }
+        } else {
+            self.timers.stop(Timer::Persist);
+            if self.snd_wnd > 0 {
+                self.persist_backoff = 0;
+            }
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! Retransmission timeout estimation (RFC 6298).
+//!
+//! [`RttEstimator`] turns round-trip samples into SRTT, RTTVAR and the RTO,
+//! and applies the exponential backoff of section 5. It never reads a clock:
+//! the caller measures each sample (Karn's algorithm, RFC 6298 section 3:
+//! never from a retransmitted segment unless timestamps disambiguate it) and
+//! passes it to [`sample`](RttEstimator::sample).
+//!
+//! Arithmetic is in integer microseconds. SRTT is stored scaled by 8 and
+//! RTTVAR by 4, so the gains alpha = 1/8 and beta = 1/4 lose at most a
+//! microsecond per sample and `K * RTTVAR` (K = 4) is exact.
+
+use std::time::Duration;
+
+/// Clock granularity G (RFC 6298 section 2): 1 ms.
+const GRANULARITY_US: u64 = 1_000;
+
+/// Largest sample considered, in microseconds (about 71 minutes); longer
+/// samples are clamped so the scaled sums cannot overflow.
+const MAX_SAMPLE_US: u64 = u32::MAX as u64;
+
+/// The RTO that RFC 6298 section 5.7 restores after a SYN timed out: 3 s.
+const SYN_FALLBACK_US: u64 = 3_000_000;
+
+/// An RFC 6298 round-trip time estimator and retransmission timeout.
+#[derive(Debug, Clone)]
+pub struct RttEstimator {
+    /// Lower bound on the RTO, microseconds (RFC 6298 2.4).
+    min_us: u64,
+    /// Upper bound on the RTO, microseconds (RFC 6298 2.5).
+    max_us: u64,
+    /// 8 * SRTT in microseconds; meaningful once `has_sample`.
+    srtt_x8: u64,
+    /// 4 * RTTVAR in microseconds; meaningful once `has_sample`.
+    rttvar_x4: u64,
+    /// Whether a first measurement has been made (RFC 6298 2.2).
+    has_sample: bool,
+    /// The RTO before backoff, clamped to `[min_us, max_us]`.
+    base_us: u64,
+    /// Timer expirations since the last sample (RFC 6298 5.5).
+    backoffs: u32,
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+impl RttEstimator {
+    /// Return an estimator with no samples yet whose RTO is `initial_rto`
+    /// (RFC 6298 section 2.1 recommends 1 s).
+    ///
+    /// Every RTO, the initial one included, is clamped to
+    /// `[min_rto, max_rto]` (RFC 6298 sections 2.4 and 2.5); if
+    /// `min_rto > max_rto`, `max_rto` wins.
+    pub fn new(initial_rto: Duration, min_rto: Duration, max_rto: Duration) -> Self {
+        let max_us = micros(max_rto);
+        let min_us = micros(min_rto).min(max_us);
+        RttEstimator {
+            min_us,
+            max_us,
+            srtt_x8: 0,
+            rttvar_x4: 0,
+            has_sample: false,
+            base_us: micros(initial_rto).clamp(min_us, max_us),
+            backoffs: 0,
+        }
+    }
+
+    /// Take a round-trip time measurement and recompute the RTO; clear the backoff.
+    ///
+    /// The first sample R sets SRTT = R and RTTVAR = R/2 (RFC 6298 section
+    /// 2.2); later ones set RTTVAR = 3/4 RTTVAR + 1/4 |SRTT - R| and then
+    /// SRTT = 7/8 SRTT + 1/8 R (section 2.3). Both set
+    /// RTO = SRTT + max(G, 4 * RTTVAR) with G = 1 ms, clamped to the bounds.
+    /// A new measurement "collapses" a backed-off RTO (the note after RFC
+    /// 6298 section 5.7).
+    pub fn sample(&mut self, rtt: Duration) {
+        let r = micros(rtt).min(MAX_SAMPLE_US);
+        if self.has_sample {
+            let err_x8 = self.srtt_x8.abs_diff(8 * r);
+            self.rttvar_x4 = self.rttvar_x4 - self.rttvar_x4 / 4 + err_x8 / 8;
+            self.srtt_x8 = self.srtt_x8 - self.srtt_x8 / 8 + r;
+        } else {
+            self.srtt_x8 = 8 * r;
+            self.rttvar_x4 = 2 * r;
+            self.has_sample = true;
+        }
+        let rto = self.srtt_x8 / 8 + self.rttvar_x4.max(GRANULARITY_US);
+        self.base_us = rto.clamp(self.min_us, self.max_us);
+        self.backoffs = 0;
+    }
+
+    /// Return the current RTO: the computed value doubled once per
+    /// [`backoff`](Self::backoff), capped at `max_rto`.
+    pub fn rto(&self) -> Duration {
+        let rto = 1u64
+            .checked_shl(self.backoffs)
+            .and_then(|factor| self.base_us.checked_mul(factor))
+            .map_or(self.max_us, |rto| rto.min(self.max_us));
+        Duration::from_micros(rto)
+    }
+
+    /// Double the RTO after the retransmission timer expired (RFC 6298 section 5.5), capped at `max_rto`.
+    pub fn backoff(&mut self) {
+        self.backoffs = self.backoffs.saturating_add(1);
+    }
+
+    /// Return how many times the RTO was doubled since the last sample.
+    pub fn backoffs(&self) -> u32 {
+        self.backoffs
+    }
+
+    /// Return the smoothed round-trip time, or `None` before the first sample.
+    pub fn srtt(&self) -> Option<Duration> {
+        self.has_sample.then(|| Duration::from_micros(self.srtt_x8 / 8))
+    }
+
+    /// Return the round-trip time variation (zero before the first sample).
+    pub fn rttvar(&self) -> Duration {
+        Duration::from_micros(self.rttvar_x4 / 4)
+    }
+
+    /// Apply RFC 6298 section 5.7 once the handshake completes after a SYN
+    /// (or SYN-ACK) timed out: if the RTO is below 3 s, set it to 3 s (within
+    /// the bounds) and clear the backoff.
+    pub fn syn_timed_out_fallback(&mut self) {
+        if self.base_us < SYN_FALLBACK_US {
+            self.base_us = SYN_FALLBACK_US.clamp(self.min_us, self.max_us);
+        }
+        self.backoffs = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    /// Bounds loose enough not to hide the formula.
+    fn loose() -> RttEstimator {
+        RttEstimator::new(ms(1000), Duration::ZERO, Duration::from_secs(120))
+    }
+
+    #[test]
+    fn initial_state() {
+        let est = RttEstimator::new(ms(1000), ms(200), Duration::from_secs(60));
+        assert_eq!(est.rto(), ms(1000));
+        assert_eq!(est.srtt(), None);
+        assert_eq!(est.rttvar(), Duration::ZERO);
+        assert_eq!(est.backoffs(), 0);
+    }
+
+    #[test]
+    fn first_sample_rfc6298_2_2() {
+        let mut est = loose();
+        est.sample(ms(100));
+        assert_eq!(est.srtt(), Some(ms(100)));
+        assert_eq!(est.rttvar(), ms(50));
+        assert_eq!(est.rto(), ms(300), "SRTT + 4 * RTTVAR");
+    }
+
+    #[test]
+    fn later_sample_rfc6298_2_3() {
+        let mut est = loose();
+        est.sample(ms(100));
+        est.sample(ms(200));
+        // RTTVAR = 3/4 * 50 + 1/4 * |100 - 200| = 62.5; SRTT = 7/8 * 100 + 1/8 * 200 = 112.5.
+        assert_eq!(est.rttvar(), Duration::from_micros(62_500));
+        assert_eq!(est.srtt(), Some(Duration::from_micros(112_500)));
+        assert_eq!(est.rto(), Duration::from_micros(112_500 + 250_000));
+        // A sample below SRTT uses the absolute difference.
+        est.sample(ms(50));
+        // RTTVAR = 3/4 * 62.5 + 1/4 * 62.5 = 62.5; SRTT = 7/8 * 112.5 + 1/8 * 50 = 104.6875.
+        assert_eq!(est.rttvar(), Duration::from_micros(62_500));
+        assert_eq!(est.srtt(), Some(Duration::from_nanos(104_687_000)));
+    }
+
+    #[test]
+    fn granularity_floor() {
+        let mut est = loose();
+        for _ in 0..100 {
+            est.sample(ms(10));
+        }
+        assert_eq!(est.srtt(), Some(ms(10)));
+        assert!(est.rttvar() < Duration::from_micros(250));
+        assert_eq!(est.rto(), ms(11), "SRTT + G when 4 * RTTVAR < G");
+        let mut est = loose();
+        est.sample(Duration::ZERO);
+        assert_eq!(est.rto(), ms(1));
+    }
+
+    #[test]
+    fn converges_to_a_constant_rtt() {
+        let mut est = loose();
+        est.sample(ms(500));
+        for _ in 0..200 {
+            est.sample(ms(40));
+        }
+        assert_eq!(est.srtt(), Some(ms(40)));
+        assert_eq!(est.rttvar(), Duration::ZERO);
+    }
+
+    #[test]
+    fn clamped_to_min_and_max() {
+        let mut est = RttEstimator::new(ms(1000), ms(1000), ms(5000));
+        est.sample(ms(10));
+        assert_eq!(est.rto(), ms(1000), "RFC 6298 2.4 minimum");
+        est.sample(Duration::from_secs(10));
+        assert_eq!(est.rto(), ms(5000), "RFC 6298 2.5 maximum");
+        let est = RttEstimator::new(ms(10), ms(200), ms(5000));
+        assert_eq!(est.rto(), ms(200), "initial RTO clamped too");
+        let est = RttEstimator::new(ms(1000), ms(900), ms(300));
+        assert_eq!(est.rto(), ms(300), "min above max: max wins");
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let mut est = RttEstimator::new(ms(1000), ms(200), ms(60_000));
+        let expected = [1000, 2000, 4000, 8000, 16_000, 32_000, 60_000, 60_000];
+        for (i, &want) in expected.iter().enumerate() {
+            assert_eq!(est.backoffs(), i as u32);
+            assert_eq!(est.rto(), ms(want));
+            est.backoff();
+        }
+        for _ in 0..200 {
+            est.backoff();
+        }
+        assert_eq!(est.rto(), ms(60_000), "huge shift counts saturate at max");
+        let mut est = RttEstimator::new(ms(1000), ms(200), ms(60_000));
+        est.backoffs = u32::MAX;
+        est.backoff();
+        assert_eq!(est.backoffs(), u32::MAX);
+        assert_eq!(est.rto(), ms(60_000));
+    }
+
+    #[test]
+    fn sample_clears_backoff() {
+        let mut est = loose();
+        est.sample(ms(100));
+        est.backoff();
+        est.backoff();
+        assert_eq!(est.rto(), ms(1200));
+        est.sample(ms(100));
+        assert_eq!(est.backoffs(), 0);
+        assert!(est.rto() < ms(400));
+    }
+
+    #[test]
+    fn huge_samples_do_not_overflow() {
+        let mut est = RttEstimator::new(ms(1000), Duration::ZERO, Duration::MAX);
+        est.sample(Duration::MAX);
+        est.sample(Duration::MAX);
+        est.sample(Duration::ZERO);
+        assert!(est.srtt().is_some());
+        est.backoff();
+        let _ = est.rto();
+    }
+
+    #[test]
+    fn syn_timeout_fallback_rfc6298_5_7() {
+        let mut est = RttEstimator::new(ms(1000), ms(200), ms(60_000));
+        est.backoff();
+        est.syn_timed_out_fallback();
+        assert_eq!(est.rto(), ms(3000));
+        assert_eq!(est.backoffs(), 0);
+        let mut est = RttEstimator::new(ms(1000), ms(200), ms(2000));
+        est.syn_timed_out_fallback();
+        assert_eq!(est.rto(), ms(2000), "capped at max");
+        let mut est = loose();
+        est.sample(ms(2000)); // RTO 6 s already
+        est.syn_timed_out_fallback();
+        assert_eq!(est.rto(), ms(6000));
+    }
+
+    proptest! {
+        #[test]
+        fn rto_stays_within_bounds(
+            samples in proptest::collection::vec(0u64..10_000_000, 1..50),
+            backoffs in 0u32..70,
+        ) {
+            let (min, max) = (ms(200), ms(60_000));
+            let mut est = RttEstimator::new(ms(1000), min, max);
+            for &s in &samples {
+                est.sample(Duration::from_micros(s));
+                let rto = est.rto();
+                prop_assert!(min <= rto && rto <= max);
+                let srtt = est.srtt().unwrap();
+                prop_assert!(srtt <= Duration::from_micros(*samples.iter().max().unwrap()));
+                prop_assert!(srtt >= Duration::from_micros(*samples.iter().min().unwrap()).saturating_sub(Duration::from_micros(1)));
+            }
+            let before = est.rto();
+            for _ in 0..backoffs {
+                est.backoff();
+            }
+            prop_assert!(est.rto() >= before && est.rto() <= max);
+        }
+    }
+}

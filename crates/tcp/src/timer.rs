@@ -1,0 +1,227 @@
+//! Connection timers: a small table indexed by [`Timer`].
+//!
+//! Each timer is a deadline or nothing. The connection arms and disarms them as
+//! it works; `poll_timeout` reports the earliest, and `handle_timeout` fires
+//! every timer whose deadline has passed.
+
+use crate::connection::{AckDue, Connection, Failure};
+use crate::event::{Cause, Event};
+use crate::state::State;
+use crate::time::Instant;
+
+/// The timers a connection runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Timer {
+    /// Retransmission timeout (RFC 6298).
+    Retransmit,
+    /// Persist (zero-window probe) timer (RFC 9293 3.8.6.1).
+    Persist,
+    /// Delayed ACK (RFC 9293 3.8.6.3).
+    DelayedAck,
+    /// Keep-alive (RFC 9293 3.8.4).
+    KeepAlive,
+    /// TIME-WAIT 2*MSL (RFC 9293 3.4.2).
+    TimeWait,
+}
+
+impl Timer {
+    /// Every timer, in the order they fire when due at the same instant.
+    pub const ALL: [Timer; 5] =
+        [Timer::TimeWait, Timer::Retransmit, Timer::Persist, Timer::KeepAlive, Timer::DelayedAck];
+
+    const fn index(self) -> usize {
+        match self {
+            Timer::Retransmit => 0,
+            Timer::Persist => 1,
+            Timer::DelayedAck => 2,
+            Timer::KeepAlive => 3,
+            Timer::TimeWait => 4,
+        }
+    }
+}
+
+/// Deadlines of the five timers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimerTable {
+    deadlines: [Option<Instant>; 5],
+}
+
+impl TimerTable {
+    /// Arm `timer` to fire at `at`, replacing any earlier deadline.
+    #[inline]
+    pub fn set(&mut self, timer: Timer, at: Instant) {
+        self.deadlines[timer.index()] = Some(at);
+    }
+
+    /// Arm `timer` unless it is already armed.
+    #[inline]
+    pub fn set_if_idle(&mut self, timer: Timer, at: Instant) {
+        let slot = &mut self.deadlines[timer.index()];
+        if slot.is_none() {
+            *slot = Some(at);
+        }
+    }
+
+    /// Disarm `timer`.
+    #[inline]
+    pub fn stop(&mut self, timer: Timer) {
+        self.deadlines[timer.index()] = None;
+    }
+
+    /// Disarm every timer.
+    pub fn stop_all(&mut self) {
+        self.deadlines = [None; 5];
+    }
+
+    /// Return the deadline of `timer`.
+    #[inline]
+    pub fn get(&self, timer: Timer) -> Option<Instant> {
+        self.deadlines[timer.index()]
+    }
+
+    /// Return whether `timer` is armed.
+    #[inline]
+    pub fn is_armed(&self, timer: Timer) -> bool {
+        self.get(timer).is_some()
+    }
+
+    /// Return the earliest deadline.
+    pub fn next(&self) -> Option<Instant> {
+        self.deadlines.iter().flatten().min().copied()
+    }
+
+    /// Disarm and return `timer` if it is due at `now`.
+    pub fn expire(&mut self, timer: Timer, now: Instant) -> bool {
+        let slot = &mut self.deadlines[timer.index()];
+        match *slot {
+            Some(at) if at <= now => {
+                *slot = None;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Connection {
+    /// Return when [`handle_timeout`](Connection::handle_timeout) should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+
+    /// Fire the timers due at `now`; then call `poll_transmit` and `poll_event`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for timer in Timer::ALL {
+            if self.timers.expire(timer, now) {
+                log::trace!("{:?} {}: {:?} timer fired", self.tuple(), self.state, timer);
+                match timer {
+                    Timer::TimeWait => self.on_time_wait_expiry(now),
+                    Timer::Retransmit => self.on_retransmit_timeout(now),
+                    Timer::Persist => {
+                        self.probe_due = true;
+                        self.persist_backoff = self.persist_backoff.saturating_add(1);
+                    }
+                    Timer::DelayedAck => {
+                        if self.ack_due == AckDue::Delayed {
+                            self.ack_due = AckDue::Now;
+                        }
+                    }
+                    Timer::KeepAlive => self.on_keepalive_timeout(now),
+                }
+            }
+        }
+    }
+
+    /// TIME-WAIT over: delete the TCB (RFC 9293 3.10.8).
+    fn on_time_wait_expiry(&mut self, now: Instant) {
+        if self.state == State::TimeWait {
+            self.emit(Event::Closed);
+            self.set_state(now, State::Closed, Cause::Timer(Timer::TimeWait));
+        }
+    }
+
+    /// Retransmission timeout (RFC 6298 5.4-5.6; RFC 5681 3.1 for the windows; RFC 9293
+    /// 3.8.3 for giving up).
+    fn on_retransmit_timeout(&mut self, now: Instant) {
+        if self.snd_una == self.snd_max {
+            return;
+        }
+        self.stats.timeouts += 1;
+        let cause = Cause::Timer(Timer::Retransmit);
+        let limit = if self.syn_acked() { self.config.max_retransmissions } else { self.config.syn_retries };
+        let user_timeout = match (self.config.user_timeout, self.unacked_since) {
+            (Some(limit), Some(since)) => now.saturating_duration_since(since) >= limit,
+            _ => false,
+        };
+        if self.rto_count >= limit || user_timeout {
+            log::debug!("{:?}: giving up after {} retransmissions", self.tuple(), self.rto_count);
+            return self.fail(now, Failure::TimedOut, cause);
+        }
+        self.rto_count += 1;
+        if self.syn_acked() {
+            let flight = self.snd_max - self.snd_una;
+            self.cc.on_timeout(self.snd_max, flight);
+        } else {
+            // RFC 5681 3.1: a lost SYN or SYN-ACK leaves a one-segment initial window.
+            self.cc.on_syn_timeout();
+        }
+        self.rtt.backoff();
+        self.rtt_probe = None;
+        // Go back to SND.UNA and resend from there as the (now one-segment) window allows.
+        self.snd_nxt = self.snd_una;
+        if self.syn_acked() {
+            self.retransmit_una = true;
+        }
+        self.timers.set(Timer::Retransmit, now + self.rtt.rto());
+    }
+
+    /// Keep-alive: probe an idle connection, give up after the configured probes
+    /// (RFC 9293 3.8.4).
+    fn on_keepalive_timeout(&mut self, now: Instant) {
+        let Some(ka) = self.config.keepalive else { return };
+        if !matches!(self.state, State::Established | State::CloseWait) {
+            return;
+        }
+        if self.snd_una != self.snd_max {
+            // Not idle: the retransmission timer watches the peer.
+            self.arm_keepalive(now);
+            return;
+        }
+        if self.keepalive_sent >= ka.probes {
+            return self.fail(now, Failure::TimedOut, Cause::Timer(Timer::KeepAlive));
+        }
+        self.keepalive_sent += 1;
+        self.keepalive_due = true;
+        self.timers.set(Timer::KeepAlive, now + ka.interval);
+    }
+
+    /// Restart the keep-alive timer after activity.
+    pub(crate) fn arm_keepalive(&mut self, now: Instant) {
+        if let Some(ka) = self.config.keepalive
+            && matches!(self.state, State::SynReceived | State::Established | State::CloseWait)
+        {
+            self.timers.set(Timer::KeepAlive, now + ka.idle);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn earliest_deadline_wins_and_expiry_disarms() {
+        let mut t = TimerTable::default();
+        assert_eq!(t.next(), None);
+        t.set(Timer::Retransmit, Instant::from_millis(300));
+        t.set(Timer::DelayedAck, Instant::from_millis(40));
+        t.set_if_idle(Timer::DelayedAck, Instant::from_millis(10));
+        assert_eq!(t.next(), Some(Instant::from_millis(40)));
+        assert!(!t.expire(Timer::Retransmit, Instant::from_millis(100)));
+        assert!(t.expire(Timer::DelayedAck, Instant::from_millis(100)));
+        assert!(!t.is_armed(Timer::DelayedAck));
+        assert_eq!(t.next(), Some(Instant::from_millis(300)));
+        t.stop_all();
+        assert_eq!(t.next(), None);
+    }
+}

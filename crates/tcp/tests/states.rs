@@ -1,0 +1,796 @@
+//! State machine tests: one connection fed hand-built segments on explicit times, grouped
+//! by state (RFC 9293 3.10.7). Every output segment is parsed back with checksum
+//! verification, so these also exercise the wire format.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bypass_tcp::{
+    Config, Connection, Event, Flags, FourTuple, Instant, Keepalive, RecvError, Segment, SendError, SeqNum, State,
+    TcpOptions, TransmitKind,
+};
+
+const REMOTE_ISN: SeqNum = SeqNum(0x1000_0000);
+
+fn local() -> SocketAddr {
+    "10.0.0.1:80".parse().unwrap()
+}
+fn remote() -> SocketAddr {
+    "10.0.0.2:40000".parse().unwrap()
+}
+fn tuple() -> FourTuple {
+    FourTuple { local: local(), remote: remote() }
+}
+
+/// What the peer sends: ports filled, a generous window, no options.
+const TEMPLATE: Segment<'static> =
+    Segment { src_port: 40000, dst_port: 80, window: 65535, flags: Flags::ACK, ..Segment::EMPTY };
+
+fn config() -> Config {
+    Config { delayed_ack: None, isn_secret: [7; 16], ..Config::default() }
+}
+
+fn ms(n: u64) -> Instant {
+    Instant::from_millis(n)
+}
+
+/// A segment we sent, parsed back and owned.
+#[derive(Debug, Clone)]
+struct Out {
+    kind: TransmitKind,
+    flags: Flags,
+    seq: SeqNum,
+    ack: SeqNum,
+    window: u16,
+    options: TcpOptions,
+    payload: Vec<u8>,
+}
+
+fn drain(c: &mut Connection, now: Instant) -> Vec<Out> {
+    let mut buf = [0xa5u8; 2048];
+    let mut out = Vec::new();
+    while let Some(t) = c.poll_transmit(now, &mut buf) {
+        let seg = Segment::parse(&buf[..t.len], t.src.ip(), t.dst.ip()).expect("we emit valid segments");
+        assert_eq!(seg.flags, t.flags);
+        assert_eq!(seg.payload.len(), t.payload_len);
+        out.push(Out {
+            kind: t.kind,
+            flags: seg.flags,
+            seq: seg.seq,
+            ack: seg.ack,
+            window: seg.window,
+            options: seg.options,
+            payload: seg.payload.to_vec(),
+        });
+        assert!(out.len() < 1000, "poll_transmit never stops");
+    }
+    out
+}
+
+fn one(c: &mut Connection, now: Instant) -> Out {
+    let out = drain(c, now);
+    assert_eq!(out.len(), 1, "expected one segment, got {out:?}");
+    out.into_iter().next().unwrap()
+}
+
+fn events(c: &mut Connection) -> Vec<Event> {
+    std::iter::from_fn(|| c.poll_event()).collect()
+}
+
+/// Passive open through to ESTABLISHED; return the connection and our ISS.
+fn established_passive(config: &Config) -> (Connection, SeqNum) {
+    let mut c = Connection::listen(config, local());
+    let syn = Segment {
+        seq: REMOTE_ISN,
+        flags: Flags::SYN,
+        options: TcpOptions { mss: Some(1460), window_scale: Some(7), sack_permitted: true, ..TcpOptions::NONE },
+        ..TEMPLATE
+    };
+    c.handle_segment_from(ms(0), remote().ip(), &syn);
+    let synack = one(&mut c, ms(0));
+    let iss = synack.seq;
+    c.handle_segment(ms(1), &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, window: 1024, ..TEMPLATE });
+    assert_eq!(c.state(), State::Established);
+    assert!(drain(&mut c, ms(1)).is_empty());
+    events(&mut c);
+    (c, iss)
+}
+
+/// Peer segment at the next in-order position.
+fn peer(iss: SeqNum, flags: Flags, payload: &'static [u8]) -> Segment<'static> {
+    Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, flags, payload, ..TEMPLATE }
+}
+
+// ------------------------------------------------------------------------------------
+// LISTEN (RFC 9293 3.10.7.2)
+// ------------------------------------------------------------------------------------
+
+#[test]
+fn listen_ignores_rst() {
+    let mut c = Connection::listen(&config(), local());
+    c.handle_segment_from(ms(0), remote().ip(), &Segment { flags: Flags::RST, ..TEMPLATE });
+    assert!(drain(&mut c, ms(0)).is_empty());
+    assert_eq!(c.state(), State::Listen);
+}
+
+#[test]
+fn listen_answers_ack_with_rst_at_seg_ack() {
+    let mut c = Connection::listen(&config(), local());
+    c.handle_segment_from(ms(0), remote().ip(), &Segment { ack: SeqNum(555), ..TEMPLATE });
+    let rst = one(&mut c, ms(0));
+    assert_eq!((rst.flags, rst.seq, rst.kind), (Flags::RST, SeqNum(555), TransmitKind::Reset));
+    assert_eq!(c.state(), State::Listen);
+}
+
+#[test]
+fn listen_drops_segments_without_syn_and_needs_the_source() {
+    let mut c = Connection::listen(&config(), local());
+    c.handle_segment_from(ms(0), remote().ip(), &Segment { flags: Flags::NONE, payload: b"x", ..TEMPLATE });
+    c.handle_segment(ms(0), &Segment { flags: Flags::SYN, ..TEMPLATE });
+    assert!(drain(&mut c, ms(0)).is_empty());
+    assert_eq!(c.state(), State::Listen);
+    assert_eq!(c.stats().segs_dropped, 2);
+}
+
+#[test]
+fn listen_syn_gives_syn_ack_with_negotiated_options() {
+    let mut c = Connection::listen(&config(), local());
+    let syn = Segment {
+        seq: REMOTE_ISN,
+        flags: Flags::SYN,
+        options: TcpOptions { mss: Some(1200), window_scale: Some(9), sack_permitted: true, ..TcpOptions::NONE },
+        ..TEMPLATE
+    };
+    c.handle_segment_from(ms(0), remote().ip(), &syn);
+    assert_eq!(c.state(), State::SynReceived);
+    assert_eq!(c.tuple(), Some(tuple()));
+    let synack = one(&mut c, ms(0));
+    assert_eq!(synack.flags, Flags::SYN | Flags::ACK);
+    assert_eq!(synack.ack, REMOTE_ISN + 1u32);
+    assert_eq!(synack.options.mss, Some(1460));
+    assert_eq!(synack.options.window_scale, Some(3), "256 KiB buffer needs shift 3");
+    assert!(synack.options.sack_permitted);
+    assert_eq!(c.stats().mss, 1200);
+}
+
+#[test]
+fn syn_ack_offers_only_what_the_syn_offered() {
+    let mut c = Connection::listen(&config(), local());
+    c.handle_segment_from(ms(0), remote().ip(), &Segment { seq: REMOTE_ISN, flags: Flags::SYN, ..TEMPLATE });
+    let synack = one(&mut c, ms(0));
+    assert_eq!(synack.options.window_scale, None);
+    assert!(!synack.options.sack_permitted);
+    assert_eq!(c.stats().mss, 536, "RFC 9293 3.7.1 default send MSS for IPv4");
+    assert_eq!(synack.window, 65535, "SYN-ACK window is never scaled");
+}
+
+// ------------------------------------------------------------------------------------
+// SYN-SENT (RFC 9293 3.10.7.3)
+// ------------------------------------------------------------------------------------
+
+fn syn_sent() -> (Connection, SeqNum) {
+    let mut c = Connection::connect(&config(), tuple(), ms(0));
+    assert_eq!(c.state(), State::SynSent);
+    let syn = one(&mut c, ms(0));
+    assert_eq!(syn.flags, Flags::SYN);
+    assert_eq!(syn.kind, TransmitKind::Syn);
+    assert_eq!(syn.options.mss, Some(1460));
+    assert!(syn.options.window_scale.is_some() && syn.options.sack_permitted);
+    (c, syn.seq)
+}
+
+#[test]
+fn syn_sent_bad_ack_gets_rst() {
+    let (mut c, iss) = syn_sent();
+    c.handle_segment(ms(1), &Segment { seq: REMOTE_ISN, ack: iss + 5u32, flags: Flags::SYN | Flags::ACK, ..TEMPLATE });
+    let rst = one(&mut c, ms(1));
+    assert_eq!((rst.flags, rst.seq), (Flags::RST, iss + 5u32));
+    assert_eq!(c.state(), State::SynSent);
+}
+
+#[test]
+fn syn_sent_rst_needs_acceptable_ack() {
+    let (mut c, iss) = syn_sent();
+    c.handle_segment(ms(1), &Segment { flags: Flags::RST, ..TEMPLATE });
+    assert_eq!(c.state(), State::SynSent);
+    c.handle_segment(ms(1), &Segment { ack: iss + 1u32, flags: Flags::RST | Flags::ACK, ..TEMPLATE });
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(events(&mut c), vec![Event::Reset]);
+    assert_eq!(c.send(b"x"), Err(SendError::Reset));
+    assert_eq!(c.recv(&mut [0; 4]), Err(RecvError::Reset));
+}
+
+#[test]
+fn syn_sent_syn_ack_establishes() {
+    let (mut c, iss) = syn_sent();
+    c.send(b"early").unwrap();
+    c.handle_segment(
+        ms(10),
+        &Segment {
+            seq: REMOTE_ISN,
+            ack: iss + 1u32,
+            flags: Flags::SYN | Flags::ACK,
+            options: TcpOptions { mss: Some(1000), ..TcpOptions::NONE },
+            ..TEMPLATE
+        },
+    );
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(events(&mut c), vec![Event::Established, Event::Writable]);
+    let out = drain(&mut c, ms(10));
+    // Data queued in SYN-SENT goes out with the ACK.
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].ack, REMOTE_ISN + 1u32);
+    assert_eq!(out[0].payload, b"early");
+    assert_eq!(c.stats().mss, 1000);
+    assert!(c.stats().srtt.is_some(), "the SYN was timed");
+}
+
+#[test]
+fn syn_sent_plain_syn_is_simultaneous_open() {
+    let (mut c, iss) = syn_sent();
+    c.handle_segment(ms(1), &Segment { seq: REMOTE_ISN, flags: Flags::SYN, ..TEMPLATE });
+    assert_eq!(c.state(), State::SynReceived);
+    let synack = one(&mut c, ms(1));
+    assert_eq!((synack.flags, synack.seq, synack.ack), (Flags::SYN | Flags::ACK, iss, REMOTE_ISN + 1u32));
+    // The peer's SYN-ACK: its SYN is old, its ACK completes the open.
+    c.handle_segment(ms(2), &Segment { seq: REMOTE_ISN, ack: iss + 1u32, flags: Flags::SYN | Flags::ACK, ..TEMPLATE });
+    assert_eq!(c.state(), State::Established);
+    // An active opener does not go back to LISTEN on RST in SYN-RECEIVED.
+    let (mut c, _) = syn_sent();
+    c.handle_segment(ms(1), &Segment { seq: REMOTE_ISN, flags: Flags::SYN, ..TEMPLATE });
+    c.handle_segment(ms(2), &Segment { seq: REMOTE_ISN + 1u32, flags: Flags::RST, ..TEMPLATE });
+    assert_eq!(c.state(), State::Closed);
+}
+
+#[test]
+fn syn_sent_drops_segments_without_syn_or_rst() {
+    let (mut c, iss) = syn_sent();
+    c.handle_segment(ms(1), &Segment { ack: iss + 1u32, payload: b"data", ..TEMPLATE });
+    assert_eq!(c.state(), State::SynSent);
+    assert!(drain(&mut c, ms(1)).is_empty());
+}
+
+#[test]
+fn syn_is_retransmitted_with_backoff_then_times_out() {
+    let cfg = Config { syn_retries: 3, ..config() };
+    let mut c = Connection::connect(&cfg, tuple(), ms(0));
+    let iss = one(&mut c, ms(0)).seq;
+    let mut at = Vec::new();
+    while let Some(t) = c.poll_timeout() {
+        c.handle_timeout(t);
+        for s in drain(&mut c, t) {
+            assert_eq!((s.flags, s.seq, s.kind), (Flags::SYN, iss, TransmitKind::Retransmission));
+            at.push(t.as_micros() / 1000);
+        }
+        if c.state() == State::Closed {
+            break;
+        }
+    }
+    assert_eq!(at, vec![1000, 3000, 7000], "RFC 6298 5.5: RTO doubles from 1 s");
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(events(&mut c), vec![Event::TimedOut]);
+}
+
+// ------------------------------------------------------------------------------------
+// SYN-RECEIVED (RFC 9293 3.10.7.4)
+// ------------------------------------------------------------------------------------
+
+fn syn_received() -> (Connection, SeqNum) {
+    let mut c = Connection::listen(&config(), local());
+    c.handle_segment_from(ms(0), remote().ip(), &Segment { seq: REMOTE_ISN, flags: Flags::SYN, ..TEMPLATE });
+    let iss = one(&mut c, ms(0)).seq;
+    (c, iss)
+}
+
+#[test]
+fn syn_received_duplicate_syn_resends_syn_ack() {
+    let (mut c, iss) = syn_received();
+    c.handle_segment(ms(5), &Segment { seq: REMOTE_ISN, flags: Flags::SYN, ..TEMPLATE });
+    let again = one(&mut c, ms(5));
+    assert_eq!((again.flags, again.seq, again.kind), (Flags::SYN | Flags::ACK, iss, TransmitKind::Retransmission));
+}
+
+#[test]
+fn syn_received_rst_returns_to_listen() {
+    let (mut c, _) = syn_received();
+    c.handle_segment(ms(1), &Segment { seq: REMOTE_ISN + 1u32, flags: Flags::RST, ..TEMPLATE });
+    assert_eq!(c.state(), State::Listen);
+    assert_eq!(c.tuple(), None);
+}
+
+#[test]
+fn syn_received_bad_ack_gets_rst() {
+    let (mut c, iss) = syn_received();
+    c.handle_segment(ms(1), &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 100u32, ..TEMPLATE });
+    let out = drain(&mut c, ms(1));
+    assert!(out.iter().any(|s| s.flags == Flags::RST && s.seq == iss + 100u32), "{out:?}");
+    assert_eq!(c.state(), State::SynReceived);
+}
+
+#[test]
+fn syn_received_close_sends_fin_once_established() {
+    let (mut c, iss) = syn_received();
+    c.close(ms(1));
+    assert_eq!(c.state(), State::SynReceived);
+    c.handle_segment(ms(2), &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, ..TEMPLATE });
+    assert_eq!(c.state(), State::FinWait1);
+    let fin = one(&mut c, ms(2));
+    assert_eq!((fin.flags, fin.seq), (Flags::FIN | Flags::ACK, iss + 1u32));
+}
+
+#[test]
+fn accept_builds_syn_received_from_a_syn() {
+    let syn = Segment { seq: REMOTE_ISN, flags: Flags::SYN, ..TEMPLATE };
+    let c = Connection::accept(&config(), tuple(), &syn, ms(0)).unwrap();
+    assert_eq!(c.state(), State::SynReceived);
+    assert!(Connection::accept(&config(), tuple(), &Segment { flags: Flags::ACK, ..syn }, ms(0)).is_none());
+}
+
+// ------------------------------------------------------------------------------------
+// ESTABLISHED: receiving (RFC 9293 3.10.7.4 first, seventh; RFC 5681 4.2)
+// ------------------------------------------------------------------------------------
+
+#[test]
+fn in_order_data_is_delivered_and_acknowledged() {
+    let (mut c, iss) = established_passive(&config());
+    c.handle_segment(ms(2), &peer(iss, Flags::ACK | Flags::PSH, b"hello"));
+    assert_eq!(events(&mut c), vec![Event::Readable]);
+    let ack = one(&mut c, ms(2));
+    assert_eq!((ack.flags, ack.ack), (Flags::ACK, REMOTE_ISN + 6u32));
+    let mut buf = [0u8; 16];
+    assert_eq!(c.recv(&mut buf), Ok(5));
+    assert_eq!(&buf[..5], b"hello");
+    assert_eq!(c.recv(&mut buf), Err(RecvError::WouldBlock));
+}
+
+#[test]
+fn delayed_ack_waits_then_fires_and_every_second_full_segment_is_acked() {
+    let cfg = Config { delayed_ack: Some(Duration::from_millis(40)), ..config() };
+    let (mut c, iss) = established_passive(&cfg);
+    c.handle_segment(ms(10), &peer(iss, Flags::ACK, b"abc"));
+    assert!(drain(&mut c, ms(10)).is_empty(), "ACK delayed");
+    assert_eq!(c.poll_timeout(), Some(ms(50)));
+    c.handle_timeout(ms(50));
+    assert_eq!(one(&mut c, ms(50)).ack, REMOTE_ISN + 4u32);
+
+    static FULL: [u8; 1460] = [1; 1460];
+    let mut seq = REMOTE_ISN + 4u32;
+    c.handle_segment(ms(60), &Segment { seq, ack: iss + 1u32, payload: &FULL, ..TEMPLATE });
+    assert!(drain(&mut c, ms(60)).is_empty());
+    seq += 1460;
+    c.handle_segment(ms(61), &Segment { seq, ack: iss + 1u32, payload: &FULL, ..TEMPLATE });
+    assert_eq!(one(&mut c, ms(61)).ack, seq + 1460u32, "second full-sized segment is ACKed at once");
+}
+
+#[test]
+fn out_of_order_data_is_sacked_and_reassembled() {
+    let (mut c, iss) = established_passive(&config());
+    let base = REMOTE_ISN + 1u32;
+    c.handle_segment(ms(2), &Segment { seq: base + 5u32, ack: iss + 1u32, payload: b"world", ..TEMPLATE });
+    let dup = one(&mut c, ms(2));
+    assert_eq!(dup.ack, base, "duplicate ACK for the hole");
+    let sack = dup.options.sack_blocks.as_slice();
+    assert_eq!((sack[0].left, sack[0].right), (base + 5u32, base + 10u32));
+    assert_eq!(c.recv_available(), 0);
+    c.handle_segment(ms(3), &Segment { seq: base, ack: iss + 1u32, payload: b"hello", ..TEMPLATE });
+    let ack = one(&mut c, ms(3));
+    assert_eq!(ack.ack, base + 10u32);
+    assert!(ack.options.sack_blocks.is_empty());
+    let mut buf = [0u8; 16];
+    assert_eq!(c.recv(&mut buf), Ok(10));
+    assert_eq!(&buf[..10], b"helloworld");
+}
+
+#[test]
+fn overlapping_and_duplicate_data_is_trimmed() {
+    let (mut c, iss) = established_passive(&config());
+    let base = REMOTE_ISN + 1u32;
+    c.handle_segment(ms(2), &Segment { seq: base, ack: iss + 1u32, payload: b"abcd", ..TEMPLATE });
+    c.handle_segment(ms(3), &Segment { seq: base + 2u32, ack: iss + 1u32, payload: b"cdef", ..TEMPLATE });
+    c.handle_segment(ms(4), &Segment { seq: base, ack: iss + 1u32, payload: b"ab", ..TEMPLATE });
+    let mut buf = [0u8; 16];
+    assert_eq!(c.recv(&mut buf), Ok(6));
+    assert_eq!(&buf[..6], b"abcdef");
+}
+
+#[test]
+fn unacceptable_segment_is_answered_with_ack_and_dropped() {
+    let (mut c, iss) = established_passive(&config());
+    drain(&mut c, ms(1));
+    // Entirely old data.
+    c.handle_segment(ms(2), &Segment { seq: REMOTE_ISN - 100u32, ack: iss + 1u32, payload: b"old", ..TEMPLATE });
+    let ack = one(&mut c, ms(2));
+    assert_eq!((ack.flags, ack.seq, ack.ack), (Flags::ACK, iss + 1u32, REMOTE_ISN + 1u32));
+    // Beyond the window.
+    c.handle_segment(ms(3), &Segment { seq: REMOTE_ISN + 1_000_000u32, ack: iss + 1u32, payload: b"far", ..TEMPLATE });
+    assert_eq!(one(&mut c, ms(3)).ack, REMOTE_ISN + 1u32);
+    // An out-of-window RST is dropped silently.
+    c.handle_segment(ms(4), &Segment { seq: REMOTE_ISN - 5u32, flags: Flags::RST, ..TEMPLATE });
+    assert!(drain(&mut c, ms(4)).is_empty());
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(c.recv_available(), 0);
+}
+
+#[test]
+fn urgent_data_is_delivered_in_line() {
+    let (mut c, iss) = established_passive(&config());
+    c.handle_segment(ms(2), &Segment { urgent: 1, ..peer(iss, Flags::ACK | Flags::URG, b"!x") });
+    let mut buf = [0u8; 4];
+    assert_eq!(c.recv(&mut buf), Ok(2));
+    assert_eq!(&buf[..2], b"!x");
+}
+
+// ------------------------------------------------------------------------------------
+// RFC 5961: blind reset, SYN and data injection
+// ------------------------------------------------------------------------------------
+
+#[test]
+fn rst_in_window_but_not_exact_is_challenged() {
+    let (mut c, iss) = established_passive(&config());
+    c.handle_segment(ms(2), &Segment { seq: REMOTE_ISN + 10u32, flags: Flags::RST, ..TEMPLATE });
+    let ack = one(&mut c, ms(2));
+    assert_eq!((ack.flags, ack.seq, ack.ack), (Flags::ACK, iss + 1u32, REMOTE_ISN + 1u32));
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(c.stats().challenge_acks, 1);
+    c.handle_segment(ms(3), &Segment { seq: REMOTE_ISN + 1u32, flags: Flags::RST, ..TEMPLATE });
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(events(&mut c), vec![Event::Reset]);
+}
+
+#[test]
+fn syn_in_synchronized_state_is_challenged() {
+    let (mut c, _) = established_passive(&config());
+    c.handle_segment(ms(2), &Segment { seq: REMOTE_ISN + 3u32, flags: Flags::SYN, ..TEMPLATE });
+    assert_eq!(one(&mut c, ms(2)).flags, Flags::ACK);
+    assert_eq!(c.state(), State::Established);
+}
+
+#[test]
+fn challenge_acks_are_rate_limited() {
+    let cfg = Config { challenge_ack_limit: 2, ..config() };
+    let (mut c, _) = established_passive(&cfg);
+    let mut sent = 0;
+    for i in 0..5u32 {
+        c.handle_segment(ms(10 + i as u64), &Segment { seq: REMOTE_ISN + 10u32 + i, flags: Flags::RST, ..TEMPLATE });
+        sent += drain(&mut c, ms(10 + i as u64)).len();
+    }
+    assert_eq!(sent, 2);
+    // A new second, a new allowance.
+    c.handle_segment(ms(1100), &Segment { seq: REMOTE_ISN + 50u32, flags: Flags::RST, ..TEMPLATE });
+    assert_eq!(drain(&mut c, ms(1100)).len(), 1);
+    assert_eq!(c.stats().challenge_acks, 3);
+}
+
+#[test]
+fn data_with_an_unacceptable_ack_is_not_injected() {
+    let (mut c, iss) = established_passive(&config());
+    // Acknowledges data we never sent.
+    c.handle_segment(ms(2), &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 5000u32, payload: b"evil", ..TEMPLATE });
+    assert_eq!(c.recv_available(), 0);
+    assert_eq!(one(&mut c, ms(2)).flags, Flags::ACK);
+    // Far too old an ACK (below SND.UNA - MAX.SND.WND).
+    c.handle_segment(ms(3), &Segment { seq: REMOTE_ISN + 1u32, ack: iss - 1_000_000u32, payload: b"evil", ..TEMPLATE });
+    assert_eq!(c.recv_available(), 0);
+    // Without ACK at all.
+    c.handle_segment(ms(4), &Segment { flags: Flags::PSH, ..peer(iss, Flags::NONE, b"evil") });
+    assert_eq!(c.recv_available(), 0);
+    assert_eq!(c.state(), State::Established);
+}
+
+// ------------------------------------------------------------------------------------
+// ESTABLISHED: sending, windows and retransmission (RFC 9293 3.8, RFC 6298, RFC 5681)
+// ------------------------------------------------------------------------------------
+
+#[test]
+fn window_update_follows_wl1_wl2() {
+    let (mut c, iss) = established_passive(&config());
+    assert_eq!(c.stats().peer_window, 1024 << 7);
+    // A newer segment updates the window.
+    c.handle_segment(ms(2), &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, window: 10, ..TEMPLATE });
+    assert_eq!(c.stats().peer_window, 10 << 7);
+    // An older one (SEG.SEQ < SND.WL1) does not.
+    c.handle_segment(ms(3), &peer(iss, Flags::ACK, b"x"));
+    c.handle_segment(ms(4), &Segment { seq: REMOTE_ISN + 2u32, ack: iss + 1u32, window: 500, ..TEMPLATE });
+    assert_eq!(c.stats().peer_window, 500 << 7);
+    c.handle_segment(ms(5), &Segment { seq: REMOTE_ISN - 10u32, ack: iss + 1u32, window: 1, ..TEMPLATE });
+    assert_eq!(c.stats().peer_window, 500 << 7);
+}
+
+#[test]
+fn data_is_retransmitted_after_rto_with_karns_rule() {
+    let cfg = Config { min_rto: Duration::from_millis(200), ..config() };
+    let (mut c, iss) = established_passive(&cfg);
+    c.send(b"payload").unwrap();
+    let first = one(&mut c, ms(10));
+    assert_eq!((first.seq, first.kind), (iss + 1u32, TransmitKind::Data));
+    let rto = c.poll_timeout().unwrap();
+    c.handle_timeout(rto);
+    let again = one(&mut c, rto);
+    assert_eq!(
+        (again.seq, again.kind, again.payload.as_slice()),
+        (iss + 1u32, TransmitKind::Retransmission, &b"payload"[..])
+    );
+    assert_eq!(c.stats().timeouts, 1);
+    let srtt_before = c.stats().srtt;
+    c.handle_segment(rto + Duration::from_millis(5), &Segment { ack: iss + 8u32, ..peer(iss, Flags::ACK, b"") });
+    assert_eq!(c.stats().srtt, srtt_before, "no sample from a retransmitted segment");
+    assert_eq!(c.stats().bytes_in_flight, 0);
+    assert_eq!(c.poll_timeout(), None, "timer stopped when all is acknowledged");
+}
+
+#[test]
+fn three_duplicate_acks_trigger_fast_retransmit() {
+    let cfg = Config { send_buffer: 64 * 1024, ..config() };
+    let (mut c, iss) = established_passive(&cfg);
+    // Open the congestion window first.
+    let data = vec![7u8; 20_000];
+    c.send(&data).unwrap();
+    let sent = drain(&mut c, ms(10));
+    assert!(sent.len() >= 3, "initial window sends several segments");
+    // Same window as the handshake's ACK: a window change would not be a duplicate.
+    let dup = Segment { ack: iss + 1u32, window: 1024, ..peer(iss, Flags::ACK, b"") };
+    for i in 0..3 {
+        c.handle_segment(ms(20 + i), &dup);
+    }
+    let out = drain(&mut c, ms(23));
+    assert_eq!(out[0].seq, iss + 1u32);
+    assert_eq!(out[0].kind, TransmitKind::Retransmission);
+    assert_eq!(c.stats().fast_retransmits, 1);
+    assert!(c.stats().ssthresh < u32::MAX);
+}
+
+#[test]
+fn nagle_holds_small_segments_until_acknowledged() {
+    let (mut c, iss) = established_passive(&config());
+    c.send(b"a").unwrap();
+    assert_eq!(drain(&mut c, ms(2)).len(), 1);
+    c.send(b"b").unwrap();
+    c.send(b"c").unwrap();
+    assert!(drain(&mut c, ms(3)).is_empty(), "small segment waits while data is unacknowledged");
+    c.handle_segment(ms(4), &Segment { ack: iss + 2u32, ..peer(iss, Flags::ACK, b"") });
+    let out = one(&mut c, ms(4));
+    assert_eq!(out.payload, b"bc");
+    c.set_nodelay(true);
+    c.send(b"d").unwrap();
+    assert_eq!(one(&mut c, ms(5)).payload, b"d");
+    c.send(b"e").unwrap();
+    assert_eq!(one(&mut c, ms(5)).payload, b"e", "no-delay sends at once");
+}
+
+#[test]
+fn zero_window_is_probed_and_transfer_resumes() {
+    let (mut c, iss) = established_passive(&config());
+    c.handle_segment(ms(2), &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, window: 0, ..TEMPLATE });
+    c.send(b"blocked").unwrap();
+    assert!(drain(&mut c, ms(3)).is_empty());
+    let probe_at = c.poll_timeout().expect("persist timer armed");
+    c.handle_timeout(probe_at);
+    let probe = one(&mut c, probe_at);
+    assert_eq!((probe.kind, probe.seq, probe.payload.len()), (TransmitKind::WindowProbe, iss, 0));
+    assert_eq!(c.stats().window_probes, 1);
+    // Still zero: probes back off, the connection does not give up.
+    c.handle_segment(probe_at, &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, window: 0, ..TEMPLATE });
+    let next = c.poll_timeout().unwrap();
+    assert!(next - probe_at > Duration::from_millis(1500), "backoff: {:?}", next - probe_at);
+    // The window opens.
+    c.handle_segment(next, &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, window: 100, ..TEMPLATE });
+    assert_eq!(one(&mut c, next).payload, b"blocked");
+}
+
+#[test]
+fn receive_window_closes_when_full_and_reopens_after_reading() {
+    let cfg = Config { recv_buffer: 4096, window_scaling: false, ..config() };
+    let (mut c, iss) = established_passive(&cfg);
+    static CHUNK: [u8; 1024] = [3; 1024];
+    let mut seq = REMOTE_ISN + 1u32;
+    let mut last = None;
+    for _ in 0..4 {
+        c.handle_segment(ms(2), &Segment { seq, ack: iss + 1u32, payload: &CHUNK, ..TEMPLATE });
+        seq += 1024;
+        last = drain(&mut c, ms(2)).pop().or(last);
+    }
+    assert_eq!(last.unwrap().window, 0);
+    // More data is out of the (zero) window.
+    c.handle_segment(ms(3), &Segment { seq, ack: iss + 1u32, payload: &CHUNK, ..TEMPLATE });
+    assert_eq!(c.recv_available(), 4096);
+    drain(&mut c, ms(3));
+    // Reading a little does not reopen (SWS avoidance); reading half does, with an update.
+    let mut buf = [0u8; 4096];
+    c.recv(&mut buf[..100]).unwrap();
+    assert!(drain(&mut c, ms(4)).is_empty());
+    c.recv(&mut buf[..2000]).unwrap();
+    let update = one(&mut c, ms(5));
+    assert_eq!(update.window, 2100);
+}
+
+// ------------------------------------------------------------------------------------
+// Closing: FIN-WAIT-1/2, CLOSING, TIME-WAIT, CLOSE-WAIT, LAST-ACK (RFC 9293 3.6)
+// ------------------------------------------------------------------------------------
+
+#[test]
+fn active_close_through_fin_wait_and_time_wait() {
+    let cfg = Config { msl: Duration::from_secs(1), ..config() };
+    let (mut c, iss) = established_passive(&cfg);
+    c.send(b"bye").unwrap();
+    c.close(ms(2));
+    assert_eq!(c.state(), State::FinWait1);
+    assert_eq!(c.send(b"more"), Err(SendError::InvalidState(State::FinWait1)));
+    let fin = one(&mut c, ms(2));
+    assert_eq!((fin.flags, fin.payload.as_slice()), (Flags::ACK | Flags::PSH | Flags::FIN, &b"bye"[..]));
+    c.handle_segment(ms(3), &Segment { ack: iss + 5u32, ..peer(iss, Flags::ACK, b"") });
+    assert_eq!(c.state(), State::FinWait2);
+    // Data still flows from the peer in FIN-WAIT-2.
+    c.handle_segment(ms(4), &Segment { ack: iss + 5u32, ..peer(iss, Flags::ACK, b"late") });
+    c.handle_segment(
+        ms(5),
+        &Segment { seq: REMOTE_ISN + 5u32, ack: iss + 5u32, flags: Flags::FIN | Flags::ACK, ..TEMPLATE },
+    );
+    assert_eq!(c.state(), State::TimeWait);
+    let acks = drain(&mut c, ms(5));
+    assert_eq!(acks.last().unwrap().ack, REMOTE_ISN + 6u32);
+    let mut buf = [0u8; 8];
+    assert_eq!(c.recv(&mut buf), Ok(4));
+    assert_eq!(c.recv(&mut buf), Ok(0), "end of stream");
+    // A retransmitted FIN is acknowledged and restarts 2*MSL.
+    c.handle_segment(
+        ms(1000),
+        &Segment { seq: REMOTE_ISN + 5u32, ack: iss + 5u32, flags: Flags::FIN | Flags::ACK, ..TEMPLATE },
+    );
+    assert_eq!(one(&mut c, ms(1000)).ack, REMOTE_ISN + 6u32);
+    assert_eq!(c.poll_timeout(), Some(ms(3000)));
+    c.handle_timeout(ms(3000));
+    assert_eq!(c.state(), State::Closed);
+    assert!(events(&mut c).contains(&Event::Closed));
+    let states: Vec<State> = c.trace().iter().map(|t| t.to).collect();
+    assert_eq!(
+        states,
+        vec![
+            State::Listen,
+            State::SynReceived,
+            State::Established,
+            State::FinWait1,
+            State::FinWait2,
+            State::TimeWait,
+            State::Closed
+        ]
+    );
+}
+
+#[test]
+fn fin_ack_together_goes_straight_to_time_wait() {
+    let (mut c, iss) = established_passive(&config());
+    c.close(ms(2));
+    one(&mut c, ms(2));
+    c.handle_segment(ms(3), &Segment { ack: iss + 2u32, ..peer(iss, Flags::ACK | Flags::FIN, b"") });
+    assert_eq!(c.state(), State::TimeWait);
+}
+
+#[test]
+fn simultaneous_close_goes_through_closing() {
+    let (mut c, iss) = established_passive(&config());
+    c.close(ms(2));
+    one(&mut c, ms(2));
+    // The peer's FIN does not acknowledge ours.
+    c.handle_segment(ms(3), &peer(iss, Flags::ACK | Flags::FIN, b""));
+    assert_eq!(c.state(), State::Closing);
+    assert_eq!(one(&mut c, ms(3)).ack, REMOTE_ISN + 2u32);
+    c.handle_segment(ms(4), &Segment { seq: REMOTE_ISN + 2u32, ack: iss + 2u32, ..TEMPLATE });
+    assert_eq!(c.state(), State::TimeWait);
+}
+
+#[test]
+fn passive_close_through_close_wait_and_last_ack() {
+    let (mut c, iss) = established_passive(&config());
+    c.handle_segment(ms(2), &peer(iss, Flags::ACK | Flags::FIN, b"last"));
+    assert_eq!(c.state(), State::CloseWait);
+    assert_eq!(events(&mut c), vec![Event::Readable, Event::PeerClosed]);
+    assert_eq!(one(&mut c, ms(2)).ack, REMOTE_ISN + 6u32);
+    // We may still send in CLOSE-WAIT.
+    c.send(b"reply").unwrap();
+    c.close(ms(3));
+    assert_eq!(c.state(), State::LastAck);
+    let fin = one(&mut c, ms(3));
+    assert!(fin.flags.fin());
+    assert_eq!(fin.payload, b"reply");
+    c.handle_segment(ms(4), &Segment { seq: REMOTE_ISN + 6u32, ack: iss + 7u32, ..TEMPLATE });
+    assert_eq!(c.state(), State::Closed);
+    assert!(events(&mut c).contains(&Event::Closed));
+}
+
+#[test]
+fn out_of_order_fin_waits_for_the_missing_data() {
+    let (mut c, iss) = established_passive(&config());
+    c.handle_segment(
+        ms(2),
+        &Segment {
+            seq: REMOTE_ISN + 4u32,
+            ack: iss + 1u32,
+            flags: Flags::ACK | Flags::FIN,
+            payload: b"def",
+            ..TEMPLATE
+        },
+    );
+    assert_eq!(c.state(), State::Established);
+    c.handle_segment(ms(3), &peer(iss, Flags::ACK, b"abc"));
+    assert_eq!(c.state(), State::CloseWait);
+    let mut buf = [0u8; 8];
+    assert_eq!(c.recv(&mut buf), Ok(6));
+    assert_eq!(c.recv(&mut buf), Ok(0));
+}
+
+#[test]
+fn abort_sends_rst_and_closes() {
+    let (mut c, iss) = established_passive(&config());
+    c.send(b"unsent").unwrap();
+    c.abort(ms(2));
+    assert_eq!(c.state(), State::Closed);
+    let rst = one(&mut c, ms(2));
+    assert_eq!((rst.flags, rst.seq), (Flags::RST, iss + 1u32));
+}
+
+#[test]
+fn closed_connection_answers_with_reset() {
+    let (mut c, iss) = established_passive(&config());
+    c.abort(ms(2));
+    drain(&mut c, ms(2));
+    c.handle_segment(ms(3), &peer(iss, Flags::ACK, b"x"));
+    let rst = one(&mut c, ms(3));
+    assert_eq!((rst.flags, rst.seq), (Flags::RST, iss + 1u32));
+}
+
+// ------------------------------------------------------------------------------------
+// Giving up: user timeout, keep-alive (RFC 9293 3.8.3, 3.8.4)
+// ------------------------------------------------------------------------------------
+
+#[test]
+fn unanswered_retransmissions_time_out() {
+    let cfg = Config { max_retransmissions: 3, min_rto: Duration::from_millis(200), ..config() };
+    let (mut c, _) = established_passive(&cfg);
+    c.send(b"lost").unwrap();
+    drain(&mut c, ms(2));
+    let mut retransmissions = 0;
+    while let Some(t) = c.poll_timeout() {
+        c.handle_timeout(t);
+        retransmissions += drain(&mut c, t).len();
+    }
+    assert_eq!(retransmissions, 3);
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(events(&mut c), vec![Event::TimedOut]);
+    assert_eq!(c.send(b"x"), Err(SendError::TimedOut));
+}
+
+#[test]
+fn keepalive_probes_an_idle_connection_then_gives_up() {
+    let ka = Keepalive { idle: Duration::from_secs(10), interval: Duration::from_secs(1), probes: 2 };
+    let cfg = Config { keepalive: Some(ka), ..config() };
+    let (mut c, iss) = established_passive(&cfg);
+    assert_eq!(c.poll_timeout(), Some(ms(1) + Duration::from_secs(10)));
+    c.handle_timeout(ms(10_001));
+    let probe = one(&mut c, ms(10_001));
+    assert_eq!((probe.kind, probe.seq), (TransmitKind::KeepAlive, iss));
+    // An answer resets the count.
+    c.handle_segment(ms(10_002), &Segment { ack: iss + 1u32, ..peer(iss, Flags::ACK, b"") });
+    assert_eq!(c.poll_timeout(), Some(ms(20_002)));
+    for t in [20_002, 21_002, 22_002] {
+        c.handle_timeout(ms(t));
+        drain(&mut c, ms(t));
+    }
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(events(&mut c), vec![Event::TimedOut]);
+}
+
+#[test]
+fn keepalive_is_off_by_default() {
+    let (c, _) = established_passive(&config());
+    assert_eq!(c.poll_timeout(), None);
+}
+
+#[test]
+fn isns_differ_per_connection_and_grow_with_time() {
+    let a = Connection::connect(&config(), tuple(), ms(0)).sequence_space().iss;
+    let other = FourTuple { remote: "10.0.0.2:40001".parse().unwrap(), ..tuple() };
+    let b = Connection::connect(&config(), other, ms(0)).sequence_space().iss;
+    let later = Connection::connect(&config(), tuple(), ms(1000)).sequence_space().iss;
+    assert_ne!(a, b);
+    assert_eq!(later - a, 250_000, "RFC 6528: M ticks every 4 microseconds");
+}
