@@ -92,3 +92,4 @@ pub use closed::reset_for;
 pub use connection::SequenceSpace;
 pub use input::DropReason;
 pub use wire::{EmitError, ParseError};
+pub mod sim;

@@ -78,7 +78,9 @@ impl Connection {
             return self.send_ack(now, buf, self.snd_una - 1, TransmitKind::KeepAlive);
         }
         if self.ack_due == AckDue::Now {
-            return self.send_ack(now, buf, self.snd_nxt, TransmitKind::Ack);
+            // SND.MAX, not SND.NXT: after a timeout rewinds SND.NXT, a lower number would
+            // fall below the peer's RCV.NXT and the ACK would be dropped as out of window.
+            return self.send_ack(now, buf, self.snd_max, TransmitKind::Ack);
         }
         None
     }

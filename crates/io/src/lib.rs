@@ -1,0 +1,9 @@
+//! `bypass-io`: packet I/O backends behind [`bypass_stack::Device`].
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod memory;
+pub mod packet;
+
+pub use memory::{Clock, MemoryDevice, MemoryLink};
+pub use packet::{PacketConfig, PacketDevice, PacketError, PacketStats};

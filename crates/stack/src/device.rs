@@ -1,0 +1,83 @@
+//! The one device trait every packet I/O backend implements.
+//!
+//! A device moves whole Ethernet frames. The stack's poll loop receives a batch, processes
+//! it, queues its replies with [`Device::send`] and pushes them out with one
+//! [`Device::flush`]. Frames are lent to closures rather than returned, so a backend can
+//! hand out its own buffers (UMEM frames for AF_XDP, ring slots for AF_PACKET) without a
+//! copy and without exposing their lifetime.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+/// Facts about an opened device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Interface name (or a label for in-memory devices).
+    pub name: String,
+    /// The interface's MAC address.
+    pub mac: [u8; 6],
+    /// The IP MTU: the largest IPv4 packet, Ethernet header excluded.
+    pub mtu: usize,
+    /// How the device moves packets, for people: for example
+    /// `"AF_XDP, copy mode, driver (native) XDP, queue 0"`.
+    pub mode: String,
+}
+
+impl DeviceInfo {
+    /// Return the largest frame the device sends or receives: MTU plus the Ethernet header.
+    pub fn max_frame(&self) -> usize {
+        self.mtu + 14
+    }
+}
+
+/// A source and sink of Ethernet frames.
+pub trait Device {
+    /// Return facts about the device.
+    fn info(&self) -> &DeviceInfo;
+
+    /// Receive up to `budget` frames, calling `on_frame` with each. The slice is valid only
+    /// during the call. Return how many frames were received; `Ok(0)` when none is waiting
+    /// (never blocks).
+    fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize>;
+
+    /// Queue one frame: `fill` writes it into a buffer of at least `info().max_frame()`
+    /// bytes and returns its length; 0 cancels, and the buffer goes back unused. Return
+    /// `Ok(true)` once `fill` has run (cancelled or not) and `Ok(false)`, without calling
+    /// `fill`, when no transmit buffer is free; `flush` and try again later.
+    fn send(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<bool>;
+
+    /// Push queued frames to the wire (one system call per batch where the backend needs
+    /// one) and reclaim buffers of frames already sent.
+    fn flush(&mut self) -> io::Result<()>;
+
+    /// Block until a frame may be waiting or `timeout` passes (interrupt-driven mode).
+    /// `None` waits without limit. Spurious wake-ups are allowed.
+    fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()>;
+
+    /// Return the file descriptor to watch for readability, where the device has one.
+    fn raw_fd(&self) -> Option<RawFd> {
+        None
+    }
+}
+
+impl<D: Device + ?Sized> Device for Box<D> {
+    fn info(&self) -> &DeviceInfo {
+        (**self).info()
+    }
+    fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        (**self).recv(budget, on_frame)
+    }
+    fn send(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<bool> {
+        (**self).send(fill)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        (**self).flush()
+    }
+    fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        (**self).wait(timeout)
+    }
+    fn raw_fd(&self) -> Option<RawFd> {
+        (**self).raw_fd()
+    }
+}

@@ -1,0 +1,1550 @@
+//! A simulated network on virtual time, for testing connections end to end.
+//!
+//! A [`Link`] is one direction of a path: propagation delay, an optional bandwidth cap with a
+//! bounded queue, and loss, reordering, duplication and bit corruption drawn from a seeded RNG.
+//! A [`Pair`] joins two [`Connection`]s with a link each way and plays both applications
+//! (the harness of quinn's `tests/util.rs` and smoltcp's `tests/netsim.rs`).
+//!
+//! Nothing here sleeps or touches a socket. Time is virtual and jumps straight to the next
+//! packet delivery, timer or application wake-up, so a run is a pure function of the configs
+//! and the seed, and a minute of TIME-WAIT costs nothing.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use bypass_tcp::sim::{LinkConfig, Pair, Side};
+//! use bypass_tcp::{Config, State};
+//!
+//! let config = Config { min_rto: Duration::from_millis(200), ..Config::default() };
+//! let link = LinkConfig::default().with_delay(Duration::from_millis(5)).with_loss(0.01);
+//! let mut pair = Pair::new(&config, &config, link, link, 7);
+//! let deadline = pair.now() + Duration::from_secs(600);
+//! let report = pair.transfer(1 << 20, 1 << 20, deadline).expect("transfer");
+//! assert_eq!(pair.conn(Side::Client).state(), State::Closed);
+//! println!("done in {:?} of virtual time", report.elapsed());
+//! ```
+
+use core::cmp::{Ordering, Reverse};
+use core::fmt;
+use std::collections::BinaryHeap;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::ops::Deref;
+use std::time::Duration;
+
+use rand::rngs::Xoshiro256PlusPlus;
+use rand::{RngExt, SeedableRng};
+
+use crate::config::Config;
+use crate::connection::{Connection, RecvError, SendError};
+use crate::event::Event;
+use crate::segment::Segment;
+use crate::state::State;
+use crate::time::Instant;
+use crate::tuple::FourTuple;
+use crate::wire::ParseError;
+
+// ---------------------------------------------------------------------------------------------
+// Link
+// ---------------------------------------------------------------------------------------------
+
+/// How one direction of a simulated path behaves.
+///
+/// Impairments apply in this order: tail drop at the queue, serialization at `bandwidth`,
+/// `loss`, `duplicate`; then, for each copy on its own, `corrupt` and `reorder`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkConfig {
+    /// One-way propagation delay, added after serialization.
+    pub delay: Duration,
+    /// Link rate in bits per second; `None` is infinitely fast (no serialization, no queue).
+    pub bandwidth: Option<u64>,
+    /// Probability that a packet is lost.
+    pub loss: f64,
+    /// Probability that a packet is held back by `reorder_delay`, so later ones overtake it.
+    pub reorder: f64,
+    /// Extra delay of a held-back packet.
+    pub reorder_delay: Duration,
+    /// Probability that a packet is delivered twice.
+    pub duplicate: f64,
+    /// Probability that one random bit of a packet is flipped.
+    pub corrupt: f64,
+    /// Bytes waiting for serialization (the packet on the wire included) beyond which a new packet
+    /// is tail-dropped; `usize::MAX` is unbounded. Ignored without `bandwidth`.
+    pub queue_limit: usize,
+}
+
+impl Default for LinkConfig {
+    /// Return a perfect link: 1 ms of delay, infinitely fast, no impairments.
+    fn default() -> Self {
+        LinkConfig {
+            delay: Duration::from_millis(1),
+            bandwidth: None,
+            loss: 0.0,
+            reorder: 0.0,
+            reorder_delay: Duration::from_millis(2),
+            duplicate: 0.0,
+            corrupt: 0.0,
+            queue_limit: usize::MAX,
+        }
+    }
+}
+
+impl LinkConfig {
+    /// Return `self` with one-way delay `delay`.
+    pub fn with_delay(self, delay: Duration) -> Self {
+        LinkConfig { delay, ..self }
+    }
+
+    /// Return `self` with a rate of `bits_per_second`.
+    pub fn with_bandwidth(self, bits_per_second: u64) -> Self {
+        LinkConfig { bandwidth: Some(bits_per_second), ..self }
+    }
+
+    /// Return `self` losing packets with probability `p`.
+    pub fn with_loss(self, p: f64) -> Self {
+        LinkConfig { loss: p, ..self }
+    }
+
+    /// Return `self` holding packets back by `delay` with probability `p`.
+    pub fn with_reorder(self, p: f64, delay: Duration) -> Self {
+        LinkConfig { reorder: p, reorder_delay: delay, ..self }
+    }
+
+    /// Return `self` duplicating packets with probability `p`.
+    pub fn with_duplicate(self, p: f64) -> Self {
+        LinkConfig { duplicate: p, ..self }
+    }
+
+    /// Return `self` flipping one bit of a packet with probability `p`.
+    pub fn with_corrupt(self, p: f64) -> Self {
+        LinkConfig { corrupt: p, ..self }
+    }
+
+    /// Return `self` tail-dropping beyond `bytes` of queue.
+    pub fn with_queue_limit(self, bytes: usize) -> Self {
+        LinkConfig { queue_limit: bytes, ..self }
+    }
+
+    fn validate(&self) {
+        for (name, p) in
+            [("loss", self.loss), ("reorder", self.reorder), ("duplicate", self.duplicate), ("corrupt", self.corrupt)]
+        {
+            assert!((0.0..=1.0).contains(&p), "LinkConfig::{name} = {p} is not a probability");
+        }
+        assert!(self.bandwidth != Some(0), "LinkConfig::bandwidth must not be zero");
+    }
+}
+
+/// What a [`Link`] did with the packets sent into it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Packets passed to [`Link::send`].
+    pub sent: u64,
+    /// Bytes passed to [`Link::send`].
+    pub bytes_sent: u64,
+    /// Packets returned by [`Link::recv`] (duplicates included).
+    pub delivered: u64,
+    /// Bytes returned by [`Link::recv`].
+    pub bytes_delivered: u64,
+    /// Packets lost at random.
+    pub lost: u64,
+    /// Extra copies made.
+    pub duplicated: u64,
+    /// Copies with a bit flipped.
+    pub corrupted: u64,
+    /// Copies held back by the reorder delay.
+    pub reordered: u64,
+    /// Packets tail-dropped because the queue was full.
+    pub queue_dropped: u64,
+}
+
+/// A packet that came out of a [`Link`]; derefs to its bytes.
+///
+/// Hand it back with [`Link::recycle`] to reuse its buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Packet {
+    data: Vec<u8>,
+    sent_at: Instant,
+    due: Instant,
+}
+
+impl Packet {
+    /// Return the bytes as delivered (possibly corrupted).
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// Return when the packet was sent.
+    pub fn sent_at(&self) -> Instant {
+        self.sent_at
+    }
+
+    /// Return when the packet was due for delivery.
+    pub fn due(&self) -> Instant {
+        self.due
+    }
+
+    /// Return the buffer.
+    pub fn into_vec(self) -> Vec<u8> {
+        self.data
+    }
+}
+
+impl Deref for Packet {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+/// A packet in flight, ordered by delivery time, then by the order it was enqueued.
+#[derive(Debug)]
+struct InFlight {
+    due: Instant,
+    id: u64,
+    sent_at: Instant,
+    data: Vec<u8>,
+}
+
+impl PartialEq for InFlight {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for InFlight {}
+
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for InFlight {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.due, self.id).cmp(&(other.due, other.id))
+    }
+}
+
+/// Spare buffers a link keeps for reuse.
+const SPARE_BUFFERS: usize = 4096;
+
+/// One direction of a simulated path.
+///
+/// Call [`send`](Link::send) with packets in time order, and [`recv`](Link::recv) to take the
+/// ones due; [`next_delivery`](Link::next_delivery) says when the next one is. The same config,
+/// seed and calls give the same deliveries, byte for byte (the RNG is `Xoshiro256PlusPlus`,
+/// whose output `rand` promises to keep across releases).
+#[derive(Debug)]
+pub struct Link {
+    config: LinkConfig,
+    rng: Xoshiro256PlusPlus,
+    in_flight: BinaryHeap<Reverse<InFlight>>,
+    next_id: u64,
+    /// When the transmitter finishes the last accepted packet, in nanoseconds.
+    tx_idle_ns: u64,
+    stats: LinkStats,
+    spare: Vec<Vec<u8>>,
+}
+
+impl Link {
+    /// Return an empty link.
+    ///
+    /// # Panics
+    ///
+    /// When a probability in `config` lies outside `0.0..=1.0`, or `bandwidth` is `Some(0)`.
+    pub fn new(config: LinkConfig, seed: u64) -> Link {
+        config.validate();
+        Link {
+            config,
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+            in_flight: BinaryHeap::new(),
+            next_id: 0,
+            tx_idle_ns: 0,
+            stats: LinkStats::default(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// Return the config.
+    pub fn config(&self) -> &LinkConfig {
+        &self.config
+    }
+
+    /// Replace the config; packets already in flight keep their delivery times.
+    ///
+    /// # Panics
+    ///
+    /// As [`Link::new`].
+    pub fn set_config(&mut self, config: LinkConfig) {
+        config.validate();
+        self.config = config;
+    }
+
+    /// Return the counters.
+    pub fn stats(&self) -> LinkStats {
+        self.stats
+    }
+
+    /// Return the number of packets in flight.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Put `packet` on the link at `now`.
+    pub fn send(&mut self, now: Instant, packet: &[u8]) {
+        let len = packet.len();
+        self.stats.sent += 1;
+        self.stats.bytes_sent += len as u64;
+
+        // Serialization: the packet starts when the transmitter is free and occupies it for
+        // len * 8 / bandwidth; delivery counts from its last bit. Nanoseconds keep small
+        // packets on fast links from rounding to a whole microsecond each.
+        let mut leaves = now;
+        if let Some(bps) = self.config.bandwidth {
+            let now_ns = now.as_micros().saturating_mul(1000);
+            let start_ns = self.tx_idle_ns.max(now_ns);
+            let backlog = u128::from(start_ns - now_ns) * u128::from(bps) / 8_000_000_000;
+            if backlog + len as u128 > self.config.queue_limit as u128 {
+                self.stats.queue_dropped += 1;
+                log::debug!("{now} link queue full ({backlog} bytes): tail-dropped {len} bytes");
+                return;
+            }
+            let tx_ns = (len as u128 * 8_000_000_000).div_ceil(u128::from(bps));
+            self.tx_idle_ns = start_ns.saturating_add(tx_ns.min(u128::from(u64::MAX)) as u64);
+            leaves = Instant::from_micros(self.tx_idle_ns.div_ceil(1000));
+        }
+        if self.roll(self.config.loss) {
+            self.stats.lost += 1;
+            log::trace!("{now} link lost {len} bytes");
+            return;
+        }
+        let due = leaves + self.config.delay;
+        self.enqueue(now, due, packet);
+        if self.roll(self.config.duplicate) {
+            self.stats.duplicated += 1;
+            self.enqueue(now, due, packet);
+        }
+    }
+
+    fn enqueue(&mut self, now: Instant, mut due: Instant, packet: &[u8]) {
+        let mut data = self.spare.pop().unwrap_or_default();
+        data.clear();
+        data.extend_from_slice(packet);
+        if !data.is_empty() && self.roll(self.config.corrupt) {
+            let bit = self.rng.random_range(0..data.len() * 8);
+            data[bit / 8] ^= 1 << (bit % 8);
+            self.stats.corrupted += 1;
+        }
+        if self.roll(self.config.reorder) {
+            due += self.config.reorder_delay;
+            self.stats.reordered += 1;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.in_flight.push(Reverse(InFlight { due, id, sent_at: now, data }));
+    }
+
+    /// Return whether an event of probability `p` happens; draw nothing when `p` is zero.
+    fn roll(&mut self, p: f64) -> bool {
+        p > 0.0 && self.rng.random::<f64>() < p
+    }
+
+    /// Return when the next packet is due, if any is in flight.
+    pub fn next_delivery(&self) -> Option<Instant> {
+        self.in_flight.peek().map(|Reverse(p)| p.due)
+    }
+
+    /// Take the next packet due at or before `now`: earliest due first, FIFO among equals.
+    pub fn recv(&mut self, now: Instant) -> Option<Packet> {
+        if self.in_flight.peek()?.0.due > now {
+            return None;
+        }
+        let Reverse(p) = self.in_flight.pop()?;
+        self.stats.delivered += 1;
+        self.stats.bytes_delivered += p.data.len() as u64;
+        Some(Packet { data: p.data, sent_at: p.sent_at, due: p.due })
+    }
+
+    /// Give a delivered packet's buffer back for reuse.
+    pub fn recycle(&mut self, packet: Packet) {
+        if self.spare.len() < SPARE_BUFFERS {
+            self.spare.push(packet.data);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pair
+// ---------------------------------------------------------------------------------------------
+
+/// One end of a [`Pair`]. As a direction, the side that sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// The active opener (10.0.0.1:40000).
+    Client,
+    /// The passive opener (10.0.0.2:80).
+    Server,
+}
+
+impl Side {
+    /// Both sides, client first.
+    pub const BOTH: [Side; 2] = [Side::Client, Side::Server];
+
+    /// Return the other side.
+    pub const fn peer(self) -> Side {
+        match self {
+            Side::Client => Side::Server,
+            Side::Server => Side::Client,
+        }
+    }
+
+    const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for Side {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Side::Client => "client",
+            Side::Server => "server",
+        })
+    }
+}
+
+/// The client's address in a [`Pair`].
+pub const CLIENT_ADDR: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 40000));
+/// The server's address in a [`Pair`].
+pub const SERVER_ADDR: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80));
+
+/// A slow application: it reads at most `bytes` per `every` of virtual time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadLimit {
+    /// Bytes read per interval.
+    pub bytes: usize,
+    /// The interval.
+    pub every: Duration,
+}
+
+/// Counters for the segments one side sent, as the [`Pair`] moved them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirectionStats {
+    /// Segments taken from `poll_transmit`.
+    pub transmitted: u64,
+    /// Segments dropped by a filter or `drop_next` before reaching the link.
+    pub filtered: u64,
+    /// Segments that came out of the link, parsed, and went to the peer's `handle_segment`.
+    pub delivered: u64,
+    /// Segments that came out of the link and failed to parse (checksum): dropped.
+    pub rejected: u64,
+}
+
+/// Where one side's application stands in a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// The connection's state.
+    pub state: State,
+    /// Bytes the application handed to `send`.
+    pub sent: u64,
+    /// Bytes it will send in all.
+    pub to_send: u64,
+    /// Bytes it read (and checked).
+    pub received: u64,
+    /// Bytes it expects from the peer.
+    pub expected: u64,
+    /// Whether `recv` reported the end of the stream.
+    pub eof: bool,
+    /// Whether the application called `close`.
+    pub closed: bool,
+}
+
+impl fmt::Display for Progress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} sent {}/{} received {}/{}{}{}",
+            self.state,
+            self.sent,
+            self.to_send,
+            self.received,
+            self.expected,
+            if self.eof { " eof" } else { "" },
+            if self.closed { " closed" } else { "" }
+        )
+    }
+}
+
+/// Why a [`Pair`] run failed.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum SimError {
+    /// A byte read differs from the byte the peer sent.
+    #[error("{side} read {got:#04x} at stream offset {offset}, but the peer sent {expected:#04x}")]
+    Mismatch {
+        /// The reader.
+        side: Side,
+        /// Offset of the byte in the stream.
+        offset: u64,
+        /// The byte sent.
+        expected: u8,
+        /// The byte read.
+        got: u8,
+    },
+    /// More bytes arrived than the peer sent.
+    #[error("{side} read {received} bytes, but the peer sent only {expected}")]
+    ExtraData {
+        /// The reader.
+        side: Side,
+        /// Bytes read.
+        received: u64,
+        /// Bytes sent.
+        expected: u64,
+    },
+    /// The stream ended early.
+    #[error("{side} saw the end of the stream after {received} of {expected} bytes")]
+    PrematureEof {
+        /// The reader.
+        side: Side,
+        /// Bytes read.
+        received: u64,
+        /// Bytes sent.
+        expected: u64,
+    },
+    /// `send` failed in a synchronized state.
+    #[error("{side}: send failed: {error}")]
+    Send {
+        /// The sender.
+        side: Side,
+        /// The error.
+        error: SendError,
+    },
+    /// `recv` failed in a synchronized state.
+    #[error("{side}: recv failed: {error}")]
+    Recv {
+        /// The reader.
+        side: Side,
+        /// The error.
+        error: RecvError,
+    },
+    /// The connection reported `Event::Reset` or `Event::TimedOut` during a stream.
+    #[error("{side}: connection failed with {event:?} at {at}")]
+    Failed {
+        /// The side that reported it.
+        side: Side,
+        /// When.
+        at: Instant,
+        /// The event.
+        event: Event,
+    },
+    /// `poll_transmit` produced bytes that do not parse (bad checksum or header).
+    #[error("{side} emitted a {len}-byte segment that does not parse: {error}")]
+    BadSegment {
+        /// The sender.
+        side: Side,
+        /// Bytes written.
+        len: usize,
+        /// The parse error.
+        error: ParseError,
+    },
+    /// `poll_transmit` claimed to write more bytes than the buffer holds.
+    #[error("{side} claims a {len}-byte segment in a {capacity}-byte buffer")]
+    Oversized {
+        /// The sender.
+        side: Side,
+        /// `Transmit::len`.
+        len: usize,
+        /// The buffer's size.
+        capacity: usize,
+    },
+    /// `poll_transmit` addressed a segment to the wrong place.
+    #[error("{side} sent {src} -> {dst} (ports in header {src_port} -> {dst_port})")]
+    Misrouted {
+        /// The sender.
+        side: Side,
+        /// `Transmit::src`.
+        src: SocketAddr,
+        /// `Transmit::dst`.
+        dst: SocketAddr,
+        /// Source port in the segment.
+        src_port: u16,
+        /// Destination port in the segment.
+        dst_port: u16,
+    },
+    /// Work at one instant did not settle: a timer that stays due or a transmit loop.
+    #[error("livelock at {at}: {what}")]
+    Livelock {
+        /// The instant.
+        at: Instant,
+        /// What kept going.
+        what: &'static str,
+    },
+    /// Nothing is scheduled, yet the run is not done.
+    #[error("stalled at {at} with nothing scheduled; client {client}; server {server}")]
+    Stalled {
+        /// The instant.
+        at: Instant,
+        /// The client's progress.
+        client: Progress,
+        /// The server's progress.
+        server: Progress,
+    },
+    /// The deadline passed before the run was done.
+    #[error("deadline {at} passed; client {client}; server {server}")]
+    Deadline {
+        /// The deadline.
+        at: Instant,
+        /// The client's progress.
+        client: Progress,
+        /// The server's progress.
+        server: Progress,
+    },
+}
+
+/// The outcome of [`Pair::transfer`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransferReport {
+    /// When the transfer started.
+    pub started: Instant,
+    /// When both connections were done (CLOSED).
+    pub finished: Instant,
+    /// Bytes the client sent (and the server read).
+    pub client_bytes: u64,
+    /// Bytes the server sent (and the client read).
+    pub server_bytes: u64,
+}
+
+impl TransferReport {
+    /// Return the virtual time the transfer took.
+    pub fn elapsed(&self) -> Duration {
+        self.finished - self.started
+    }
+}
+
+/// The application at one end: streams a deterministic byte pattern and checks the peer's.
+#[derive(Debug, Default)]
+struct App {
+    active: bool,
+    to_send: u64,
+    sent: u64,
+    close_when_done: bool,
+    closed: bool,
+    expected: u64,
+    expect_eof: bool,
+    received: u64,
+    eof: bool,
+    read_limit: Option<ReadLimit>,
+    budget: usize,
+    next_refill: Instant,
+}
+
+struct End {
+    conn: Connection,
+    /// The config, for [`Connection::accept`] while the connection is listening.
+    config: Config,
+    addr: SocketAddr,
+    /// Key of the byte pattern this side sends.
+    key: u64,
+    app: App,
+    events: Vec<Event>,
+    dir: DirectionStats,
+}
+
+type Filter = Box<dyn FnMut(Side, &Segment<'_>) -> bool>;
+type DropOnce = (Side, Box<dyn FnMut(&Segment<'_>) -> bool>);
+
+/// Rounds of work at one instant before the pair declares a livelock.
+const MAX_ROUNDS: usize = 100_000;
+/// Segments from one `poll_transmit` burst before the pair declares a livelock.
+const MAX_BURST: usize = 1_000_000;
+/// Room for any segment a connection writes (64 KiB payload and a full header, with margin).
+const TX_BUFFER: usize = 1 << 17;
+/// Bytes an application moves per `send`/`recv` call.
+const APP_CHUNK: usize = 64 * 1024;
+
+/// Two connections, a link each way, both applications and a virtual clock.
+///
+/// The client is created with [`Connection::connect`], the server with [`Connection::listen`],
+/// both at [`Instant::ZERO`]. While the server listens, an acceptable SYN goes to
+/// [`Connection::accept`], whose SYN-RECEIVED connection replaces the listener; anything else
+/// goes to the listener's `handle_segment`. [`step`](Pair::step) does everything due at [`now`](Pair::now) until
+/// nothing more is, then moves the clock to the next delivery, timer or application wake-up:
+///
+/// 1. each application sends and reads what it can (when a stream is set up);
+/// 2. each connection's `poll_transmit` is drained into its link; every segment is parsed
+///    back with its checksum (a connection that emits a bad one fails the run) and can be
+///    dropped by a filter;
+/// 3. due packets are delivered: parsed with checksum validation (corrupt ones are counted in
+///    [`DirectionStats::rejected`] and skipped) and passed to the peer's `handle_segment`;
+/// 4. due timers fire (`handle_timeout`); events are collected.
+///
+/// Failures of the connections under test (bad bytes, misrouted segments, a stream that
+/// reads wrong data, a livelock) stop the run with a [`SimError`] instead of panicking.
+pub struct Pair {
+    ends: [End; 2],
+    links: [Link; 2],
+    now: Instant,
+    seed: u64,
+    filter: Option<Filter>,
+    drops: Vec<DropOnce>,
+    tx_buf: Vec<u8>,
+    scratch: Vec<u8>,
+    error: Option<SimError>,
+}
+
+impl Pair {
+    /// Return a pair whose client (`client` config) is connecting to its listening server.
+    ///
+    /// `client_to_server` carries the client's segments, `server_to_client` the server's; each
+    /// link and each byte pattern gets its own RNG stream derived from `seed`.
+    pub fn new(
+        client: &Config,
+        server: &Config,
+        client_to_server: LinkConfig,
+        server_to_client: LinkConfig,
+        seed: u64,
+    ) -> Pair {
+        let server_conn = Connection::listen(server, SERVER_ADDR);
+        let tuple = FourTuple { local: CLIENT_ADDR, remote: SERVER_ADDR };
+        let client_conn = Connection::connect(client, tuple, Instant::ZERO);
+        let ends = [(client_conn, client), (server_conn, server)];
+        Pair::assemble(ends, client_to_server, server_to_client, seed)
+    }
+
+    /// Return a pair in which both sides connect to each other at once, so the SYNs cross:
+    /// a simultaneous open (RFC 9293 3.5, Figure 8).
+    pub fn new_simultaneous(
+        client: &Config,
+        server: &Config,
+        client_to_server: LinkConfig,
+        server_to_client: LinkConfig,
+        seed: u64,
+    ) -> Pair {
+        let tuple = FourTuple { local: CLIENT_ADDR, remote: SERVER_ADDR };
+        let client_conn = Connection::connect(client, tuple, Instant::ZERO);
+        let server_conn = Connection::connect(server, tuple.reversed(), Instant::ZERO);
+        let ends = [(client_conn, client), (server_conn, server)];
+        Pair::assemble(ends, client_to_server, server_to_client, seed)
+    }
+
+    fn assemble(
+        [client, server]: [(Connection, &Config); 2],
+        client_to_server: LinkConfig,
+        server_to_client: LinkConfig,
+        seed: u64,
+    ) -> Pair {
+        let end = |(conn, config): (Connection, &Config), addr, key| End {
+            conn,
+            config: config.clone(),
+            addr,
+            key,
+            app: App::default(),
+            events: Vec::new(),
+            dir: DirectionStats::default(),
+        };
+        Pair {
+            ends: [end(client, CLIENT_ADDR, mix(seed, 3)), end(server, SERVER_ADDR, mix(seed, 4))],
+            links: [Link::new(client_to_server, mix(seed, 1)), Link::new(server_to_client, mix(seed, 2))],
+            now: Instant::ZERO,
+            seed,
+            filter: None,
+            drops: Vec::new(),
+            tx_buf: vec![0; TX_BUFFER],
+            scratch: vec![0; APP_CHUNK],
+            error: None,
+        }
+    }
+
+    // --- access -------------------------------------------------------------------------------
+
+    /// Return the virtual time.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// Return the seed the pair was built with.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Return one side's connection.
+    pub fn conn(&self, side: Side) -> &Connection {
+        &self.ends[side.index()].conn
+    }
+
+    /// Return one side's connection, to call it directly (pass [`now`](Pair::now) as the time).
+    pub fn conn_mut(&mut self, side: Side) -> &mut Connection {
+        &mut self.ends[side.index()].conn
+    }
+
+    /// Return the client's connection.
+    pub fn client(&self) -> &Connection {
+        self.conn(Side::Client)
+    }
+
+    /// Return the server's connection.
+    pub fn server(&self) -> &Connection {
+        self.conn(Side::Server)
+    }
+
+    /// Return one side's address.
+    pub fn addr(&self, side: Side) -> SocketAddr {
+        self.ends[side.index()].addr
+    }
+
+    /// Return the link that carries `from`'s segments.
+    pub fn link(&self, from: Side) -> &Link {
+        &self.links[from.index()]
+    }
+
+    /// Return the link that carries `from`'s segments, to change its config mid-run.
+    pub fn link_mut(&mut self, from: Side) -> &mut Link {
+        &mut self.links[from.index()]
+    }
+
+    /// Return the counters for the segments `from` sent.
+    pub fn direction_stats(&self, from: Side) -> DirectionStats {
+        self.ends[from.index()].dir
+    }
+
+    /// Return the events one side's connection reported so far, oldest first.
+    pub fn events(&self, side: Side) -> &[Event] {
+        &self.ends[side.index()].events
+    }
+
+    /// Return where one side's application stands.
+    pub fn progress(&self, side: Side) -> Progress {
+        let end = &self.ends[side.index()];
+        let app = &end.app;
+        Progress {
+            state: end.conn.state(),
+            sent: app.sent,
+            to_send: app.to_send,
+            received: app.received,
+            expected: app.expected,
+            eof: app.eof,
+            closed: app.closed,
+        }
+    }
+
+    /// Return the error that stopped the run, if any.
+    pub fn error(&self) -> Option<&SimError> {
+        self.error.as_ref()
+    }
+
+    /// Return whether both connections are ESTABLISHED.
+    pub fn both_established(&self) -> bool {
+        Side::BOTH.iter().all(|&s| self.conn(s).state() == State::Established)
+    }
+
+    /// Return whether both connections are CLOSED.
+    pub fn both_closed(&self) -> bool {
+        Side::BOTH.iter().all(|&s| self.conn(s).state() == State::Closed)
+    }
+
+    // --- control ------------------------------------------------------------------------------
+
+    /// Call `close` on one side's connection now.
+    pub fn close(&mut self, side: Side) {
+        let now = self.now;
+        self.conn_mut(side).close(now);
+    }
+
+    /// Call `abort` on one side's connection now.
+    pub fn abort(&mut self, side: Side) {
+        let now = self.now;
+        self.conn_mut(side).abort(now);
+    }
+
+    /// Drop the next segment sent by `from` for which `matches` holds (once).
+    ///
+    /// Several pending drops for the same side are tried in the order they were added.
+    pub fn drop_next(&mut self, from: Side, matches: impl FnMut(&Segment<'_>) -> bool + 'static) {
+        self.drops.push((from, Box::new(matches)));
+    }
+
+    /// Drop every segment for which `drop` returns `true`, called with the sending side; it sees
+    /// both directions in the order they are sent, so it may keep state across them.
+    pub fn set_filter(&mut self, drop: impl FnMut(Side, &Segment<'_>) -> bool + 'static) {
+        self.filter = Some(Box::new(drop));
+    }
+
+    /// Remove the filter.
+    pub fn clear_filter(&mut self) {
+        self.filter = None;
+    }
+
+    /// Make one side's application read at most `limit.bytes` per `limit.every` (`None`: as fast
+    /// as data arrives).
+    pub fn set_read_limit(&mut self, side: Side, limit: Option<ReadLimit>) {
+        let app = &mut self.ends[side.index()].app;
+        app.read_limit = limit;
+        app.budget = 0;
+        app.next_refill = self.now;
+    }
+
+    /// Make `from`'s application send `bytes` more bytes of its pattern, and the peer's read and
+    /// check them; with `close`, `from` closes once everything is queued and the peer expects
+    /// the end of the stream after it.
+    ///
+    /// Applications start once their connection is ESTABLISHED (or CLOSE-WAIT).
+    pub fn stream(&mut self, from: Side, bytes: u64, close: bool) {
+        let app = &mut self.ends[from.index()].app;
+        app.active = true;
+        app.to_send += bytes;
+        app.close_when_done |= close;
+        let peer = &mut self.ends[from.peer().index()].app;
+        peer.active = true;
+        peer.expected += bytes;
+        peer.expect_eof |= close;
+    }
+
+    /// Return whether every stream set up with [`stream`](Pair::stream) is complete: all bytes
+    /// sent and read, every expected end of stream seen, and, where both sides close, both
+    /// connections CLOSED.
+    pub fn streams_done(&self) -> bool {
+        let both_close = self.ends.iter().all(|e| e.app.close_when_done);
+        self.ends.iter().all(|e| {
+            let a = &e.app;
+            a.sent == a.to_send
+                && a.received == a.expected
+                && (a.eof || !a.expect_eof)
+                && (a.closed || !a.close_when_done)
+                && (!both_close || e.conn.state() == State::Closed)
+        })
+    }
+
+    /// Stream `client_bytes` from the client and `server_bytes` from the server at once, each
+    /// checked byte for byte, close both sides when their data is queued, and run until both
+    /// connections are CLOSED (TIME-WAIT included) or `deadline`.
+    pub fn transfer(
+        &mut self,
+        client_bytes: u64,
+        server_bytes: u64,
+        deadline: Instant,
+    ) -> Result<TransferReport, SimError> {
+        let started = self.now;
+        self.stream(Side::Client, client_bytes, true);
+        self.stream(Side::Server, server_bytes, true);
+        self.run_until(Pair::streams_done, deadline);
+        self.check(deadline)?;
+        Ok(TransferReport { started, finished: self.now, client_bytes, server_bytes })
+    }
+
+    /// Return `Ok` when the streams are done, else why not: the run's error, a stall (nothing
+    /// scheduled) or the deadline.
+    pub fn check(&self, deadline: Instant) -> Result<(), SimError> {
+        if let Some(e) = self.error.clone() {
+            return Err(e);
+        }
+        if self.streams_done() {
+            return Ok(());
+        }
+        let (client, server) = (self.progress(Side::Client), self.progress(Side::Server));
+        if self.next_event().is_none() {
+            Err(SimError::Stalled { at: self.now, client, server })
+        } else {
+            Err(SimError::Deadline { at: deadline, client, server })
+        }
+    }
+
+    // --- running ------------------------------------------------------------------------------
+
+    /// Do everything due now, then advance the clock to the next scheduled thing.
+    ///
+    /// Return `false` (and leave the clock) when nothing is scheduled or the run failed.
+    pub fn step(&mut self) -> bool {
+        self.settle();
+        if self.error.is_some() {
+            return false;
+        }
+        match self.next_event() {
+            Some(t) => self.advance(t),
+            None => false,
+        }
+    }
+
+    /// Run until `done` holds (checked whenever the clock is about to move), the run fails, or
+    /// the clock reaches `deadline`. Return whether `done` held.
+    ///
+    /// With nothing scheduled the clock jumps to `deadline`: nothing can happen before it.
+    pub fn run_until(&mut self, mut done: impl FnMut(&Pair) -> bool, deadline: Instant) -> bool {
+        loop {
+            self.settle();
+            if self.error.is_some() {
+                return false;
+            }
+            if done(self) {
+                return true;
+            }
+            if self.now >= deadline {
+                return false;
+            }
+            let next = match self.next_event() {
+                Some(t) if t <= deadline => t,
+                _ => deadline,
+            };
+            if !self.advance(next) {
+                return false;
+            }
+        }
+    }
+
+    /// Move the clock to `t`, which must be later than now: everything due now was done, so
+    /// something still due means a timer or application that does not move on.
+    fn advance(&mut self, t: Instant) -> bool {
+        if t <= self.now {
+            self.fail(SimError::Livelock { at: self.now, what: "something stays due after running" });
+            return false;
+        }
+        self.now = t;
+        true
+    }
+
+    /// Run for `duration` of virtual time; return `false` if the run failed.
+    pub fn run_for(&mut self, duration: Duration) -> bool {
+        let deadline = self.now + duration;
+        self.run_until(|_| false, deadline);
+        self.error.is_none()
+    }
+
+    /// Return the next instant at which something is scheduled.
+    pub fn next_event(&self) -> Option<Instant> {
+        let links = self.links.iter().filter_map(Link::next_delivery);
+        let timers = self.ends.iter().filter_map(|e| e.conn.poll_timeout());
+        let apps = self.ends.iter().filter_map(|e| e.app.wakeup());
+        links.chain(timers).chain(apps).min()
+    }
+
+    /// Do everything due at `now` until nothing more is.
+    fn settle(&mut self) {
+        for _ in 0..MAX_ROUNDS {
+            if self.error.is_some() {
+                return;
+            }
+            let mut progress = false;
+            for side in Side::BOTH {
+                progress |= self.drive_app(side);
+                self.collect_events(side);
+            }
+            for side in Side::BOTH {
+                progress |= self.flush(side);
+            }
+            for side in Side::BOTH {
+                progress |= self.deliver(side);
+            }
+            for side in Side::BOTH {
+                progress |= self.fire_timers(side);
+                self.collect_events(side);
+            }
+            if !progress {
+                return;
+            }
+        }
+        self.fail(SimError::Livelock { at: self.now, what: "work at one instant kept producing more work" });
+    }
+
+    fn fail(&mut self, error: SimError) {
+        log::debug!("{} seed {}: {error}", self.now, self.seed);
+        self.error.get_or_insert(error);
+    }
+
+    /// Move `from`'s segments from `poll_transmit` to its link. Return whether there were any.
+    fn flush(&mut self, from: Side) -> bool {
+        let now = self.now;
+        let peer_addr = self.ends[from.peer().index()].addr;
+        let Pair { ends, links, filter, drops, tx_buf, .. } = self;
+        let end = &mut ends[from.index()];
+        let link = &mut links[from.index()];
+        let mut count = 0;
+        while let Some(t) = end.conn.poll_transmit(now, tx_buf) {
+            count += 1;
+            if count > MAX_BURST {
+                self.fail(SimError::Livelock { at: now, what: "poll_transmit never returned None" });
+                return true;
+            }
+            let Some(bytes) = tx_buf.get(..t.len) else {
+                self.fail(SimError::Oversized { side: from, len: t.len, capacity: TX_BUFFER });
+                return true;
+            };
+            let seg = match Segment::parse(bytes, t.src.ip(), t.dst.ip()) {
+                Ok(seg) => seg,
+                Err(error) => {
+                    self.fail(SimError::BadSegment { side: from, len: t.len, error });
+                    return true;
+                }
+            };
+            if t.src != end.addr || t.dst != peer_addr || seg.src_port != t.src.port() || seg.dst_port != t.dst.port() {
+                let (src, dst, src_port, dst_port) = (t.src, t.dst, seg.src_port, seg.dst_port);
+                self.fail(SimError::Misrouted { side: from, src, dst, src_port, dst_port });
+                return true;
+            }
+            end.dir.transmitted += 1;
+            let filtered = filter.as_mut().is_some_and(|f| f(from, &seg)) || {
+                let hit = drops.iter_mut().position(|(side, matches)| *side == from && matches(&seg));
+                hit.map(|i| drops.remove(i)).is_some()
+            };
+            if filtered {
+                end.dir.filtered += 1;
+                log::debug!("{now} {from} {} -> {peer_addr}: filter dropped {seg:?}", end.addr);
+                continue;
+            }
+            log::trace!("{now} {from} sends {seg:?} ({:?})", t.kind);
+            link.send(now, bytes);
+        }
+        count > 0
+    }
+
+    /// Hand the packets due on `from`'s link to the peer. Return whether there were any.
+    fn deliver(&mut self, from: Side) -> bool {
+        let now = self.now;
+        let to = from.peer();
+        let (src, dst) = (self.ends[from.index()].addr, self.ends[to.index()].addr);
+        let link = &mut self.links[from.index()];
+        let mut any = false;
+        while let Some(packet) = link.recv(now) {
+            any = true;
+            match Segment::parse(&packet, src.ip(), dst.ip()) {
+                Ok(seg) => {
+                    log::trace!("{now} {to} receives {seg:?}");
+                    self.ends[from.index()].dir.delivered += 1;
+                    let end = &mut self.ends[to.index()];
+                    // A listener learns nothing of the source address from a `Segment`: an
+                    // acceptable SYN makes the connection that replaces it (RFC 9293 3.10.7.2).
+                    let child = if end.conn.state() == State::Listen {
+                        let tuple = FourTuple { local: dst, remote: src };
+                        Connection::accept(&end.config, tuple, &seg, now)
+                    } else {
+                        None
+                    };
+                    match child {
+                        Some(child) => {
+                            log::trace!("{now} {to} accepted {tuple}", tuple = FourTuple { local: dst, remote: src });
+                            end.conn = child;
+                        }
+                        None => end.conn.handle_segment(now, &seg),
+                    }
+                }
+                Err(error) => {
+                    self.ends[from.index()].dir.rejected += 1;
+                    log::debug!("{now} {src} -> {dst}: dropped {}-byte segment: {error}", packet.len());
+                }
+            }
+            link.recycle(packet);
+        }
+        any
+    }
+
+    /// Fire `side`'s timers if due. Return whether they were.
+    fn fire_timers(&mut self, side: Side) -> bool {
+        let conn = &mut self.ends[side.index()].conn;
+        match conn.poll_timeout() {
+            Some(t) if t <= self.now => {
+                conn.handle_timeout(self.now);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn collect_events(&mut self, side: Side) {
+        let end = &mut self.ends[side.index()];
+        let mut failed = None;
+        while let Some(event) = end.conn.poll_event() {
+            log::trace!("{} {side} event {event:?}", self.now);
+            if end.app.active && matches!(event, Event::Reset | Event::TimedOut) {
+                failed.get_or_insert(event);
+            }
+            end.events.push(event);
+        }
+        if let Some(event) = failed {
+            self.fail(SimError::Failed { side, at: self.now, event });
+        }
+    }
+
+    /// Let `side`'s application send, read and close. Return whether it did anything.
+    fn drive_app(&mut self, side: Side) -> bool {
+        let now = self.now;
+        let peer_key = self.ends[side.peer().index()].key;
+        let Pair { ends, scratch, .. } = self;
+        let End { conn, app, key, .. } = &mut ends[side.index()];
+        if !app.active {
+            return false;
+        }
+        if let Some(limit) = app.read_limit
+            && now >= app.next_refill
+        {
+            app.budget = limit.bytes;
+            app.next_refill = now + limit.every.max(Duration::from_micros(1));
+        }
+        let state = conn.state();
+        if !state.is_synchronized() {
+            return false;
+        }
+        let mut progress = false;
+
+        // Read and check.
+        while !app.eof {
+            let want = match app.read_limit {
+                Some(_) => app.budget.min(scratch.len()),
+                None => scratch.len(),
+            };
+            if want == 0 {
+                break;
+            }
+            match conn.recv(&mut scratch[..want]) {
+                Ok(0) => {
+                    app.eof = true;
+                    progress = true;
+                    if app.received != app.expected || !app.expect_eof {
+                        let (received, expected) = (app.received, app.expected);
+                        self.error.get_or_insert(SimError::PrematureEof { side, received, expected });
+                        return true;
+                    }
+                }
+                Ok(n) => {
+                    progress = true;
+                    if app.read_limit.is_some() {
+                        app.budget -= n;
+                    }
+                    let offset = app.received;
+                    app.received += n as u64;
+                    if app.received > app.expected {
+                        let (received, expected) = (app.received, app.expected);
+                        self.error.get_or_insert(SimError::ExtraData { side, received, expected });
+                        return true;
+                    }
+                    if let Some((i, expected)) = check_pattern(peer_key, offset, &scratch[..n]) {
+                        let (offset, got) = (offset + i as u64, scratch[i]);
+                        self.error.get_or_insert(SimError::Mismatch { side, offset, expected, got });
+                        return true;
+                    }
+                }
+                Err(RecvError::WouldBlock) => break,
+                Err(error) => {
+                    self.error.get_or_insert(SimError::Recv { side, error });
+                    return true;
+                }
+            }
+        }
+
+        // Send, as much as the buffer takes.
+        if matches!(state, State::Established | State::CloseWait) {
+            while app.sent < app.to_send {
+                let room = conn.send_capacity().min(scratch.len());
+                let n = room.min(usize::try_from(app.to_send - app.sent).unwrap_or(usize::MAX));
+                if n == 0 {
+                    break;
+                }
+                fill_pattern(*key, app.sent, &mut scratch[..n]);
+                match conn.send(&scratch[..n]) {
+                    Ok(0) | Err(SendError::WouldBlock) => break,
+                    Ok(taken) => {
+                        app.sent += taken as u64;
+                        progress = true;
+                    }
+                    Err(error) => {
+                        self.error.get_or_insert(SimError::Send { side, error });
+                        return true;
+                    }
+                }
+            }
+            if app.close_when_done && !app.closed && app.sent == app.to_send {
+                log::trace!("{now} {side} closes");
+                conn.close(now);
+                app.closed = true;
+                progress = true;
+            }
+        }
+        progress
+    }
+}
+
+impl App {
+    /// Return when a rate-limited reader wants to run again.
+    fn wakeup(&self) -> Option<Instant> {
+        (self.active && !self.eof && self.read_limit.is_some() && self.budget == 0).then_some(self.next_refill)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Byte pattern
+// ---------------------------------------------------------------------------------------------
+
+/// Return the SplitMix64 output for `x` (a fast, well-mixed hash; Steele et al. 2014).
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Return an independent seed for stream `stream` of `seed`: how a `Pair` (and any other
+/// simulated network) seeds each of its links from one run seed.
+pub fn mix(seed: u64, stream: u64) -> u64 {
+    splitmix64(seed ^ splitmix64(stream))
+}
+
+/// Fill `buf` with the pattern `key` from stream offset `offset` (random access: byte `o` is
+/// byte `o % 8` of `splitmix64(key + o / 8)`).
+fn fill_pattern(key: u64, mut offset: u64, mut buf: &mut [u8]) {
+    while !buf.is_empty() {
+        let word = splitmix64(key.wrapping_add(offset / 8)).to_le_bytes();
+        let skip = (offset % 8) as usize;
+        let n = (8 - skip).min(buf.len());
+        buf[..n].copy_from_slice(&word[skip..skip + n]);
+        buf = &mut buf[n..];
+        offset += n as u64;
+    }
+}
+
+/// Return the index and expected value of the first byte of `data` that differs from the
+/// pattern `key` at `offset`.
+fn check_pattern(key: u64, mut offset: u64, mut data: &[u8]) -> Option<(usize, u8)> {
+    let mut done = 0;
+    while !data.is_empty() {
+        let word = splitmix64(key.wrapping_add(offset / 8)).to_le_bytes();
+        let skip = (offset % 8) as usize;
+        let n = (8 - skip).min(data.len());
+        if data[..n] != word[skip..skip + n] {
+            let i = (0..n).find(|&i| data[i] != word[skip + i]).unwrap_or(0);
+            return Some((done + i, word[skip + i]));
+        }
+        data = &data[n..];
+        offset += n as u64;
+        done += n;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A 100-byte packet carrying its index.
+    fn packet(i: u32) -> Vec<u8> {
+        let mut p = vec![0u8; 100];
+        p[..4].copy_from_slice(&i.to_be_bytes());
+        p
+    }
+
+    fn index(p: &[u8]) -> u32 {
+        u32::from_be_bytes(p[..4].try_into().unwrap())
+    }
+
+    /// Send `n` packets 100 us apart, then return every delivery in order.
+    fn run(config: LinkConfig, seed: u64, n: u32) -> (Vec<(Instant, Vec<u8>)>, LinkStats) {
+        let mut link = Link::new(config, seed);
+        let mut out = Vec::new();
+        for i in 0..n {
+            let now = Instant::from_micros(u64::from(i) * 100);
+            while let Some(p) = link.recv(now) {
+                out.push((p.due(), p.to_vec()));
+                link.recycle(p);
+            }
+            link.send(now, &packet(i));
+        }
+        while let Some(t) = link.next_delivery() {
+            let p = link.recv(t).expect("due");
+            assert_eq!(p.due(), t);
+            out.push((t, p.into_vec()));
+        }
+        (out, link.stats())
+    }
+
+    #[test]
+    fn perfect_link_delivers_in_order_after_delay() {
+        let (out, stats) = run(LinkConfig::default(), 1, 100);
+        assert_eq!(out.len(), 100);
+        for (i, (t, p)) in out.iter().enumerate() {
+            assert_eq!(index(p), i as u32);
+            assert_eq!(*t, Instant::from_micros(i as u64 * 100) + MS);
+        }
+        assert_eq!(stats.sent, 100);
+        assert_eq!(stats.delivered, 100);
+        assert_eq!(stats.bytes_delivered, 100 * 100);
+    }
+
+    #[test]
+    fn equal_times_are_fifo() {
+        let mut link = Link::new(LinkConfig::default(), 1);
+        for i in 0..50 {
+            link.send(Instant::ZERO, &packet(i));
+        }
+        assert_eq!(link.next_delivery(), Some(Instant::ZERO + MS));
+        assert!(link.recv(Instant::ZERO).is_none(), "nothing is due before the delay");
+        let order: Vec<u32> = std::iter::from_fn(|| link.recv(Instant::ZERO + MS)).map(|p| index(&p)).collect();
+        assert_eq!(order, (0..50).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn loss_rate_matches_config() {
+        let (out, stats) = run(LinkConfig::default().with_loss(0.1), 42, 10_000);
+        // Binomial(10000, 0.1): sd = 30, so +-150 is five sd.
+        assert!((850..=1150).contains(&stats.lost), "lost {}", stats.lost);
+        assert_eq!(stats.delivered + stats.lost, stats.sent);
+        assert_eq!(out.len() as u64, stats.delivered);
+        // Survivors keep their order and their bytes.
+        assert!(out.windows(2).all(|w| index(&w[0].1) < index(&w[1].1)));
+        assert!(out.iter().all(|(_, p)| *p == packet(index(p))));
+    }
+
+    #[test]
+    fn duplication_delivers_identical_copies() {
+        let (out, stats) = run(LinkConfig::default().with_duplicate(0.2), 7, 10_000);
+        assert!((1800..=2200).contains(&stats.duplicated), "duplicated {}", stats.duplicated);
+        assert_eq!(stats.delivered, stats.sent + stats.duplicated);
+        let copies = out.windows(2).filter(|w| w[0] == w[1]).count() as u64;
+        assert_eq!(copies, stats.duplicated, "a copy follows its original at the same instant");
+        assert!(out.iter().all(|(_, p)| *p == packet(index(p))));
+    }
+
+    #[test]
+    fn corruption_flips_exactly_one_bit() {
+        let mut link = Link::new(LinkConfig::default().with_corrupt(0.3), 9);
+        let mut flipped = 0;
+        for i in 0..10_000u32 {
+            let original = packet(i);
+            link.send(Instant::ZERO, &original);
+            let got = link.recv(Instant::ZERO + MS).expect("no loss");
+            let bits: u32 = got.iter().zip(&original).map(|(a, b)| (a ^ b).count_ones()).sum();
+            assert!(bits <= 1, "packet {i}: {bits} bits flipped");
+            flipped += u64::from(bits);
+            assert_eq!(got.len(), original.len());
+        }
+        assert_eq!(flipped, link.stats().corrupted);
+        assert!((2700..=3300).contains(&flipped), "corrupted {flipped}");
+    }
+
+    #[test]
+    fn corruption_reaches_every_byte() {
+        let mut link = Link::new(LinkConfig::default().with_corrupt(1.0), 3);
+        let mut seen = [false; 100];
+        for _ in 0..5_000 {
+            link.send(Instant::ZERO, &[0u8; 100]);
+            let got = link.recv(Instant::ZERO + MS).expect("no loss");
+            let at = got.iter().position(|&b| b != 0).expect("one bit flipped");
+            seen[at] = true;
+        }
+        assert!(seen.iter().all(|&s| s));
+    }
+
+    #[test]
+    fn reordering_lets_later_packets_overtake() {
+        let config = LinkConfig::default().with_reorder(0.1, 3 * MS);
+        let (out, stats) = run(config, 11, 10_000);
+        assert_eq!(out.len(), 10_000, "reordering loses nothing");
+        assert!((850..=1150).contains(&stats.reordered), "reordered {}", stats.reordered);
+        let inversions = out.windows(2).filter(|w| index(&w[0].1) > index(&w[1].1)).count() as u64;
+        assert!(inversions > 0);
+        let mut indices: Vec<u32> = out.iter().map(|(_, p)| index(p)).collect();
+        indices.sort_unstable();
+        assert_eq!(indices, (0..10_000).collect::<Vec<_>>());
+        // A held-back packet arrives reorder_delay late.
+        let late = out.iter().filter(|(t, p)| *t == Instant::from_micros(u64::from(index(p)) * 100) + 4 * MS);
+        assert_eq!(late.count() as u64, stats.reordered);
+    }
+
+    #[test]
+    fn bandwidth_spaces_deliveries_by_serialization_time() {
+        // 1500 bytes at 12 Mbit/s take exactly 1 ms on the wire.
+        let config = LinkConfig::default().with_delay(10 * MS).with_bandwidth(12_000_000);
+        let mut link = Link::new(config, 1);
+        for _ in 0..100 {
+            link.send(Instant::ZERO, &[0u8; 1500]);
+        }
+        let mut times = Vec::new();
+        while let Some(t) = link.next_delivery() {
+            link.recv(t).expect("due");
+            times.push(t);
+        }
+        let expected: Vec<Instant> = (1..=100).map(|k| Instant::ZERO + 10 * MS + k * MS).collect();
+        assert_eq!(times, expected);
+
+        // A packet sent into an idle link goes straight out; one sent while busy waits.
+        link.send(Instant::from_millis(1000), &[0u8; 1500]);
+        link.send(Instant::from_millis(1000), &[0u8; 150]);
+        assert_eq!(link.recv(Instant::from_millis(1011)).map(|p| p.len()), Some(1500));
+        assert_eq!(link.next_delivery(), Some(Instant::from_micros(1_011_100)));
+    }
+
+    #[test]
+    fn bandwidth_caps_throughput() {
+        // Offer 10 Mbit/s for one second into a 1 Mbit/s link: 125 kB get through per second.
+        let config = LinkConfig::default().with_bandwidth(1_000_000);
+        let mut link = Link::new(config, 1);
+        let mut delivered = 0;
+        for ms in 0..1000u64 {
+            let now = Instant::from_millis(ms);
+            link.send(now, &[0u8; 1250]);
+            while let Some(p) = link.recv(now) {
+                delivered += p.len();
+            }
+        }
+        // 125_000 bytes per second, minus what is still on the wire or in the delay.
+        assert!((123_000..=125_000).contains(&delivered), "delivered {delivered}");
+        assert_eq!(link.stats().queue_dropped, 0);
+        // The queue still holds 900 packets: the next leaves the wire at 1000 ms, arriving 1 ms later.
+        assert_eq!(link.next_delivery(), Some(Instant::from_millis(1001)));
+    }
+
+    #[test]
+    fn queue_limit_tail_drops() {
+        let config = LinkConfig::default().with_bandwidth(12_000_000).with_queue_limit(15_000);
+        let mut link = Link::new(config, 1);
+        for _ in 0..100 {
+            link.send(Instant::ZERO, &[0u8; 1500]);
+        }
+        assert_eq!(link.stats().queue_dropped, 90);
+        assert_eq!(link.in_flight(), 10);
+        // Half a millisecond later half a packet has drained: still no room for a whole one.
+        link.send(Instant::from_micros(500), &[0u8; 1500]);
+        assert_eq!(link.stats().queue_dropped, 91);
+        link.send(Instant::from_millis(1), &[0u8; 1500]);
+        assert_eq!(link.in_flight(), 11);
+    }
+
+    #[test]
+    fn same_seed_same_run() {
+        let config = LinkConfig::default()
+            .with_loss(0.05)
+            .with_reorder(0.1, 3 * MS)
+            .with_duplicate(0.01)
+            .with_corrupt(0.01)
+            .with_bandwidth(10_000_000);
+        let a = run(config, 1234, 5_000);
+        let b = run(config, 1234, 5_000);
+        assert_eq!(a, b);
+        let c = run(config, 1235, 5_000);
+        assert_ne!(a.0, c.0);
+    }
+
+    #[test]
+    #[should_panic(expected = "not a probability")]
+    fn rejects_bad_probability() {
+        Link::new(LinkConfig::default().with_loss(1.5), 0);
+    }
+
+    #[test]
+    fn pattern_is_random_access() {
+        let mut whole = vec![0u8; 1000];
+        fill_pattern(5, 3, &mut whole);
+        let mut pieces = vec![0u8; 1000];
+        let mut at = 0;
+        for len in [1, 7, 8, 9, 100, 875] {
+            fill_pattern(5, 3 + at as u64, &mut pieces[at..at + len]);
+            at += len;
+        }
+        assert_eq!(whole, pieces);
+        assert_eq!(check_pattern(5, 3, &whole), None);
+        assert_eq!(check_pattern(5, 4, &whole[1..]), None);
+        let mut bad = whole.clone();
+        bad[517] ^= 0x10;
+        assert_eq!(check_pattern(5, 3, &bad), Some((517, whole[517])));
+        let mut other = vec![0u8; 1000];
+        fill_pattern(6, 3, &mut other);
+        assert_ne!(whole, other);
+    }
+}
