@@ -4,6 +4,8 @@
 
 pub mod memory;
 pub mod packet;
+pub mod testlab;
+pub mod xdp;
 
 pub use memory::{Clock, MemoryDevice, MemoryLink};
 pub use packet::{PacketConfig, PacketDevice, PacketError, PacketStats};

@@ -345,6 +345,58 @@ impl Connection {
         (c.state == State::SynReceived).then_some(c)
     }
 
+    /// Return an ESTABLISHED connection rebuilt from a SYN cookie (RFC 4987 section 3.6).
+    ///
+    /// A listener whose SYN queue was full answered a SYN statelessly, with ISS `iss` and
+    /// only the MSS option; `ack` is the peer's segment completing the handshake, whose
+    /// acknowledgment number the caller has already checked against the cookie. Window
+    /// scaling and SACK are not in effect (the cookie cannot carry them); `peer_mss` is the
+    /// MSS the cookie encoded. The segment is then processed like any other (its window,
+    /// and any data it carries).
+    pub fn from_syn_cookie(
+        config: &Config,
+        tuple: FourTuple,
+        iss: SeqNum,
+        peer_mss: u16,
+        ack: &Segment<'_>,
+        now: Instant,
+    ) -> Connection {
+        let mut c = Connection::blank(config, tuple.local, Some(tuple.remote), State::Closed);
+        c.passive = true;
+        c.iss = iss;
+        c.snd_una = iss + 1u32;
+        c.snd_nxt = c.snd_una;
+        c.snd_max = c.snd_una;
+        c.send_buf_seq = c.snd_una;
+        c.cc.set_recover(iss);
+        c.irs = ack.seq - 1u32;
+        c.rcv_nxt = ack.seq;
+        // The cookie SYN-ACK advertised an unscaled window of this size.
+        c.rcv_adv = c.rcv_nxt + (c.recv_buf.free() as u32).min(65535);
+        c.smss = peer_mss.min(config.mss).max(64);
+        c.cc.set_mss(c.smss as u32);
+        c.snd_wl1 = c.irs;
+        c.snd_wl2 = iss;
+        c.set_state(now, State::Established, crate::input::segment_cause(ack));
+        c.handle_segment(now, ack);
+        c
+    }
+
+    /// Return the SYN-ACK a listener sends in answer to `syn` when it keeps no state: ISS
+    /// `iss` (a SYN cookie), our MSS only, an unscaled window (RFC 4987 section 3.6).
+    pub fn syn_cookie_reply(config: &Config, syn: &Segment<'_>, iss: SeqNum) -> Segment<'static> {
+        Segment {
+            src_port: syn.dst_port,
+            dst_port: syn.src_port,
+            seq: iss,
+            ack: syn.seq + 1u32,
+            flags: Flags::SYN | Flags::ACK,
+            window: config.recv_buffer.min(65535) as u16,
+            options: crate::options::TcpOptions { mss: Some(config.mss), ..crate::options::TcpOptions::NONE },
+            ..Segment::EMPTY
+        }
+    }
+
     /// Return the current state.
     pub fn state(&self) -> State {
         self.state

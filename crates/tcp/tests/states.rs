@@ -794,3 +794,32 @@ fn isns_differ_per_connection_and_grow_with_time() {
     assert_ne!(a, b);
     assert_eq!(later - a, 250_000, "RFC 6528: M ticks every 4 microseconds");
 }
+
+// ------------------------------------------------------------------------------------
+// SYN cookies (RFC 4987 3.6): the listener kept no state; the ACK rebuilds it
+// ------------------------------------------------------------------------------------
+
+#[test]
+fn syn_cookie_reply_and_rebuilt_connection() {
+    let syn = Segment {
+        seq: REMOTE_ISN,
+        flags: Flags::SYN,
+        options: TcpOptions { mss: Some(1200), window_scale: Some(7), ..TcpOptions::NONE },
+        ..TEMPLATE
+    };
+    let cookie = SeqNum(0xdead_beef);
+    let reply = Connection::syn_cookie_reply(&config(), &syn, cookie);
+    assert_eq!((reply.flags, reply.seq, reply.ack), (Flags::SYN | Flags::ACK, cookie, REMOTE_ISN + 1u32));
+    assert_eq!((reply.src_port, reply.dst_port), (80, 40000));
+    assert_eq!(reply.options.window_scale, None);
+    let ack = Segment { seq: REMOTE_ISN + 1u32, ack: cookie + 1u32, window: 500, ..peer(cookie, Flags::ACK, b"hi") };
+    let mut c = Connection::from_syn_cookie(&config(), tuple(), cookie, 1200, &ack, ms(5));
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(c.stats().peer_window, 500, "no window scaling without the SYN's state");
+    assert_eq!(c.stats().mss, 1200);
+    let mut buf = [0u8; 4];
+    assert_eq!(c.recv(&mut buf), Ok(2));
+    c.send(b"ok").unwrap();
+    let out = drain(&mut c, ms(6));
+    assert_eq!((out[0].seq, out[0].ack), (cookie + 1u32, REMOTE_ISN + 3u32));
+}

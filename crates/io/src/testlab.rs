@@ -1,0 +1,308 @@
+//! Throwaway network labs for tests and demos: two network namespaces joined by a veth pair.
+//!
+//! ```text
+//!  namespace "<name>-a" (bypass side)           namespace "<name>-b" (peer side)
+//!  bx0  02:00:00:77:00:02   <==== veth ====>    px0  02:00:00:77:00:01
+//!  no kernel IPv4 address, IPv6 disabled        10.77.0.1/24, IPv6 disabled,
+//!  the stack owns 10.77.0.2                     tx checksum/TSO/GSO offloads off
+//! ```
+//!
+//! The bypass side has no kernel address, so only the stack answers for 10.77.0.2 (the kernel
+//! would otherwise send RSTs, ARP replies and neighbour discovery of its own); the peer is an
+//! ordinary kernel stack with the offloads off, so its frames carry real checksums and never
+//! exceed the MTU. Names carry the process id and a counter, so labs of concurrent tests and
+//! processes never collide; dropping a [`Lab`] deletes both namespaces (and with them the veth
+//! pair), and [`Lab::create`] first removes labs left behind by dead processes.
+//!
+//! Run code inside a namespace with [`Lab::in_bypass`] / [`Lab::in_peer`]: the closure runs on
+//! a thread that entered the namespace, so sockets, AF_XDP devices and BPF links it creates
+//! belong there (and may then be moved to other threads). Run commands there with
+//! [`Lab::bypass_cmd`] / [`Lab::peer_cmd`].
+//!
+//! Tests call [`lab_available`] first: without root, `ip`, `ethtool` or `ping`, a test is skipped with a message,
+//! except under `CI=true`, where it fails.
+//!
+//! ```no_run
+//! use bypass_io::testlab::{lab_available, Lab};
+//!
+//! if lab_available("my_test") {
+//!     let lab = Lab::create("mytest").unwrap();
+//!     let out = lab.peer_cmd("ping").args(["-c1", "10.77.0.1"]).output().unwrap();
+//!     assert!(out.status.success());
+//! }
+//! ```
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::xdp;
+
+/// Prefix of every lab namespace name.
+const PREFIX: &str = "bxt";
+
+/// Why a lab could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// Namespaces need root.
+    #[error("network labs need root (CAP_SYS_ADMIN and CAP_NET_ADMIN): run the tests as root")]
+    NotRoot,
+    /// A command-line tool is missing.
+    #[error("`{0}` is not installed: install it (Debian: `apt-get install -y iproute2 ethtool iputils-ping`)")]
+    MissingTool(String),
+    /// A setup command failed.
+    #[error("`{command}` failed: {stderr}")]
+    Command {
+        /// The command line.
+        command: String,
+        /// What it printed on standard error.
+        stderr: String,
+    },
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being attempted.
+        what: String,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+/// Return whether root and the lab tools are available (see [`check_preconditions`]). If not: under `CI=true`, panic with
+/// the reason (a privileged test must not silently pass in CI); otherwise print why `test` is
+/// skipped and return `false`.
+pub fn lab_available(test: &str) -> bool {
+    match check_preconditions() {
+        Ok(()) => true,
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("{test}: {e} (CI=true: tests that need root and network namespaces must run)")
+        }
+        Err(e) => {
+            // Straight to stderr: libtest captures eprintln! output of passing tests.
+            let _ = writeln!(io::stderr(), "skipping {test}: {e}");
+            false
+        }
+    }
+}
+
+/// Check that the process is root and the tools labs use are installed: `ip` (iproute2),
+/// `ethtool` (offloads) and `ping` (iputils-ping).
+pub fn check_preconditions() -> Result<(), LabError> {
+    if xdp::euid() != 0 {
+        return Err(LabError::NotRoot);
+    }
+    for tool in ["ip", "ethtool", "ping"] {
+        if Command::new(tool).arg("-V").output().is_err() {
+            return Err(LabError::MissingTool(tool.into()));
+        }
+    }
+    Ok(())
+}
+
+/// How to build a lab.
+#[derive(Clone, Debug)]
+pub struct LabConfig {
+    /// A short word naming the lab (part of the namespace names).
+    pub tag: String,
+    /// Queues of each veth end (`numrxqueues`/`numtxqueues`).
+    pub queues: u32,
+    /// MTU of both veth ends.
+    pub mtu: u32,
+    /// Turn the peer's tx checksum, TSO and GSO offloads off (needs `ethtool`).
+    pub offloads_off: bool,
+}
+
+impl LabConfig {
+    /// Return the defaults: one queue, MTU 1500, offloads off.
+    pub fn new(tag: &str) -> LabConfig {
+        LabConfig { tag: tag.to_string(), queues: 1, mtu: 1500, offloads_off: true }
+    }
+}
+
+/// Two network namespaces joined by a veth pair; deleted on drop.
+#[derive(Debug)]
+pub struct Lab {
+    /// Namespace of the bypass side.
+    pub bypass_ns: String,
+    /// Namespace of the kernel peer.
+    pub peer_ns: String,
+    /// Interface on the bypass side.
+    pub bypass_if: String,
+    /// Interface on the peer side.
+    pub peer_if: String,
+    /// Address the stack owns (not configured in the bypass side's kernel).
+    pub bypass_ip: Ipv4Addr,
+    /// The peer kernel's address.
+    pub peer_ip: Ipv4Addr,
+    /// Prefix length of the lab subnet.
+    pub prefix_len: u8,
+    /// MAC address of the bypass side's interface.
+    pub bypass_mac: [u8; 6],
+    /// MAC address of the peer's interface.
+    pub peer_mac: [u8; 6],
+}
+
+impl Lab {
+    /// Create a lab with the default [`LabConfig`].
+    pub fn create(tag: &str) -> Result<Lab, LabError> {
+        Lab::with_config(LabConfig::new(tag))
+    }
+
+    /// Create a lab.
+    pub fn with_config(config: LabConfig) -> Result<Lab, LabError> {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        check_preconditions()?;
+        remove_stale_labs();
+        let tag: String = config.tag.chars().filter(|c| c.is_ascii_alphanumeric()).take(16).collect();
+        let name = format!("{PREFIX}-{}-{}-{tag}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+        let lab = Lab {
+            bypass_ns: format!("{name}-a"),
+            peer_ns: format!("{name}-b"),
+            bypass_if: "bx0".into(),
+            peer_if: "px0".into(),
+            bypass_ip: Ipv4Addr::new(10, 77, 0, 2),
+            peer_ip: Ipv4Addr::new(10, 77, 0, 1),
+            prefix_len: 24,
+            bypass_mac: [0x02, 0, 0, 0x77, 0, 0x02],
+            peer_mac: [0x02, 0, 0, 0x77, 0, 0x01],
+        };
+        // From here on, dropping `lab` cleans up whatever was created.
+        run(Command::new("ip").args(["netns", "add", &lab.bypass_ns]))?;
+        run(Command::new("ip").args(["netns", "add", &lab.peer_ns]))?;
+        for ns in [&lab.bypass_ns, &lab.peer_ns] {
+            in_namespace(ns, disable_ipv6)??;
+        }
+        let (queues, mtu) = (config.queues.to_string(), config.mtu.to_string());
+        let (bypass_mac, peer_mac) = (mac_string(lab.bypass_mac), mac_string(lab.peer_mac));
+        #[rustfmt::skip]
+        lab.ip_bypass(&[
+            "link", "add", &lab.bypass_if, "address", &bypass_mac, "mtu", &mtu,
+            "numrxqueues", &queues, "numtxqueues", &queues,
+            "type", "veth", "peer", "name", &lab.peer_if, "address", &peer_mac, "mtu", &mtu,
+            "numrxqueues", &queues, "numtxqueues", &queues, "netns", &lab.peer_ns,
+        ])?;
+        lab.ip_bypass(&["link", "set", "lo", "up"])?;
+        lab.ip_bypass(&["link", "set", &lab.bypass_if, "up"])?;
+        let peer_cidr = format!("{}/{}", lab.peer_ip, lab.prefix_len);
+        lab.ip_peer(&["addr", "add", &peer_cidr, "dev", &lab.peer_if])?;
+        lab.ip_peer(&["link", "set", "lo", "up"])?;
+        lab.ip_peer(&["link", "set", &lab.peer_if, "up"])?;
+        if config.offloads_off {
+            let mut ethtool = lab.peer_cmd("ethtool");
+            ethtool.args(["-K", &lab.peer_if, "tx", "off", "tso", "off", "gso", "off"]);
+            run(&mut ethtool).map_err(|e| match e {
+                LabError::Command { stderr, .. } if stderr.contains("ethtool") && stderr.contains("No such file") => {
+                    LabError::MissingTool("ethtool".into())
+                }
+                e => e,
+            })?;
+        }
+        Ok(lab)
+    }
+
+    /// Run `f` on a thread inside the bypass side's namespace and return its result.
+    pub fn in_bypass<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        in_namespace(&self.bypass_ns, f).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Run `f` on a thread inside the peer's namespace and return its result.
+    pub fn in_peer<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        in_namespace(&self.peer_ns, f).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Return a command that runs `program` inside the bypass side's namespace.
+    pub fn bypass_cmd(&self, program: &str) -> Command {
+        netns_exec(&self.bypass_ns, program)
+    }
+
+    /// Return a command that runs `program` inside the peer's namespace.
+    pub fn peer_cmd(&self, program: &str) -> Command {
+        netns_exec(&self.peer_ns, program)
+    }
+
+    /// Run `ip ARGS` in the bypass side's namespace; return its standard output.
+    pub fn ip_bypass(&self, args: &[&str]) -> Result<String, LabError> {
+        run(Command::new("ip").args(["-n", &self.bypass_ns]).args(args))
+    }
+
+    /// Run `ip ARGS` in the peer's namespace; return its standard output.
+    pub fn ip_peer(&self, args: &[&str]) -> Result<String, LabError> {
+        run(Command::new("ip").args(["-n", &self.peer_ns]).args(args))
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for ns in [&self.peer_ns, &self.bypass_ns] {
+            if let Err(e) = run(Command::new("ip").args(["netns", "del", ns])) {
+                eprintln!("lab cleanup: {e}");
+            }
+        }
+    }
+}
+
+/// Run `f` on a new thread that first enters the network namespace `ns`.
+pub fn in_namespace<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T, LabError> {
+    let path = format!("/var/run/netns/{ns}");
+    let file = File::open(&path).map_err(|source| LabError::Io { what: format!("open {path}"), source })?;
+    std::thread::scope(|scope| {
+        let thread = scope.spawn(move || {
+            xdp::enter_netns(&file).map_err(|source| LabError::Io { what: format!("enter namespace {ns}"), source })?;
+            Ok(f())
+        });
+        thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+/// Disable IPv6 in the calling thread's namespace (for interfaces present and future).
+fn disable_ipv6() -> Result<(), LabError> {
+    for path in ["/proc/sys/net/ipv6/conf/all/disable_ipv6", "/proc/sys/net/ipv6/conf/default/disable_ipv6"] {
+        match fs::write(path, "1") {
+            Ok(()) => {}
+            // A kernel without IPv6 has nothing to disable.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => return Err(LabError::Io { what: format!("write {path}"), source }),
+        }
+    }
+    Ok(())
+}
+
+fn netns_exec(ns: &str, program: &str) -> Command {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns, program]);
+    cmd
+}
+
+fn mac_string(mac: [u8; 6]) -> String {
+    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// Run a command; return its standard output, or its standard error as the error.
+fn run(cmd: &mut Command) -> Result<String, LabError> {
+    let line = format!("{cmd:?}").replace('"', "");
+    let out = cmd.output().map_err(|source| match source.kind() {
+        io::ErrorKind::NotFound => LabError::MissingTool(cmd.get_program().to_string_lossy().into_owned()),
+        _ => LabError::Io { what: format!("run {line}"), source },
+    })?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(LabError::Command { command: line, stderr: String::from_utf8_lossy(&out.stderr).trim().to_string() })
+    }
+}
+
+/// Delete lab namespaces whose creating process no longer exists (left by a killed test run).
+fn remove_stale_labs() {
+    let Ok(entries) = fs::read_dir("/var/run/netns") else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(&format!("{PREFIX}-")).and_then(|rest| rest.split('-').next()) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !fs::exists(format!("/proc/{pid}")).unwrap_or(true) {
+            let _ = run(Command::new("ip").args(["netns", "del", &name]));
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! One AF_XDP socket bound to one queue of an interface, with its own UMEM and four rings.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use super::error::XdpError;
+use super::sys::{self, CompletionQueue, FillQueue, RingSizes, RxQueue, TxQueue, XdpStatistics};
+use super::umem::{Frame, Umem};
+
+/// How to bind a socket.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BindOptions {
+    pub frame_count: u32,
+    pub frame_size: u32,
+    pub rings: RingSizes,
+    pub zero_copy: bool,
+}
+
+/// Copy-mode transmission sends at most this many frames per `sendto` (the kernel's
+/// `TX_BATCH_SIZE`), answering `EAGAIN` when more are left.
+const KERNEL_TX_BATCH: u32 = 32;
+
+/// An AF_XDP socket bound to one queue, with its UMEM and rings.
+pub struct XskSocket {
+    // Fields drop in order: the rings are unmapped, then the socket closed (the kernel removes
+    // it from the XSKMAP and releases the UMEM), then the UMEM unmapped.
+    fill: FillQueue,
+    completion: CompletionQueue,
+    rx: RxQueue,
+    tx: TxQueue,
+    fd: OwnedFd,
+    umem: Umem,
+    queue: u32,
+    zero_copy: bool,
+    tx_ring_size: u32,
+}
+
+impl XskSocket {
+    /// Create a socket with a fresh UMEM and bind it to `queue` of `iface` (index `ifindex`),
+    /// in zero-copy or copy mode as `options` says. All receive frames are put in the fill
+    /// ring.
+    pub(crate) fn open(iface: &str, ifindex: u32, queue: u32, options: BindOptions) -> Result<XskSocket, XdpError> {
+        let fd = sys::xsk_socket().map_err(|source| match source.raw_os_error() {
+            Some(libc::EAFNOSUPPORT) => {
+                XdpError::Unsupported { iface: iface.into(), what: "creating an AF_XDP socket".into(), source }
+            }
+            _ => XdpError::from_io("create an AF_XDP socket", source),
+        })?;
+        let umem = Umem::new(options.frame_count, options.frame_size, options.rings.fill)
+            .map_err(|e| XdpError::Io { what: "allocate the UMEM".into(), source: e })?;
+        let bytes = options.frame_count as usize * options.frame_size as usize;
+        umem.area().register(fd.as_fd()).map_err(|source| match source.raw_os_error() {
+            Some(libc::ENOMEM | libc::EPERM | libc::EAGAIN) => XdpError::MemoryLock { bytes, source },
+            _ => XdpError::from_io("register the UMEM (XDP_UMEM_REG)", source),
+        })?;
+        let (fill, completion, rx, tx) = sys::xsk_rings(fd.as_fd(), options.rings)
+            .map_err(|e| XdpError::from_io("set up and map the AF_XDP rings", e))?;
+        let mode = if options.zero_copy { libc::XDP_ZEROCOPY } else { libc::XDP_COPY };
+        sys::xsk_bind(fd.as_fd(), ifindex, queue, libc::XDP_USE_NEED_WAKEUP | mode).map_err(|source| {
+            let iface = iface.to_string();
+            match source.raw_os_error() {
+                Some(libc::EOPNOTSUPP) if options.zero_copy => XdpError::ZeroCopyUnsupported { iface, queue, source },
+                Some(libc::EINVAL) => XdpError::NoSuchQueue { iface, queue, source },
+                Some(libc::EBUSY) => XdpError::QueueBusy { iface, queue, source },
+                Some(libc::ENODEV | libc::ENXIO) => XdpError::NoSuchInterface { iface, source },
+                Some(libc::EOPNOTSUPP) => {
+                    XdpError::Unsupported { iface, what: format!("binding an AF_XDP socket to queue {queue}"), source }
+                }
+                _ => XdpError::from_io(format!("bind an AF_XDP socket to {iface} queue {queue}"), source),
+            }
+        })?;
+        let zero_copy = match sys::xsk_options(fd.as_fd()) {
+            Ok(flags) => flags & libc::XDP_OPTIONS_ZEROCOPY != 0,
+            Err(_) => options.zero_copy,
+        };
+        let mut socket =
+            XskSocket { fill, completion, rx, tx, fd, umem, queue, zero_copy, tx_ring_size: options.rings.tx };
+        socket.umem.refill(&mut socket.fill);
+        Ok(socket)
+    }
+
+    /// Return the socket's file descriptor.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Return the queue the socket is bound to.
+    pub fn queue(&self) -> u32 {
+        self.queue
+    }
+
+    /// Return whether the socket runs in zero-copy mode (else copy mode).
+    pub fn zero_copy(&self) -> bool {
+        self.zero_copy
+    }
+
+    /// Return the UMEM, to read frames you hold.
+    pub fn umem(&self) -> &Umem {
+        &self.umem
+    }
+
+    /// Return the UMEM, to write frames you hold.
+    pub fn umem_mut(&mut self) -> &mut Umem {
+        &mut self.umem
+    }
+
+    /// Enable busy polling: `recvfrom` then runs the device's receive processing in the
+    /// calling thread (`SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL`, `SO_BUSY_POLL_BUDGET`).
+    pub fn enable_busy_poll(&self, budget: u32) -> io::Result<()> {
+        sys::setsockopt_u32(self.fd(), libc::SOL_SOCKET, sys::SO_PREFER_BUSY_POLL, 1)?;
+        sys::setsockopt_u32(self.fd(), libc::SOL_SOCKET, sys::SO_BUSY_POLL, 20)?;
+        sys::setsockopt_u32(self.fd(), libc::SOL_SOCKET, sys::SO_BUSY_POLL_BUDGET, budget)
+    }
+
+    /// Take up to `max` received frames into `out` (at most its spare capacity), after
+    /// topping up the fill ring. Return how many descriptors were consumed.
+    pub fn receive(&mut self, max: usize, out: &mut Vec<Frame>) -> usize {
+        self.umem.refill(&mut self.fill);
+        self.umem.receive(&mut self.rx, max, out)
+    }
+
+    /// Give received frames back to the kernel for receiving again, emptying `frames`.
+    pub fn recycle(&mut self, frames: &mut Vec<Frame>) {
+        self.umem.recycle(&mut self.fill, frames);
+    }
+
+    /// Return whether no received frame is waiting.
+    pub fn rx_is_empty(&mut self) -> bool {
+        self.rx.is_empty()
+    }
+
+    /// Return whether the kernel asks for a wake-up to see new fill-ring frames.
+    pub fn fill_needs_wakeup(&self) -> bool {
+        self.fill.needs_wakeup()
+    }
+
+    /// Wake the kernel's receive side, or busy-poll the device when busy polling is enabled.
+    pub fn wake_rx(&self) -> io::Result<()> {
+        match sys::xsk_kick_rx(self.fd()) {
+            Ok(()) => Ok(()),
+            Err(e) if transient(&e) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Take a free send frame, reclaiming sent ones first if none is free; `None` when every
+    /// send frame is in flight or the TX ring is full.
+    pub fn alloc_tx(&mut self) -> Option<Frame> {
+        if self.umem.tx_free_count() == 0 {
+            self.umem.reclaim(&mut self.completion);
+        }
+        if !self.tx.has_room() {
+            return None;
+        }
+        self.umem.alloc_tx()
+    }
+
+    /// Queue the first `len` bytes of `frame` for sending (sent by [`flush_tx`](Self::flush_tx));
+    /// give the frame back if the TX ring is full or `len` exceeds the frame.
+    pub fn transmit(&mut self, frame: Frame, len: usize) -> Result<(), Frame> {
+        self.umem.transmit(&mut self.tx, frame, len)
+    }
+
+    /// Publish queued frames to the kernel, kick it when it asks to be kicked, and reclaim the
+    /// frames already sent.
+    pub fn flush_tx(&mut self) -> io::Result<()> {
+        self.tx.submit();
+        if self.tx.outstanding() > 0 && self.tx.needs_wakeup() {
+            // Copy mode sends one batch of KERNEL_TX_BATCH frames per call and answers EAGAIN
+            // while more remain (or while the completion ring is full): kick until the ring
+            // drains, with a bound in case the device cannot take more now.
+            for _ in 0..self.tx_ring_size / KERNEL_TX_BATCH + 2 {
+                match sys::xsk_kick_tx(self.fd()) {
+                    Ok(()) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                        self.umem.reclaim(&mut self.completion);
+                    }
+                    Err(e) if transient(&e) => break,
+                    Err(e) => return Err(e),
+                }
+                if self.tx.outstanding() == 0 {
+                    break;
+                }
+            }
+        }
+        self.umem.reclaim(&mut self.completion);
+        Ok(())
+    }
+
+    /// Return how many RX and completion descriptors were dropped because they pointed outside
+    /// the UMEM (a kernel bug if ever non-zero; the frames they named are lost).
+    pub fn invalid_descriptors(&self) -> u64 {
+        self.rx.invalid() + self.completion.invalid()
+    }
+
+    /// Return the kernel's drop counters for this socket.
+    pub fn statistics(&self) -> io::Result<XdpStatistics> {
+        sys::xsk_statistics(self.fd())
+    }
+}
+
+/// Errors of a wake-up call that only mean "not now": the kernel is busy, out of buffers, or
+/// the link is down; the frames stay queued.
+fn transient(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::ENETDOWN | libc::EINTR))
+}

@@ -1,0 +1,946 @@
+//! Raw Linux interfaces for AF_XDP and eBPF: the only module of the crate with `unsafe`.
+//!
+//! Everything here is a thin, checked wrapper over one system call or one piece of shared
+//! memory, and every wrapper is safe to call. The layouts come from the kernel's uapi headers
+//! (`linux/bpf.h`, `linux/if_xdp.h`, `linux/if_link.h`).
+//!
+//! The UMEM and its four rings also live here because their soundness rests on one rule that
+//! only this module can enforce: a [`Frame`] token exists for a UMEM frame exactly while user
+//! space owns that frame. Tokens are created only when frames are first handed out, or when the
+//! kernel gives a frame back through the RX or completion ring; they are consumed when a frame
+//! is given to the kernel through the fill or TX ring. Borrowing a frame's bytes therefore
+//! never races with the kernel writing them.
+
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::mem::{self, MaybeUninit};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+// ---------------------------------------------------------------------------------------------
+// bpf(2)
+// ---------------------------------------------------------------------------------------------
+
+/// `enum bpf_cmd` values.
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_PROG_LOAD: libc::c_long = 5;
+#[cfg(test)]
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
+const BPF_LINK_CREATE: libc::c_long = 28;
+
+/// `BPF_MAP_TYPE_XSKMAP`: an array of AF_XDP sockets indexed by queue.
+const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+/// `BPF_PROG_TYPE_XDP`.
+const BPF_PROG_TYPE_XDP: u32 = 6;
+/// `BPF_XDP`: the attach type of an XDP program on a network device.
+const BPF_XDP: u32 = 37;
+
+/// `XDP_FLAGS_SKB_MODE` (`linux/if_link.h`): generic XDP, run on socket buffers by the core.
+pub const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+/// `XDP_FLAGS_DRV_MODE`: native XDP, run by the driver before any socket buffer exists.
+pub const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+
+/// `XDP_PACKET_HEADROOM`: bytes the kernel keeps free in front of received data in a frame.
+pub const XDP_PACKET_HEADROOM: u32 = 256;
+
+/// One eBPF instruction (`struct bpf_insn`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BpfInsn {
+    /// Opcode: class, size/source and operation bits.
+    pub code: u8,
+    /// Destination register in the low nibble, source register in the high nibble.
+    pub regs: u8,
+    /// Signed offset: for memory accesses and jumps.
+    pub off: i16,
+    /// Signed immediate.
+    pub imm: i32,
+}
+
+/// `bpf_attr` for `BPF_MAP_CREATE` (the leading fields we set; the rest stays zero).
+#[repr(C)]
+#[derive(Default)]
+struct MapCreateAttr {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+    inner_map_fd: u32,
+    numa_node: u32,
+    map_name: [u8; 16],
+    map_ifindex: u32,
+}
+
+/// `bpf_attr` for `BPF_MAP_UPDATE_ELEM`.
+#[repr(C)]
+#[derive(Default)]
+struct MapUpdateAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+/// `bpf_attr` for `BPF_PROG_LOAD`.
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+}
+
+/// `bpf_attr` for `BPF_LINK_CREATE`.
+#[repr(C)]
+#[derive(Default)]
+struct LinkCreateAttr {
+    prog_fd: u32,
+    target_ifindex: u32,
+    attach_type: u32,
+    flags: u32,
+}
+
+/// `bpf_attr` for `BPF_PROG_TEST_RUN`.
+#[cfg(test)]
+#[repr(C)]
+#[derive(Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+}
+
+/// Call `bpf(cmd, attr, size_of::<T>())` and return its non-negative result.
+///
+/// # Safety
+///
+/// `T` must be the `bpf_attr` member that `cmd` reads, and every pointer stored in `attr` must be
+/// valid for the reads and writes that command performs for the duration of the call.
+unsafe fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
+    // SAFETY: `attr` is a live, exclusively borrowed struct of exactly the size passed; the
+    // caller guarantees its layout and pointers suit `cmd`.
+    let ret = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *mut T, mem::size_of::<T>()) };
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(ret) }
+}
+
+/// Wrap a file descriptor number returned by a successful system call.
+fn owned_fd(fd: libc::c_long) -> OwnedFd {
+    // SAFETY: the kernel just returned `fd` as a new descriptor that nothing else owns.
+    unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) }
+}
+
+/// Copy `name` into a fixed-size, NUL-terminated kernel object name.
+fn object_name(name: &str) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (slot, byte) in out.iter_mut().zip(name.bytes().filter(|b| b.is_ascii_alphanumeric() || *b == b'_').take(15)) {
+        *slot = byte;
+    }
+    out
+}
+
+/// Create an XSKMAP with `max_entries` slots (keys are queue indices, values socket fds).
+pub fn xskmap_create(max_entries: u32, name: &str) -> io::Result<OwnedFd> {
+    let mut attr = MapCreateAttr {
+        map_type: BPF_MAP_TYPE_XSKMAP,
+        key_size: 4,
+        value_size: 4,
+        max_entries,
+        map_name: object_name(name),
+        ..Default::default()
+    };
+    // SAFETY: `MapCreateAttr` is the `BPF_MAP_CREATE` member and holds no pointers.
+    let fd = unsafe { bpf(BPF_MAP_CREATE, &mut attr)? };
+    Ok(owned_fd(fd))
+}
+
+/// Store the socket `sock` in the XSKMAP `map` at index `key`.
+pub fn xskmap_set(map: BorrowedFd<'_>, key: u32, sock: BorrowedFd<'_>) -> io::Result<()> {
+    let value: u32 = sock.as_raw_fd() as u32;
+    let mut attr = MapUpdateAttr {
+        map_fd: map.as_raw_fd() as u32,
+        key: &key as *const u32 as u64,
+        value: &value as *const u32 as u64,
+        ..Default::default()
+    };
+    // SAFETY: `MapUpdateAttr` is the `BPF_MAP_UPDATE_ELEM` member; `key` and `value` point to
+    // live 4-byte values matching the map's key and value sizes.
+    unsafe { bpf(BPF_MAP_UPDATE_ELEM, &mut attr)? };
+    Ok(())
+}
+
+/// Load an XDP program. On failure, return the error and the verifier's log (empty when the
+/// kernel wrote none).
+pub fn xdp_prog_load(insns: &[BpfInsn], name: &str) -> Result<OwnedFd, (io::Error, String)> {
+    let license = c"GPL"; // bpf_redirect_map is GPL-only.
+    let mut attr = ProgLoadAttr {
+        prog_type: BPF_PROG_TYPE_XDP,
+        insn_cnt: insns.len() as u32,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        prog_name: object_name(name),
+        expected_attach_type: BPF_XDP,
+        ..Default::default()
+    };
+    // First try without a log, as libbpf does: the verifier is faster without one.
+    // SAFETY: `ProgLoadAttr` is the `BPF_PROG_LOAD` member; `insns` and `license` point to
+    // live memory of the stated length that outlives the call.
+    match unsafe { bpf(BPF_PROG_LOAD, &mut attr) } {
+        Ok(fd) => return Ok(owned_fd(fd)),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM)) => return Err((e, String::new())),
+        Err(_) => {}
+    }
+    // Load again with a verifier log so the error can say why.
+    let mut log = vec![0u8; 1 << 20];
+    attr.log_level = 1;
+    attr.log_size = log.len() as u32;
+    attr.log_buf = log.as_mut_ptr() as u64;
+    // SAFETY: as above; `log_buf` points to `log_size` writable bytes that outlive the call.
+    match unsafe { bpf(BPF_PROG_LOAD, &mut attr) } {
+        Ok(fd) => Ok(owned_fd(fd)),
+        Err(e) => {
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            Err((e, String::from_utf8_lossy(&log[..end]).trim_end().to_string()))
+        }
+    }
+}
+
+/// Attach `prog` to the interface `ifindex` through a BPF link (`flags`: one of the
+/// `XDP_FLAGS_*_MODE` values). Closing the returned link detaches the program; so does the
+/// death of the process, however it dies.
+pub fn xdp_link_create(prog: BorrowedFd<'_>, ifindex: u32, flags: u32) -> io::Result<OwnedFd> {
+    let mut attr =
+        LinkCreateAttr { prog_fd: prog.as_raw_fd() as u32, target_ifindex: ifindex, attach_type: BPF_XDP, flags };
+    // SAFETY: `LinkCreateAttr` is the `BPF_LINK_CREATE` member and holds no pointers.
+    let fd = unsafe { bpf(BPF_LINK_CREATE, &mut attr)? };
+    Ok(owned_fd(fd))
+}
+
+/// Run the XDP program `prog` once on `frame` in the kernel (`BPF_PROG_TEST_RUN`) and return
+/// the action it chose (`XDP_PASS` = 2, ...).
+#[cfg(test)]
+pub fn xdp_test_run(prog: BorrowedFd<'_>, frame: &[u8]) -> io::Result<u32> {
+    let mut attr = TestRunAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        data_size_in: frame.len() as u32,
+        data_in: frame.as_ptr() as u64,
+        repeat: 1,
+        ..Default::default()
+    };
+    // SAFETY: `TestRunAttr` is the `BPF_PROG_TEST_RUN` member; `data_in` points to
+    // `data_size_in` readable bytes; `data_out` is null with size 0, so nothing is written.
+    unsafe { bpf(BPF_PROG_TEST_RUN, &mut attr)? };
+    Ok(attr.retval)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Interfaces, limits, namespaces
+// ---------------------------------------------------------------------------------------------
+
+/// Return the index of the interface `name` in the calling thread's network namespace.
+pub fn if_index(name: &str) -> io::Result<u32> {
+    let cname = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::ENODEV))?;
+    // SAFETY: `cname` is a valid NUL-terminated string for the duration of the call.
+    let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+    if index == 0 { Err(io::Error::last_os_error()) } else { Ok(index) }
+}
+
+/// Fill an `ifreq` for `name` and run the interface ioctl `request` on a throwaway socket.
+fn if_ioctl(name: &str, request: libc::c_ulong) -> io::Result<libc::ifreq> {
+    if name.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    // SAFETY: plain socket(2) call; the result is checked below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let sock = owned_fd(fd as libc::c_long);
+    // SAFETY: `ifreq` is a plain C struct/union for which all-zero bytes are a valid value.
+    let mut req: libc::ifreq = unsafe { mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    // SAFETY: `req` is a valid `ifreq` with a NUL-terminated name; the kernel writes only into it.
+    let ret = unsafe { libc::ioctl(sock.as_raw_fd(), request as _, &mut req as *mut libc::ifreq) };
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(req) }
+}
+
+/// Return the MAC address of the interface `name`.
+pub fn if_mac(name: &str) -> io::Result<[u8; 6]> {
+    let req = if_ioctl(name, libc::SIOCGIFHWADDR)?;
+    // SAFETY: SIOCGIFHWADDR fills the `ifru_hwaddr` member of the union.
+    let data = unsafe { req.ifr_ifru.ifru_hwaddr.sa_data };
+    let mut mac = [0u8; 6];
+    for (dst, src) in mac.iter_mut().zip(data.iter()) {
+        *dst = *src as u8;
+    }
+    Ok(mac)
+}
+
+/// Return the MTU of the interface `name`.
+pub fn if_mtu(name: &str) -> io::Result<u32> {
+    let req = if_ioctl(name, libc::SIOCGIFMTU)?;
+    // SAFETY: SIOCGIFMTU fills the `ifru_mtu` member of the union.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    Ok(mtu.max(0) as u32)
+}
+
+/// Try to lift `RLIMIT_MEMLOCK`. Failing is normal without `CAP_SYS_RESOURCE`, and harmless
+/// where `CAP_IPC_LOCK` (root) or memcg accounting (Linux 5.11+) lets the UMEM be pinned anyway.
+pub fn raise_memlock() -> io::Result<()> {
+    let limit = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: `limit` is a valid rlimit read by the call.
+    let ret = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &limit) };
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Move the calling thread into the network namespace `ns` (an open `/var/run/netns/NAME`).
+/// Sockets and BPF links the thread creates afterwards belong to that namespace.
+pub fn setns_net(ns: &File) -> io::Result<()> {
+    // SAFETY: plain setns(2) on a descriptor we hold open; it changes only this thread's namespace.
+    let ret = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Return the effective user id of the process.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+// ---------------------------------------------------------------------------------------------
+// AF_XDP socket
+// ---------------------------------------------------------------------------------------------
+
+/// `SO_BUSY_POLL`, `SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL_BUDGET` (`asm-generic/socket.h`).
+pub const SO_BUSY_POLL: libc::c_int = 46;
+/// See [`SO_BUSY_POLL`].
+pub const SO_PREFER_BUSY_POLL: libc::c_int = 69;
+/// See [`SO_BUSY_POLL`].
+pub const SO_BUSY_POLL_BUDGET: libc::c_int = 70;
+
+/// Create an AF_XDP socket.
+pub fn xsk_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2) call; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 { Err(io::Error::last_os_error()) } else { Ok(owned_fd(fd as libc::c_long)) }
+}
+
+/// Set an integer socket option.
+pub fn setsockopt_u32(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: u32) -> io::Result<()> {
+    // SAFETY: `value` is a live 4-byte integer; the kernel reads `optlen` bytes from it.
+    let ret = unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, &value as *const u32 as *const libc::c_void, 4) };
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Read a plain-data socket option of type `T`, requiring the kernel to fill all of it.
+///
+/// # Safety
+///
+/// `T` must be a plain C struct for which any bit pattern is valid and which is the layout the
+/// kernel writes for (`level`, `name`).
+unsafe fn getsockopt_struct<T>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Result<T> {
+    let mut value = MaybeUninit::<T>::zeroed();
+    let mut len = mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `value` is writable for `len` bytes and `len` is a valid in/out length.
+    let ret = unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, value.as_mut_ptr().cast(), &mut len) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if len as usize != mem::size_of::<T>() {
+        return Err(io::Error::new(io::ErrorKind::Unsupported, "kernel returned a shorter (older) structure"));
+    }
+    // SAFETY: the kernel filled all of `value`, and the caller guarantees any bytes are valid.
+    Ok(unsafe { value.assume_init() })
+}
+
+/// Return the offsets of the producer, consumer, flags and descriptors in the four rings.
+pub fn xsk_mmap_offsets(fd: BorrowedFd<'_>) -> io::Result<libc::xdp_mmap_offsets> {
+    // SAFETY: `xdp_mmap_offsets` is plain integers, the layout of XDP_MMAP_OFFSETS (with flags).
+    unsafe { getsockopt_struct(fd, libc::SOL_XDP, libc::XDP_MMAP_OFFSETS) }
+}
+
+/// Return the `XDP_OPTIONS` flags of a bound socket (`XDP_OPTIONS_ZEROCOPY`).
+pub fn xsk_options(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    // SAFETY: `xdp_options` is one u32, the layout of XDP_OPTIONS.
+    let opts: libc::xdp_options = unsafe { getsockopt_struct(fd, libc::SOL_XDP, libc::XDP_OPTIONS)? };
+    Ok(opts.flags)
+}
+
+/// Drop counters of an AF_XDP socket (`struct xdp_statistics`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpStatistics {
+    /// Frames dropped for other reasons.
+    pub rx_dropped: u64,
+    /// Frames dropped because of an invalid RX descriptor.
+    pub rx_invalid_descs: u64,
+    /// TX descriptors the kernel rejected as invalid.
+    pub tx_invalid_descs: u64,
+    /// Frames dropped because the RX ring was full.
+    pub rx_ring_full: u64,
+    /// Times the kernel found the fill ring empty.
+    pub rx_fill_ring_empty_descs: u64,
+    /// Times the kernel found the TX ring empty.
+    pub tx_ring_empty_descs: u64,
+}
+
+/// Return the socket's drop counters.
+pub fn xsk_statistics(fd: BorrowedFd<'_>) -> io::Result<XdpStatistics> {
+    // SAFETY: `xdp_statistics` is six u64 counters, the layout of XDP_STATISTICS.
+    let s: libc::xdp_statistics = unsafe { getsockopt_struct(fd, libc::SOL_XDP, libc::XDP_STATISTICS)? };
+    Ok(XdpStatistics {
+        rx_dropped: s.rx_dropped,
+        rx_invalid_descs: s.rx_invalid_descs,
+        tx_invalid_descs: s.tx_invalid_descs,
+        rx_ring_full: s.rx_ring_full,
+        rx_fill_ring_empty_descs: s.rx_fill_ring_empty_descs,
+        tx_ring_empty_descs: s.tx_ring_empty_descs,
+    })
+}
+
+/// Bind the socket to queue `queue` of interface `ifindex` (`flags`: `XDP_*` bind flags).
+pub fn xsk_bind(fd: BorrowedFd<'_>, ifindex: u32, queue: u32, flags: u16) -> io::Result<()> {
+    let addr = libc::sockaddr_xdp {
+        sxdp_family: libc::AF_XDP as u16,
+        sxdp_flags: flags,
+        sxdp_ifindex: ifindex,
+        sxdp_queue_id: queue,
+        sxdp_shared_umem_fd: 0,
+    };
+    // SAFETY: `addr` is a valid sockaddr_xdp of the length passed.
+    let ret = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            &addr as *const libc::sockaddr_xdp as *const libc::sockaddr,
+            mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+        )
+    };
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Ask the kernel to process the TX ring (`sendto` with no data).
+pub fn xsk_kick_tx(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: a zero-length send with null buffer and address; the kernel reads nothing.
+    let ret = unsafe { libc::sendto(fd.as_raw_fd(), ptr::null(), 0, libc::MSG_DONTWAIT, ptr::null(), 0) };
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Ask the kernel to process the fill ring, or busy-poll the device (`recvfrom` with no buffer).
+pub fn xsk_kick_rx(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: a zero-length receive with null buffer and address; the kernel writes nothing.
+    let ret = unsafe {
+        libc::recvfrom(fd.as_raw_fd(), ptr::null_mut(), 0, libc::MSG_DONTWAIT, ptr::null_mut(), ptr::null_mut())
+    };
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Wait until `fd` is readable or `timeout_ms` passes (-1: no limit). Return whether it is readable.
+pub fn poll_readable(fd: BorrowedFd<'_>, timeout_ms: libc::c_int) -> io::Result<bool> {
+    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: `pfd` is one valid pollfd, matching the count passed.
+    let ret = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(ret > 0) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared memory: mappings, UMEM, frames, rings
+// ---------------------------------------------------------------------------------------------
+
+/// An owned memory mapping, unmapped on drop.
+struct Mmap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; nothing about it is tied to a thread.
+unsafe impl Send for Mmap {}
+
+impl Mmap {
+    /// Map `len` bytes, populated up front. `fd`/`offset` select a ring of an AF_XDP socket
+    /// (shared mapping); `None` maps private anonymous memory.
+    fn new(len: usize, fd: Option<(BorrowedFd<'_>, u64)>) -> io::Result<Mmap> {
+        let (flags, raw_fd, offset) = match fd {
+            Some((fd, offset)) => (libc::MAP_SHARED | libc::MAP_POPULATE, fd.as_raw_fd(), offset),
+            None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE, -1, 0),
+        };
+        // SAFETY: a fresh mapping chosen by the kernel (null hint); it aliases no Rust memory.
+        let ptr = unsafe {
+            libc::mmap(ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, raw_fd, offset as libc::off_t)
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(Mmap { ptr, len })
+    }
+}
+
+impl Drop for Mmap {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` describe a mapping this value owns; no references into it outlive
+        // the owner (borrows of UMEM bytes and ring slots are tied to `&self`).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A UMEM frame owned by user space: a move-only token (no `Clone`).
+///
+/// Obtain one from [`XskSocket::receive`](crate::xdp::XskSocket::receive) or
+/// [`XskSocket::alloc_tx`](crate::xdp::XskSocket::alloc_tx); give it up with
+/// [`XskSocket::recycle`](crate::xdp::XskSocket::recycle) or
+/// [`XskSocket::transmit`](crate::xdp::XskSocket::transmit). While you hold it, the kernel does
+/// not touch its bytes, so [`Umem::data`](crate::xdp::Umem::data) and
+/// [`Umem::buffer_mut`](crate::xdp::Umem::buffer_mut) are safe.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// Offset of the frame's first byte in the UMEM.
+    addr: u64,
+    /// Offset of the packet data within the frame.
+    offset: u32,
+    /// Length of the packet data.
+    len: u32,
+    /// Identity of the UMEM the frame belongs to.
+    umem: u32,
+}
+
+impl Frame {
+    /// Return the offset of the frame in the UMEM.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    /// Return the length of the packet data in the frame.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+    /// Return whether the frame holds no packet data.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// The packet buffer area registered with an AF_XDP socket: `count` frames of `size` bytes.
+pub struct UmemArea {
+    map: Mmap,
+    frame_size: u32,
+    id: u32,
+}
+
+impl UmemArea {
+    /// Allocate `count` frames of `size` bytes (a power of two) and return the area with one
+    /// token per frame.
+    pub fn new(count: u32, size: u32) -> io::Result<(UmemArea, Vec<Frame>)> {
+        static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+        if count == 0 || !size.is_power_of_two() {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        let len = count as usize * size as usize;
+        let area =
+            UmemArea { map: Mmap::new(len, None)?, frame_size: size, id: NEXT_ID.fetch_add(1, Ordering::Relaxed) };
+        let frames =
+            (0..count).map(|i| Frame { addr: i as u64 * size as u64, offset: 0, len: 0, umem: area.id }).collect();
+        Ok((area, frames))
+    }
+
+    /// Return the size of one frame.
+    pub fn frame_size(&self) -> u32 {
+        self.frame_size
+    }
+
+    /// Register the area with the AF_XDP socket `fd` (`XDP_UMEM_REG`).
+    pub fn register(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let reg = libc::xdp_umem_reg {
+            addr: self.map.ptr.as_ptr() as u64,
+            len: self.map.len as u64,
+            chunk_size: self.frame_size,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        // SAFETY: `reg` is a valid xdp_umem_reg; it describes memory this area owns, which stays
+        // mapped while the socket lives (the socket's owner keeps the area alive, see XskSocket).
+        let ret = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_XDP,
+                libc::XDP_UMEM_REG,
+                &reg as *const libc::xdp_umem_reg as *const libc::c_void,
+                mem::size_of::<libc::xdp_umem_reg>() as libc::socklen_t,
+            )
+        };
+        if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    }
+
+    /// Check that `frame` belongs to this area (a token from another UMEM is a caller bug).
+    fn check(&self, frame: &Frame) {
+        assert_eq!(frame.umem, self.id, "a Frame was used with a UMEM it does not belong to");
+    }
+
+    /// Return the packet data of a frame (for a received frame: the received bytes).
+    pub fn data(&self, frame: &Frame) -> &[u8] {
+        self.check(frame);
+        let start = frame.addr as usize + frame.offset as usize;
+        // SAFETY: tokens are created in bounds (`new`, `frame_at`), so start..start+len lies in
+        // the mapping; holding the token means the kernel does not write these bytes; the slice
+        // borrows `self`, so the mapping outlives it.
+        unsafe { std::slice::from_raw_parts(self.map.ptr.as_ptr().add(start), frame.len as usize) }
+    }
+
+    /// Return the whole frame, `frame_size` bytes, for writing a packet to send.
+    pub fn buffer_mut(&mut self, frame: &mut Frame) -> &mut [u8] {
+        self.check(frame);
+        // SAFETY: as in `data`; the frame lies in the mapping, the kernel does not touch it while
+        // the token is held, and `&mut self` rules out any other borrow of the area's bytes.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.map.ptr.as_ptr().add(frame.addr as usize), self.frame_size as usize)
+        }
+    }
+
+    /// Turn a descriptor address from the kernel into a token, after checking that the data
+    /// range lies within one frame of the area. `None` for an impossible descriptor.
+    fn frame_at(&self, addr: u64, len: u32) -> Option<Frame> {
+        let base = addr & !(self.frame_size as u64 - 1);
+        let offset = (addr - base) as u32;
+        let fits_frame = offset.checked_add(len).is_some_and(|end| end <= self.frame_size);
+        let in_area = base.checked_add(self.frame_size as u64).is_some_and(|end| end <= self.map.len as u64);
+        (fits_frame && in_area).then_some(Frame { addr: base, offset, len, umem: self.id })
+    }
+}
+
+/// One mapped ring: producer and consumer indices, flags and `size` slots of `T`.
+struct Ring<T> {
+    _map: Mmap,
+    producer: NonNull<AtomicU32>,
+    consumer: NonNull<AtomicU32>,
+    flags: NonNull<AtomicU32>,
+    slots: NonNull<T>,
+    mask: u32,
+    size: u32,
+}
+
+// SAFETY: the ring is shared memory owned by this value (through `_map`); nothing is thread-bound.
+unsafe impl<T: Send> Send for Ring<T> {}
+
+impl<T: Copy> Ring<T> {
+    /// Map the ring of `size` entries at page offset `pgoff` of the socket `fd`.
+    fn map(fd: BorrowedFd<'_>, off: &libc::xdp_ring_offset, pgoff: u64, size: u32) -> io::Result<Ring<T>> {
+        let len = off.desc as usize + size as usize * mem::size_of::<T>();
+        let map = Mmap::new(len, Some((fd, pgoff)))?;
+        let base = map.ptr.as_ptr();
+        let aligned = |o: u64, align: usize| (o as usize).is_multiple_of(align) && (o as usize) < len;
+        if !aligned(off.producer, 4)
+            || !aligned(off.consumer, 4)
+            || !aligned(off.flags, 4)
+            || !aligned(off.desc, mem::align_of::<T>())
+        {
+            return Err(io::Error::other("kernel reported misaligned ring offsets"));
+        }
+        // SAFETY: all offsets were checked to lie inside the mapping and be suitably aligned;
+        // the kernel only ever accesses the indices and flags as 32-bit words.
+        unsafe {
+            Ok(Ring {
+                producer: NonNull::new_unchecked(base.add(off.producer as usize).cast()),
+                consumer: NonNull::new_unchecked(base.add(off.consumer as usize).cast()),
+                flags: NonNull::new_unchecked(base.add(off.flags as usize).cast()),
+                slots: NonNull::new_unchecked(base.add(off.desc as usize).cast()),
+                mask: size - 1,
+                size,
+                _map: map,
+            })
+        }
+    }
+
+    fn producer(&self) -> &AtomicU32 {
+        // SAFETY: points into the mapping owned by `self` (checked in `map`), aligned, and only
+        // ever accessed atomically by user space and the kernel.
+        unsafe { self.producer.as_ref() }
+    }
+
+    fn consumer(&self) -> &AtomicU32 {
+        // SAFETY: as for `producer`.
+        unsafe { self.consumer.as_ref() }
+    }
+
+    fn needs_wakeup(&self) -> bool {
+        // SAFETY: as for `producer`. A relaxed load, like libxdp's plain read of the flags word.
+        let flags = unsafe { self.flags.as_ref() };
+        flags.load(Ordering::Relaxed) & libc::XDP_RING_NEED_WAKEUP != 0
+    }
+
+    fn read(&self, index: u32) -> T {
+        // SAFETY: `index & mask` is within the `size` slots of the mapping; the caller only reads
+        // slots the kernel published (index < acquired producer), which it no longer writes.
+        unsafe { ptr::read(self.slots.as_ptr().add((index & self.mask) as usize)) }
+    }
+
+    fn write(&mut self, index: u32, value: T) {
+        // SAFETY: in bounds as in `read`; the caller only writes slots the kernel has released
+        // (index < acquired consumer + size) and not yet published, which the kernel does not read.
+        unsafe { ptr::write(self.slots.as_ptr().add((index & self.mask) as usize), value) }
+    }
+}
+
+/// The user-space producer side of a ring (fill and TX), as in libxdp's `xsk_ring_prod`.
+struct Producer<T> {
+    ring: Ring<T>,
+    /// Next slot to write; slots below it and at or above `published` are written, not yet visible.
+    cached_prod: u32,
+    /// Kernel's consumer index plus `size`: the first slot we may not write.
+    cached_cons: u32,
+}
+
+impl<T: Copy> Producer<T> {
+    fn new(ring: Ring<T>) -> Self {
+        let cached_prod = ring.producer().load(Ordering::Relaxed);
+        let cached_cons = ring.consumer().load(Ordering::Relaxed).wrapping_add(ring.size);
+        Producer { ring, cached_prod, cached_cons }
+    }
+
+    /// Return how many slots are free, refreshing from the kernel only when fewer than `want`.
+    fn free(&mut self, want: u32) -> u32 {
+        let free = self.cached_cons.wrapping_sub(self.cached_prod);
+        if free >= want {
+            return free;
+        }
+        // Acquire: the kernel's reads of the slots it released happen before we overwrite them.
+        self.cached_cons = self.ring.consumer().load(Ordering::Acquire).wrapping_add(self.ring.size);
+        self.cached_cons.wrapping_sub(self.cached_prod)
+    }
+
+    /// Write `value` into the next free slot (invisible to the kernel until `submit`).
+    fn push(&mut self, value: T) -> bool {
+        if self.free(1) == 0 {
+            return false;
+        }
+        self.ring.write(self.cached_prod, value);
+        self.cached_prod = self.cached_prod.wrapping_add(1);
+        true
+    }
+
+    /// Publish every slot written so far.
+    fn submit(&mut self) {
+        // Release: the slot contents are visible to the kernel before the new producer index.
+        self.ring.producer().store(self.cached_prod, Ordering::Release);
+    }
+
+    /// Return how many published or written entries the kernel has not consumed yet.
+    fn outstanding(&self) -> u32 {
+        self.cached_prod.wrapping_sub(self.ring.consumer().load(Ordering::Acquire))
+    }
+}
+
+/// The user-space consumer side of a ring (RX and completion), as in libxdp's `xsk_ring_cons`.
+struct Consumer<T> {
+    ring: Ring<T>,
+    /// Kernel's producer index, as last read.
+    cached_prod: u32,
+    /// Next slot to read.
+    cached_cons: u32,
+}
+
+impl<T: Copy> Consumer<T> {
+    fn new(ring: Ring<T>) -> Self {
+        let cached_prod = ring.producer().load(Ordering::Relaxed);
+        let cached_cons = ring.consumer().load(Ordering::Relaxed);
+        Consumer { ring, cached_prod, cached_cons }
+    }
+
+    /// Return how many entries are ready (at most `max`), refreshing from the kernel when the
+    /// cached ones are used up.
+    fn available(&mut self, max: u32) -> u32 {
+        let mut ready = self.cached_prod.wrapping_sub(self.cached_cons);
+        if ready == 0 {
+            // Acquire: the kernel's writes of the slots happen before we read them.
+            self.cached_prod = self.ring.producer().load(Ordering::Acquire);
+            ready = self.cached_prod.wrapping_sub(self.cached_cons);
+        }
+        ready.min(max)
+    }
+
+    /// Read the next ready entry. Call only after `available` returned more entries than read.
+    fn next(&mut self) -> T {
+        debug_assert!(self.cached_prod != self.cached_cons);
+        let value = self.ring.read(self.cached_cons);
+        self.cached_cons = self.cached_cons.wrapping_add(1);
+        value
+    }
+
+    /// Give every slot read so far back to the kernel.
+    fn release(&mut self) {
+        // Release: our reads of the slots happen before the kernel may overwrite them.
+        self.ring.consumer().store(self.cached_cons, Ordering::Release);
+    }
+}
+
+/// Ring sizes (entries, each a power of two) of one socket.
+#[derive(Clone, Copy, Debug)]
+pub struct RingSizes {
+    /// Fill ring: frames given to the kernel for receiving.
+    pub fill: u32,
+    /// Completion ring: sent frames given back by the kernel.
+    pub completion: u32,
+    /// RX ring: received frames.
+    pub rx: u32,
+    /// TX ring: frames to send.
+    pub tx: u32,
+}
+
+/// Set the four ring sizes on `fd` and map the rings (after `XDP_UMEM_REG`, before `bind`).
+pub fn xsk_rings(fd: BorrowedFd<'_>, sizes: RingSizes) -> io::Result<(FillQueue, CompletionQueue, RxQueue, TxQueue)> {
+    setsockopt_u32(fd, libc::SOL_XDP, libc::XDP_UMEM_FILL_RING, sizes.fill)?;
+    setsockopt_u32(fd, libc::SOL_XDP, libc::XDP_UMEM_COMPLETION_RING, sizes.completion)?;
+    setsockopt_u32(fd, libc::SOL_XDP, libc::XDP_RX_RING, sizes.rx)?;
+    setsockopt_u32(fd, libc::SOL_XDP, libc::XDP_TX_RING, sizes.tx)?;
+    let off = xsk_mmap_offsets(fd)?;
+    let fill = Ring::<u64>::map(fd, &off.fr, libc::XDP_UMEM_PGOFF_FILL_RING, sizes.fill)?;
+    let comp = Ring::<u64>::map(fd, &off.cr, libc::XDP_UMEM_PGOFF_COMPLETION_RING, sizes.completion)?;
+    let rx = Ring::<libc::xdp_desc>::map(fd, &off.rx, libc::XDP_PGOFF_RX_RING as u64, sizes.rx)?;
+    let tx = Ring::<libc::xdp_desc>::map(fd, &off.tx, libc::XDP_PGOFF_TX_RING as u64, sizes.tx)?;
+    Ok((
+        FillQueue(Producer::new(fill)),
+        CompletionQueue(Consumer::new(comp), 0),
+        RxQueue(Consumer::new(rx), 0),
+        TxQueue(Producer::new(tx)),
+    ))
+}
+
+/// The fill ring: frames handed to the kernel to receive into.
+pub struct FillQueue(Producer<u64>);
+
+impl FillQueue {
+    /// Queue `frame` for receiving (visible after [`submit`](Self::submit)); give it back when
+    /// the ring is full.
+    pub fn push(&mut self, frame: Frame) -> Result<(), Frame> {
+        if self.0.push(frame.addr) { Ok(()) } else { Err(frame) }
+    }
+    /// Publish the queued frames to the kernel.
+    pub fn submit(&mut self) {
+        self.0.submit();
+    }
+    /// Return whether the kernel asks for a wake-up (`recvfrom`/`poll`) to see new frames.
+    pub fn needs_wakeup(&self) -> bool {
+        self.0.ring.needs_wakeup()
+    }
+}
+
+/// The completion ring: frames the kernel has finished sending.
+/// The second field counts descriptors dropped as invalid.
+pub struct CompletionQueue(Consumer<u64>, u64);
+
+impl CompletionQueue {
+    /// Move up to `max` completed frames into `out` (never beyond its spare capacity, so never
+    /// allocating) and release their slots in one step. Return how many were moved.
+    pub fn pop_into(&mut self, umem: &UmemArea, max: usize, out: &mut Vec<Frame>) -> usize {
+        let n = self.0.available(max.min(out.capacity() - out.len()) as u32);
+        for _ in 0..n {
+            let addr = self.0.next();
+            match umem.frame_at(addr, 0) {
+                Some(frame) => out.push(frame),
+                None => {
+                    self.1 += 1;
+                    log::debug!("dropped AF_XDP completion: address {addr:#x} outside the UMEM");
+                }
+            }
+        }
+        if n > 0 {
+            self.0.release();
+        }
+        n as usize
+    }
+    /// Return how many descriptors were dropped because they lay outside the UMEM.
+    pub fn invalid(&self) -> u64 {
+        self.1
+    }
+}
+
+/// The RX ring: frames the kernel has received into.
+/// The second field counts descriptors dropped as invalid.
+pub struct RxQueue(Consumer<libc::xdp_desc>, u64);
+
+impl RxQueue {
+    /// Move up to `max` received frames into `out` (never beyond its spare capacity) and
+    /// release their slots in one step. Return how many descriptors were consumed.
+    pub fn pop_into(&mut self, umem: &UmemArea, max: usize, out: &mut Vec<Frame>) -> usize {
+        let n = self.0.available(max.min(out.capacity() - out.len()) as u32);
+        for _ in 0..n {
+            let desc = self.0.next();
+            match umem.frame_at(desc.addr, desc.len) {
+                Some(frame) => out.push(frame),
+                None => {
+                    self.1 += 1;
+                    log::debug!(
+                        "dropped AF_XDP RX descriptor outside the UMEM: addr {:#x} len {}",
+                        desc.addr,
+                        desc.len
+                    );
+                }
+            }
+        }
+        if n > 0 {
+            self.0.release();
+        }
+        n as usize
+    }
+    /// Return how many descriptors were dropped because they lay outside the UMEM (never
+    /// expected from a correct kernel).
+    pub fn invalid(&self) -> u64 {
+        self.1
+    }
+    /// Return whether received frames are waiting.
+    pub fn is_empty(&mut self) -> bool {
+        self.0.available(1) == 0
+    }
+}
+
+/// The TX ring: frames handed to the kernel to send.
+pub struct TxQueue(Producer<libc::xdp_desc>);
+
+impl TxQueue {
+    /// Queue the first `len` bytes of `frame` for sending (visible after
+    /// [`submit`](Self::submit)); give the frame back when the ring is full or `len` is larger
+    /// than a frame.
+    pub fn push(&mut self, umem: &UmemArea, frame: Frame, len: usize) -> Result<(), Frame> {
+        umem.check(&frame);
+        if len > umem.frame_size as usize {
+            return Err(frame);
+        }
+        let desc = libc::xdp_desc { addr: frame.addr, len: len as u32, options: 0 };
+        if self.0.push(desc) { Ok(()) } else { Err(frame) }
+    }
+    /// Return whether at least one slot is free.
+    pub fn has_room(&mut self) -> bool {
+        self.0.free(1) > 0
+    }
+    /// Publish the queued frames to the kernel.
+    pub fn submit(&mut self) {
+        self.0.submit();
+    }
+    /// Return how many queued frames the kernel has not taken yet.
+    pub fn outstanding(&self) -> u32 {
+        self.0.outstanding()
+    }
+    /// Return whether the kernel asks for a `sendto` to process the ring.
+    pub fn needs_wakeup(&self) -> bool {
+        self.0.ring.needs_wakeup()
+    }
+}

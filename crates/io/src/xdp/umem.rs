@@ -1,0 +1,116 @@
+//! The UMEM: the packet buffer area an AF_XDP socket shares with the kernel, cut into frames,
+//! and the free lists of the frames user space holds.
+//!
+//! Frames are move-only [`Frame`] tokens: while you hold one, the kernel does not touch its
+//! bytes, so [`Umem::data`] and [`Umem::buffer_mut`] need no `unsafe`. The receive frames
+//! circulate fill ring -> RX ring -> caller -> fill ring; the send frames circulate free list ->
+//! TX ring -> completion ring -> free list. Keeping the two pools apart means a burst of
+//! sending can never starve reception, nor the reverse.
+
+use std::io;
+
+pub use super::sys::Frame;
+use super::sys::{CompletionQueue, FillQueue, RxQueue, TxQueue, UmemArea};
+
+/// A UMEM area and the frames user space holds.
+pub struct Umem {
+    area: UmemArea,
+    /// Send frames not in flight, used as a stack: the frame freed last, still warm in the
+    /// cache, is reused first.
+    tx_free: Vec<Frame>,
+    /// Receive frames not in the fill ring (normally none: the fill ring holds them all).
+    rx_free: Vec<Frame>,
+}
+
+impl Umem {
+    /// Allocate `frame_count` frames of `frame_size` bytes (a power of two): the first
+    /// `rx_frames` for receiving, the rest for sending.
+    pub(crate) fn new(frame_count: u32, frame_size: u32, rx_frames: u32) -> io::Result<Umem> {
+        let (area, mut frames) = UmemArea::new(frame_count, frame_size)?;
+        let tx_free = frames.split_off(rx_frames.min(frame_count) as usize);
+        // Stacks pop from the end: reverse so frames go out in address order at first.
+        let (mut rx_free, mut tx_free) = (frames, tx_free);
+        rx_free.reverse();
+        tx_free.reverse();
+        Ok(Umem { area, tx_free, rx_free })
+    }
+
+    /// Return the size of one frame.
+    pub fn frame_size(&self) -> u32 {
+        self.area.frame_size()
+    }
+
+    /// Return the area, for registering it with a socket.
+    pub(crate) fn area(&self) -> &UmemArea {
+        &self.area
+    }
+
+    /// Return the packet data of a frame you hold.
+    pub fn data(&self, frame: &Frame) -> &[u8] {
+        self.area.data(frame)
+    }
+
+    /// Return the whole buffer of a frame you hold, to write a packet into.
+    pub fn buffer_mut(&mut self, frame: &mut Frame) -> &mut [u8] {
+        self.area.buffer_mut(frame)
+    }
+
+    /// Take a free send frame.
+    pub fn alloc_tx(&mut self) -> Option<Frame> {
+        self.tx_free.pop()
+    }
+
+    /// Return a send frame you did not send.
+    pub fn free_tx(&mut self, frame: Frame) {
+        self.tx_free.push(frame);
+    }
+
+    /// Return how many send frames are free.
+    pub fn tx_free_count(&self) -> usize {
+        self.tx_free.len()
+    }
+
+    /// Move frames the kernel finished sending to the free list. Return how many.
+    pub(crate) fn reclaim(&mut self, completion: &mut CompletionQueue) -> usize {
+        completion.pop_into(&self.area, usize::MAX, &mut self.tx_free)
+    }
+
+    /// Give free receive frames to the kernel through the fill ring. Return how many.
+    pub(crate) fn refill(&mut self, fill: &mut FillQueue) -> usize {
+        let mut given = 0;
+        while let Some(frame) = self.rx_free.pop() {
+            if let Err(frame) = fill.push(frame) {
+                self.rx_free.push(frame);
+                break;
+            }
+            given += 1;
+        }
+        if given > 0 {
+            fill.submit();
+        }
+        given
+    }
+
+    /// Give received frames back to the kernel through the fill ring, emptying `frames`;
+    /// frames that do not fit wait in the free list for the next [`refill`](Self::refill).
+    pub(crate) fn recycle(&mut self, fill: &mut FillQueue, frames: &mut Vec<Frame>) {
+        for frame in frames.drain(..) {
+            if let Err(frame) = fill.push(frame) {
+                self.rx_free.push(frame);
+            }
+        }
+        fill.submit();
+    }
+
+    /// Take up to `max` received frames from the RX ring into `out` (up to its spare capacity).
+    /// Return how many descriptors were consumed.
+    pub(crate) fn receive(&self, rx: &mut RxQueue, max: usize, out: &mut Vec<Frame>) -> usize {
+        rx.pop_into(&self.area, max, out)
+    }
+
+    /// Queue the first `len` bytes of a send frame on the TX ring; give it back if the ring is
+    /// full or `len` exceeds the frame.
+    pub(crate) fn transmit(&self, tx: &mut TxQueue, frame: Frame, len: usize) -> Result<(), Frame> {
+        tx.push(&self.area, frame, len)
+    }
+}

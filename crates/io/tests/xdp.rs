@@ -1,0 +1,518 @@
+//! AF_XDP backend against a real kernel peer, in throwaway network namespaces.
+//!
+//! Needs root (and `ip`, `ethtool`, `ping`); without them each test says why it skips, except
+//! under `CI=true`, where it fails. Run serially: `cargo test -p bypass-io --release --
+//! --test-threads=1` (each test has its own namespaces, but the machine has two cores).
+
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bypass_io::testlab::{Lab, LabConfig, lab_available};
+use bypass_io::xdp::{XdpConfig, XdpDevice, XdpError, XdpMode};
+use bypass_stack::Device;
+
+fn init_log() {
+    let _ = env_logger::builder().is_test(true).try_init();
+}
+
+fn config(lab: &Lab, mode: XdpMode) -> XdpConfig {
+    XdpConfig { mode, ..XdpConfig::new(&lab.bypass_if, lab.bypass_ip) }
+}
+
+/// Open the device inside the lab's bypass namespace.
+fn open(lab: &Lab, config: XdpConfig) -> Result<XdpDevice, XdpError> {
+    lab.in_bypass(|| XdpDevice::open(config))
+}
+
+/// Return whether `ip -d link show` lists an XDP program on the bypass interface.
+fn xdp_attached(lab: &Lab) -> bool {
+    let out = lab.ip_bypass(&["-d", "link", "show", "dev", &lab.bypass_if]).expect("ip link show");
+    out.contains("prog/xdp")
+}
+
+/// Kill and reap a child process when the test ends, however it ends.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Frames, built by hand
+// ---------------------------------------------------------------------------------------------
+
+/// Internet checksum (RFC 1071) of `data`.
+fn checksum(data: &[u8]) -> u16 {
+    let mut sum: u32 = data.chunks(2).map(|c| u32::from(c[0]) << 8 | u32::from(*c.get(1).unwrap_or(&0))).sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Return the ARP request's sender (MAC, IPv4) if `frame` asks who has `ip`.
+fn arp_request_for(frame: &[u8], ip: Ipv4Addr) -> Option<([u8; 6], [u8; 4])> {
+    let is_request = frame.len() >= 42 && frame[12..14] == [0x08, 0x06] && frame[20..22] == [0, 1];
+    (is_request && frame[38..42] == ip.octets())
+        .then(|| (frame[22..28].try_into().unwrap(), frame[28..32].try_into().unwrap()))
+}
+
+/// Build the ARP reply "`ip` is at `mac`" to a requester.
+fn arp_reply(mac: [u8; 6], ip: Ipv4Addr, to_mac: [u8; 6], to_ip: [u8; 4]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(42);
+    f.extend_from_slice(&to_mac);
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&[0x08, 0x06]); // EtherType ARP
+    f.extend_from_slice(&[0, 1, 0x08, 0x00, 6, 4, 0, 2]); // Ethernet/IPv4, reply
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&ip.octets());
+    f.extend_from_slice(&to_mac);
+    f.extend_from_slice(&to_ip);
+    f
+}
+
+/// Return whether `frame` is an ICMP echo request to `ip`.
+fn is_echo_request_to(frame: &[u8], ip: Ipv4Addr) -> bool {
+    if frame.len() < 34 || frame[12..14] != [0x08, 0x00] || frame[23] != 1 || frame[30..34] != ip.octets() {
+        return false;
+    }
+    let ihl = usize::from(frame[14] & 0x0f) * 4;
+    frame.get(14 + ihl) == Some(&8)
+}
+
+/// Turn an ICMP echo request into its reply, from `mac`.
+fn echo_reply(request: &[u8], mac: [u8; 6]) -> Vec<u8> {
+    let mut f = request.to_vec();
+    f.copy_within(6..12, 0);
+    f[6..12].copy_from_slice(&mac);
+    let (src, dst): ([u8; 4], [u8; 4]) = (f[26..30].try_into().unwrap(), f[30..34].try_into().unwrap());
+    f[26..30].copy_from_slice(&dst); // swapping the addresses leaves the IP checksum valid
+    f[30..34].copy_from_slice(&src);
+    let ihl = usize::from(f[14] & 0x0f) * 4;
+    let total = usize::from(u16::from_be_bytes([f[16], f[17]]));
+    let icmp = &mut f[14 + ihl..14 + total];
+    icmp[0] = 0; // echo reply
+    icmp[2..4].fill(0);
+    let sum = checksum(icmp);
+    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    f
+}
+
+/// Build an Ethernet/IPv4/UDP frame (UDP checksum 0: none, allowed over IPv4).
+fn udp_frame(src: ([u8; 6], Ipv4Addr, u16), dst: ([u8; 6], Ipv4Addr, u16), payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(42 + payload.len());
+    f.extend_from_slice(&dst.0);
+    f.extend_from_slice(&src.0);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let total = (20 + 8 + payload.len()) as u16;
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&total.to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]); // id, DF, TTL 64, UDP, checksum 0 for now
+    f.extend_from_slice(&src.1.octets());
+    f.extend_from_slice(&dst.1.octets());
+    let sum = checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&sum.to_be_bytes());
+    f.extend_from_slice(&src.2.to_be_bytes());
+    f.extend_from_slice(&dst.2.to_be_bytes());
+    f.extend_from_slice(&(8 + payload.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(payload);
+    f
+}
+
+/// Queue one frame and flush.
+fn send(dev: &mut XdpDevice, frame: &[u8]) {
+    let queued = dev
+        .send(&mut |buf| {
+            buf[..frame.len()].copy_from_slice(frame);
+            frame.len()
+        })
+        .expect("send");
+    assert!(queued, "no transmit buffer free");
+    dev.flush().expect("flush");
+}
+
+/// Receive whatever is waiting on `dev` (waiting up to 10 ms for something).
+fn drain(dev: &mut XdpDevice) -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    dev.wait(Some(Duration::from_millis(10))).expect("wait");
+    while dev.recv(64, &mut |f| frames.push(f.to_vec())).expect("recv") > 0 {}
+    frames
+}
+
+/// Let the peer kernel ping our address while answering ARP and echo requests by hand on
+/// `devs`. Return how many echo requests arrived; assert that ping got all its replies.
+fn ping_exchange(lab: &Lab, devs: &mut [XdpDevice]) -> usize {
+    let ping = lab
+        .peer_cmd("ping")
+        .args(["-c", "3", "-i", "0.2", "-W", "2", &lab.bypass_ip.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ping (install iputils-ping)");
+    let mut ping = ChildGuard(ping);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut echo_requests = 0;
+    while ping.0.try_wait().expect("try_wait").is_none() {
+        assert!(Instant::now() < deadline, "ping did not finish");
+        for dev in devs.iter_mut() {
+            for frame in drain(dev) {
+                if let Some((mac, ip)) = arp_request_for(&frame, lab.bypass_ip) {
+                    send(dev, &arp_reply(lab.bypass_mac, lab.bypass_ip, mac, ip));
+                } else if is_echo_request_to(&frame, lab.bypass_ip) {
+                    echo_requests += 1;
+                    send(dev, &echo_reply(&frame, lab.bypass_mac));
+                }
+            }
+        }
+    }
+    let out = finish(&mut ping.0);
+    assert!(out.0.success(), "ping failed: {}", out.1);
+    assert!(out.1.contains("3 received"), "ping lost replies: {}", out.1);
+    echo_requests
+}
+
+/// Wait for `child` and return its status with everything it printed.
+fn finish(child: &mut Child) -> (std::process::ExitStatus, String) {
+    let status = child.wait().expect("wait");
+    let mut text = String::new();
+    if let Some(out) = child.stdout.as_mut() {
+        let _ = std::io::Read::read_to_string(out, &mut text);
+    }
+    if let Some(err) = child.stderr.as_mut() {
+        let _ = std::io::Read::read_to_string(err, &mut text);
+    }
+    (status, text)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Opening in each mode
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn opens_in_driver_generic_and_auto_mode() {
+    if !lab_available("opens_in_driver_generic_and_auto_mode") {
+        return;
+    }
+    init_log();
+    let lab = Lab::create("modes").unwrap();
+    for (mode, expect) in [
+        (XdpMode::Driver, "driver (native) XDP"),
+        (XdpMode::Generic, "generic (skb) XDP"),
+        (XdpMode::Auto, "driver (native) XDP"),
+    ] {
+        let dev = open(&lab, config(&lab, mode)).unwrap_or_else(|e| panic!("open in {mode:?} mode: {e}"));
+        println!("{mode:?}: {} (fill ring needs wakeup: {})", dev.info().mode, dev.socket().fill_needs_wakeup());
+        assert!(dev.info().mode.contains(expect), "{mode:?}: {}", dev.info().mode);
+        assert!(dev.info().mode.contains("copy mode"), "veth offers copy mode only: {}", dev.info().mode);
+        assert_eq!(dev.info().mac, lab.bypass_mac);
+        assert_eq!(dev.info().mtu, 1500);
+        assert_eq!(dev.info().name, lab.bypass_if);
+        assert!(dev.raw_fd().is_some());
+        assert!(xdp_attached(&lab));
+    }
+}
+
+#[test]
+fn a_second_attach_says_who_to_ask() {
+    if !lab_available("a_second_attach_says_who_to_ask") {
+        return;
+    }
+    init_log();
+    let lab = Lab::create("busy").unwrap();
+    let _dev = open(&lab, config(&lab, XdpMode::Auto)).unwrap();
+    let err = open(&lab, config(&lab, XdpMode::Auto)).err().expect("a second attach must fail");
+    println!("{err}");
+    assert!(matches!(err, XdpError::AlreadyAttached { .. }), "{err:?}");
+    assert!(err.to_string().contains("ip link set dev bx0 xdp off"), "{err}");
+}
+
+#[test]
+fn missing_interface_is_named() {
+    if !lab_available("missing_interface_is_named") {
+        return;
+    }
+    let lab = Lab::create("noif").unwrap();
+    let err = open(&lab, XdpConfig::new("nosuch0", lab.bypass_ip)).err().expect("must fail");
+    assert!(matches!(err, XdpError::NoSuchInterface { .. }), "{err:?}");
+    assert!(err.to_string().contains("nosuch0"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. RX: the peer's ARP and ping reach the socket (and our replies reach the peer)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn peer_ping_reaches_the_socket_driver_mode() {
+    if !lab_available("peer_ping_reaches_the_socket_driver_mode") {
+        return;
+    }
+    init_log();
+    let lab = Lab::create("pingdrv").unwrap();
+    let dev = open(&lab, config(&lab, XdpMode::Driver)).unwrap();
+    let requests = ping_exchange(&lab, &mut [dev]);
+    assert_eq!(requests, 3);
+}
+
+#[test]
+fn peer_ping_reaches_the_socket_generic_mode() {
+    if !lab_available("peer_ping_reaches_the_socket_generic_mode") {
+        return;
+    }
+    init_log();
+    let lab = Lab::create("pinggen").unwrap();
+    let dev = open(&lab, config(&lab, XdpMode::Generic)).unwrap();
+    let requests = ping_exchange(&lab, &mut [dev]);
+    assert_eq!(requests, 3);
+}
+
+#[test]
+fn peer_ping_reaches_the_socket_busy_polling() {
+    if !lab_available("peer_ping_reaches_the_socket_busy_polling") {
+        return;
+    }
+    init_log();
+    let lab = Lab::create("pingbusy").unwrap();
+    let dev = open(&lab, XdpConfig { busy_poll: true, ..config(&lab, XdpMode::Driver) }).unwrap();
+    println!("{}", dev.info().mode);
+    assert!(dev.info().mode.ends_with("busy polling"), "{}", dev.info().mode);
+    assert_eq!(ping_exchange(&lab, &mut [dev]), 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. TX: frames we send reach a kernel UDP socket on the peer
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn udp_frames_sent_reach_a_peer_socket() {
+    if !lab_available("udp_frames_sent_reach_a_peer_socket") {
+        return;
+    }
+    init_log();
+    let lab = Lab::create("tx").unwrap();
+    let socket = lab.in_peer(|| UdpSocket::bind((lab.peer_ip, 5000)).expect("bind UDP in the peer namespace"));
+    socket.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut dev = open(&lab, config(&lab, XdpMode::Auto)).unwrap();
+
+    // More frames than one copy-mode sendto sends (32), all flushed at once.
+    const COUNT: u32 = 200;
+    for seq in 0..COUNT {
+        let payload = format!("bypass {seq}");
+        let frame =
+            udp_frame((lab.bypass_mac, lab.bypass_ip, 4000), (lab.peer_mac, lab.peer_ip, 5000), payload.as_bytes());
+        let queued = dev
+            .send(&mut |buf| {
+                buf[..frame.len()].copy_from_slice(&frame);
+                frame.len()
+            })
+            .unwrap();
+        if !queued {
+            dev.flush().unwrap();
+            panic!("no transmit buffer free after {seq} frames");
+        }
+    }
+    dev.flush().unwrap();
+
+    let mut buf = [0u8; 2048];
+    for seq in 0..COUNT {
+        let (n, from) = socket.recv_from(&mut buf).unwrap_or_else(|e| panic!("datagram {seq} did not arrive: {e}"));
+        assert_eq!(from, (lab.bypass_ip, 4000).into());
+        assert_eq!(&buf[..n], format!("bypass {seq}").as_bytes());
+    }
+    // Sent frames come back as free buffers: keep sending well past the frame count.
+    let frame = udp_frame((lab.bypass_mac, lab.bypass_ip, 4000), (lab.peer_mac, lab.peer_ip, 5001), b"x");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for _ in 0..5000 {
+        let mut fill = |buf: &mut [u8]| {
+            buf[..frame.len()].copy_from_slice(&frame);
+            frame.len()
+        };
+        while !dev.send(&mut fill).unwrap() {
+            dev.flush().unwrap();
+            assert!(Instant::now() < deadline, "sent frames never came back as free buffers");
+        }
+    }
+    dev.flush().unwrap();
+    let stats = dev.statistics().unwrap();
+    assert_eq!(stats.tx_invalid_descs, 0, "{stats:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Traffic for other addresses still reaches the kernel
+// ---------------------------------------------------------------------------------------------
+
+fn kernel_address_still_answers(mode: XdpMode, tag: &str) {
+    init_log();
+    let lab = Lab::create(tag).unwrap();
+    // A kernel address beside the stack's, on the same interface.
+    let kernel_ip = Ipv4Addr::new(10, 77, 0, 3);
+    lab.ip_bypass(&["addr", "add", &format!("{kernel_ip}/24"), "dev", &lab.bypass_if]).unwrap();
+    let mut dev = open(&lab, config(&lab, mode)).unwrap();
+    assert!(xdp_attached(&lab));
+    let out = lab.peer_cmd("ping").args(["-c", "2", "-i", "0.2", "-W", "2", &kernel_ip.to_string()]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("2 received"), "the kernel address must stay reachable: {text}");
+    for frame in drain(&mut dev) {
+        assert!(arp_request_for(&frame, kernel_ip).is_none(), "ARP for the kernel's address was redirected");
+        assert!(!is_echo_request_to(&frame, kernel_ip), "ping to the kernel's address was redirected");
+    }
+}
+
+#[test]
+fn kernel_address_still_answers_driver_mode() {
+    if lab_available("kernel_address_still_answers_driver_mode") {
+        kernel_address_still_answers(XdpMode::Driver, "passdrv");
+    }
+}
+
+#[test]
+fn kernel_address_still_answers_generic_mode() {
+    if lab_available("kernel_address_still_answers_generic_mode") {
+        kernel_address_still_answers(XdpMode::Generic, "passgen");
+    }
+}
+
+#[test]
+fn large_mtus_are_explained() {
+    if !lab_available("large_mtus_are_explained") {
+        return;
+    }
+    init_log();
+    // veth's driver-mode XDP takes at most about 3500 bytes without multi-buffer support.
+    let lab = Lab::with_config(LabConfig { mtu: 3800, ..LabConfig::new("mtu") }).unwrap();
+    let err = open(&lab, config(&lab, XdpMode::Driver)).err().expect("driver mode must refuse MTU 3800");
+    println!("{err}");
+    assert!(matches!(err, XdpError::MtuTooLargeForDriver { .. }), "{err:?}");
+    let dev = open(&lab, config(&lab, XdpMode::Auto)).expect("auto mode falls back to generic XDP");
+    assert!(dev.info().mode.contains("generic (skb) XDP"), "{}", dev.info().mode);
+    drop(dev);
+
+    for ns_if in [(&lab.bypass_ns, &lab.bypass_if), (&lab.peer_ns, &lab.peer_if)] {
+        let out = Command::new("ip").args(["-n", ns_if.0, "link", "set", "dev", ns_if.1, "mtu", "9000"]).status();
+        assert!(out.unwrap().success());
+    }
+    let err = open(&lab, config(&lab, XdpMode::Generic)).err().expect("a 4096-byte frame cannot hold MTU 9000");
+    println!("{err}");
+    assert!(matches!(err, XdpError::MtuTooLargeForFrame { mtu: 9000, .. }), "{err:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. The program goes away with the device, and with a SIGKILLed process
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn program_detaches_when_the_device_is_dropped() {
+    if !lab_available("program_detaches_when_the_device_is_dropped") {
+        return;
+    }
+    init_log();
+    let lab = Lab::create("drop").unwrap();
+    for mode in [XdpMode::Driver, XdpMode::Generic] {
+        let dev = open(&lab, config(&lab, mode)).unwrap();
+        assert!(xdp_attached(&lab));
+        drop(dev);
+        assert!(!xdp_attached(&lab), "{mode:?}: program still attached after drop");
+    }
+    let _again = open(&lab, config(&lab, XdpMode::Auto)).expect("attach again at once");
+}
+
+/// Environment variable telling [`sigkill_child`] to attach and wait to be killed.
+const CHILD_ENV: &str = "BYPASS_XDP_TEST_CHILD";
+
+/// Not a test: the child process of `program_detaches_when_its_process_is_killed`, run in the
+/// lab namespace by re-executing this test binary. It attaches, reports, and waits.
+#[test]
+#[ignore = "helper process for program_detaches_when_its_process_is_killed"]
+fn sigkill_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let (iface, ip) = spec.split_once(' ').expect("CHILD_ENV: IFACE IP");
+    let dev = XdpDevice::open(XdpConfig::new(iface, ip.parse().unwrap())).unwrap_or_else(|e| panic!("child: {e}"));
+    println!("ATTACHED {}", dev.info().mode);
+    std::thread::sleep(Duration::from_secs(60));
+    unreachable!("the parent kills this process");
+}
+
+#[test]
+fn program_detaches_when_its_process_is_killed() {
+    if !lab_available("program_detaches_when_its_process_is_killed") {
+        return;
+    }
+    init_log();
+    let lab = Lab::create("kill").unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let child = Command::new("ip")
+        .args(["netns", "exec", &lab.bypass_ns])
+        .arg(exe)
+        .args(["sigkill_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, format!("{} {}", lab.bypass_if, lab.bypass_ip))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = ChildGuard(child);
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            // libtest prints "test sigkill_child ... " before the child's own output.
+            if let Some(at) = line.find("ATTACHED") {
+                let _ = tx.send(line[at..].to_string());
+            }
+        }
+    });
+    let line = rx.recv_timeout(Duration::from_secs(30)).expect("the child did not attach");
+    println!("child: {line}");
+    assert!(xdp_attached(&lab));
+
+    child.0.kill().unwrap(); // SIGKILL: no destructor runs
+    child.0.wait().unwrap();
+    assert!(!xdp_attached(&lab), "program still attached after SIGKILL");
+    let _again = open(&lab, config(&lab, XdpMode::Auto)).expect("attach again at once after SIGKILL");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Two queues, one program
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn two_queues_share_one_program() {
+    if !lab_available("two_queues_share_one_program") {
+        return;
+    }
+    init_log();
+    let lab = Lab::with_config(LabConfig { queues: 2, ..LabConfig::new("queues") }).unwrap();
+    let mut devs = lab
+        .in_bypass(|| XdpDevice::open_queues(config(&lab, XdpMode::Auto), &[0, 1]))
+        .unwrap_or_else(|e| panic!("open queues 0 and 1: {e}"));
+    assert_eq!(devs.len(), 2);
+    for (i, dev) in devs.iter().enumerate() {
+        println!("{}", dev.info().mode);
+        assert_eq!(dev.queue(), i as u32);
+        assert!(dev.info().mode.ends_with(&format!("queue {i}")), "{}", dev.info().mode);
+    }
+    assert!(Arc::ptr_eq(devs[0].program(), devs[1].program()));
+    assert_eq!(devs[0].program().slots(), 2);
+    // Traffic reaches whichever queue the peer's flow lands on.
+    assert_eq!(ping_exchange(&lab, &mut devs), 3);
+
+    let err = lab.in_bypass(|| XdpDevice::open_queues(config(&lab, XdpMode::Auto), &[0, 0])).err().unwrap();
+    assert!(matches!(err, XdpError::InvalidConfig(_)), "{err:?}");
+}
+
+#[test]
+fn a_missing_queue_is_reported() {
+    if !lab_available("a_missing_queue_is_reported") {
+        return;
+    }
+    init_log();
+    let lab = Lab::create("noqueue").unwrap();
+    let err = open(&lab, XdpConfig { queue: 5, ..config(&lab, XdpMode::Auto) }).err().expect("queue 5 must fail");
+    println!("{err}");
+    assert!(matches!(err, XdpError::NoSuchQueue { queue: 5, .. }), "{err:?}");
+    assert!(!xdp_attached(&lab), "a failed open must not leave the program attached");
+}
