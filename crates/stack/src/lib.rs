@@ -1,9 +1,21 @@
 //! `bypass-stack`: the host around the TCP core: Ethernet, ARP, IPv4, ICMP echo, the
-//! connection table and listeners, a socket-like API, and the poll loop that drives a
-//! [`Device`].
+//! connection table and listeners (with SYN cookies), a socket-like API, and the poll loop
+//! that drives a [`Device`].
+//!
+//! [`Interface`] is the host without a device (frames in, frames out), testable on its own;
+//! [`Stack`] binds it to a device and a clock and offers `listen`/`accept`/`connect`/
+//! `read`/`write`, readiness and events, and blocking `std::io` adapters.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod arp;
+pub mod counters;
 pub mod device;
+pub mod interface;
+pub mod stack;
+pub mod syncookie;
 
+pub use counters::{Counters, Drop};
 pub use device::{Device, DeviceInfo};
+pub use interface::{ConnectError, Interface, ListenError, ListenerId, SocketId, StackConfig};
+pub use stack::{Readiness, Stack, Stream, Time};

@@ -1,0 +1,818 @@
+//! The host, without a device: Ethernet frames in, Ethernet frames out.
+//!
+//! [`Interface::receive`] takes one frame and dispatches it (ARP, IPv4, ICMP echo, TCP to
+//! a connection or a listener). Replies that do not belong to a connection (ARP replies,
+//! echo replies, resets, SYN cookies) wait in a small queue; connections keep their own
+//! output. [`Interface::transmit`] then writes everything due into a [`Device`], each TCP
+//! segment straight into the device's frame buffer behind the Ethernet and IPv4 headers.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+
+use bypass_tcp::{Config as TcpConfig, Connection, Event, FourTuple, Instant, Segment, State};
+use etherparse::{ArpOperation, EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv4HeaderSlice};
+
+use crate::arp::{self, ArpCache, ArpConfig};
+use crate::counters::{Counters, Drop};
+use crate::device::Device;
+use crate::syncookie::SynCookies;
+
+const ETH_LEN: usize = 14;
+const IPV4_LEN: usize = 20;
+const HEADERS: usize = ETH_LEN + IPV4_LEN;
+const BROADCAST: [u8; 6] = [0xff; 6];
+
+/// Host settings.
+#[derive(Clone, Debug)]
+pub struct StackConfig {
+    /// Our IPv4 address.
+    pub ip: Ipv4Addr,
+    /// Prefix length of our subnet; other destinations go through `gateway`.
+    pub prefix_len: u8,
+    /// Next hop for destinations outside the subnet.
+    pub gateway: Option<Ipv4Addr>,
+    /// Settings for every TCP connection (its `isn_secret` is also the SYN cookie key).
+    pub tcp: TcpConfig,
+    /// ARP settings.
+    pub arp: ArpConfig,
+    /// Half-open connections (SYN-RECEIVED) per listener before SYN cookies take over.
+    pub syn_queue: usize,
+    /// Established connections per listener waiting for `accept`.
+    pub accept_backlog: usize,
+    /// Most connections in the table.
+    pub max_connections: usize,
+    /// Ports for active opens.
+    pub ephemeral_ports: (u16, u16),
+}
+
+impl StackConfig {
+    /// Return defaults for address `ip`/`prefix_len`, with `secret` keying ISNs and SYN
+    /// cookies (fill it from a random source).
+    pub fn new(ip: Ipv4Addr, prefix_len: u8, secret: [u8; 16]) -> Self {
+        StackConfig {
+            ip,
+            prefix_len,
+            gateway: None,
+            tcp: TcpConfig { isn_secret: secret, ..TcpConfig::default() },
+            arp: ArpConfig::default(),
+            syn_queue: 256,
+            accept_backlog: 1024,
+            max_connections: 65536,
+            ephemeral_ports: (49152, 65535),
+        }
+    }
+}
+
+/// Names a connection owned by the host; stale ids (of removed connections) are detected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SocketId {
+    index: u32,
+    generation: u32,
+}
+
+/// Names a listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ListenerId(pub u16);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// A listener's child, not yet accepted.
+    Listener(u16),
+    /// Handed to the user (accepted or connected).
+    User,
+    /// The user let go (`close`); removed once the connection is CLOSED.
+    Released,
+}
+
+struct Sock {
+    conn: Connection,
+    owner: Owner,
+    /// The MAC the peer's frames came from: used if ARP has no entry.
+    peer_mac: Option<[u8; 6]>,
+    dirty: bool,
+}
+
+struct Slot {
+    generation: u32,
+    sock: Option<Sock>,
+}
+
+struct Listener {
+    half_open: usize,
+    ready: VecDeque<SocketId>,
+}
+
+/// Errors of `listen`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ListenError {
+    /// Another listener has the port.
+    #[error("port {0} is already in use by another listener; choose another port")]
+    AddrInUse(u16),
+    /// Port 0.
+    #[error("port 0 is not a valid listening port; choose a port from 1 to 65535")]
+    InvalidPort,
+}
+
+/// Errors of `connect`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConnectError {
+    /// Every ephemeral port towards that destination is in use.
+    #[error("no free local port towards {0}; close some connections or widen the ephemeral range")]
+    NoFreePort(SocketAddrV4),
+    /// The table is full.
+    #[error("the connection table is full ({0} connections); close some first")]
+    TableFull(usize),
+    /// Port 0 or an unspecified address.
+    #[error("cannot connect to {0}: give a real address and a non-zero port")]
+    InvalidAddress(SocketAddrV4),
+}
+
+/// The host: address, ARP, listeners and connections; see the module docs.
+pub struct Interface {
+    config: StackConfig,
+    mac: [u8; 6],
+    mtu: usize,
+    arp: ArpCache,
+    cookies: SynCookies,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    table: HashMap<FourTuple, u32>,
+    listeners: HashMap<u16, Listener>,
+    dirty: Vec<u32>,
+    control: VecDeque<Vec<u8>>,
+    spare: Vec<Vec<u8>>,
+    events: VecDeque<(SocketId, Event)>,
+    counters: Counters,
+    next_port: u16,
+    timer_due: Option<Instant>,
+}
+
+impl Interface {
+    /// Return a host with MAC `mac` and IP MTU `mtu`.
+    pub fn new(config: StackConfig, mac: [u8; 6], mtu: usize) -> Self {
+        let mut tcp = config.tcp.clone();
+        // Our segments must fit the MTU with IPv4 and TCP headers.
+        tcp.mss = tcp.mss.min((mtu - IPV4_LEN - 20) as u16);
+        let cookies = SynCookies::new(tcp.isn_secret);
+        let span = config.ephemeral_ports.1.saturating_sub(config.ephemeral_ports.0).max(1);
+        let start = config.ephemeral_ports.0 + (u16::from_le_bytes([tcp.isn_secret[0], tcp.isn_secret[1]]) % span);
+        Interface {
+            arp: ArpCache::new(config.arp),
+            config: StackConfig { tcp, ..config },
+            mac,
+            mtu,
+            cookies,
+            slots: Vec::new(),
+            free: Vec::new(),
+            table: HashMap::new(),
+            listeners: HashMap::new(),
+            dirty: Vec::new(),
+            control: VecDeque::new(),
+            spare: Vec::new(),
+            events: VecDeque::new(),
+            counters: Counters::default(),
+            next_port: start,
+            timer_due: None,
+        }
+    }
+
+    /// Return the settings in force (the TCP MSS clamped to the MTU).
+    pub fn config(&self) -> &StackConfig {
+        &self.config
+    }
+
+    /// Return the counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Return the counters for updating (the socket layer counts its copies).
+    pub fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.counters
+    }
+
+    /// Return how many connections are in the table.
+    pub fn connection_count(&self) -> usize {
+        self.table.len()
+    }
+
+    // ---------------------------------------------------------------------------------
+    // The user side.
+    // ---------------------------------------------------------------------------------
+
+    /// Listen on `port`.
+    pub fn listen(&mut self, port: u16) -> Result<ListenerId, ListenError> {
+        if port == 0 {
+            return Err(ListenError::InvalidPort);
+        }
+        if self.listeners.contains_key(&port) {
+            return Err(ListenError::AddrInUse(port));
+        }
+        self.listeners.insert(port, Listener { half_open: 0, ready: VecDeque::new() });
+        Ok(ListenerId(port))
+    }
+
+    /// Stop listening; connections not yet accepted are reset.
+    pub fn unlisten(&mut self, now: Instant, listener: ListenerId) {
+        if let Some(l) = self.listeners.remove(&listener.0) {
+            for id in l.ready {
+                self.abort(now, id);
+                self.release(id);
+            }
+        }
+        let orphans: Vec<u32> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.sock.as_ref().is_some_and(|k| k.owner == Owner::Listener(listener.0)))
+            .map(|(i, _)| i as u32)
+            .collect();
+        for index in orphans {
+            if let Some(sock) = self.slots[index as usize].sock.as_mut() {
+                sock.conn.abort(now);
+                sock.owner = Owner::Released;
+                self.mark_dirty(index);
+            }
+        }
+    }
+
+    /// Return the next established connection waiting on `listener`.
+    pub fn accept(&mut self, listener: ListenerId) -> Option<SocketId> {
+        let l = self.listeners.get_mut(&listener.0)?;
+        while let Some(id) = l.ready.pop_front() {
+            if let Some(sock) = self.slots.get_mut(id.index as usize).and_then(|s| s.sock.as_mut()) {
+                sock.owner = Owner::User;
+                self.counters.connections_accepted += 1;
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    /// Open a connection to `remote` from an ephemeral port.
+    pub fn connect(&mut self, now: Instant, remote: SocketAddrV4) -> Result<SocketId, ConnectError> {
+        if remote.port() == 0 || remote.ip().is_unspecified() {
+            return Err(ConnectError::InvalidAddress(remote));
+        }
+        if self.table.len() >= self.config.max_connections {
+            return Err(ConnectError::TableFull(self.config.max_connections));
+        }
+        let (lo, hi) = self.config.ephemeral_ports;
+        let span = (hi - lo) as u32 + 1;
+        for _ in 0..span {
+            let port = self.next_port;
+            self.next_port = if self.next_port >= hi { lo } else { self.next_port + 1 };
+            let tuple =
+                FourTuple { local: SocketAddr::new(IpAddr::V4(self.config.ip), port), remote: SocketAddr::V4(remote) };
+            if self.table.contains_key(&tuple) || self.listeners.contains_key(&port) {
+                continue;
+            }
+            let conn = Connection::connect(&self.config.tcp, tuple, now);
+            self.counters.connections_opened += 1;
+            return Ok(self.insert(tuple, conn, Owner::User, None));
+        }
+        Err(ConnectError::NoFreePort(remote))
+    }
+
+    /// Return the connection behind `id`, if it still exists.
+    pub fn connection(&self, id: SocketId) -> Option<&Connection> {
+        self.sock(id).map(|s| &s.conn)
+    }
+
+    /// Return the connection behind `id` for a user call; it is then polled for output.
+    pub fn connection_mut(&mut self, id: SocketId) -> Option<&mut Connection> {
+        self.sock(id)?;
+        self.mark_dirty(id.index);
+        self.slots[id.index as usize].sock.as_mut().map(|s| &mut s.conn)
+    }
+
+    /// Close `id` gracefully (FIN after queued data) and give up the handle.
+    pub fn close(&mut self, now: Instant, id: SocketId) {
+        if let Some(conn) = self.connection_mut(id) {
+            conn.close(now);
+        }
+        self.release(id);
+    }
+
+    /// Reset `id` (RST) and give up the handle.
+    pub fn abort(&mut self, now: Instant, id: SocketId) {
+        if let Some(conn) = self.connection_mut(id) {
+            conn.abort(now);
+        }
+        self.release(id);
+    }
+
+    fn release(&mut self, id: SocketId) {
+        if let Some(sock) = self.sock_mut(id) {
+            sock.owner = Owner::Released;
+            self.mark_dirty(id.index);
+        }
+    }
+
+    /// Return the next event for the user.
+    pub fn poll_event(&mut self) -> Option<(SocketId, Event)> {
+        self.events.pop_front()
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Receiving.
+    // ---------------------------------------------------------------------------------
+
+    /// Process one received Ethernet frame. Never panics on any bytes.
+    pub fn receive(&mut self, now: Instant, frame: &[u8]) {
+        self.counters.rx_frames += 1;
+        self.counters.rx_bytes += frame.len() as u64;
+        let Ok((eth, payload)) = Ethernet2Header::from_slice(frame) else {
+            return self.drop(Drop::Truncated, "frame shorter than an Ethernet header");
+        };
+        if eth.destination != self.mac && eth.destination != BROADCAST {
+            return self.drop(Drop::WrongMac, "not our MAC");
+        }
+        match eth.ether_type {
+            EtherType::ARP => self.receive_arp(now, payload),
+            EtherType::IPV4 => self.receive_ipv4(now, eth.source, payload),
+            _ => self.drop(Drop::UnknownEthertype, "ethertype"),
+        }
+    }
+
+    fn drop(&mut self, reason: Drop, what: &str) {
+        self.counters.drop(reason);
+        log::debug!("drop {}: {what}", reason.name());
+    }
+
+    fn receive_arp(&mut self, now: Instant, payload: &[u8]) {
+        let Some(msg) = arp::parse(payload) else {
+            return self.drop(Drop::BadArp, "malformed ARP");
+        };
+        if msg.sender_ip.is_unspecified() || msg.sender_mac == BROADCAST {
+            // Probes (RFC 5227) and nonsense teach us nothing.
+            if msg.target_ip != self.config.ip {
+                return self.drop(Drop::ArpNotForUs, "probe");
+            }
+        } else if msg.target_ip == self.config.ip {
+            // RFC 826: we are the target, so add the sender (merge or insert).
+            let released = self.arp.learn(msg.sender_ip, msg.sender_mac, now);
+            self.control.extend(released);
+        } else {
+            // Not for us: only refresh an entry we already have.
+            self.arp.refresh(msg.sender_ip, msg.sender_mac, now);
+            return self.drop(Drop::ArpNotForUs, "ARP for another address");
+        }
+        if msg.operation == ArpOperation::REQUEST && msg.target_ip == self.config.ip && !msg.sender_ip.is_unspecified()
+        {
+            let mut buf = self.buffer();
+            buf.resize(arp::ARP_FRAME_LEN, 0);
+            arp::write_frame(&mut buf, ArpOperation::REPLY, self.mac, self.config.ip, msg.sender_mac, msg.sender_ip);
+            self.control.push_back(buf);
+            self.counters.arp_replies += 1;
+        }
+    }
+
+    fn receive_ipv4(&mut self, now: Instant, src_mac: [u8; 6], payload: &[u8]) {
+        let Ok(ip) = Ipv4HeaderSlice::from_slice(payload) else {
+            return self.drop(Drop::BadIpv4Header, "IPv4 header");
+        };
+        let header = ip.slice();
+        if etherparse::checksum::Sum16BitWords::new().add_slice(header).ones_complement() != 0 {
+            return self.drop(Drop::BadIpv4Checksum, "IPv4 header checksum");
+        }
+        if ip.more_fragments() || ip.fragments_offset().value() != 0 {
+            return self.drop(Drop::Ipv4Fragment, "IPv4 fragment");
+        }
+        if ip.destination_addr() != self.config.ip {
+            return self.drop(Drop::WrongIpAddress, "IPv4 for another host");
+        }
+        let total = ip.total_len() as usize;
+        if total < header.len() || total > payload.len() {
+            return self.drop(Drop::BadIpv4Header, "IPv4 total length");
+        }
+        let body = &payload[header.len()..total];
+        let src = ip.source_addr();
+        match ip.protocol() {
+            IpNumber::TCP => self.receive_tcp(now, src_mac, src, body),
+            IpNumber::ICMP => self.receive_icmp(src_mac, src, body),
+            _ => self.drop(Drop::UnknownProtocol, "IP protocol"),
+        }
+    }
+
+    /// ICMP echo request: answer with an echo reply (RFC 792).
+    fn receive_icmp(&mut self, src_mac: [u8; 6], src: Ipv4Addr, body: &[u8]) {
+        if body.len() < 8 || etherparse::checksum::Sum16BitWords::new().add_slice(body).ones_complement() != 0 {
+            return self.drop(Drop::BadIcmp, "ICMP checksum or length");
+        }
+        if body[0] != 8 || body[1] != 0 {
+            return self.drop(Drop::IcmpIgnored, "not an echo request");
+        }
+        let len = HEADERS + body.len();
+        if len > self.mtu + ETH_LEN {
+            return self.drop(Drop::BadIcmp, "echo request larger than our MTU");
+        }
+        let mut buf = self.buffer();
+        buf.resize(len, 0);
+        buf[HEADERS..].copy_from_slice(body);
+        buf[HEADERS] = 0; // echo reply
+        buf[HEADERS + 2..HEADERS + 4].fill(0);
+        let sum = etherparse::checksum::Sum16BitWords::new().add_slice(&buf[HEADERS..]).ones_complement();
+        buf[HEADERS + 2..HEADERS + 4].copy_from_slice(&sum.to_be_bytes());
+        self.write_headers(&mut buf, src_mac, src, IpNumber::ICMP, body.len());
+        self.control.push_back(buf);
+        self.counters.icmp_echo_replies += 1;
+    }
+
+    fn receive_tcp(&mut self, now: Instant, src_mac: [u8; 6], src: Ipv4Addr, body: &[u8]) {
+        let seg = match Segment::parse(body, IpAddr::V4(src), IpAddr::V4(self.config.ip)) {
+            Ok(seg) => seg,
+            Err(e) => {
+                self.counters.drop(Drop::BadTcp);
+                log::debug!("drop bad_tcp from {src}: {e}");
+                return;
+            }
+        };
+        self.counters.tcp_segments_in += 1;
+        self.counters.bytes_copied += seg.payload.len() as u64;
+        let tuple = FourTuple {
+            local: SocketAddr::new(IpAddr::V4(self.config.ip), seg.dst_port),
+            remote: SocketAddr::new(IpAddr::V4(src), seg.src_port),
+        };
+        if let Some(&index) = self.table.get(&tuple) {
+            let sock = self.slots[index as usize].sock.as_mut().expect("table points at live slots");
+            sock.conn.handle_segment(now, &seg);
+            sock.peer_mac = Some(src_mac);
+            self.mark_dirty(index);
+            return;
+        }
+        if self.listeners.contains_key(&seg.dst_port) {
+            return self.receive_for_listener(now, src_mac, tuple, &seg);
+        }
+        self.reply_reset(src_mac, src, &seg, Drop::NoListener);
+    }
+
+    /// A segment for a listening port with no connection (RFC 9293 3.10.7.2, RFC 4987).
+    fn receive_for_listener(&mut self, now: Instant, src_mac: [u8; 6], tuple: FourTuple, seg: &Segment<'_>) {
+        let port = seg.dst_port;
+        let src = match tuple.remote.ip() {
+            IpAddr::V4(a) => a,
+            IpAddr::V6(_) => return,
+        };
+        let flags = seg.flags;
+        if flags.rst() {
+            return;
+        }
+        let listener = self.listeners.get(&port).expect("checked by the caller");
+        if flags.syn() && !flags.ack() {
+            if listener.ready.len() >= self.config.accept_backlog {
+                // Like Linux: drop, the client's retransmission tries again later.
+                return self.drop(Drop::BacklogFull, "accept backlog full");
+            }
+            if self.table.len() >= self.config.max_connections {
+                return self.drop(Drop::TableFull, "connection table full");
+            }
+            if listener.half_open >= self.config.syn_queue {
+                let iss = self.cookies.make(&tuple, seg.seq, seg.options.mss, now);
+                let reply = Connection::syn_cookie_reply(&self.config.tcp, seg, iss);
+                self.queue_segment(src_mac, src, &reply);
+                self.counters.syn_cookies_sent += 1;
+                return;
+            }
+            if let Some(conn) = Connection::accept(&self.config.tcp, tuple, seg, now) {
+                self.listeners.get_mut(&port).expect("listener").half_open += 1;
+                self.insert(tuple, conn, Owner::Listener(port), Some(src_mac));
+            }
+            return;
+        }
+        if flags.ack() && !flags.syn() {
+            if let Some((iss, mss)) = self.cookies.check(&tuple, seg.seq, seg.ack, now) {
+                if listener.ready.len() >= self.config.accept_backlog || self.table.len() >= self.config.max_connections
+                {
+                    return self.drop(Drop::BacklogFull, "accept backlog full (cookie)");
+                }
+                let conn = Connection::from_syn_cookie(&self.config.tcp, tuple, iss, mss, seg, now);
+                let id = self.insert(tuple, conn, Owner::Listener(port), Some(src_mac));
+                self.listeners.get_mut(&port).expect("listener").ready.push_back(id);
+                self.counters.syn_cookies_accepted += 1;
+                return;
+            }
+            return self.reply_reset(src_mac, src, seg, Drop::BadSynCookie);
+        }
+        self.reply_reset(src_mac, src, seg, Drop::NoListener);
+    }
+
+    fn reply_reset(&mut self, src_mac: [u8; 6], src: Ipv4Addr, seg: &Segment<'_>, reason: Drop) {
+        self.counters.drop(reason);
+        log::debug!("drop {}: {src}:{} -> port {} [{}]", reason.name(), seg.src_port, seg.dst_port, seg.flags);
+        if let Some(rst) = bypass_tcp::reset_for(seg) {
+            self.queue_segment(src_mac, src, &rst);
+            self.counters.tcp_resets_out += 1;
+        }
+    }
+
+    /// Queue a segment that belongs to no connection, to `dst` at `dst_mac`.
+    fn queue_segment(&mut self, dst_mac: [u8; 6], dst: Ipv4Addr, seg: &Segment<'_>) {
+        let mut buf = self.buffer();
+        buf.resize(HEADERS + seg.header_len() + seg.payload.len(), 0);
+        let Ok(n) = seg.emit(IpAddr::V4(self.config.ip), IpAddr::V4(dst), &mut buf[HEADERS..]) else {
+            return;
+        };
+        buf.truncate(HEADERS + n);
+        self.write_headers(&mut buf, dst_mac, dst, IpNumber::TCP, n);
+        self.control.push_back(buf);
+    }
+
+    fn buffer(&mut self) -> Vec<u8> {
+        let mut b = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(128));
+        b.clear();
+        b
+    }
+
+    /// Write the Ethernet and IPv4 headers in front of an IP payload of `len` bytes.
+    fn write_headers(&self, frame: &mut [u8], dst_mac: [u8; 6], dst: Ipv4Addr, proto: IpNumber, len: usize) {
+        write_headers(frame, self.mac, dst_mac, self.config.ip, dst, proto, len);
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Connections.
+    // ---------------------------------------------------------------------------------
+
+    fn insert(&mut self, tuple: FourTuple, conn: Connection, owner: Owner, peer_mac: Option<[u8; 6]>) -> SocketId {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot { generation: 0, sock: None });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut self.slots[index as usize];
+        slot.sock = Some(Sock { conn, owner, peer_mac, dirty: false });
+        let id = SocketId { index, generation: slot.generation };
+        self.table.insert(tuple, index);
+        self.mark_dirty(index);
+        id
+    }
+
+    fn sock(&self, id: SocketId) -> Option<&Sock> {
+        let slot = self.slots.get(id.index as usize)?;
+        if slot.generation != id.generation {
+            return None;
+        }
+        slot.sock.as_ref()
+    }
+
+    fn sock_mut(&mut self, id: SocketId) -> Option<&mut Sock> {
+        let slot = self.slots.get_mut(id.index as usize)?;
+        if slot.generation != id.generation {
+            return None;
+        }
+        slot.sock.as_mut()
+    }
+
+    fn id(&self, index: u32) -> SocketId {
+        SocketId { index, generation: self.slots[index as usize].generation }
+    }
+
+    fn mark_dirty(&mut self, index: u32) {
+        if let Some(sock) = self.slots[index as usize].sock.as_mut()
+            && !sock.dirty
+        {
+            sock.dirty = true;
+            self.dirty.push(index);
+        }
+    }
+
+    fn remove(&mut self, index: u32) {
+        let slot = &mut self.slots[index as usize];
+        if let Some(sock) = slot.sock.take() {
+            if let Some(tuple) = sock.conn.tuple() {
+                self.table.remove(&tuple);
+            }
+            slot.generation = slot.generation.wrapping_add(1);
+            self.free.push(index);
+        }
+    }
+
+    /// Return the next hop's MAC for a connection's peer, resolving it if needed.
+    fn next_hop_mac(&mut self, now: Instant, dst: Ipv4Addr, fallback: Option<[u8; 6]>) -> Option<[u8; 6]> {
+        let hop = self.next_hop(dst);
+        if let Some(mac) = self.arp.lookup(hop, now) {
+            return Some(mac);
+        }
+        if fallback.is_none() {
+            self.arp.resolve(hop, now);
+        }
+        fallback
+    }
+
+    fn next_hop(&self, dst: Ipv4Addr) -> Ipv4Addr {
+        let mask = if self.config.prefix_len == 0 { 0 } else { u32::MAX << (32 - self.config.prefix_len.min(32)) };
+        let same_subnet = (u32::from(dst) & mask) == (u32::from(self.config.ip) & mask);
+        match self.config.gateway {
+            Some(gw) if !same_subnet => gw,
+            _ => dst,
+        }
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Timers and transmission.
+    // ---------------------------------------------------------------------------------
+
+    /// Return when `handle_timeouts` next has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match (self.timer_due, self.arp.next_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Fire the connection and ARP timers due at `now`.
+    pub fn handle_timeouts(&mut self, now: Instant) {
+        if self.timer_due.is_some_and(|t| t <= now) {
+            let mut next: Option<Instant> = None;
+            for index in 0..self.slots.len() as u32 {
+                let Some(sock) = self.slots[index as usize].sock.as_mut() else { continue };
+                match sock.conn.poll_timeout() {
+                    Some(t) if t <= now => {
+                        sock.conn.handle_timeout(now);
+                        self.mark_dirty(index);
+                    }
+                    Some(t) => next = Some(next.map_or(t, |n| n.min(t))),
+                    None => {}
+                }
+            }
+            self.timer_due = next;
+        }
+        let hosts: &mut Vec<Ipv4Addr> = &mut Vec::new();
+        let dropped = self.arp.due_requests(now, |ip| hosts.push(ip));
+        for _ in 0..dropped {
+            self.counters.drop(Drop::ArpQueueDrop);
+        }
+        for ip in hosts.drain(..) {
+            let mut buf = self.buffer();
+            buf.resize(arp::ARP_FRAME_LEN, 0);
+            arp::write_frame(&mut buf, ArpOperation::REQUEST, self.mac, self.config.ip, [0; 6], ip);
+            self.control.push_back(buf);
+            self.counters.arp_requests += 1;
+        }
+    }
+
+    /// Write everything due into `device` (without flushing it). Return how many frames.
+    pub fn transmit(&mut self, now: Instant, device: &mut dyn Device) -> std::io::Result<usize> {
+        let mut sent = 0;
+        while let Some(frame) = self.control.pop_front() {
+            let mut len = 0;
+            let ok = device.send(&mut |buf: &mut [u8]| {
+                len = frame.len().min(buf.len());
+                buf[..len].copy_from_slice(&frame[..len]);
+                len
+            })?;
+            if !ok {
+                self.counters.drop(Drop::TxRingFull);
+                self.control.push_front(frame);
+                return Ok(sent);
+            }
+            self.counters.tx_frames += 1;
+            self.counters.tx_bytes += len as u64;
+            sent += 1;
+            self.spare.push(frame);
+        }
+        let mut i = 0;
+        while i < self.dirty.len() {
+            let index = self.dirty[i];
+            i += 1;
+            match self.transmit_one(now, index, device)? {
+                Some(n) => sent += n,
+                None => {
+                    // The device is full: keep the rest dirty for the next round.
+                    self.dirty.drain(..i - 1);
+                    return Ok(sent);
+                }
+            }
+        }
+        self.dirty.clear();
+        Ok(sent)
+    }
+
+    /// Drain one connection's output into the device, then settle its events and
+    /// lifecycle. `None` when the device ran out of buffers.
+    fn transmit_one(&mut self, now: Instant, index: u32, device: &mut dyn Device) -> std::io::Result<Option<usize>> {
+        let Some(sock) = self.slots[index as usize].sock.as_ref() else { return Ok(Some(0)) };
+        let Some(tuple) = sock.conn.tuple() else { return Ok(Some(0)) };
+        let IpAddr::V4(dst) = tuple.remote.ip() else { return Ok(Some(0)) };
+        let fallback = sock.peer_mac;
+        let mac = self.next_hop_mac(now, dst, fallback);
+        let max_frame = self.mtu + ETH_LEN;
+        let (our_mac, our_ip) = (self.mac, self.config.ip);
+        let mut sent = 0;
+        loop {
+            let sock = self.slots[index as usize].sock.as_mut().expect("live");
+            let mut produced = None;
+            match mac {
+                Some(mac) => {
+                    let ok = device.send(&mut |buf: &mut [u8]| {
+                        let end = buf.len().min(max_frame);
+                        let t = sock.conn.poll_transmit(now, &mut buf[HEADERS..end]);
+                        produced = t;
+                        match t {
+                            Some(t) => {
+                                write_headers(buf, our_mac, mac, our_ip, dst, IpNumber::TCP, t.len);
+                                HEADERS + t.len
+                            }
+                            None => 0,
+                        }
+                    })?;
+                    if !ok {
+                        self.counters.drop(Drop::TxRingFull);
+                        return Ok(None);
+                    }
+                }
+                None => {
+                    // Unresolved: hold the frame in the ARP queue (RFC 1122 2.3.2.2).
+                    let mut buf = self.spare.pop().unwrap_or_default();
+                    buf.resize(max_frame, 0);
+                    if let Some(t) = sock.conn.poll_transmit(now, &mut buf[HEADERS..]) {
+                        write_headers(&mut buf, our_mac, [0; 6], our_ip, dst, IpNumber::TCP, t.len);
+                        buf.truncate(HEADERS + t.len);
+                        produced = Some(t);
+                        let hop = self.next_hop(dst);
+                        if let Err(frame) = self.arp.hold(hop, buf, now) {
+                            self.counters.drop(Drop::ArpQueueDrop);
+                            self.spare.push(frame);
+                        }
+                    } else {
+                        self.spare.push(buf);
+                    }
+                }
+            }
+            let Some(t) = produced else { break };
+            sent += 1;
+            self.counters.tcp_segments_out += 1;
+            self.counters.bytes_copied += t.payload_len as u64;
+            if mac.is_some() {
+                self.counters.tx_frames += 1;
+                self.counters.tx_bytes += (HEADERS + t.len) as u64;
+            }
+        }
+        self.settle(now, index);
+        Ok(Some(sent))
+    }
+
+    /// After a connection ran: pass its events on, move it between listener queues, and
+    /// remove it when nobody needs it any more.
+    fn settle(&mut self, _now: Instant, index: u32) {
+        let id = self.id(index);
+        let sock = self.slots[index as usize].sock.as_mut().expect("live");
+        sock.dirty = false;
+        let owner = sock.owner;
+        let mut established = false;
+        while let Some(event) = sock.conn.poll_event() {
+            if event == Event::Established {
+                established = true;
+            }
+            if owner == Owner::User {
+                self.events.push_back((id, event));
+            }
+        }
+        let state = sock.conn.state();
+        if let Some(t) = sock.conn.poll_timeout() {
+            self.timer_due = Some(self.timer_due.map_or(t, |d| d.min(t)));
+        }
+        if let Owner::Listener(port) = owner {
+            let queued = self.listeners.get(&port).is_some_and(|l| l.ready.contains(&id));
+            if established && !queued {
+                if let Some(l) = self.listeners.get_mut(&port) {
+                    l.half_open = l.half_open.saturating_sub(1);
+                    l.ready.push_back(id);
+                }
+            } else if matches!(state, State::Closed | State::Listen) {
+                if let Some(l) = self.listeners.get_mut(&port) {
+                    if queued {
+                        l.ready.retain(|&r| r != id);
+                    } else {
+                        l.half_open = l.half_open.saturating_sub(1);
+                    }
+                }
+                self.remove(index);
+                return;
+            }
+        }
+        if owner == Owner::Released && matches!(state, State::Closed | State::Listen) {
+            self.remove(index);
+        }
+    }
+}
+
+/// Write Ethernet and IPv4 headers at the front of `frame` for an IP payload of `len` bytes.
+fn write_headers(
+    frame: &mut [u8],
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    proto: IpNumber,
+    len: usize,
+) {
+    let eth = Ethernet2Header { source: src_mac, destination: dst_mac, ether_type: EtherType::IPV4 };
+    frame[..ETH_LEN].copy_from_slice(&eth.to_bytes());
+    let mut ip = Ipv4Header::new(len as u16, 64, proto, src.octets(), dst.octets()).expect("payload fits IPv4");
+    ip.dont_fragment = true;
+    ip.header_checksum = ip.calc_header_checksum();
+    frame[ETH_LEN..HEADERS].copy_from_slice(&ip.to_bytes());
+}

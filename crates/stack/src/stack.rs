@@ -1,0 +1,329 @@
+//! A host driving a device: the poll loop and a socket-like API in the shape of `std::net`.
+//!
+//! ```no_run
+//! # use bypass_stack::{Stack, StackConfig, Device};
+//! # fn serve(device: impl Device) -> std::io::Result<()> {
+//! let config = StackConfig::new("10.77.0.2".parse().unwrap(), 24, [7; 16]);
+//! let mut stack = Stack::new(device, config);
+//! let listener = stack.listen(7).expect("port 7 is free");
+//! let mut conns = Vec::new();
+//! let mut buf = [0u8; 4096];
+//! loop {
+//!     stack.poll()?;                              // receive, process, transmit, timers
+//!     while let Some(id) = stack.accept(listener) {
+//!         conns.push(id);
+//!     }
+//!     for &id in &conns {
+//!         if let Ok(n @ 1..) = stack.read(id, &mut buf) {
+//!             stack.write(id, &buf[..n])?;           // echo (a real server keeps what does not fit)
+//!         }
+//!     }
+//! }
+//! # }
+//! ```
+
+use std::io::{self, ErrorKind, Read, Write};
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+use bypass_tcp::{Event, Instant, RecvError, SendError, State};
+
+use crate::counters::Counters;
+use crate::device::Device;
+use crate::interface::{ConnectError, Interface, ListenError, ListenerId, SocketId, StackConfig};
+
+/// Frames taken from the device per poll.
+const RX_BATCH: usize = 64;
+
+/// Where the stack's time comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum Time {
+    /// The monotonic clock, from when the stack was made.
+    Real(std::time::Instant),
+    /// Set by the caller with [`Stack::set_time`] (simulations, replays).
+    Virtual(Instant),
+}
+
+/// What a connection can do now, for an event loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Readiness {
+    /// `read` would return data, end of stream, or an error.
+    pub readable: bool,
+    /// `write` would take some data.
+    pub writable: bool,
+    /// The connection's state.
+    pub state: State,
+}
+
+/// A host bound to one device. See the module docs.
+pub struct Stack<D: Device> {
+    device: D,
+    iface: Interface,
+    time: Time,
+}
+
+impl<D: Device> Stack<D> {
+    /// Return a host on `device` with `config`, on the real clock.
+    pub fn new(device: D, config: StackConfig) -> Self {
+        let info = device.info().clone();
+        Stack { iface: Interface::new(config, info.mac, info.mtu), device, time: Time::Real(std::time::Instant::now()) }
+    }
+
+    /// Switch to caller-driven time, starting at `now`.
+    pub fn set_time(&mut self, now: Instant) {
+        self.time = Time::Virtual(now);
+    }
+
+    /// Return the current time as the TCP core sees it.
+    pub fn now(&self) -> Instant {
+        match self.time {
+            Time::Real(origin) => Instant::from_micros(origin.elapsed().as_micros() as u64),
+            Time::Virtual(now) => now,
+        }
+    }
+
+    /// Return the device.
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    /// Return the device, mutably.
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+
+    /// Return the host without its device.
+    pub fn interface(&self) -> &Interface {
+        &self.iface
+    }
+
+    /// Return the host's counters.
+    pub fn counters(&self) -> &Counters {
+        self.iface.counters()
+    }
+
+    /// One turn of the loop: receive a batch, fire timers, transmit, flush. Return whether
+    /// anything was received or sent.
+    pub fn poll(&mut self) -> io::Result<bool> {
+        let now = self.now();
+        let iface = &mut self.iface;
+        let received = self.device.recv(RX_BATCH, &mut |frame| iface.receive(now, frame))?;
+        self.iface.handle_timeouts(now);
+        let sent = self.iface.transmit(now, &mut self.device)?;
+        if sent > 0 {
+            self.device.flush()?;
+        }
+        Ok(received > 0 || sent > 0)
+    }
+
+    /// Interrupt-driven mode: poll, and when idle sleep on the device until a frame may be
+    /// waiting, the next timer, or `timeout`, whichever is first.
+    pub fn poll_wait(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
+        if self.poll()? {
+            return Ok(true);
+        }
+        let now = self.now();
+        let until_timer = self.iface.poll_timeout().map(|t| t.saturating_duration_since(now));
+        let wait = match (until_timer, timeout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if wait != Some(Duration::ZERO) {
+            self.device.wait(wait)?;
+        }
+        self.poll()
+    }
+
+    /// Return when the host next has timer work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.iface.poll_timeout()
+    }
+
+    /// Listen on `port`.
+    pub fn listen(&mut self, port: u16) -> Result<ListenerId, ListenError> {
+        self.iface.listen(port)
+    }
+
+    /// Stop listening on `listener`.
+    pub fn unlisten(&mut self, listener: ListenerId) {
+        let now = self.now();
+        self.iface.unlisten(now, listener);
+    }
+
+    /// Return the next established connection on `listener`, if any (non-blocking).
+    pub fn accept(&mut self, listener: ListenerId) -> Option<SocketId> {
+        self.iface.accept(listener)
+    }
+
+    /// Start connecting to `remote` (non-blocking: wait for `Event::Established`).
+    pub fn connect(&mut self, remote: SocketAddrV4) -> Result<SocketId, ConnectError> {
+        let now = self.now();
+        self.iface.connect(now, remote)
+    }
+
+    /// Read received data: `Ok(0)` at end of stream, `WouldBlock` when nothing is there yet.
+    pub fn read(&mut self, id: SocketId, buf: &mut [u8]) -> io::Result<usize> {
+        let conn = self.iface.connection_mut(id).ok_or_else(stale)?;
+        let n = conn.recv(buf).map_err(|e| match e {
+            RecvError::WouldBlock => io::Error::from(ErrorKind::WouldBlock),
+            RecvError::Reset => io::Error::new(ErrorKind::ConnectionReset, e),
+            RecvError::TimedOut => io::Error::new(ErrorKind::TimedOut, e),
+            RecvError::InvalidState(_) => io::Error::new(ErrorKind::NotConnected, e),
+        })?;
+        self.iface.counters_mut().bytes_copied += n as u64;
+        Ok(n)
+    }
+
+    /// Queue data for sending; `WouldBlock` when the send buffer is full.
+    pub fn write(&mut self, id: SocketId, data: &[u8]) -> io::Result<usize> {
+        let conn = self.iface.connection_mut(id).ok_or_else(stale)?;
+        let n = conn.send(data).map_err(|e| match e {
+            SendError::WouldBlock => io::Error::from(ErrorKind::WouldBlock),
+            SendError::Reset => io::Error::new(ErrorKind::ConnectionReset, e),
+            SendError::TimedOut => io::Error::new(ErrorKind::TimedOut, e),
+            SendError::InvalidState(_) => io::Error::new(ErrorKind::BrokenPipe, e),
+        })?;
+        self.iface.counters_mut().bytes_copied += n as u64;
+        Ok(n)
+    }
+
+    /// Half-close: send FIN after queued data; reading goes on (`shutdown(Write)`).
+    pub fn shutdown(&mut self, id: SocketId) {
+        let now = self.now();
+        if let Some(conn) = self.iface.connection_mut(id) {
+            conn.close(now);
+        }
+    }
+
+    /// Close gracefully and give up the handle; the connection finishes in the background.
+    pub fn close(&mut self, id: SocketId) {
+        let now = self.now();
+        self.iface.close(now, id);
+    }
+
+    /// Reset the connection (RST) and give up the handle.
+    pub fn abort(&mut self, id: SocketId) {
+        let now = self.now();
+        self.iface.abort(now, id);
+    }
+
+    /// Turn Nagle's algorithm off (`true`) or on for `id`.
+    pub fn set_nodelay(&mut self, id: SocketId, nodelay: bool) {
+        if let Some(conn) = self.iface.connection_mut(id) {
+            conn.set_nodelay(nodelay);
+        }
+    }
+
+    /// Return the state of `id` (`Closed` for an unknown or removed id).
+    pub fn state(&self, id: SocketId) -> State {
+        self.iface.connection(id).map_or(State::Closed, |c| c.state())
+    }
+
+    /// Return what `id` can do now.
+    pub fn readiness(&self, id: SocketId) -> Readiness {
+        match self.iface.connection(id) {
+            Some(c) => Readiness {
+                readable: c.recv_available() > 0 || c.peer_closed() || c.state() == State::Closed,
+                writable: c.send_capacity() > 0,
+                state: c.state(),
+            },
+            None => Readiness { readable: true, writable: false, state: State::Closed },
+        }
+    }
+
+    /// Return the statistics of `id`'s connection.
+    pub fn tcp_stats(&self, id: SocketId) -> Option<bypass_tcp::Stats> {
+        self.iface.connection(id).map(|c| c.stats())
+    }
+
+    /// Return the next event for a connection the user holds.
+    pub fn poll_event(&mut self) -> Option<(SocketId, Event)> {
+        self.iface.poll_event()
+    }
+
+    /// Return a blocking `Read + Write` view of `id` that polls this stack while it waits.
+    pub fn stream(&mut self, id: SocketId) -> Stream<'_, D> {
+        Stream { stack: self, id, timeout: None }
+    }
+}
+
+fn stale() -> io::Error {
+    io::Error::new(ErrorKind::NotConnected, "the connection no longer exists (closed or never opened)")
+}
+
+/// A blocking `std::io::Read` and `Write` adapter over one connection: it drives the
+/// stack's poll loop while it waits, so it suits simple clients and tests.
+pub struct Stream<'a, D: Device> {
+    stack: &'a mut Stack<D>,
+    id: SocketId,
+    timeout: Option<Duration>,
+}
+
+impl<D: Device> Stream<'_, D> {
+    /// Give up a blocked read or write after `timeout` with `ErrorKind::TimedOut`.
+    pub fn set_timeout(&mut self, timeout: Option<Duration>) {
+        self.timeout = timeout;
+    }
+
+    /// Poll until `ready` holds or the timeout passes.
+    fn block_until(&mut self, mut ready: impl FnMut(&mut Stack<D>) -> bool) -> io::Result<()> {
+        let start = std::time::Instant::now();
+        loop {
+            if ready(self.stack) {
+                return Ok(());
+            }
+            if self.timeout.is_some_and(|t| start.elapsed() >= t) {
+                return Err(io::Error::new(ErrorKind::TimedOut, "timed out waiting for the connection"));
+            }
+            self.stack.poll_wait(Some(Duration::from_millis(10)))?;
+        }
+    }
+
+    /// Wait until the connection is established (or fails).
+    pub fn wait_established(&mut self) -> io::Result<()> {
+        let id = self.id;
+        self.block_until(|s| s.state(id) != State::SynSent && s.state(id) != State::SynReceived)?;
+        match self.stack.state(id) {
+            State::Closed => Err(io::Error::new(ErrorKind::ConnectionRefused, "connection refused or timed out")),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl<D: Device> Read for Stream<'_, D> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let id = self.id;
+        let mut result = None;
+        self.block_until(|s| match s.read(id, buf) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+            r => {
+                result = Some(r);
+                true
+            }
+        })?;
+        result.expect("set when ready")
+    }
+}
+
+impl<D: Device> Write for Stream<'_, D> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let id = self.id;
+        let mut result = None;
+        self.block_until(|s| match s.write(id, data) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+            r => {
+                result = Some(r);
+                true
+            }
+        })?;
+        let r = result.expect("set when ready");
+        self.stack.poll()?;
+        r
+    }
+
+    /// Wait until everything written has been acknowledged.
+    fn flush(&mut self) -> io::Result<()> {
+        let id = self.id;
+        self.block_until(|s| s.iface.connection(id).is_none_or(|c| c.send_queued() == 0))
+    }
+}

@@ -1,0 +1,263 @@
+//! Two hosts over the in-memory link, on virtual time: ARP, ICMP, TCP echo, resets, SYN
+//! cookies, and bad frames.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+use bypass_io::{MemoryDevice, MemoryLink};
+use bypass_stack::{Device, Drop, Stack, StackConfig};
+use bypass_tcp::sim::LinkConfig;
+use bypass_tcp::{Event, Instant, State};
+
+const A: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);
+const B: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 2);
+
+struct Net {
+    a: Stack<MemoryDevice>,
+    b: Stack<MemoryDevice>,
+    now: Instant,
+}
+
+impl Net {
+    fn new(link: LinkConfig, tweak: impl Fn(&mut StackConfig)) -> Net {
+        let _ = env_logger::builder().is_test(true).try_init();
+        let (da, db) = MemoryLink::pair(link, link, 1);
+        let mut ca = StackConfig::new(A, 24, [1; 16]);
+        let mut cb = StackConfig::new(B, 24, [2; 16]);
+        for c in [&mut ca, &mut cb] {
+            c.tcp.min_rto = Duration::from_millis(200);
+            tweak(c);
+        }
+        let mut a = Stack::new(da, ca);
+        let mut b = Stack::new(db, cb);
+        a.set_time(Instant::ZERO);
+        b.set_time(Instant::ZERO);
+        Net { a, b, now: Instant::ZERO }
+    }
+
+    /// Advance virtual time to the next thing that happens and poll both hosts.
+    fn step(&mut self) {
+        self.a.poll().unwrap();
+        self.b.poll().unwrap();
+        let next = [
+            self.a.poll_timeout(),
+            self.b.poll_timeout(),
+            self.a.device().next_arrival(),
+            self.b.device().next_arrival(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let next = next.unwrap_or(self.now + Duration::from_millis(10)).max(self.now);
+        self.now = next;
+        self.a.device().clock().advance_to(next);
+        self.a.set_time(next);
+        self.b.set_time(next);
+        self.a.poll().unwrap();
+        self.b.poll().unwrap();
+    }
+
+    fn run_until(&mut self, mut done: impl FnMut(&mut Net) -> bool) {
+        let deadline = self.now + Duration::from_secs(120);
+        while !done(self) {
+            assert!(self.now < deadline, "virtual deadline passed");
+            self.step();
+        }
+    }
+}
+
+#[test]
+fn tcp_echo_across_two_hosts_resolving_arp() {
+    let mut net = Net::new(LinkConfig::default(), |_| {});
+    let listener = net.b.listen(7).unwrap();
+    let client = net.a.connect(SocketAddrV4::new(B, 7)).unwrap();
+    let mut server = None;
+    net.run_until(|n| {
+        server = server.or_else(|| n.b.accept(listener));
+        server.is_some() && n.a.state(client) == State::Established
+    });
+    let server = server.unwrap();
+    assert!(net.a.counters().arp_requests >= 1);
+    assert_eq!(net.b.counters().arp_replies, 1);
+
+    let message: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut sent = 0;
+    let mut echoed = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    net.run_until(|n| {
+        if sent < message.len()
+            && let Ok(k) = n.a.write(client, &message[sent..])
+        {
+            sent += k;
+        }
+        while let Ok(k @ 1..) = n.b.read(server, &mut buf) {
+            let mut off = 0;
+            while off < k {
+                off += n.b.write(server, &buf[off..k]).unwrap_or(0);
+                if off < k {
+                    n.b.poll().unwrap();
+                    n.a.poll().unwrap();
+                }
+            }
+        }
+        while let Ok(k @ 1..) = n.a.read(client, &mut buf) {
+            echoed.extend_from_slice(&buf[..k]);
+        }
+        echoed.len() == message.len()
+    });
+    assert_eq!(echoed, message);
+
+    net.a.close(client);
+    net.run_until(|n| n.b.read(server, &mut [0; 8]).ok() == Some(0));
+    net.b.close(server);
+    net.run_until(|n| n.a.interface().connection_count() + n.b.interface().connection_count() == 1);
+    // The client side waits in TIME-WAIT; the server side is gone.
+    assert_eq!(net.b.interface().connection_count(), 0);
+    assert_eq!(net.a.state(client), State::TimeWait, "a released connection finishes in the background");
+}
+
+#[test]
+fn connect_to_closed_port_is_refused_with_rst() {
+    let mut net = Net::new(LinkConfig::default(), |_| {});
+    let client = net.a.connect(SocketAddrV4::new(B, 9999)).unwrap();
+    let mut events = Vec::new();
+    net.run_until(|n| {
+        while let Some((_, e)) = n.a.poll_event() {
+            events.push(e);
+        }
+        events.contains(&Event::Reset)
+    });
+    assert_eq!(net.b.counters().drops(Drop::NoListener), 1);
+    assert_eq!(net.b.counters().tcp_resets_out, 1);
+    assert!(net.a.read(client, &mut [0; 4]).is_err());
+}
+
+#[test]
+fn syn_cookies_take_over_when_the_syn_queue_is_full() {
+    let mut net = Net::new(LinkConfig::default(), |c| c.syn_queue = 0);
+    let listener = net.b.listen(80).unwrap();
+    let clients: Vec<_> = (0..5).map(|_| net.a.connect(SocketAddrV4::new(B, 80)).unwrap()).collect();
+    let mut accepted = Vec::new();
+    net.run_until(|n| {
+        while let Some(id) = n.b.accept(listener) {
+            accepted.push(id);
+        }
+        accepted.len() == 5 && clients.iter().all(|&c| n.a.state(c) == State::Established)
+    });
+    assert_eq!(net.b.counters().syn_cookies_sent, 5);
+    assert_eq!(net.b.counters().syn_cookies_accepted, 5);
+    // Data flows over a cookie connection.
+    net.a.write(clients[0], b"ping").unwrap();
+    let mut buf = [0u8; 8];
+    let mut got = 0;
+    net.run_until(|n| {
+        if let Ok(k) = n.b.read(accepted[0], &mut buf) {
+            got = k;
+        }
+        got == 4
+    });
+    assert_eq!(&buf[..4], b"ping");
+}
+
+#[test]
+fn lossy_link_still_delivers_everything() {
+    let link = LinkConfig::default().with_loss(0.05).with_duplicate(0.01).with_reorder(0.05, Duration::from_millis(3));
+    let mut net = Net::new(link, |_| {});
+    let listener = net.b.listen(7).unwrap();
+    let client = net.a.connect(SocketAddrV4::new(B, 7)).unwrap();
+    let mut server = None;
+    net.run_until(|n| {
+        server = server.or_else(|| n.b.accept(listener));
+        server.is_some()
+    });
+    let server = server.unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 32768];
+    net.run_until(|n| {
+        if sent < data.len()
+            && let Ok(k) = n.a.write(client, &data[sent..])
+        {
+            sent += k;
+        }
+        while let Ok(k @ 1..) = n.b.read(server, &mut buf) {
+            got.extend_from_slice(&buf[..k]);
+        }
+        got.len() == data.len()
+    });
+    assert_eq!(got, data);
+}
+
+#[test]
+fn malformed_frames_are_counted_and_dropped() {
+    let mut net = Net::new(LinkConfig::default(), |_| {});
+    let listener = net.b.listen(7).unwrap();
+    let mac_b = net.b.device().info().mac;
+    let mac_a = net.a.device().info().mac;
+    let mut frames: Vec<Vec<u8>> = vec![vec![0xff; 13], vec![1, 2, 3]];
+    // IPv4 with a bad header checksum, a fragment, another host, an unknown protocol.
+    let ip = |proto: u8, dst: Ipv4Addr, frag: u16, good_sum: bool| {
+        let mut f = Vec::new();
+        f.extend_from_slice(&mac_b);
+        f.extend_from_slice(&mac_a);
+        f.extend_from_slice(&[0x08, 0x00]);
+        let mut h = etherparse_header(proto, dst, frag);
+        if !good_sum {
+            h[10] ^= 0xff;
+        }
+        f.extend_from_slice(&h);
+        f.extend_from_slice(&[0u8; 20]);
+        f
+    };
+    frames.push(ip(6, B, 0, false));
+    frames.push(ip(6, B, 0x2000, true));
+    frames.push(ip(6, Ipv4Addr::new(10, 9, 0, 99), 0, true));
+    frames.push(ip(47, B, 0, true));
+    frames.push(ip(6, B, 0, true)); // TCP with a zero checksum: bad
+    let mut ipv6 = frames[2].clone();
+    ipv6[12..14].copy_from_slice(&[0x86, 0xdd]);
+    frames.push(ipv6);
+    for f in &frames {
+        net.a
+            .device_mut()
+            .send(&mut |buf| {
+                buf[..f.len()].copy_from_slice(f);
+                f.len()
+            })
+            .unwrap();
+    }
+    net.a.device_mut().flush().unwrap();
+    for _ in 0..5 {
+        net.step();
+    }
+    let c = net.b.counters();
+    assert_eq!(c.drops(Drop::Truncated), 2);
+    assert_eq!(c.drops(Drop::BadIpv4Checksum), 1);
+    assert_eq!(c.drops(Drop::Ipv4Fragment), 1);
+    assert_eq!(c.drops(Drop::WrongIpAddress), 1);
+    assert_eq!(c.drops(Drop::UnknownProtocol), 1);
+    assert_eq!(c.drops(Drop::BadTcp), 1);
+    assert_eq!(c.drops(Drop::UnknownEthertype), 1);
+    // And the host still serves.
+    let client = net.a.connect(SocketAddrV4::new(B, 7)).unwrap();
+    net.run_until(|n| n.b.accept(listener).is_some() && n.a.state(client) == State::Established);
+}
+
+/// A 20-byte IPv4 header with a correct checksum for a 20-byte payload.
+fn etherparse_header(proto: u8, dst: Ipv4Addr, frag: u16) -> [u8; 20] {
+    let mut h = [0u8; 20];
+    h[0] = 0x45;
+    h[2..4].copy_from_slice(&40u16.to_be_bytes());
+    h[6..8].copy_from_slice(&frag.to_be_bytes());
+    h[8] = 64;
+    h[9] = proto;
+    h[12..16].copy_from_slice(&A.octets());
+    h[16..20].copy_from_slice(&dst.octets());
+    let mut sum: u32 = h.chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]) as u32).sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    h
+}
