@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod memory;
+pub mod netdev;
 pub mod packet;
 pub mod testlab;
 pub mod xdp;

@@ -35,6 +35,7 @@
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::net::Ipv4Addr;
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -49,6 +50,9 @@ pub enum LabError {
     /// Namespaces need root.
     #[error("network labs need root (CAP_SYS_ADMIN and CAP_NET_ADMIN): run the tests as root")]
     NotRoot,
+    /// A lab of that name exists already.
+    #[error("a lab named `{0}` exists already: use it, or remove it first with `bypass lab down --name {0}`")]
+    Exists(String),
     /// A command-line tool is missing.
     #[error("`{0}` is not installed: install it (Debian: `apt-get install -y iproute2 ethtool iputils-ping`)")]
     MissingTool(String),
@@ -112,12 +116,15 @@ pub struct LabConfig {
     pub mtu: u32,
     /// Turn the peer's tx checksum, TSO and GSO offloads off (needs `ethtool`).
     pub offloads_off: bool,
+    /// Name the namespaces exactly `<name>-a` and `<name>-b` (a lab meant to outlive the
+    /// process, as `bypass lab up` makes); `None` makes unique throwaway names.
+    pub name: Option<String>,
 }
 
 impl LabConfig {
     /// Return the defaults: one queue, MTU 1500, offloads off.
     pub fn new(tag: &str) -> LabConfig {
-        LabConfig { tag: tag.to_string(), queues: 1, mtu: 1500, offloads_off: true }
+        LabConfig { tag: tag.to_string(), queues: 1, mtu: 1500, offloads_off: true, name: None }
     }
 }
 
@@ -156,8 +163,25 @@ impl Lab {
         check_preconditions()?;
         remove_stale_labs();
         let tag: String = config.tag.chars().filter(|c| c.is_ascii_alphanumeric()).take(16).collect();
-        let name = format!("{PREFIX}-{}-{}-{tag}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
-        let lab = Lab {
+        let name = match &config.name {
+            Some(name) => {
+                if Path::new(&format!("/var/run/netns/{name}-a")).exists() {
+                    return Err(LabError::Exists(name.clone()));
+                }
+                name.clone()
+            }
+            None => format!("{PREFIX}-{}-{}-{tag}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)),
+        };
+        let lab = Lab::named(&name);
+        // From here on, dropping `lab` cleans up whatever was created.
+        Lab::build(lab, &config)
+    }
+
+    /// Return the description of the lab named `name` without creating anything: the handle
+    /// `bypass lab down` and the demo use for a lab made earlier. Dropping it deletes the lab;
+    /// use [`Lab::keep`] to leave it.
+    pub fn named(name: &str) -> Lab {
+        Lab {
             bypass_ns: format!("{name}-a"),
             peer_ns: format!("{name}-b"),
             bypass_if: "bx0".into(),
@@ -167,8 +191,20 @@ impl Lab {
             prefix_len: 24,
             bypass_mac: [0x02, 0, 0, 0x77, 0, 0x02],
             peer_mac: [0x02, 0, 0, 0x77, 0, 0x01],
-        };
-        // From here on, dropping `lab` cleans up whatever was created.
+        }
+    }
+
+    /// Return whether both namespaces of this lab exist.
+    pub fn exists(&self) -> bool {
+        [&self.bypass_ns, &self.peer_ns].iter().all(|ns| Path::new(&format!("/var/run/netns/{ns}")).exists())
+    }
+
+    /// Leave the lab in place when this handle goes away.
+    pub fn keep(self) {
+        std::mem::forget(self);
+    }
+
+    fn build(lab: Lab, config: &LabConfig) -> Result<Lab, LabError> {
         run(Command::new("ip").args(["netns", "add", &lab.bypass_ns]))?;
         run(Command::new("ip").args(["netns", "add", &lab.peer_ns]))?;
         for ns in [&lab.bypass_ns, &lab.peer_ns] {

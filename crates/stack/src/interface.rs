@@ -302,6 +302,17 @@ impl Interface {
         self.release(id);
     }
 
+    /// Reset every connection (RST where synchronized) and release them all: for shutdown.
+    pub fn abort_all(&mut self, now: Instant) {
+        for index in 0..self.slots.len() as u32 {
+            if let Some(sock) = self.slots[index as usize].sock.as_mut() {
+                sock.conn.abort(now);
+                sock.owner = Owner::Released;
+                self.mark_dirty(index);
+            }
+        }
+    }
+
     fn release(&mut self, id: SocketId) {
         if let Some(sock) = self.sock_mut(id) {
             sock.owner = Owner::Released;

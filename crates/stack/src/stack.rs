@@ -207,6 +207,12 @@ impl<D: Device> Stack<D> {
         self.iface.abort(now, id);
     }
 
+    /// Reset every connection and release them (for shutdown); `poll` sends the RSTs.
+    pub fn abort_all(&mut self) {
+        let now = self.now();
+        self.iface.abort_all(now);
+    }
+
     /// Turn Nagle's algorithm off (`true`) or on for `id`.
     pub fn set_nodelay(&mut self, id: SocketId, nodelay: bool) {
         if let Some(conn) = self.iface.connection_mut(id) {

@@ -14,8 +14,10 @@ use crate::time::Instant;
 use crate::timer::Timer;
 use crate::wire;
 
-/// Room for the largest TCP header (60 bytes).
-const MAX_HEADER: usize = 60;
+/// A TCP header without options.
+const BASE_HEADER: usize = 20;
+/// The most option bytes a TCP header holds.
+const MAX_OPTIONS: usize = 40;
 
 impl Connection {
     /// Write the next segment to send into `buf` (TCP header and payload, checksum
@@ -101,8 +103,9 @@ impl Connection {
         let flight = self.snd_nxt - self.snd_una;
         let window = self.snd_wnd.min(self.cc.cwnd());
         let usable = window.saturating_sub(flight);
-        let room = buf.len().saturating_sub(MAX_HEADER) as u32;
-        let len = unsent.min(self.smss as u32).min(usable).min(room);
+        // A segment is full when it fills the MSS or the caller's buffer, whichever is less.
+        let full = (self.smss as usize).min(self.payload_room(buf)) as u32;
+        let len = unsent.min(full).min(usable);
         let with_fin = fin_unsent && self.snd_nxt + len == data_end;
         if len == 0 && !(with_fin && usable > 0) {
             return None;
@@ -111,7 +114,7 @@ impl Connection {
         let send = forced
             || retransmitting
             || with_fin
-            || len == self.smss as u32
+            || len == full
             || (self.max_snd_wnd > 0 && len >= self.max_snd_wnd / 2)
             || (len == unsent && (!self.config.nagle || self.snd_max == self.snd_una));
         if !send {
@@ -125,8 +128,7 @@ impl Connection {
     fn send_from(&mut self, now: Instant, seq: SeqNum, max_len: usize, buf: &mut [u8]) -> Option<Transmit> {
         let data_end = self.send_buf_seq + self.send_buf.len();
         let available = if seq.before(data_end) { (data_end - seq) as usize } else { 0 };
-        let room = buf.len().saturating_sub(MAX_HEADER);
-        let len = available.min(self.smss as usize).min(max_len).min(room);
+        let len = available.min(self.smss as usize).min(max_len).min(self.payload_room(buf));
         let fin = self.fin_seq().is_some_and(|f| seq + len == f);
         if len == 0 && !fin {
             return None;
@@ -161,6 +163,13 @@ impl Connection {
         // RFC 6298 5.1: start the timer if it is not running.
         self.timers.set_if_idle(Timer::Retransmit, now + self.rtt.rto());
         Some(Transmit { kind: if retransmission { TransmitKind::Retransmission } else { TransmitKind::Data }, ..t })
+    }
+
+    /// Return the payload that fits in `buf` behind the header a data segment will carry:
+    /// no options, or SACK blocks while out-of-order data is held.
+    fn payload_room(&self, buf: &[u8]) -> usize {
+        let options = if self.sack_enabled && !self.assembler.is_empty() { MAX_OPTIONS } else { 0 };
+        buf.len().saturating_sub(BASE_HEADER + options)
     }
 
     /// Send our SYN (active open) or SYN-ACK (passive or simultaneous open), with options.

@@ -823,3 +823,19 @@ fn syn_cookie_reply_and_rebuilt_connection() {
     let out = drain(&mut c, ms(6));
     assert_eq!((out[0].seq, out[0].ack), (cookie + 1u32, REMOTE_ISN + 3u32));
 }
+
+#[test]
+fn a_buffer_smaller_than_the_mss_bounds_full_segments() {
+    // 1480 bytes of room behind IPv4 and Ethernet on a 1514-byte frame: a 1460-byte MSS
+    // segment fits exactly, and a tighter buffer makes smaller "full" segments at once.
+    let (mut c, _) = established_passive(&config());
+    c.send(&[1u8; 5000]).unwrap();
+    let mut buf = [0u8; 1000];
+    let mut sizes = Vec::new();
+    while let Some(t) = c.poll_transmit(ms(2), &mut buf) {
+        sizes.push(t.payload_len);
+    }
+    // Four buffer-sized segments go out back to back (Nagle does not hold them); the
+    // initial window (4380 bytes, RFC 5681 3.1) then leaves room for only 460 more.
+    assert_eq!(sizes, vec![980, 980, 980, 980]);
+}

@@ -1,0 +1,301 @@
+//! `bypass`: run the userspace TCP/IP stack on a network interface, and the lab around it.
+#![deny(unsafe_code)]
+
+mod echo;
+
+use std::net::Ipv4Addr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bypass_io::testlab::{Lab, LabConfig};
+use bypass_io::xdp::{XdpConfig, XdpDevice, XdpError, XdpMode};
+use bypass_io::{PacketDevice, netdev};
+use bypass_stack::{Counters, Device, Stack, StackConfig};
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(name = "bypass", version, about = "A userspace TCP/IP stack on AF_XDP, and the lab to try it in")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create or remove a two-namespace veth lab (bypass side without a kernel address).
+    Lab {
+        #[command(subcommand)]
+        action: LabAction,
+    },
+    /// Serve TCP echo (RFC 862) from user space on an interface.
+    Echo(EchoArgs),
+}
+
+#[derive(Subcommand)]
+enum LabAction {
+    /// Create the lab and print the addresses to use.
+    Up {
+        /// Lab name: the namespaces are NAME-a (bypass side) and NAME-b (kernel peer).
+        #[arg(long, default_value = "bypass")]
+        name: String,
+        /// Queues on each veth end (for multi-queue runs).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+        queues: u32,
+    },
+    /// Remove the lab.
+    Down {
+        /// Lab name given to `lab up`.
+        #[arg(long, default_value = "bypass")]
+        name: String,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    /// AF_XDP (kernel bypass).
+    Xdp,
+    /// AF_PACKET raw socket (fallback).
+    Packet,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum AttachMode {
+    /// Driver (native) XDP, falling back to generic.
+    Auto,
+    /// Driver (native) XDP only.
+    Driver,
+    /// Generic (skb) XDP only.
+    Generic,
+}
+
+#[derive(clap::Args)]
+struct EchoArgs {
+    /// Interface to serve on (the kernel must not have --ip configured on it).
+    #[arg(long)]
+    iface: String,
+    /// Our address, ADDR or ADDR/PREFIX (default prefix 24).
+    #[arg(long, value_parser = parse_cidr)]
+    ip: (Ipv4Addr, u8),
+    /// TCP port to serve.
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u16).range(1..))]
+    port: u16,
+    /// Packet I/O backend.
+    #[arg(long, value_enum, default_value_t = Backend::Xdp)]
+    backend: Backend,
+    /// XDP attach mode.
+    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
+    xdp_mode: AttachMode,
+    /// Spin on the device instead of sleeping in poll(2): lowest latency, one core busy.
+    #[arg(long)]
+    busy_poll: bool,
+    /// Queues to serve, one share-nothing shard (thread) per queue (AF_XDP only).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    queues: u32,
+    /// Close connections idle this many seconds (server-initiated close).
+    #[arg(long)]
+    idle_timeout: Option<f64>,
+}
+
+fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
+    let (addr, prefix) = match s.split_once('/') {
+        Some((a, p)) => (a, p.parse::<u8>().map_err(|_| format!("`{p}` is not a prefix length (0-32)"))?),
+        None => (s, 24),
+    };
+    let addr: Ipv4Addr = addr.parse().map_err(|_| format!("`{addr}` is not an IPv4 address"))?;
+    if prefix > 32 {
+        return Err(format!("prefix length {prefix} is above 32"));
+    }
+    if addr.is_unspecified() || addr.is_broadcast() || addr.is_multicast() {
+        return Err(format!("{addr} cannot be a host address"));
+    }
+    Ok((addr, prefix))
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Lab { action: LabAction::Up { name, queues } } => lab_up(&name, queues),
+        Command::Lab { action: LabAction::Down { name } } => lab_down(&name),
+        Command::Echo(args) => echo(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("bypass: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
+}
+
+fn lab_up(name: &str, queues: u32) -> Result<(), String> {
+    if !is_root() {
+        return Err("creating a lab needs root (network namespaces): run it with sudo".into());
+    }
+    let config = LabConfig { name: Some(name.to_string()), queues, ..LabConfig::new(name) };
+    let lab = Lab::with_config(config).map_err(|e| e.to_string())?;
+    println!("lab `{name}` is up:");
+    println!(
+        "  bypass side: namespace {}, interface {} (no kernel address; the stack owns {}/{})",
+        lab.bypass_ns, lab.bypass_if, lab.bypass_ip, lab.prefix_len
+    );
+    println!(
+        "  kernel peer: namespace {}, interface {}, address {}/{} (offloads off)",
+        lab.peer_ns, lab.peer_if, lab.peer_ip, lab.prefix_len
+    );
+    println!();
+    println!(
+        "serve echo:   ip netns exec {} bypass echo --iface {} --ip {}/{} --port 7",
+        lab.bypass_ns, lab.bypass_if, lab.bypass_ip, lab.prefix_len
+    );
+    println!("try it:       echo hello | ip netns exec {} nc -q1 {} 7", lab.peer_ns, lab.bypass_ip);
+    println!("remove it:    bypass lab down --name {name}");
+    lab.keep();
+    Ok(())
+}
+
+fn lab_down(name: &str) -> Result<(), String> {
+    if !is_root() {
+        return Err("removing a lab needs root (network namespaces): run it with sudo".into());
+    }
+    let lab = Lab::named(name);
+    if !lab.exists() {
+        lab.keep();
+        return Err(format!("there is no lab named `{name}` (see `ip netns list`)"));
+    }
+    drop(lab);
+    println!("lab `{name}` removed");
+    Ok(())
+}
+
+fn echo(args: EchoArgs) -> Result<(), String> {
+    if !is_root() {
+        return Err("bypass echo needs root (CAP_NET_ADMIN and CAP_BPF for AF_XDP, CAP_NET_RAW for AF_PACKET): run it with sudo".into());
+    }
+    if !netdev::exists(&args.iface) {
+        return Err(format!("there is no interface `{}` in this network namespace (see `ip link`)", args.iface));
+    }
+    let (ip, prefix) = args.ip;
+    let kernel = netdev::kernel_ipv4_addrs(&args.iface)
+        .map_err(|e| format!("cannot list the addresses of {}: {e}", args.iface))?;
+    if kernel.contains(&ip) {
+        return Err(format!(
+            "the kernel already uses {ip} on {}: remove it (`ip addr del {ip}/{prefix} dev {}`) or give the stack another address",
+            args.iface, args.iface
+        ));
+    }
+    if args.queues > 1 && args.backend == Backend::Packet {
+        return Err("--queues needs the xdp backend (AF_PACKET runs one shard)".into());
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
+            .map_err(|e| format!("cannot install the Ctrl-C handler: {e}"))?;
+    }
+    let mut secret = [0u8; 16];
+    getrandom(&mut secret);
+    let config = StackConfig::new(ip, prefix, secret);
+    let idle = args.idle_timeout.map(Duration::from_secs_f64);
+
+    let totals = match args.backend {
+        Backend::Packet => {
+            let device = PacketDevice::open(&args.iface).map_err(|e| e.to_string())?;
+            println!("serving echo on {ip}:{} over {} ({})", args.port, args.iface, device.info().mode);
+            vec![serve(device, config, args.port, idle, args.busy_poll, &stop)?]
+        }
+        Backend::Xdp => {
+            let mut xdp = XdpConfig::new(&args.iface, ip);
+            xdp.mode = match args.xdp_mode {
+                AttachMode::Auto => XdpMode::Auto,
+                AttachMode::Driver => XdpMode::Driver,
+                AttachMode::Generic => XdpMode::Generic,
+            };
+            xdp.busy_poll = args.busy_poll;
+            let queues: Vec<u32> = (0..args.queues).collect();
+            let devices = XdpDevice::open_queues(xdp, &queues).map_err(|e| xdp_error(e, &args.iface))?;
+            for d in &devices {
+                println!("serving echo on {ip}:{} over {} ({})", args.port, args.iface, d.info().mode);
+            }
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = devices
+                    .into_iter()
+                    .map(|device| {
+                        let (config, stop) = (config.clone(), &stop);
+                        scope.spawn(move || serve(device, config, args.port, idle, args.busy_poll, stop))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err("a shard panicked".into())))
+                    .collect::<Result<Vec<_>, _>>()
+            })?
+        }
+    };
+    println!("stopped; counters:");
+    for (i, c) in totals.iter().enumerate() {
+        if totals.len() > 1 {
+            println!("[queue {i}]");
+        }
+        print!("{c}");
+    }
+    Ok(())
+}
+
+fn xdp_error(e: XdpError, iface: &str) -> String {
+    match e {
+        XdpError::Unsupported { .. } => {
+            format!("{e} (interface {iface}); try `--backend packet` to use AF_PACKET instead")
+        }
+        e => e.to_string(),
+    }
+}
+
+/// Run one shard until `stop`; then close connections, let the FINs go, and return the counters.
+fn serve<D: Device>(
+    device: D,
+    config: StackConfig,
+    port: u16,
+    idle: Option<Duration>,
+    busy_poll: bool,
+    stop: &AtomicBool,
+) -> Result<Counters, String> {
+    let mut stack = Stack::new(device, config);
+    let mut server = echo::EchoServer::new(&mut stack, port, idle).map_err(|e| e.to_string())?;
+    let io = |e: std::io::Error| format!("packet I/O failed: {e}");
+    while !stop.load(Ordering::Relaxed) {
+        if busy_poll {
+            stack.poll().map_err(io)?;
+        } else {
+            stack.poll_wait(Some(Duration::from_millis(100))).map_err(io)?;
+        }
+        server.service(&mut stack);
+    }
+    // Shut down: FIN to every client, a moment for the close to complete, then RST the rest.
+    server.shutdown(&mut stack);
+    let deadline = std::time::Instant::now() + Duration::from_millis(500);
+    while std::time::Instant::now() < deadline && stack.interface().connection_count() > 0 {
+        stack.poll_wait(Some(Duration::from_millis(10))).map_err(io)?;
+        while stack.poll_event().is_some() {}
+    }
+    stack.abort_all();
+    stack.poll().map_err(io)?;
+    Ok(stack.counters().clone())
+}
+
+/// Fill `buf` from the kernel's random source.
+fn getrandom(buf: &mut [u8]) {
+    use std::io::Read;
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = f.read_exact(buf);
+    }
+}
