@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bypass_io::testlab::{Lab, LabConfig};
 use bypass_io::xdp::{XdpConfig, XdpDevice, XdpError, XdpMode};
-use bypass_io::{PacketDevice, netdev};
+use bypass_io::{PacketDevice, Recorder, netdev};
 use bypass_stack::{Counters, Device, Stack, StackConfig};
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -96,6 +96,10 @@ struct EchoArgs {
     /// Close connections idle this many seconds (server-initiated close).
     #[arg(long)]
     idle_timeout: Option<f64>,
+    /// Record every frame received and sent to this pcapng file (one file per queue:
+    /// FILE, FILE.q1, ...), for Wireshark.
+    #[arg(long)]
+    pcap: Option<std::path::PathBuf>,
 }
 
 fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
@@ -210,6 +214,7 @@ fn echo(args: EchoArgs) -> Result<(), String> {
     let totals = match args.backend {
         Backend::Packet => {
             let device = PacketDevice::open(&args.iface).map_err(|e| e.to_string())?;
+            let device = recorder(device, args.pcap.as_deref(), 0)?;
             println!("serving echo on {ip}:{} over {} ({})", args.port, args.iface, device.info().mode);
             vec![serve(device, config, args.port, idle, args.busy_poll, &stop)?]
         }
@@ -223,6 +228,11 @@ fn echo(args: EchoArgs) -> Result<(), String> {
             xdp.busy_poll = args.busy_poll;
             let queues: Vec<u32> = (0..args.queues).collect();
             let devices = XdpDevice::open_queues(xdp, &queues).map_err(|e| xdp_error(e, &args.iface))?;
+            let devices = devices
+                .into_iter()
+                .enumerate()
+                .map(|(i, d)| recorder(d, args.pcap.as_deref(), i))
+                .collect::<Result<Vec<_>, _>>()?;
             for d in &devices {
                 println!("serving echo on {ip}:{} over {} ({})", args.port, args.iface, d.info().mode);
             }
@@ -249,6 +259,19 @@ fn echo(args: EchoArgs) -> Result<(), String> {
         print!("{c}");
     }
     Ok(())
+}
+
+/// Wrap a device in a recorder writing to `path` (queue `queue` > 0 gets `path.qN`).
+fn recorder<D: Device>(device: D, path: Option<&std::path::Path>, queue: usize) -> Result<Recorder<D>, String> {
+    match path {
+        None => Ok(Recorder::passthrough(device)),
+        Some(path) => {
+            let path = if queue == 0 { path.to_path_buf() } else { path.with_extension(format!("q{queue}")) };
+            let rec = Recorder::create(device, &path).map_err(|e| e.to_string())?;
+            println!("recording to {}", path.display());
+            Ok(rec)
+        }
+    }
 }
 
 fn xdp_error(e: XdpError, iface: &str) -> String {

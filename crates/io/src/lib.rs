@@ -5,8 +5,10 @@
 pub mod memory;
 pub mod netdev;
 pub mod packet;
+pub mod pcap;
 pub mod testlab;
 pub mod xdp;
 
 pub use memory::{Clock, MemoryDevice, MemoryLink};
 pub use packet::{PacketConfig, PacketDevice, PacketError, PacketStats};
+pub use pcap::Recorder;
