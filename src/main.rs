@@ -296,12 +296,13 @@ fn serve<D: Device>(
     let mut server = echo::EchoServer::new(&mut stack, port, idle).map_err(|e| e.to_string())?;
     let io = |e: std::io::Error| format!("packet I/O failed: {e}");
     while !stop.load(Ordering::Relaxed) {
-        if busy_poll {
-            stack.poll().map_err(io)?;
-        } else {
-            stack.poll_wait(Some(Duration::from_millis(100))).map_err(io)?;
-        }
+        // Receive, answer, then transmit: the echoed data carries the ACK.
+        let received = stack.poll_rx().map_err(io)?;
         server.service(&mut stack);
+        let sent = stack.poll_tx().map_err(io)?;
+        if !busy_poll && received == 0 && sent == 0 {
+            stack.wait(Some(Duration::from_millis(100))).map_err(io)?;
+        }
     }
     // Shut down: FIN to every client, a moment for the close to complete, then RST the rest.
     server.shutdown(&mut stack);

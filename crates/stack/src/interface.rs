@@ -704,9 +704,14 @@ impl Interface {
     /// Drain one connection's output into the device, then settle its events and
     /// lifecycle. `None` when the device ran out of buffers.
     fn transmit_one(&mut self, now: Instant, index: u32, device: &mut dyn Device) -> std::io::Result<Option<usize>> {
-        let Some(sock) = self.slots[index as usize].sock.as_ref() else { return Ok(Some(0)) };
-        let Some(tuple) = sock.conn.tuple() else { return Ok(Some(0)) };
-        let IpAddr::V4(dst) = tuple.remote.ip() else { return Ok(Some(0)) };
+        let Some(sock) = self.slots[index as usize].sock.as_mut() else { return Ok(Some(0)) };
+        let Some(FourTuple { remote: SocketAddr::V4(remote), .. }) = sock.conn.tuple() else {
+            // Back in LISTEN after an RST in SYN-RECEIVED: nothing to send; settle removes it.
+            sock.dirty = false;
+            self.settle(now, index);
+            return Ok(Some(0));
+        };
+        let dst = *remote.ip();
         let fallback = sock.peer_mac;
         let mac = self.next_hop_mac(now, dst, fallback);
         let max_frame = self.mtu + ETH_LEN;
@@ -761,16 +766,29 @@ impl Interface {
                 self.counters.tx_bytes += (HEADERS + t.len) as u64;
             }
         }
+        if let Some(sock) = self.slots[index as usize].sock.as_mut() {
+            sock.dirty = false;
+        }
         self.settle(now, index);
         Ok(Some(sent))
     }
 
-    /// After a connection ran: pass its events on, move it between listener queues, and
-    /// remove it when nobody needs it any more.
-    fn settle(&mut self, _now: Instant, index: u32) {
+    /// Pass on the events of the connections touched since the last transmit, so the
+    /// application sees what arrived before replies go out (call after receiving).
+    pub fn deliver_events(&mut self) {
+        for k in 0..self.dirty.len() {
+            let index = self.dirty[k];
+            if self.slots[index as usize].sock.is_some() {
+                self.deliver(index);
+            }
+        }
+    }
+
+    /// Move `index`'s events to the user's queue; an established listener child joins the
+    /// accept queue.
+    fn deliver(&mut self, index: u32) {
         let id = self.id(index);
         let sock = self.slots[index as usize].sock.as_mut().expect("live");
-        sock.dirty = false;
         let owner = sock.owner;
         let mut established = false;
         while let Some(event) = sock.conn.poll_event() {
@@ -781,31 +799,41 @@ impl Interface {
                 self.events.push_back((id, event));
             }
         }
+        if let (Owner::Listener(port), true) = (owner, established)
+            && let Some(l) = self.listeners.get_mut(&port)
+        {
+            l.half_open = l.half_open.saturating_sub(1);
+            l.ready.push_back(id);
+        }
+    }
+
+    /// After a connection ran: pass its events on, note its next timer, and remove it when
+    /// nobody needs it any more.
+    fn settle(&mut self, _now: Instant, index: u32) {
+        self.deliver(index);
+        let id = self.id(index);
+        let sock = self.slots[index as usize].sock.as_mut().expect("live");
+        let owner = sock.owner;
         let state = sock.conn.state();
         if let Some(t) = sock.conn.poll_timeout() {
             self.timer_due = Some(self.timer_due.map_or(t, |d| d.min(t)));
         }
-        if let Owner::Listener(port) = owner {
-            let queued = self.listeners.get(&port).is_some_and(|l| l.ready.contains(&id));
-            if established && !queued {
+        if !matches!(state, State::Closed | State::Listen) {
+            return;
+        }
+        match owner {
+            Owner::Listener(port) => {
                 if let Some(l) = self.listeners.get_mut(&port) {
-                    l.half_open = l.half_open.saturating_sub(1);
-                    l.ready.push_back(id);
-                }
-            } else if matches!(state, State::Closed | State::Listen) {
-                if let Some(l) = self.listeners.get_mut(&port) {
-                    if queued {
+                    if l.ready.contains(&id) {
                         l.ready.retain(|&r| r != id);
                     } else {
                         l.half_open = l.half_open.saturating_sub(1);
                     }
                 }
                 self.remove(index);
-                return;
             }
-        }
-        if owner == Owner::Released && matches!(state, State::Closed | State::Listen) {
-            self.remove(index);
+            Owner::Released => self.remove(index),
+            Owner::User => {}
         }
     }
 }

@@ -104,24 +104,39 @@ impl<D: Device> Stack<D> {
 
     /// One turn of the loop: receive a batch, fire timers, transmit, flush. Return whether
     /// anything was received or sent.
+    ///
+    /// An application that answers what it receives does better with the two halves:
+    /// [`poll_rx`](Stack::poll_rx), then its own work, then [`poll_tx`](Stack::poll_tx), so
+    /// its replies carry the ACKs instead of following them.
     pub fn poll(&mut self) -> io::Result<bool> {
+        let received = self.poll_rx()?;
+        let sent = self.poll_tx()?;
+        Ok(received > 0 || sent > 0)
+    }
+
+    /// Receive a batch of frames and fire due timers; return the frames received.
+    pub fn poll_rx(&mut self) -> io::Result<usize> {
         let now = self.now();
         let iface = &mut self.iface;
         let received = self.device.recv(RX_BATCH, &mut |frame| iface.receive(now, frame))?;
         self.iface.handle_timeouts(now);
+        self.iface.deliver_events();
+        Ok(received)
+    }
+
+    /// Transmit everything due and flush the device; return the frames sent.
+    pub fn poll_tx(&mut self) -> io::Result<usize> {
+        let now = self.now();
         let sent = self.iface.transmit(now, &mut self.device)?;
         if sent > 0 {
             self.device.flush()?;
         }
-        Ok(received > 0 || sent > 0)
+        Ok(sent)
     }
 
-    /// Interrupt-driven mode: poll, and when idle sleep on the device until a frame may be
-    /// waiting, the next timer, or `timeout`, whichever is first.
-    pub fn poll_wait(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
-        if self.poll()? {
-            return Ok(true);
-        }
+    /// Sleep on the device until a frame may be waiting, the next timer, or `timeout`,
+    /// whichever comes first (interrupt-driven mode). Processes nothing.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         let now = self.now();
         let until_timer = self.iface.poll_timeout().map(|t| t.saturating_duration_since(now));
         let wait = match (until_timer, timeout) {
@@ -131,6 +146,16 @@ impl<D: Device> Stack<D> {
         if wait != Some(Duration::ZERO) {
             self.device.wait(wait)?;
         }
+        Ok(())
+    }
+
+    /// Interrupt-driven mode in one call: poll, and when idle sleep on the device (see
+    /// [`wait`](Stack::wait)), then poll again.
+    pub fn poll_wait(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
+        if self.poll()? {
+            return Ok(true);
+        }
+        self.wait(timeout)?;
         self.poll()
     }
 
