@@ -369,3 +369,21 @@ impl Device for XdpDevice {
         Some(self.socket.fd().as_raw_fd())
     }
 }
+
+/// Run `op` again while it fails with EBUSY, for up to a second.
+///
+/// When a process that had the interface dies (even by SIGKILL), the kernel releases its
+/// AF_XDP socket and UMEM in deferred work, so an immediate restart can briefly find the
+/// queue busy; a few milliseconds later it is free. A queue held by a live process stays
+/// busy, and the error is reported after the second.
+pub(crate) fn retry_busy<T>(mut op: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        match op() {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            result => return result,
+        }
+    }
+}

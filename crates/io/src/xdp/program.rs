@@ -397,7 +397,7 @@ impl XdpProgram {
             .map_err(|e| XdpError::from_io(format!("create an XSKMAP for {iface}"), e))?;
         let prog = load(ip, map.as_fd(), XDP_PASS)?;
         let attach = |m: AttachMode| {
-            sys::xdp_link_create(prog.as_fd(), ifindex, m.flags())
+            super::retry_busy(|| sys::xdp_link_create(prog.as_fd(), ifindex, m.flags()))
                 .map(|link| (link, m))
                 .map_err(|e| link_error(iface, m, e))
         };

@@ -56,19 +56,25 @@ impl XskSocket {
         let (fill, completion, rx, tx) = sys::xsk_rings(fd.as_fd(), options.rings)
             .map_err(|e| XdpError::from_io("set up and map the AF_XDP rings", e))?;
         let mode = if options.zero_copy { libc::XDP_ZEROCOPY } else { libc::XDP_COPY };
-        sys::xsk_bind(fd.as_fd(), ifindex, queue, libc::XDP_USE_NEED_WAKEUP | mode).map_err(|source| {
-            let iface = iface.to_string();
-            match source.raw_os_error() {
-                Some(libc::EOPNOTSUPP) if options.zero_copy => XdpError::ZeroCopyUnsupported { iface, queue, source },
-                Some(libc::EINVAL) => XdpError::NoSuchQueue { iface, queue, source },
-                Some(libc::EBUSY) => XdpError::QueueBusy { iface, queue, source },
-                Some(libc::ENODEV | libc::ENXIO) => XdpError::NoSuchInterface { iface, source },
-                Some(libc::EOPNOTSUPP) => {
-                    XdpError::Unsupported { iface, what: format!("binding an AF_XDP socket to queue {queue}"), source }
+        super::retry_busy(|| sys::xsk_bind(fd.as_fd(), ifindex, queue, libc::XDP_USE_NEED_WAKEUP | mode)).map_err(
+            |source| {
+                let iface = iface.to_string();
+                match source.raw_os_error() {
+                    Some(libc::EOPNOTSUPP) if options.zero_copy => {
+                        XdpError::ZeroCopyUnsupported { iface, queue, source }
+                    }
+                    Some(libc::EINVAL) => XdpError::NoSuchQueue { iface, queue, source },
+                    Some(libc::EBUSY) => XdpError::QueueBusy { iface, queue, source },
+                    Some(libc::ENODEV | libc::ENXIO) => XdpError::NoSuchInterface { iface, source },
+                    Some(libc::EOPNOTSUPP) => XdpError::Unsupported {
+                        iface,
+                        what: format!("binding an AF_XDP socket to queue {queue}"),
+                        source,
+                    },
+                    _ => XdpError::from_io(format!("bind an AF_XDP socket to {iface} queue {queue}"), source),
                 }
-                _ => XdpError::from_io(format!("bind an AF_XDP socket to {iface} queue {queue}"), source),
-            }
-        })?;
+            },
+        )?;
         let zero_copy = match sys::xsk_options(fd.as_fd()) {
             Ok(flags) => flags & libc::XDP_OPTIONS_ZEROCOPY != 0,
             Err(_) => options.zero_copy,
