@@ -179,6 +179,8 @@ pub struct Connection {
     pub(crate) wscale_ok: bool,
     /// Effective send MSS (RFC 9293 3.7.1).
     pub(crate) smss: u16,
+    /// Our SYN has been acknowledged.
+    pub(crate) syn_acknowledged: bool,
     /// Sequence number of the first byte held in `send_buf`.
     pub(crate) send_buf_seq: SeqNum,
     pub(crate) send_buf: RingBuffer,
@@ -265,6 +267,7 @@ impl Connection {
             snd_wscale: 0,
             wscale_ok: false,
             smss: default_mss.min(config.mss),
+            syn_acknowledged: false,
             send_buf_seq: SeqNum(0),
             send_buf: RingBuffer::new(config.send_buffer),
             fin_queued: false,
@@ -368,6 +371,7 @@ impl Connection {
         c.snd_nxt = c.snd_una;
         c.snd_max = c.snd_una;
         c.send_buf_seq = c.snd_una;
+        c.syn_acknowledged = true;
         c.cc.set_recover(iss);
         c.irs = ack.seq - 1u32;
         c.rcv_nxt = ack.seq;
@@ -476,13 +480,17 @@ impl Connection {
 
     /// Decide whether reading opened the window enough to tell the peer at once
     /// (receiver-side SWS avoidance, RFC 9293 3.8.6.2.2).
-    fn after_read(&mut self, window_before: u32) {
+    fn after_read(&mut self, _window_before: u32) {
         if !self.state.can_receive() {
             return;
         }
-        let now_possible = self.recv_buf.free() as u32;
+        // Tell the peer at once only when the window it knows has fallen to half of what we
+        // could offer and the right edge would move by a worthwhile amount; otherwise the
+        // next ACK carries the update.
+        let possible = (self.recv_buf.free() as u32).min(max_window(self.rcv_wscale));
+        let advertised = self.receive_window();
         let threshold = (self.recv_buf.capacity() as u32 / 2).min(self.config.mss as u32);
-        if now_possible.saturating_sub(window_before) >= threshold {
+        if 2 * advertised <= possible && possible - advertised >= threshold {
             self.ack_due = AckDue::Now;
         }
     }
@@ -670,7 +678,9 @@ impl Connection {
 
     /// Return whether our SYN has been acknowledged.
     pub(crate) fn syn_acked(&self) -> bool {
-        self.snd_una.after(self.iss)
+        // A flag, not `SND.UNA > ISS`: that comparison is modular and turns false again
+        // after 2 GiB have been sent.
+        self.syn_acknowledged
     }
 
     /// Owe the peer a challenge ACK, within the rate limit (RFC 5961 section 7).

@@ -209,6 +209,7 @@ impl Connection {
 
     /// SND.UNA moved past our SYN.
     fn take_ack_of_syn(&mut self, now: Instant, ack: SeqNum) {
+        self.syn_acknowledged = true;
         if let Some((end, sent)) = self.rtt_probe
             && ack.after_eq(end)
         {

@@ -58,7 +58,11 @@ impl Connection {
         }
         if self.retransmit_una {
             self.retransmit_una = false;
-            if let Some(t) = self.send_from(now, self.snd_una, usize::MAX, buf) {
+            // Resend from SND.UNA, but never past the peer's window (RFC 9293 3.8.6); with
+            // the window shut, a probe asks for it instead.
+            if self.snd_wnd == 0 {
+                self.probe_due = true;
+            } else if let Some(t) = self.send_from(now, self.snd_una, self.snd_wnd as usize, buf) {
                 return Some(t);
             }
         }
@@ -151,11 +155,12 @@ impl Connection {
             self.stats.retransmits += 1;
             // Karn's rule (RFC 6298 3): no sample from a retransmitted range.
             self.rtt_probe = None;
-        } else {
+        } else if self.rtt_probe.is_none() {
+            self.rtt_probe = Some((end, now));
+        }
+        // A resent range may reach past anything sent before (segments cut differently).
+        if end.after(self.snd_max) {
             self.snd_max = end;
-            if self.rtt_probe.is_none() {
-                self.rtt_probe = Some((end, now));
-            }
         }
         if self.unacked_since.is_none() {
             self.unacked_since = Some(now);
