@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bypass_io::testlab::{Lab, LabConfig};
 use bypass_io::xdp::{XdpConfig, XdpDevice, XdpError, XdpMode};
-use bypass_io::{PacketDevice, Recorder, netdev};
+use bypass_io::{PacketDevice, PcapNgCapture, netdev};
 use bypass_stack::{Counters, Device, Stack, StackConfig};
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -214,9 +214,9 @@ fn echo(args: EchoArgs) -> Result<(), String> {
     let totals = match args.backend {
         Backend::Packet => {
             let device = PacketDevice::open(&args.iface).map_err(|e| e.to_string())?;
-            let device = recorder(device, args.pcap.as_deref(), 0)?;
             println!("serving echo on {ip}:{} over {} ({})", args.port, args.iface, device.info().mode);
-            vec![serve(device, config, args.port, idle, args.busy_poll, &stop)?]
+            let pcap = args.pcap.clone();
+            vec![serve(device, config, args.port, idle, args.busy_poll, pcap.as_deref(), &stop)?]
         }
         Backend::Xdp => {
             let mut xdp = XdpConfig::new(&args.iface, ip);
@@ -228,20 +228,19 @@ fn echo(args: EchoArgs) -> Result<(), String> {
             xdp.busy_poll = args.busy_poll;
             let queues: Vec<u32> = (0..args.queues).collect();
             let devices = XdpDevice::open_queues(xdp, &queues).map_err(|e| xdp_error(e, &args.iface))?;
-            let devices = devices
-                .into_iter()
-                .enumerate()
-                .map(|(i, d)| recorder(d, args.pcap.as_deref(), i))
-                .collect::<Result<Vec<_>, _>>()?;
             for d in &devices {
                 println!("serving echo on {ip}:{} over {} ({})", args.port, args.iface, d.info().mode);
             }
             std::thread::scope(|scope| {
                 let handles: Vec<_> = devices
                     .into_iter()
-                    .map(|device| {
+                    .enumerate()
+                    .map(|(queue, device)| {
                         let (config, stop) = (config.clone(), &stop);
-                        scope.spawn(move || serve(device, config, args.port, idle, args.busy_poll, stop))
+                        let pcap = args.pcap.as_ref().map(|p| capture_path(p, queue));
+                        scope.spawn(move || {
+                            serve(device, config, args.port, idle, args.busy_poll, pcap.as_deref(), stop)
+                        })
                     })
                     .collect();
                 handles
@@ -261,17 +260,9 @@ fn echo(args: EchoArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Wrap a device in a recorder writing to `path` (queue `queue` > 0 gets `path.qN`).
-fn recorder<D: Device>(device: D, path: Option<&std::path::Path>, queue: usize) -> Result<Recorder<D>, String> {
-    match path {
-        None => Ok(Recorder::passthrough(device)),
-        Some(path) => {
-            let path = if queue == 0 { path.to_path_buf() } else { path.with_extension(format!("q{queue}")) };
-            let rec = Recorder::create(device, &path).map_err(|e| e.to_string())?;
-            println!("recording to {}", path.display());
-            Ok(rec)
-        }
-    }
+/// Return the capture file for `queue`: `path` itself for queue 0, `path.qN` for the others.
+fn capture_path(path: &std::path::Path, queue: usize) -> std::path::PathBuf {
+    if queue == 0 { path.to_path_buf() } else { path.with_extension(format!("q{queue}")) }
 }
 
 fn xdp_error(e: XdpError, iface: &str) -> String {
@@ -290,9 +281,18 @@ fn serve<D: Device>(
     port: u16,
     idle: Option<Duration>,
     busy_poll: bool,
+    pcap: Option<&std::path::Path>,
     stop: &AtomicBool,
 ) -> Result<Counters, String> {
     let mut stack = Stack::new(device, config);
+    if let Some(path) = pcap {
+        let info = stack.device().info().clone();
+        let description = format!("bypass echo: {}", info.mode);
+        let capture =
+            PcapNgCapture::create(path, &info.name, &description, stack.epoch()).map_err(|e| e.to_string())?;
+        stack.set_capture(Box::new(capture));
+        println!("recording to {}", path.display());
+    }
     let mut server = echo::EchoServer::new(&mut stack, port, idle).map_err(|e| e.to_string())?;
     let io = |e: std::io::Error| format!("packet I/O failed: {e}");
     while !stop.load(Ordering::Relaxed) {

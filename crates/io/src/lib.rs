@@ -11,4 +11,4 @@ pub mod xdp;
 
 pub use memory::{Clock, MemoryDevice, MemoryLink};
 pub use packet::{PacketConfig, PacketDevice, PacketError, PacketStats};
-pub use pcap::Recorder;
+pub use pcap::PcapNgCapture;

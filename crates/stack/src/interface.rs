@@ -12,7 +12,10 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use bypass_tcp::{Config as TcpConfig, Connection, Event, FourTuple, Instant, Segment, State};
 use etherparse::{ArpOperation, EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv4HeaderSlice};
 
+use std::fmt::Write as _;
+
 use crate::arp::{self, ArpCache, ArpConfig};
+use crate::capture::{Capture, Direction};
 use crate::counters::{Counters, Drop};
 use crate::device::Device;
 use crate::syncookie::SynCookies;
@@ -139,8 +142,12 @@ pub struct Interface {
     table: HashMap<FourTuple, u32>,
     listeners: HashMap<u16, Listener>,
     dirty: Vec<u32>,
-    control: VecDeque<Vec<u8>>,
+    /// Frames that belong to no connection, with their capture note.
+    control: VecDeque<(Vec<u8>, String)>,
     spare: Vec<Vec<u8>>,
+    capture: Option<Box<dyn Capture>>,
+    /// What the frame being received meant (filled only while capturing).
+    note: String,
     events: VecDeque<(SocketId, Event)>,
     counters: Counters,
     next_port: u16,
@@ -169,6 +176,8 @@ impl Interface {
             dirty: Vec::new(),
             control: VecDeque::new(),
             spare: Vec::new(),
+            capture: None,
+            note: String::new(),
             events: VecDeque::new(),
             counters: Counters::default(),
             next_port: start,
@@ -179,6 +188,16 @@ impl Interface {
     /// Return the settings in force (the TCP MSS clamped to the MTU).
     pub fn config(&self) -> &StackConfig {
         &self.config
+    }
+
+    /// Report every frame received and sent, annotated, to `capture` (`None` stops).
+    pub fn set_capture(&mut self, capture: Option<Box<dyn Capture>>) {
+        self.capture = capture;
+    }
+
+    /// Return whether a capture is installed.
+    pub fn capturing(&self) -> bool {
+        self.capture.is_some()
     }
 
     /// Return the counters.
@@ -331,6 +350,14 @@ impl Interface {
 
     /// Process one received Ethernet frame. Never panics on any bytes.
     pub fn receive(&mut self, now: Instant, frame: &[u8]) {
+        self.note.clear();
+        self.receive_frame(now, frame);
+        if let Some(capture) = self.capture.as_mut() {
+            capture.frame(now, Direction::In, frame, &self.note);
+        }
+    }
+
+    fn receive_frame(&mut self, now: Instant, frame: &[u8]) {
         self.counters.rx_frames += 1;
         self.counters.rx_bytes += frame.len() as u64;
         let Ok((eth, payload)) = Ethernet2Header::from_slice(frame) else {
@@ -349,6 +376,15 @@ impl Interface {
     fn drop(&mut self, reason: Drop, what: &str) {
         self.counters.drop(reason);
         log::debug!("drop {}: {what}", reason.name());
+        if self.capture.is_some() {
+            let _ = write!(self.note, "dropped: {} ({what})", reason.name());
+        }
+    }
+
+    /// Queue a frame that belongs to no connection, noting `what` when capturing.
+    fn queue_control(&mut self, frame: Vec<u8>, what: impl FnOnce() -> String) {
+        let note = if self.capture.is_some() { what() } else { String::new() };
+        self.control.push_back((frame, note));
     }
 
     fn receive_arp(&mut self, now: Instant, payload: &[u8]) {
@@ -363,7 +399,14 @@ impl Interface {
         } else if msg.target_ip == self.config.ip {
             // RFC 826: we are the target, so add the sender (merge or insert).
             let released = self.arp.learn(msg.sender_ip, msg.sender_mac, now);
-            self.control.extend(released);
+            let ip = msg.sender_ip;
+            for frame in released {
+                self.queue_control(frame, || format!("held for ARP resolution of {ip}; now sent"));
+            }
+            if self.capture.is_some() {
+                let op = if msg.operation == ArpOperation::REQUEST { "request" } else { "reply" };
+                let _ = write!(self.note, "ARP {op} from {} ({}): learned", msg.sender_ip, mac_string(msg.sender_mac));
+            }
         } else {
             // Not for us: only refresh an entry we already have.
             self.arp.refresh(msg.sender_ip, msg.sender_mac, now);
@@ -374,7 +417,8 @@ impl Interface {
             let mut buf = self.buffer();
             buf.resize(arp::ARP_FRAME_LEN, 0);
             arp::write_frame(&mut buf, ArpOperation::REPLY, self.mac, self.config.ip, msg.sender_mac, msg.sender_ip);
-            self.control.push_back(buf);
+            let (us, them) = (self.config.ip, msg.sender_ip);
+            self.queue_control(buf, || format!("ARP reply to {them}: {us} is at our MAC"));
             self.counters.arp_replies += 1;
         }
     }
@@ -426,7 +470,10 @@ impl Interface {
         let sum = etherparse::checksum::Sum16BitWords::new().add_slice(&buf[HEADERS..]).ones_complement();
         buf[HEADERS + 2..HEADERS + 4].copy_from_slice(&sum.to_be_bytes());
         self.write_headers(&mut buf, src_mac, src, IpNumber::ICMP, body.len());
-        self.control.push_back(buf);
+        self.queue_control(buf, || format!("ICMP echo reply to {src}"));
+        if self.capture.is_some() {
+            let _ = write!(self.note, "ICMP echo request from {src}: answered");
+        }
         self.counters.icmp_echo_replies += 1;
     }
 
@@ -447,8 +494,15 @@ impl Interface {
         };
         if let Some(&index) = self.table.get(&tuple) {
             let sock = self.slots[index as usize].sock.as_mut().expect("table points at live slots");
+            let before = sock.conn.state();
             sock.conn.handle_segment(now, &seg);
             sock.peer_mac = Some(src_mac);
+            if self.capture.is_some() {
+                note_segment(&mut self.note, &seg, &sock.conn, Direction::In, before);
+                if let Some(reason) = sock.conn.last_drop() {
+                    let _ = write!(self.note, " | dropped by TCP: {reason:?}");
+                }
+            }
             self.mark_dirty(index);
             return;
         }
@@ -481,11 +535,17 @@ impl Interface {
             if listener.half_open >= self.config.syn_queue {
                 let iss = self.cookies.make(&tuple, seg.seq, seg.options.mss, now);
                 let reply = Connection::syn_cookie_reply(&self.config.tcp, seg, iss);
-                self.queue_segment(src_mac, src, &reply);
+                self.queue_segment(src_mac, src, &reply, || "SYN-ACK carrying a SYN cookie (RFC 4987)".into());
+                if self.capture.is_some() {
+                    let _ = write!(self.note, "SYN to port {port}: SYN queue full, answered with a SYN cookie");
+                }
                 self.counters.syn_cookies_sent += 1;
                 return;
             }
             if let Some(conn) = Connection::accept(&self.config.tcp, tuple, seg, now) {
+                if self.capture.is_some() {
+                    note_segment(&mut self.note, seg, &conn, Direction::In, State::Listen);
+                }
                 self.listeners.get_mut(&port).expect("listener").half_open += 1;
                 self.insert(tuple, conn, Owner::Listener(port), Some(src_mac));
             }
@@ -498,6 +558,10 @@ impl Interface {
                     return self.drop(Drop::BacklogFull, "accept backlog full (cookie)");
                 }
                 let conn = Connection::from_syn_cookie(&self.config.tcp, tuple, iss, mss, seg, now);
+                if self.capture.is_some() {
+                    let _ = write!(self.note, "valid SYN cookie: connection rebuilt | ");
+                    note_segment(&mut self.note, seg, &conn, Direction::In, State::Listen);
+                }
                 let id = self.insert(tuple, conn, Owner::Listener(port), Some(src_mac));
                 self.listeners.get_mut(&port).expect("listener").ready.push_back(id);
                 self.counters.syn_cookies_accepted += 1;
@@ -511,14 +575,24 @@ impl Interface {
     fn reply_reset(&mut self, src_mac: [u8; 6], src: Ipv4Addr, seg: &Segment<'_>, reason: Drop) {
         self.counters.drop(reason);
         log::debug!("drop {}: {src}:{} -> port {} [{}]", reason.name(), seg.src_port, seg.dst_port, seg.flags);
+        if self.capture.is_some() {
+            let _ = write!(
+                self.note,
+                "{src}:{} -> port {} [{}]: dropped: {} (answered with RST, RFC 9293 3.10.7.1)",
+                seg.src_port,
+                seg.dst_port,
+                seg.flags,
+                reason.name()
+            );
+        }
         if let Some(rst) = bypass_tcp::reset_for(seg) {
-            self.queue_segment(src_mac, src, &rst);
+            self.queue_segment(src_mac, src, &rst, || "RST for a segment that matched no connection".into());
             self.counters.tcp_resets_out += 1;
         }
     }
 
     /// Queue a segment that belongs to no connection, to `dst` at `dst_mac`.
-    fn queue_segment(&mut self, dst_mac: [u8; 6], dst: Ipv4Addr, seg: &Segment<'_>) {
+    fn queue_segment(&mut self, dst_mac: [u8; 6], dst: Ipv4Addr, seg: &Segment<'_>, what: impl FnOnce() -> String) {
         let mut buf = self.buffer();
         buf.resize(HEADERS + seg.header_len() + seg.payload.len(), 0);
         let Ok(n) = seg.emit(IpAddr::V4(self.config.ip), IpAddr::V4(dst), &mut buf[HEADERS..]) else {
@@ -526,7 +600,7 @@ impl Interface {
         };
         buf.truncate(HEADERS + n);
         self.write_headers(&mut buf, dst_mac, dst, IpNumber::TCP, n);
-        self.control.push_back(buf);
+        self.queue_control(buf, what);
     }
 
     fn buffer(&mut self) -> Vec<u8> {
@@ -659,7 +733,7 @@ impl Interface {
             let mut buf = self.buffer();
             buf.resize(arp::ARP_FRAME_LEN, 0);
             arp::write_frame(&mut buf, ArpOperation::REQUEST, self.mac, self.config.ip, [0; 6], ip);
-            self.control.push_back(buf);
+            self.queue_control(buf, || format!("ARP request: who has {ip}?"));
             self.counters.arp_requests += 1;
         }
     }
@@ -667,16 +741,20 @@ impl Interface {
     /// Write everything due into `device` (without flushing it). Return how many frames.
     pub fn transmit(&mut self, now: Instant, device: &mut dyn Device) -> std::io::Result<usize> {
         let mut sent = 0;
-        while let Some(frame) = self.control.pop_front() {
+        while let Some((frame, note)) = self.control.pop_front() {
             let mut len = 0;
+            let capture = &mut self.capture;
             let ok = device.send(&mut |buf: &mut [u8]| {
                 len = frame.len().min(buf.len());
                 buf[..len].copy_from_slice(&frame[..len]);
+                if let Some(capture) = capture.as_mut() {
+                    capture.frame(now, Direction::Out, &buf[..len], &note);
+                }
                 len
             })?;
             if !ok {
                 self.counters.drop(Drop::TxRingFull);
-                self.control.push_front(frame);
+                self.control.push_front((frame, note));
                 return Ok(sent);
             }
             self.counters.tx_frames += 1;
@@ -720,15 +798,25 @@ impl Interface {
         loop {
             let sock = self.slots[index as usize].sock.as_mut().expect("live");
             let mut produced = None;
+            let (capture, note) = (&mut self.capture, &mut self.note);
             match mac {
                 Some(mac) => {
                     let ok = device.send(&mut |buf: &mut [u8]| {
                         let end = buf.len().min(max_frame);
+                        let before = sock.conn.state();
                         let t = sock.conn.poll_transmit(now, &mut buf[HEADERS..end]);
                         produced = t;
                         match t {
                             Some(t) => {
                                 write_headers(buf, our_mac, mac, our_ip, dst, IpNumber::TCP, t.len);
+                                if let Some(capture) = capture.as_mut() {
+                                    note.clear();
+                                    if let Ok(seg) = Segment::parse_unchecked(&buf[HEADERS..HEADERS + t.len]) {
+                                        note_segment(note, &seg, &sock.conn, Direction::Out, before);
+                                        note_send(note, &sock.conn, t.kind);
+                                    }
+                                    capture.frame(now, Direction::Out, &buf[..HEADERS + t.len], note);
+                                }
                                 HEADERS + t.len
                             }
                             None => 0,
@@ -854,4 +942,55 @@ fn write_headers(
     ip.dont_fragment = true;
     ip.header_checksum = ip.calc_header_checksum();
     frame[ETH_LEN..HEADERS].copy_from_slice(&ip.to_bytes());
+}
+
+/// Append a description of `seg` to `note`: direction, flags, sequence and acknowledgment
+/// numbers relative to the connection's initial ones, length, window in bytes, options, and
+/// the state change it caused (or the state it was sent in).
+fn note_segment(note: &mut String, seg: &Segment<'_>, conn: &Connection, dir: Direction, before: State) {
+    let sp = conn.sequence_space();
+    // The window of a SYN is never scaled (RFC 7323 2.2).
+    let shift = |s: u8| if seg.flags.syn() { 0 } else { s };
+    let (seq, ack, window) = match dir {
+        Direction::In => (seg.seq - sp.irs, seg.ack - sp.iss, (seg.window as u32) << shift(sp.snd_wscale)),
+        Direction::Out => (seg.seq - sp.iss, seg.ack - sp.irs, (seg.window as u32) << shift(sp.rcv_wscale)),
+    };
+    let arrow = match dir {
+        Direction::In => "in ",
+        Direction::Out => "out",
+    };
+    let _ = write!(note, "{arrow} [{}] seq={seq}", seg.flags);
+    if seg.flags.ack() {
+        let _ = write!(note, " ack={ack}");
+    }
+    let _ = write!(note, " len={} win={window}", seg.payload.len());
+    if !seg.options.is_empty() {
+        let _ = write!(note, " {:?}", seg.options);
+    }
+    let after = conn.state();
+    if before == after {
+        let _ = write!(note, " | {after}");
+    } else {
+        let _ = write!(note, " | {before} -> {after}");
+    }
+}
+
+/// Append our sender's state to `note`: congestion window, RTO, and what kind of send it was.
+fn note_send(note: &mut String, conn: &Connection, kind: bypass_tcp::TransmitKind) {
+    use bypass_tcp::TransmitKind as K;
+    let stats = conn.stats();
+    let _ = write!(note, " | cwnd={} rto={}ms", stats.cwnd, stats.rto.as_millis());
+    let what = match kind {
+        K::Retransmission => " retransmission",
+        K::WindowProbe => " zero-window probe",
+        K::KeepAlive => " keep-alive probe",
+        K::Reset => " reset",
+        K::Syn | K::Data | K::Ack => "",
+    };
+    note.push_str(what);
+}
+
+fn mac_string(mac: [u8; 6]) -> String {
+    let [a, b, c, d, e, f] = mac;
+    format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
 }

@@ -9,12 +9,14 @@
 #![warn(missing_docs)]
 
 pub mod arp;
+pub mod capture;
 pub mod counters;
 pub mod device;
 pub mod interface;
 pub mod stack;
 pub mod syncookie;
 
+pub use capture::{Capture, Direction};
 pub use counters::{Counters, Drop};
 pub use device::{Device, DeviceInfo};
 pub use interface::{ConnectError, Interface, ListenError, ListenerId, SocketId, StackConfig};

@@ -74,6 +74,20 @@ impl<D: Device> Stack<D> {
         self.time = Time::Virtual(now);
     }
 
+    /// Return the wall-clock time of the stack's `Instant::ZERO` (for capture timestamps):
+    /// when the stack started on the real clock, the Unix epoch on virtual time.
+    pub fn epoch(&self) -> std::time::SystemTime {
+        match self.time {
+            Time::Real(origin) => std::time::SystemTime::now() - origin.elapsed(),
+            Time::Virtual(_) => std::time::UNIX_EPOCH,
+        }
+    }
+
+    /// Report every frame received and sent, annotated, to `capture`.
+    pub fn set_capture(&mut self, capture: Box<dyn crate::capture::Capture>) {
+        self.iface.set_capture(Some(capture));
+    }
+
     /// Return the current time as the TCP core sees it.
     pub fn now(&self) -> Instant {
         match self.time {

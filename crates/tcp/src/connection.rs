@@ -230,6 +230,8 @@ pub struct Connection {
     pub(crate) challenge_window: Instant,
     pub(crate) challenge_count: u32,
     pub(crate) pending_reset: Option<PendingReset>,
+    /// Why the last segment handed in was dropped, if it was.
+    pub(crate) last_drop: Option<crate::input::DropReason>,
 
     pub(crate) timers: TimerTable,
     pub(crate) events: u8,
@@ -297,6 +299,7 @@ impl Connection {
             challenge_window: Instant::ZERO,
             challenge_count: 0,
             pending_reset: None,
+            last_drop: None,
             timers: TimerTable::default(),
             events: 0,
             failure: None,
@@ -557,6 +560,12 @@ impl Connection {
     /// Return whether the peer's FIN has been received.
     pub fn peer_closed(&self) -> bool {
         self.fin_received
+    }
+
+    /// Return why the last segment given to `handle_segment` was dropped, or `None` if it
+    /// was processed (for capture annotations and debugging).
+    pub fn last_drop(&self) -> Option<crate::input::DropReason> {
+        self.last_drop
     }
 
     /// Return a snapshot of the statistics.

@@ -58,6 +58,7 @@ impl Connection {
     /// Process a segment that arrived from `src` (the IP source address).
     pub fn handle_segment_from(&mut self, now: Instant, src: IpAddr, seg: &Segment<'_>) {
         self.stats.segs_in += 1;
+        self.last_drop = None;
         log::trace!("{:?} {}: in {:?}", self.tuple(), self.state, seg);
         if seg.dst_port != self.local.port() {
             return self.drop_segment(seg, DropReason::WrongPort);
@@ -72,6 +73,7 @@ impl Connection {
 
     pub(crate) fn drop_segment(&mut self, seg: &Segment<'_>, reason: DropReason) {
         self.stats.segs_dropped += 1;
+        self.last_drop = Some(reason);
         log::debug!(
             "drop {:?} on {} ({}): {:?}",
             reason,
