@@ -11,4 +11,4 @@ pub mod xdp;
 
 pub use memory::{Clock, MemoryDevice, MemoryLink};
 pub use packet::{PacketConfig, PacketDevice, PacketError, PacketStats};
-pub use pcap::PcapNgCapture;
+pub use pcap::{CaptureFile, CapturedFrame, PcapNgCapture, ReadCaptureError, read_capture};

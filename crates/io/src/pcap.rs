@@ -152,3 +152,313 @@ mod tests {
         let _ = std::fs::remove_file(&path);
     }
 }
+
+// -------------------------------------------------------------------------------------------
+// Reading captures
+// -------------------------------------------------------------------------------------------
+
+/// One frame read from a capture, as an Ethernet II frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapturedFrame {
+    /// Time since the Unix epoch (or the capture's own epoch).
+    pub timestamp: Duration,
+    /// The frame: as captured for Ethernet; with a synthesized Ethernet header (zero MACs,
+    /// or the SLL source address) for Linux cooked and raw IP captures.
+    pub data: Vec<u8>,
+    /// Direction, where the capture says (pcapng `epb_flags`, SLL packet type).
+    pub direction: Option<Direction>,
+    /// The packet comment, where there is one.
+    pub comment: Option<String>,
+}
+
+/// A frame of a capture that could not be used, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkippedFrame {
+    /// Position in the capture (0-based, counting every packet).
+    pub index: usize,
+    /// Why it was skipped.
+    pub reason: String,
+}
+
+/// What [`read_capture`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaptureFile {
+    /// Usable frames, in file order.
+    pub frames: Vec<CapturedFrame>,
+    /// Frames skipped, with reasons.
+    pub skipped: Vec<SkippedFrame>,
+}
+
+/// Why a capture could not be read at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadCaptureError {
+    /// The file could not be opened or read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: io::Error,
+    },
+    /// Neither pcap nor pcapng, or damaged headers.
+    #[error("{path} is not a pcap or pcapng capture ({detail}); check the file")]
+    Format {
+        /// The file.
+        path: String,
+        /// What the parser said.
+        detail: String,
+    },
+    /// A link type we cannot turn into Ethernet frames.
+    #[error(
+        "{path} has link type {link:?}; supported are Ethernet, Linux cooked (SLL, SLL2) and raw IP: \
+         re-capture on an Ethernet interface or with `tcpdump -i any`"
+    )]
+    UnsupportedLinkType {
+        /// The file.
+        path: String,
+        /// The link type.
+        link: DataLink,
+    },
+}
+
+/// Read a pcap or pcapng file into Ethernet frames. Frames that cannot be used (truncated,
+/// of an unsupported link type in a multi-interface pcapng) are listed in `skipped`; a file
+/// whose only link type is unsupported is an error.
+pub fn read_capture(path: &Path) -> Result<CaptureFile, ReadCaptureError> {
+    let name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| ReadCaptureError::Io { path: name.clone(), source })?;
+    let format = |detail: String| ReadCaptureError::Format { path: name.clone(), detail };
+    let mut out = CaptureFile::default();
+    let magic = bytes.get(..4).ok_or_else(|| format("shorter than a capture header".into()))?;
+    if magic == [0x0a, 0x0d, 0x0d, 0x0a] {
+        let mut reader = pcap_file::pcapng::PcapNgReader::new(&bytes[..]).map_err(|e| format(e.to_string()))?;
+        let mut index = 0;
+        let mut interfaces: Vec<(DataLink, Option<u8>)> = Vec::new();
+        let mut supported_any = false;
+        let mut unsupported = None;
+        while let Some(block) = reader.next_block() {
+            let block = match block {
+                Ok(b) => b,
+                Err(e) => {
+                    out.skipped.push(SkippedFrame { index, reason: format!("damaged block: {e}") });
+                    break;
+                }
+            };
+            let epb = match block {
+                pcap_file::pcapng::Block::InterfaceDescription(idb) => {
+                    let resolution = idb.options.iter().find_map(|o| match o {
+                        InterfaceDescriptionOption::IfTsResol(r) => Some(*r),
+                        _ => None,
+                    });
+                    interfaces.push((idb.linktype, resolution));
+                    continue;
+                }
+                pcap_file::pcapng::Block::SectionHeader(_) => {
+                    interfaces.clear();
+                    continue;
+                }
+                pcap_file::pcapng::Block::EnhancedPacket(epb) => epb,
+                _ => continue,
+            };
+            let Some(&(link, resolution)) = interfaces.get(epb.interface_id as usize) else {
+                out.skipped.push(SkippedFrame { index, reason: "packet of an undeclared interface".into() });
+                index += 1;
+                continue;
+            };
+            let mut direction = None;
+            let mut comment = None;
+            for option in &epb.options {
+                match option {
+                    EnhancedPacketOption::Flags(f) => {
+                        direction = match f & 0b11 {
+                            INBOUND => Some(Direction::In),
+                            OUTBOUND => Some(Direction::Out),
+                            _ => None,
+                        }
+                    }
+                    EnhancedPacketOption::Comment(c) => comment = Some(c.to_string()),
+                    _ => {}
+                }
+            }
+            // pcap-file reads the raw timestamp as nanoseconds; rescale by if_tsresol
+            // (default 10^-6, pcapng section 4.2).
+            let timestamp = rescale(epb.timestamp, resolution.unwrap_or(6));
+            match to_ethernet(link, &epb.data) {
+                Ok((data, dir)) => {
+                    supported_any = true;
+                    out.frames.push(CapturedFrame { timestamp, data, direction: direction.or(dir), comment })
+                }
+                Err(Unusable::Link) => {
+                    unsupported = Some(link);
+                    out.skipped.push(SkippedFrame { index, reason: format!("unsupported link type {link:?}") })
+                }
+                Err(Unusable::Truncated(what)) => out.skipped.push(SkippedFrame { index, reason: what.into() }),
+            }
+            index += 1;
+        }
+        if let (false, Some(link)) = (supported_any, unsupported) {
+            return Err(ReadCaptureError::UnsupportedLinkType { path: name, link });
+        }
+    } else {
+        let mut reader = pcap_file::pcap::PcapReader::new(&bytes[..]).map_err(|e| format(e.to_string()))?;
+        let link = reader.header().datalink;
+        if to_ethernet(link, &[]).err() == Some(Unusable::Link) {
+            return Err(ReadCaptureError::UnsupportedLinkType { path: name, link });
+        }
+        let mut index = 0;
+        while let Some(packet) = reader.next_packet() {
+            match packet {
+                Ok(p) => match to_ethernet(link, &p.data) {
+                    Ok((data, direction)) => {
+                        out.frames.push(CapturedFrame { timestamp: p.timestamp, data, direction, comment: None })
+                    }
+                    Err(Unusable::Truncated(what)) => out.skipped.push(SkippedFrame { index, reason: what.into() }),
+                    Err(Unusable::Link) => unreachable!("link type checked above"),
+                },
+                Err(e) => {
+                    out.skipped.push(SkippedFrame { index, reason: format!("damaged record: {e}") });
+                    break;
+                }
+            }
+            index += 1;
+        }
+    }
+    Ok(out)
+}
+
+fn rescale(raw: Duration, resolution: u8) -> Duration {
+    let ticks = raw.as_nanos();
+    let nanos = if resolution & 0x80 != 0 {
+        // Negative power of two.
+        let shift = (resolution & 0x7f).min(64) as u32;
+        ticks.saturating_mul(1_000_000_000) >> shift
+    } else if resolution <= 9 {
+        ticks.saturating_mul(10u128.pow(9 - resolution as u32))
+    } else {
+        ticks / 10u128.pow((resolution as u32 - 9).min(30))
+    };
+    Duration::from_nanos(nanos.min(u64::MAX as u128) as u64)
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Unusable {
+    Link,
+    Truncated(&'static str),
+}
+
+/// Turn one captured packet of link type `link` into an Ethernet frame.
+fn to_ethernet(link: DataLink, data: &[u8]) -> Result<(Vec<u8>, Option<Direction>), Unusable> {
+    let ether = |ethertype: [u8; 2], src: [u8; 6], payload: &[u8]| {
+        let mut frame = Vec::with_capacity(14 + payload.len());
+        frame.extend_from_slice(&[0; 6]);
+        frame.extend_from_slice(&src);
+        frame.extend_from_slice(&ethertype);
+        frame.extend_from_slice(payload);
+        frame
+    };
+    // SLL packet types: 0 to us, 1 broadcast, 2 multicast, 3 to another host, 4 outgoing.
+    let sll_direction = |t: u16| if t == 4 { Some(Direction::Out) } else { Some(Direction::In) };
+    match link {
+        DataLink::ETHERNET => Ok((data.to_vec(), None)),
+        DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => {
+            let ethertype = match data.first().map(|b| b >> 4) {
+                Some(4) => [0x08, 0x00],
+                Some(6) => [0x86, 0xdd],
+                None if data.is_empty() => [0x08, 0x00],
+                _ => return Err(Unusable::Truncated("raw IP packet of unknown version")),
+            };
+            Ok((ether(ethertype, [0; 6], data), None))
+        }
+        DataLink::LINUX_SLL => {
+            if data.is_empty() {
+                return Ok((Vec::new(), None));
+            }
+            let h = data.get(..16).ok_or(Unusable::Truncated("shorter than a Linux cooked (SLL) header"))?;
+            let mut src = [0u8; 6];
+            src.copy_from_slice(&h[6..12]);
+            let kind = u16::from_be_bytes([h[0], h[1]]);
+            Ok((ether([h[14], h[15]], src, &data[16..]), sll_direction(kind)))
+        }
+        DataLink::LINUX_SLL2 => {
+            if data.is_empty() {
+                return Ok((Vec::new(), None));
+            }
+            let h = data.get(..20).ok_or(Unusable::Truncated("shorter than a Linux cooked v2 (SLL2) header"))?;
+            let mut src = [0u8; 6];
+            src.copy_from_slice(&h[12..18]);
+            Ok((ether([h[0], h[1]], src, &data[20..]), sll_direction(h[10] as u16)))
+        }
+        _ => Err(Unusable::Link),
+    }
+}
+
+#[cfg(test)]
+mod read_tests {
+    use super::*;
+
+    fn temp(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("bypass-read-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn our_own_recording_reads_back_with_comments() {
+        let path = temp("own.pcapng");
+        let mut cap = PcapNgCapture::create(&path, "bx0", "t", UNIX_EPOCH).unwrap();
+        cap.frame(Instant::from_millis(1), Direction::In, &[1; 60], "hello");
+        drop(cap);
+        let file = read_capture(&path).unwrap();
+        assert_eq!(file.frames.len(), 1);
+        assert_eq!(file.frames[0].timestamp, Duration::from_millis(1));
+        assert_eq!(file.frames[0].direction, Some(Direction::In));
+        assert_eq!(file.frames[0].comment.as_deref(), Some("hello"));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn pcap_link_types_become_ethernet_frames() {
+        use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+        let ip = [0x45u8, 0, 0, 20, 0, 0, 0, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
+        let mut sll = vec![0, 4, 0, 1, 0, 6, 2, 0, 0, 0, 0, 9, 0, 0, 0x08, 0x00];
+        sll.extend_from_slice(&ip);
+        for (link, packet, src, dir) in [
+            (DataLink::RAW, ip.to_vec(), [0; 6], None),
+            (DataLink::LINUX_SLL, sll, [2, 0, 0, 0, 0, 9], Some(Direction::Out)),
+        ] {
+            let path = temp("link.pcap");
+            let header = PcapHeader { datalink: link, ..PcapHeader::default() };
+            let mut w = PcapWriter::with_header(File::create(&path).unwrap(), header).unwrap();
+            w.write_packet(&PcapPacket::new(Duration::from_secs(1), packet.len() as u32, &packet)).unwrap();
+            w.write_packet(&PcapPacket::new(Duration::from_secs(2), 3, &packet[..3])).unwrap();
+            drop(w);
+            let file = read_capture(&path).unwrap();
+            assert_eq!(file.frames[0].data[6..12], src);
+            assert_eq!(file.frames[0].data[12..14], [0x08, 0x00]);
+            assert_eq!(file.frames[0].data[14..], ip);
+            assert_eq!(file.frames[0].direction, dir);
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+
+    #[test]
+    fn unsupported_and_garbage_files_are_clear_errors() {
+        use pcap_file::pcap::{PcapHeader, PcapWriter};
+        let path = temp("ppp.pcap");
+        let header = PcapHeader { datalink: DataLink::PPP, ..PcapHeader::default() };
+        drop(PcapWriter::with_header(File::create(&path).unwrap(), header).unwrap());
+        let err = read_capture(&path).unwrap_err().to_string();
+        assert!(err.contains("link type") && err.contains("supported are"), "{err}");
+        std::fs::write(&path, b"not a capture at all").unwrap();
+        assert!(matches!(read_capture(&path), Err(ReadCaptureError::Format { .. })));
+        std::fs::write(&path, b"ab").unwrap();
+        assert!(matches!(read_capture(&path), Err(ReadCaptureError::Format { .. })));
+        let _ = std::fs::remove_file(&path);
+        assert!(matches!(read_capture(&path), Err(ReadCaptureError::Io { .. })));
+    }
+
+    #[test]
+    fn microsecond_pcapng_timestamps_are_rescaled() {
+        assert_eq!(rescale(Duration::from_nanos(1_500_000), 6), Duration::from_millis(1500));
+        assert_eq!(rescale(Duration::from_nanos(7), 9), Duration::from_nanos(7));
+        assert_eq!(rescale(Duration::from_nanos(1024), 0x80 | 10), Duration::from_secs(1));
+    }
+}
