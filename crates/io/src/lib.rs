@@ -6,6 +6,7 @@ pub mod memory;
 pub mod netdev;
 pub mod packet;
 pub mod pcap;
+pub mod replay;
 pub mod testlab;
 pub mod xdp;
 

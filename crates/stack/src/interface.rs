@@ -125,6 +125,9 @@ pub enum ConnectError {
     /// The table is full.
     #[error("the connection table is full ({0} connections); close some first")]
     TableFull(usize),
+    /// The requested local port is zero or already connected to that destination.
+    #[error("local port {0} is zero or already connected to that destination; choose another")]
+    PortInUse(u16),
     /// Port 0 or an unspecified address.
     #[error("cannot connect to {0}: give a real address and a non-zero port")]
     InvalidAddress(SocketAddrV4),
@@ -270,11 +273,31 @@ impl Interface {
 
     /// Open a connection to `remote` from an ephemeral port.
     pub fn connect(&mut self, now: Instant, remote: SocketAddrV4) -> Result<SocketId, ConnectError> {
+        self.connect_from(now, None, remote)
+    }
+
+    /// Open a connection to `remote` from `local_port`, or an ephemeral port if `None`.
+    pub fn connect_from(
+        &mut self,
+        now: Instant,
+        local_port: Option<u16>,
+        remote: SocketAddrV4,
+    ) -> Result<SocketId, ConnectError> {
         if remote.port() == 0 || remote.ip().is_unspecified() {
             return Err(ConnectError::InvalidAddress(remote));
         }
         if self.table.len() >= self.config.max_connections {
             return Err(ConnectError::TableFull(self.config.max_connections));
+        }
+        if let Some(port) = local_port {
+            let tuple =
+                FourTuple { local: SocketAddr::new(IpAddr::V4(self.config.ip), port), remote: SocketAddr::V4(remote) };
+            if port == 0 || self.table.contains_key(&tuple) {
+                return Err(ConnectError::PortInUse(port));
+            }
+            let conn = Connection::connect(&self.config.tcp, tuple, now);
+            self.counters.connections_opened += 1;
+            return Ok(self.insert(tuple, conn, Owner::User, None));
         }
         let (lo, hi) = self.config.ephemeral_ports;
         let span = (hi - lo) as u32 + 1;

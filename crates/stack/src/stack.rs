@@ -200,6 +200,12 @@ impl<D: Device> Stack<D> {
         self.iface.connect(now, remote)
     }
 
+    /// Start connecting to `remote` from `local_port` (a fixed source port).
+    pub fn connect_from(&mut self, local_port: u16, remote: SocketAddrV4) -> Result<SocketId, ConnectError> {
+        let now = self.now();
+        self.iface.connect_from(now, Some(local_port), remote)
+    }
+
     /// Read received data: `Ok(0)` at end of stream, `WouldBlock` when nothing is there yet.
     pub fn read(&mut self, id: SocketId, buf: &mut [u8]) -> io::Result<usize> {
         let conn = self.iface.connection_mut(id).ok_or_else(stale)?;

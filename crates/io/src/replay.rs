@@ -1,0 +1,631 @@
+//! Replay: play one side of a recorded TCP conversation against our stack in the other role,
+//! on virtual time, and check that our replies match what the recorded peer answered.
+//!
+//! The capture's first TCP conversation is split into the side we replay (its segments are
+//! fed to our stack at their recorded spacing) and the side we play (its segments are what
+//! we expect to send). Our ISN differs from the recorded one, so acknowledgment numbers of
+//! the replayed side are rewritten to follow ours. Our application is scripted from the
+//! recording too: it writes what the recorded side sent, when it sent it, and closes or
+//! aborts when the recorded side did.
+//!
+//! Our replies are compared with the recorded ones on what TCP promises, not on accidents of
+//! timing: the handshake's flags and options (window scale, MSS, SACK-permitted where the
+//! recording had them), every SYN, FIN and RST with its relative sequence and acknowledgment
+//! numbers, and the bytes of data in order. Pure ACKs may differ in number (delayed-ACK
+//! policies differ between stacks) but the last acknowledgment must match.
+
+use std::collections::VecDeque;
+use std::fmt::{self, Write as _};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+use bypass_stack::{Capture, Device, DeviceInfo, Stack, StackConfig};
+use bypass_tcp::{Flags, Instant, Segment, SeqNum, TcpOptions};
+use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, SlicedPacket, TransportSlice};
+
+use crate::pcap::CaptureFile;
+
+const OUR_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xbb, 0x02];
+const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xbb, 0x01];
+
+/// Which side of the conversation our stack plays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// We are the server (the side that received the first SYN).
+    Server,
+    /// We are the client (the side that sent the first SYN).
+    Client,
+}
+
+/// Why a replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// No IPv4 TCP conversation starting with a SYN.
+    #[error("the capture holds no IPv4 TCP conversation that starts with a SYN; nothing to replay")]
+    NoConversation,
+    /// The stack failed.
+    #[error("the stack failed during the replay: {0}")]
+    Stack(#[from] io::Error),
+}
+
+/// One recorded TCP segment of the conversation.
+#[derive(Clone, Debug)]
+struct Recorded {
+    at: Duration,
+    from_client: bool,
+    flags: Flags,
+    seq: SeqNum,
+    ack: SeqNum,
+    window: u16,
+    options: TcpOptions,
+    payload: Vec<u8>,
+}
+
+/// One row of a ladder: a segment as relative numbers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    /// Time since the conversation started.
+    pub at: Duration,
+    /// Control bits.
+    pub flags: Flags,
+    /// Sequence number relative to the sender's ISN.
+    pub seq: u32,
+    /// Acknowledgment number relative to the receiver's ISN (when ACK is set).
+    pub ack: Option<u32>,
+    /// Payload length.
+    pub len: usize,
+    /// Options, as a ladder shows them.
+    pub options: String,
+}
+
+impl fmt::Display for Row {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:>9.3}ms [{}] seq={}", self.at.as_secs_f64() * 1000.0, self.flags, self.seq)?;
+        if let Some(ack) = self.ack {
+            write!(f, " ack={ack}")?;
+        }
+        write!(f, " len={}", self.len)?;
+        if !self.options.is_empty() {
+            write!(f, " {}", self.options)?;
+        }
+        Ok(())
+    }
+}
+
+/// What a replay found.
+#[derive(Clone, Debug)]
+pub struct ReplayReport {
+    /// The role we played.
+    pub role: Role,
+    /// The conversation: (client, server).
+    pub endpoints: (SocketAddrV4, SocketAddrV4),
+    /// What the recorded side sent, relative to its ISN.
+    pub expected: Vec<Row>,
+    /// What our stack sent, relative to our ISN.
+    pub actual: Vec<Row>,
+    /// Differences that matter; empty when our replies match.
+    pub mismatches: Vec<String>,
+}
+
+impl ReplayReport {
+    /// Return whether our replies matched the recording.
+    pub fn matched(&self) -> bool {
+        self.mismatches.is_empty()
+    }
+
+    /// Return the two ladders side by side, recorded on the left, ours on the right.
+    pub fn side_by_side(&self) -> String {
+        let width = self.expected.iter().map(|r| r.to_string().len()).max().unwrap_or(0).clamp(30, 70);
+        let mut out = String::new();
+        let _ = writeln!(out, "{:<width$} | ours", "recorded");
+        let _ = writeln!(out, "{:-<width$}-+-{:-<width$}", "", "");
+        for i in 0..self.expected.len().max(self.actual.len()) {
+            let left = self.expected.get(i).map(|r| r.to_string()).unwrap_or_default();
+            let right = self.actual.get(i).map(|r| r.to_string()).unwrap_or_default();
+            let mark = if left.is_empty() || right.is_empty() || !same_shape(&self.expected[i], &self.actual[i]) {
+                '*'
+            } else {
+                '|'
+            };
+            let _ = writeln!(out, "{left:<width$} {mark} {right}");
+        }
+        out
+    }
+}
+
+fn same_shape(a: &Row, b: &Row) -> bool {
+    a.flags.without(Flags::PSH) == b.flags.without(Flags::PSH) && a.seq == b.seq && a.ack == b.ack && a.len == b.len
+}
+
+/// Extract the first IPv4 TCP conversation that starts with a SYN.
+fn conversation(file: &CaptureFile) -> Option<((SocketAddrV4, SocketAddrV4), Vec<Recorded>)> {
+    let mut endpoints: Option<(SocketAddrV4, SocketAddrV4)> = None;
+    let mut t0 = None;
+    let mut segments = Vec::new();
+    for frame in &file.frames {
+        let Ok(packet) = SlicedPacket::from_ethernet(&frame.data) else { continue };
+        let Some(etherparse::NetSlice::Ipv4(ip)) = packet.net else { continue };
+        let Some(TransportSlice::Tcp(tcp)) = packet.transport else { continue };
+        let Ok(seg) = Segment::parse_unchecked(tcp.slice()) else { continue };
+        let src = SocketAddrV4::new(ip.header().source_addr(), seg.src_port);
+        let dst = SocketAddrV4::new(ip.header().destination_addr(), seg.dst_port);
+        let (client, server) = match endpoints {
+            None if seg.flags.syn() && !seg.flags.ack() => {
+                endpoints = Some((src, dst));
+                t0 = Some(frame.timestamp);
+                (src, dst)
+            }
+            None => continue,
+            Some(e) => e,
+        };
+        let from_client = (src, dst) == (client, server);
+        if !from_client && (src, dst) != (server, client) {
+            continue;
+        }
+        segments.push(Recorded {
+            at: frame.timestamp.saturating_sub(t0.unwrap_or_default()),
+            from_client,
+            flags: seg.flags,
+            seq: seg.seq,
+            ack: seg.ack,
+            window: seg.window,
+            options: seg.options,
+            payload: seg.payload.to_vec(),
+        });
+    }
+    endpoints.map(|e| (e, segments))
+}
+
+/// A device fed by the harness: frames to deliver, frames sent, and ARP answered for the peer.
+struct ScriptDevice {
+    info: DeviceInfo,
+    inbox: VecDeque<Vec<u8>>,
+    sent: Vec<Vec<u8>>,
+    buf: Vec<u8>,
+    peer_ip: Ipv4Addr,
+}
+
+impl Device for ScriptDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        let mut n = 0;
+        while n < budget
+            && let Some(frame) = self.inbox.pop_front()
+        {
+            on_frame(&frame);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn send(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<bool> {
+        self.buf.resize(self.info.max_frame(), 0);
+        let n = fill(&mut self.buf);
+        if n > 0 {
+            let frame = self.buf[..n].to_vec();
+            // Answer our ARP requests for the peer, as the recorded peer's host would.
+            if let Some(reply) = arp_reply(&frame, self.peer_ip) {
+                self.inbox.push_back(reply);
+            }
+            self.sent.push(frame);
+        }
+        Ok(true)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn wait(&mut self, _timeout: Option<Duration>) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn arp_reply(frame: &[u8], peer_ip: Ipv4Addr) -> Option<Vec<u8>> {
+    if frame.len() < 42 || frame[12..14] != [0x08, 0x06] {
+        return None;
+    }
+    let msg = bypass_stack::arp::parse(&frame[14..])?;
+    if msg.operation != etherparse::ArpOperation::REQUEST || msg.target_ip != peer_ip {
+        return None;
+    }
+    let mut reply = vec![0u8; bypass_stack::arp::ARP_FRAME_LEN];
+    bypass_stack::arp::write_frame(
+        &mut reply,
+        etherparse::ArpOperation::REPLY,
+        PEER_MAC,
+        peer_ip,
+        msg.sender_mac,
+        msg.sender_ip,
+    );
+    Some(reply)
+}
+
+/// Build an Ethernet/IPv4/TCP frame from the peer to us.
+fn frame(src: SocketAddrV4, dst: SocketAddrV4, seg: &Segment<'_>) -> Vec<u8> {
+    let tcp_len = seg.header_len() + seg.payload.len();
+    let mut out = vec![0u8; 34 + tcp_len];
+    let eth = Ethernet2Header { source: PEER_MAC, destination: OUR_MAC, ether_type: EtherType::IPV4 };
+    out[..14].copy_from_slice(&eth.to_bytes());
+    let mut ip = Ipv4Header::new(tcp_len as u16, 64, IpNumber::TCP, src.ip().octets(), dst.ip().octets())
+        .expect("a recorded segment fits IPv4");
+    ip.header_checksum = ip.calc_header_checksum();
+    out[14..34].copy_from_slice(&ip.to_bytes());
+    let n = seg.emit(IpAddr::V4(*src.ip()), IpAddr::V4(*dst.ip()), &mut out[34..]).expect("sized above");
+    out.truncate(34 + n);
+    out
+}
+
+/// Replay `file`'s first TCP conversation with our stack as `role`. `capture`, if given,
+/// records what our stack received and sent.
+pub fn replay(file: &CaptureFile, role: Role, capture: Option<Box<dyn Capture>>) -> Result<ReplayReport, ReplayError> {
+    let ((client, server), recorded) = conversation(file).ok_or(ReplayError::NoConversation)?;
+    let (us, peer) = match role {
+        Role::Server => (server, client),
+        Role::Client => (client, server),
+    };
+    let ours_is_client = role == Role::Client;
+    // Our side's recorded ISN; `None` when it never sent a SYN (a refused connection, say).
+    let rec_our_isn = recorded.iter().find(|r| r.from_client == ours_is_client && r.flags.syn()).map(|r| r.seq);
+    let device = ScriptDevice {
+        info: DeviceInfo { name: "replay".into(), mac: OUR_MAC, mtu: 1500, mode: "replay of a capture".into() },
+        inbox: VecDeque::new(),
+        sent: Vec::new(),
+        buf: Vec::new(),
+        peer_ip: *peer.ip(),
+    };
+    let mut config = StackConfig::new(*us.ip(), 24, [0x42; 16]);
+    // Match the recorded handshake's options where we can.
+    let our_syn = recorded.iter().find(|r| r.from_client == ours_is_client && r.flags.syn());
+    if let Some(syn) = our_syn {
+        if let Some(mss) = syn.options.mss {
+            config.tcp.mss = mss;
+        }
+        config.tcp.window_scaling = syn.options.window_scale.is_some();
+        config.tcp.sack = syn.options.sack_permitted;
+    }
+    // Like a Linux peer: acknowledge at once rather than after a delay, so ACKs line up.
+    config.tcp.delayed_ack = None;
+    config.tcp.nagle = false;
+    let mut stack = Stack::new(device, config);
+    stack.set_time(Instant::ZERO);
+    if let Some(capture) = capture {
+        stack.set_capture(capture);
+    }
+    // Only a server that answered the SYN was listening.
+    let listening = role == Role::Server && recorded.iter().any(|r| !r.from_client && r.flags.syn());
+    let listener = if listening { Some(stack.listen(us.port()).map_err(io::Error::other)?) } else { None };
+    let mut socket = None;
+    let mut established_once = false;
+
+    let mut now = Duration::ZERO;
+    for r in &recorded {
+        advance(&mut stack, &mut now, r.at)?;
+        if let Some(l) = listener
+            && socket.is_none()
+        {
+            socket = stack.accept(l);
+        }
+        if r.from_client == ours_is_client {
+            // Our side acted here: do what its application did.
+            if r.flags.syn() && !r.flags.ack() && ours_is_client && socket.is_none() {
+                socket = Some(stack.connect_from(us.port(), peer).map_err(io::Error::other)?);
+            }
+            if let Some(id) = socket {
+                if !r.payload.is_empty() {
+                    let _ = stack.write(id, &r.payload);
+                }
+                if r.flags.fin() {
+                    stack.shutdown(id);
+                }
+                if r.flags.rst() && established_once {
+                    stack.abort(id);
+                    socket = None;
+                }
+            }
+            stack.poll()?;
+            continue;
+        }
+        // The replayed side: rewrite its ACK to our ISN and deliver.
+        let our_iss = our_isn(&stack, socket);
+        let ack = match (r.flags.ack(), rec_our_isn, our_iss) {
+            (true, Some(rec), Some(ours)) => ours + (r.ack - rec),
+            _ => r.ack,
+        };
+        let seg = Segment {
+            src_port: peer.port(),
+            dst_port: us.port(),
+            seq: r.seq,
+            ack,
+            flags: r.flags,
+            window: r.window,
+            urgent: 0,
+            options: r.options,
+            payload: &r.payload,
+        };
+        stack.device_mut().inbox.push_back(frame(peer, us, &seg));
+        stack.poll()?;
+        if let Some(l) = listener
+            && socket.is_none()
+        {
+            socket = stack.accept(l);
+        }
+        if socket.is_some_and(|id| stack.state(id) != bypass_tcp::State::SynSent) {
+            established_once = true;
+        }
+        // Read what arrives, as the recorded application did (it may be slow: we are not).
+        if let Some(id) = socket {
+            let mut sink = [0u8; 65536];
+            while let Ok(1..) = stack.read(id, &mut sink) {}
+        }
+    }
+    // Let the conversation settle: a second of virtual time for final ACKs and closes.
+    let end = now + Duration::from_secs(1);
+    advance(&mut stack, &mut now, end)?;
+
+    let sent = std::mem::take(&mut stack.device_mut().sent);
+    let our_rows = rows_from_frames(&sent, us, peer);
+    let peer_isn = recorded.iter().find(|r| r.from_client != ours_is_client && r.flags.syn()).map(|r| r.seq);
+    let expected = relative_rows(recorded.iter().filter(|r| r.from_client == ours_is_client), rec_our_isn, peer_isn);
+    let actual = relative_rows(our_rows.iter(), our_rows.iter().find(|r| r.flags.syn()).map(|r| r.seq), peer_isn);
+    let mismatches = compare(&recorded, ours_is_client, &our_rows, &expected, &actual);
+    Ok(ReplayReport { role, endpoints: (client, server), expected, actual, mismatches })
+}
+
+/// Run the stack's timers up to `to` on virtual time, then arrive there.
+fn advance(stack: &mut Stack<ScriptDevice>, now: &mut Duration, to: Duration) -> io::Result<()> {
+    let at = |d: Duration| Instant::from_micros(d.as_micros() as u64);
+    loop {
+        stack.set_time(at(*now));
+        stack.poll()?;
+        match stack.poll_timeout().map(|t| Duration::from_micros(t.as_micros())) {
+            Some(next) if next > *now && next <= to => *now = next,
+            _ => break,
+        }
+    }
+    *now = (*now).max(to);
+    stack.set_time(at(*now));
+    stack.poll()?;
+    Ok(())
+}
+
+fn our_isn(stack: &Stack<ScriptDevice>, socket: Option<bypass_stack::SocketId>) -> Option<SeqNum> {
+    // The ISN we chose is in our first SYN on the wire.
+    let _ = socket;
+    stack.device().sent.iter().find_map(|f| {
+        let packet = SlicedPacket::from_ethernet(f).ok()?;
+        let TransportSlice::Tcp(tcp) = packet.transport? else { return None };
+        let seg = Segment::parse_unchecked(tcp.slice()).ok()?;
+        seg.flags.syn().then_some(seg.seq)
+    })
+}
+
+/// Our sent frames as recorded segments (only those of the conversation).
+fn rows_from_frames(frames: &[Vec<u8>], us: SocketAddrV4, peer: SocketAddrV4) -> Vec<Recorded> {
+    frames
+        .iter()
+        .filter_map(|f| {
+            let packet = SlicedPacket::from_ethernet(f).ok()?;
+            let TransportSlice::Tcp(tcp) = packet.transport? else { return None };
+            let seg = Segment::parse_unchecked(tcp.slice()).ok()?;
+            let Some(etherparse::NetSlice::Ipv4(ip)) = packet.net else { return None };
+            let dst = SocketAddrV4::new(ip.header().destination_addr(), seg.dst_port);
+            (seg.src_port == us.port() && dst == peer).then(|| Recorded {
+                at: Duration::ZERO,
+                from_client: false,
+                flags: seg.flags,
+                seq: seg.seq,
+                ack: seg.ack,
+                window: seg.window,
+                options: seg.options,
+                payload: seg.payload.to_vec(),
+            })
+        })
+        .collect()
+}
+
+fn relative_rows<'a>(
+    segs: impl Iterator<Item = &'a Recorded>,
+    own_isn: Option<SeqNum>,
+    other_isn: Option<SeqNum>,
+) -> Vec<Row> {
+    segs.map(|r| Row {
+        at: r.at,
+        flags: r.flags,
+        seq: own_isn.map_or(r.seq.0, |isn| r.seq - isn),
+        ack: r.flags.ack().then(|| other_isn.map_or(r.ack.0, |isn| r.ack - isn)),
+        len: r.payload.len(),
+        options: if r.options.is_empty() { String::new() } else { format!("{:?}", r.options) },
+    })
+    .collect()
+}
+
+/// Compare what matters: control segments, the data stream, the last ACK, SYN options.
+fn compare(
+    recorded: &[Recorded],
+    ours_is_client: bool,
+    ours: &[Recorded],
+    expected: &[Row],
+    actual: &[Row],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let control = |rows: &[Row]| -> Vec<(Flags, u32, Option<u32>)> {
+        rows.iter()
+            .filter(|r| r.flags.intersects(Flags::SYN | Flags::FIN | Flags::RST))
+            .map(|r| (r.flags.without(Flags::PSH), r.seq, r.ack))
+            .collect()
+    };
+    let (want, got) = (control(expected), control(actual));
+    // Retransmitted SYNs or FINs in either ladder are not differences of behaviour.
+    let dedup = |v: Vec<(Flags, u32, Option<u32>)>| {
+        let mut d: Vec<(Flags, u32, Option<u32>)> = Vec::new();
+        for x in v {
+            if !d.iter().any(|y| y.0 == x.0 && y.1 == x.1) {
+                d.push(x);
+            }
+        }
+        d
+    };
+    let (want, got) = (dedup(want), dedup(got));
+    if want != got {
+        out.push(format!("control segments differ: recorded {}, ours {}", show(&want), show(&got)));
+    }
+    let stream = |segs: &mut dyn Iterator<Item = &Recorded>| -> Vec<u8> {
+        let mut segs: Vec<&Recorded> = segs.filter(|r| !r.payload.is_empty()).collect();
+        segs.sort_by_key(|r| r.seq.0);
+        let mut bytes = Vec::new();
+        let mut next: Option<SeqNum> = None;
+        for r in segs {
+            let start = next.map_or(0, |n| (n - r.seq) as usize);
+            if start < r.payload.len() && next.is_none_or(|n| !r.seq.after(n)) {
+                bytes.extend_from_slice(&r.payload[start.min(r.payload.len())..]);
+                next = Some(r.seq + r.payload.len());
+            }
+        }
+        bytes
+    };
+    let want_data = stream(&mut recorded.iter().filter(|r| r.from_client == ours_is_client));
+    let got_data = stream(&mut ours.iter());
+    if want_data != got_data {
+        out.push(format!("data differs: recorded {} bytes, ours {} bytes", want_data.len(), got_data.len()));
+    }
+    let last_ack = |rows: &[Row]| rows.iter().rev().find(|r| r.flags.ack() && !r.flags.rst()).and_then(|r| r.ack);
+    if last_ack(expected) != last_ack(actual) {
+        out.push(format!(
+            "last acknowledgment differs: recorded {:?}, ours {:?}",
+            last_ack(expected),
+            last_ack(actual)
+        ));
+    }
+    let our_recorded_syn = recorded.iter().find(|r| r.from_client == ours_is_client && r.flags.syn());
+    let our_syn = ours.iter().find(|r| r.flags.syn());
+    if let (Some(want), Some(got)) = (our_recorded_syn.map(|r| r.options), our_syn.map(|r| r.options)) {
+        if want.window_scale.is_some() != got.window_scale.is_some() {
+            out.push(format!("window scale option: recorded {:?}, ours {:?}", want.window_scale, got.window_scale));
+        }
+        if want.mss.is_some() != got.mss.is_some() {
+            out.push(format!("MSS option: recorded {:?}, ours {:?}", want.mss, got.mss));
+        }
+        if want.sack_permitted != got.sack_permitted {
+            out.push(format!("SACK-permitted: recorded {}, ours {}", want.sack_permitted, got.sack_permitted));
+        }
+    }
+    out
+}
+
+fn show(v: &[(Flags, u32, Option<u32>)]) -> String {
+    let parts: Vec<String> = v
+        .iter()
+        .map(|(f, s, a)| match a {
+            Some(a) => format!("[{f}] seq={s} ack={a}"),
+            None => format!("[{f}] seq={s}"),
+        })
+        .collect();
+    parts.join(", ")
+}
+
+/// A device that plays a capture's frames into a stack at their recorded spacing, on the
+/// stack's virtual time, and keeps what the stack sends. Frames of any kind go in as they
+/// are: the stack counts and drops what it cannot use.
+pub struct ReplayDevice {
+    info: DeviceInfo,
+    frames: VecDeque<(Duration, Vec<u8>)>,
+    start: Option<Duration>,
+    now: Duration,
+    /// Frames the stack sent.
+    pub sent: Vec<Vec<u8>>,
+    buf: Vec<u8>,
+}
+
+impl ReplayDevice {
+    /// Return a device that delivers `file`'s frames (all of them, both directions) with MAC
+    /// `mac` and MTU 1500. Frames the capture marked outbound are left out when
+    /// `inbound_only` is set.
+    pub fn new(file: &CaptureFile, mac: [u8; 6], inbound_only: bool) -> Self {
+        let frames: VecDeque<(Duration, Vec<u8>)> = file
+            .frames
+            .iter()
+            .filter(|f| !(inbound_only && f.direction == Some(bypass_stack::Direction::Out)))
+            .map(|f| (f.timestamp, f.data.clone()))
+            .collect();
+        let start = frames.front().map(|f| f.0);
+        ReplayDevice {
+            info: DeviceInfo { name: "replay".into(), mac, mtu: 1500, mode: "replay of a capture".into() },
+            frames,
+            start,
+            now: Duration::ZERO,
+            sent: Vec::new(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// Set the time since the capture's first frame; frames up to it become deliverable.
+    pub fn set_elapsed(&mut self, elapsed: Duration) {
+        self.now = elapsed;
+    }
+
+    /// Return when the next frame is due (time since the first frame), if any is left.
+    pub fn next_due(&self) -> Option<Duration> {
+        Some(self.frames.front()?.0.saturating_sub(self.start?))
+    }
+
+    /// Return how many frames are still to be delivered.
+    pub fn remaining(&self) -> usize {
+        self.frames.len()
+    }
+}
+
+impl Device for ReplayDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        let mut n = 0;
+        while n < budget && self.next_due().is_some_and(|due| due <= self.now) {
+            let (_, frame) = self.frames.pop_front().expect("checked");
+            on_frame(&frame);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn send(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<bool> {
+        self.buf.resize(self.info.max_frame(), 0);
+        let n = fill(&mut self.buf);
+        if n > 0 {
+            self.sent.push(self.buf[..n].to_vec());
+        }
+        Ok(true)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn wait(&mut self, _timeout: Option<Duration>) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Play every frame of `file` into a stack owning `ip` (listening on `ports`) at the
+/// recorded spacing, on virtual time; return the stack's counters. Any capture is safe:
+/// unusable frames are counted and dropped by the stack, never a panic.
+pub fn play_into_stack(file: &CaptureFile, ip: Ipv4Addr, ports: &[u16]) -> io::Result<bypass_stack::Counters> {
+    let device = ReplayDevice::new(file, OUR_MAC, false);
+    let mut stack = Stack::new(device, StackConfig::new(ip, 24, [0x17; 16]));
+    stack.set_time(Instant::ZERO);
+    for &port in ports {
+        let _ = stack.listen(port);
+    }
+    while let Some(due) = stack.device().next_due() {
+        stack.device_mut().set_elapsed(due);
+        stack.set_time(Instant::from_micros(due.as_micros() as u64));
+        stack.poll()?;
+    }
+    Ok(stack.counters().clone())
+}
