@@ -181,7 +181,9 @@ fn conversation(file: &CaptureFile) -> Option<((SocketAddrV4, SocketAddrV4), Vec
 struct ScriptDevice {
     info: DeviceInfo,
     inbox: VecDeque<Vec<u8>>,
-    sent: Vec<Vec<u8>>,
+    /// Frames we sent, with the virtual time they left.
+    sent: Vec<(Duration, Vec<u8>)>,
+    now: Duration,
     buf: Vec<u8>,
     peer_ip: Ipv4Addr,
 }
@@ -211,7 +213,7 @@ impl Device for ScriptDevice {
             if let Some(reply) = arp_reply(&frame, self.peer_ip) {
                 self.inbox.push_back(reply);
             }
-            self.sent.push(frame);
+            self.sent.push((self.now, frame));
         }
         Ok(true)
     }
@@ -275,6 +277,7 @@ pub fn replay(file: &CaptureFile, role: Role, capture: Option<Box<dyn Capture>>)
         info: DeviceInfo { name: "replay".into(), mac: OUR_MAC, mtu: 1500, mode: "replay of a capture".into() },
         inbox: VecDeque::new(),
         sent: Vec::new(),
+        now: Duration::ZERO,
         buf: Vec::new(),
         peer_ip: *peer.ip(),
     };
@@ -381,6 +384,7 @@ fn advance(stack: &mut Stack<ScriptDevice>, now: &mut Duration, to: Duration) ->
     let at = |d: Duration| Instant::from_micros(d.as_micros() as u64);
     loop {
         stack.set_time(at(*now));
+        stack.device_mut().now = *now;
         stack.poll()?;
         match stack.poll_timeout().map(|t| Duration::from_micros(t.as_micros())) {
             Some(next) if next > *now && next <= to => *now = next,
@@ -389,6 +393,7 @@ fn advance(stack: &mut Stack<ScriptDevice>, now: &mut Duration, to: Duration) ->
     }
     *now = (*now).max(to);
     stack.set_time(at(*now));
+    stack.device_mut().now = *now;
     stack.poll()?;
     Ok(())
 }
@@ -396,7 +401,7 @@ fn advance(stack: &mut Stack<ScriptDevice>, now: &mut Duration, to: Duration) ->
 fn our_isn(stack: &Stack<ScriptDevice>, socket: Option<bypass_stack::SocketId>) -> Option<SeqNum> {
     // The ISN we chose is in our first SYN on the wire.
     let _ = socket;
-    stack.device().sent.iter().find_map(|f| {
+    stack.device().sent.iter().find_map(|(_, f)| {
         let packet = SlicedPacket::from_ethernet(f).ok()?;
         let TransportSlice::Tcp(tcp) = packet.transport? else { return None };
         let seg = Segment::parse_unchecked(tcp.slice()).ok()?;
@@ -405,17 +410,17 @@ fn our_isn(stack: &Stack<ScriptDevice>, socket: Option<bypass_stack::SocketId>) 
 }
 
 /// Our sent frames as recorded segments (only those of the conversation).
-fn rows_from_frames(frames: &[Vec<u8>], us: SocketAddrV4, peer: SocketAddrV4) -> Vec<Recorded> {
+fn rows_from_frames(frames: &[(Duration, Vec<u8>)], us: SocketAddrV4, peer: SocketAddrV4) -> Vec<Recorded> {
     frames
         .iter()
-        .filter_map(|f| {
+        .filter_map(|(at, f)| {
             let packet = SlicedPacket::from_ethernet(f).ok()?;
             let TransportSlice::Tcp(tcp) = packet.transport? else { return None };
             let seg = Segment::parse_unchecked(tcp.slice()).ok()?;
             let Some(etherparse::NetSlice::Ipv4(ip)) = packet.net else { return None };
             let dst = SocketAddrV4::new(ip.header().destination_addr(), seg.dst_port);
             (seg.src_port == us.port() && dst == peer).then(|| Recorded {
-                at: Duration::ZERO,
+                at: *at,
                 from_client: false,
                 flags: seg.flags,
                 seq: seg.seq,
