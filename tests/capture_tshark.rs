@@ -1,0 +1,110 @@
+//! Recordings open cleanly in Wireshark's engine: tshark, with checksum validation on, finds
+//! the handshake complete, every checksum valid, no `tcp.analysis` warnings in a clean run,
+//! and a comment on every packet. These are the commands the README tells users to run.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, UNIX_EPOCH};
+
+use bypass_io::{MemoryLink, PcapNgCapture};
+use bypass_stack::{Stack, StackConfig};
+use bypass_tcp::Instant;
+use bypass_tcp::sim::LinkConfig;
+
+const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 6, 0, 1);
+const SERVER: Ipv4Addr = Ipv4Addr::new(10, 6, 0, 2);
+
+/// Return whether tshark is there; under CI=true its absence fails the test.
+fn tshark_available() -> bool {
+    let ok = Command::new("tshark").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "tshark is not installed (CI installs it: apt-get install -y --no-install-recommends tshark)"
+        );
+        eprintln!("skipping: tshark is not installed");
+    }
+    ok
+}
+
+fn tshark(file: &Path, args: &[&str]) -> String {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(file)
+        .args(["-o", "tcp.check_checksum:TRUE", "-o", "ip.check_checksum:TRUE"])
+        .args(args)
+        .output()
+        .expect("run tshark");
+    assert!(out.status.success(), "tshark {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// An echo conversation between two of our stacks, recorded on the server.
+fn record(path: &Path) {
+    let (dc, ds) = MemoryLink::pair(LinkConfig::default(), LinkConfig::default(), 9);
+    let mut c = Stack::new(dc, StackConfig::new(CLIENT, 24, [3; 16]));
+    let mut s = Stack::new(ds, StackConfig::new(SERVER, 24, [4; 16]));
+    let mut now = Instant::from_millis(1);
+    c.set_time(now);
+    s.set_time(now);
+    s.set_capture(Box::new(PcapNgCapture::create(path, "mem0", "bypass test", UNIX_EPOCH).unwrap()));
+    let listener = s.listen(7).unwrap();
+    let client = c.connect(SocketAddrV4::new(SERVER, 7)).unwrap();
+    let mut server = None;
+    let mut buf = [0u8; 4096];
+    for tick in 0..3000 {
+        c.poll().unwrap();
+        s.poll().unwrap();
+        server = server.or_else(|| s.accept(listener));
+        if tick == 5 {
+            c.write(client, b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        }
+        if tick == 20 {
+            c.write(client, &[b'x'; 2000]).unwrap();
+        }
+        if let Some(id) = server {
+            while let Ok(n @ 1..) = s.read(id, &mut buf) {
+                s.write(id, &buf[..n]).unwrap();
+            }
+            if tick == 60 {
+                s.shutdown(id);
+            }
+        }
+        while let Ok(1..) = c.read(client, &mut buf) {}
+        if tick == 80 {
+            c.shutdown(client);
+        }
+        now += Duration::from_millis(1);
+        c.device().clock().advance_to(now);
+        c.set_time(now);
+        s.set_time(now);
+    }
+}
+
+#[test]
+fn tshark_finds_a_clean_annotated_conversation() {
+    if !tshark_available() {
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("bypass-tshark-{}.pcapng", std::process::id()));
+    record(&path);
+    let all = tshark(&path, &[]);
+    let packets = all.lines().count();
+    assert!(packets >= 10, "{all}");
+    // Every checksum valid.
+    let bad = tshark(&path, &["-Y", r#"tcp.checksum.status == "Bad" || ip.checksum.status == "Bad""#]);
+    assert!(bad.is_empty(), "bad checksums:\n{bad}");
+    // The handshake complete: SYN, SYN-ACK, ACK, data and FIN seen (two-pass analysis).
+    let completeness = tshark(&path, &["-2", "-T", "fields", "-e", "tcp.completeness", "-Y", "tcp.flags.syn == 1"]);
+    assert!(completeness.lines().all(|l| l.trim() == "31" || l.trim() == "63"), "completeness: {completeness}");
+    assert!(!completeness.is_empty());
+    // No analysis warnings (retransmissions, out-of-order, zero window, ...) in a clean run.
+    let warnings = tshark(&path, &["-2", "-Y", "tcp.analysis.flags && !tcp.analysis.window_update"]);
+    assert!(warnings.is_empty(), "tcp.analysis warnings:\n{warnings}");
+    // Every packet carries its comment.
+    let comments = tshark(&path, &["-T", "fields", "-e", "frame.comment"]);
+    assert_eq!(comments.lines().filter(|l| !l.trim().is_empty()).count(), packets, "{comments}");
+    assert!(comments.contains("LISTEN -> SYN-RECEIVED") && comments.contains("cwnd="), "{comments}");
+    let _ = std::fs::remove_file(&path);
+}
