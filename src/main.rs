@@ -2,6 +2,7 @@
 #![deny(unsafe_code)]
 
 mod echo;
+mod inspect;
 
 use std::net::Ipv4Addr;
 use std::process::ExitCode;
@@ -31,6 +32,8 @@ enum Command {
     },
     /// Serve TCP echo (RFC 862) from user space on an interface.
     Echo(EchoArgs),
+    /// Draw every TCP conversation of a pcap/pcapng capture as a ladder diagram.
+    Inspect(InspectArgs),
     /// Replay one side of a captured TCP conversation against our stack and compare replies.
     Replay(ReplayArgs),
 }
@@ -124,6 +127,21 @@ struct EchoArgs {
     pcap: Option<std::path::PathBuf>,
 }
 
+#[derive(clap::Args)]
+struct InspectArgs {
+    /// Capture to read (pcap or pcapng; Ethernet, Linux cooked or raw IP).
+    file: std::path::PathBuf,
+    /// Also draw the ladders, stacked, as an SVG picture in OUT.
+    #[arg(long, value_name = "OUT")]
+    svg: Option<std::path::PathBuf>,
+    /// Show packet comments (pcapng opt_comment, as our --pcap recordings write) under each packet.
+    #[arg(long)]
+    comments: bool,
+    /// Do not colour the output (it is coloured only on a terminal, and not with NO_COLOR set).
+    #[arg(long)]
+    no_color: bool,
+}
+
 fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
     let (addr, prefix) = match s.split_once('/') {
         Some((a, p)) => (a, p.parse::<u8>().map_err(|_| format!("`{p}` is not a prefix length (0-32)"))?),
@@ -146,6 +164,10 @@ fn main() -> ExitCode {
         Command::Lab { action: LabAction::Up { name, queues } } => lab_up(&name, queues),
         Command::Lab { action: LabAction::Down { name } } => lab_down(&name),
         Command::Echo(args) => echo(args),
+        Command::Inspect(args) => inspect::run(
+            &args.file,
+            &inspect::Options { svg: args.svg, comments: args.comments, no_color: args.no_color },
+        ),
         Command::Replay(args) => replay(args),
     };
     match result {

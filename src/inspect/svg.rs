@@ -1,0 +1,270 @@
+//! Draw the ladders as one SVG picture: conversations stacked top to bottom, each with two
+//! timelines (client left, server right), slanted arrows labelled like the terminal ladder,
+//! both sides' states where they change, flagged events in red.
+//!
+//! Rows are evenly spaced (time is written at the left, not drawn to scale), so that bursts
+//! stay readable. The text is escaped, so any comment or address makes well-formed XML.
+
+use std::fmt::Write;
+
+use bypass_tcp::State;
+
+use super::Report;
+use super::conversation::{CLIENT, Conversation, SERVER};
+use super::ladder::{format_ms, notes, summary_parts, wrap};
+
+const WIDTH: f64 = 1000.0;
+/// The client's timeline.
+const X_CLIENT: f64 = 250.0;
+/// The server's timeline.
+const X_SERVER: f64 = 790.0;
+/// How far an arrow drops while it crosses.
+const SLANT: f64 = 16.0;
+/// Vertical space per segment, before event and comment lines.
+const ROW: f64 = 34.0;
+/// Vertical space per extra text line.
+const LINE: f64 = 15.0;
+const MARGIN: f64 = 16.0;
+
+const FONT: &str = "DejaVu Sans Mono, Menlo, Consolas, monospace";
+const CLIENT_COLOUR: &str = "#1f5fbf";
+const SERVER_COLOUR: &str = "#a55000";
+const PROBLEM_COLOUR: &str = "#d01010";
+const MUTED: &str = "#707070";
+
+/// Return `text` escaped for XML character data and attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // Control characters are not allowed in XML 1.0.
+            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Text to place: position, anchor, size, colour, weight.
+struct Text<'a> {
+    x: f64,
+    y: f64,
+    anchor: &'a str,
+    size: u32,
+    fill: &'a str,
+    bold: bool,
+}
+
+impl Text<'_> {
+    fn write(&self, svg: &mut String, text: &str) {
+        let weight = if self.bold { " font-weight=\"bold\"" } else { "" };
+        let _ = writeln!(
+            svg,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="{}" font-size="{}" fill="{}"{weight}>{}</text>"#,
+            self.x,
+            self.y,
+            self.anchor,
+            self.size,
+            self.fill,
+            escape(text)
+        );
+    }
+}
+
+fn text(x: f64, y: f64, anchor: &str) -> Text<'_> {
+    Text { x, y, anchor, size: 12, fill: "#202020", bold: false }
+}
+
+fn state_colour(state: State) -> &'static str {
+    match state {
+        State::Established => "#1a7f37",
+        State::Closed => MUTED,
+        _ => "#5a3fa0",
+    }
+}
+
+/// Return the whole picture.
+pub fn render(report: &Report, comments: bool) -> String {
+    let mut body = String::new();
+    let mut y = MARGIN;
+    let title = format!("bypass inspect {}", report.name);
+    text(MARGIN, y + 14.0, "start").bold().size(16).write(&mut body, &title);
+    y += 34.0;
+    if report.conversations.is_empty() {
+        text(MARGIN, y + 12.0, "start").write(&mut body, "no TCP conversations in this capture");
+        y += 24.0;
+    }
+    for (i, c) in report.conversations.iter().enumerate() {
+        y = draw_conversation(&mut body, y, i + 1, c, comments) + 24.0;
+    }
+    for line in wrap("", &report.footer_parts(), 2) {
+        text(MARGIN, y + 12.0, "start").fill(MUTED).write(&mut body, &line);
+        y += LINE;
+    }
+    let height = y + MARGIN;
+    let mut svg = String::with_capacity(body.len() + 512);
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0}" viewBox="0 0 {WIDTH} {height:.0}" font-family="{FONT}">"#
+    );
+    let _ = writeln!(svg, "<title>{}</title>", escape(&title));
+    let _ = writeln!(svg, r##"<rect x="0" y="0" width="{WIDTH}" height="{height:.0}" fill="#ffffff"/>"##);
+    svg.push_str(&body);
+    svg.push_str("</svg>\n");
+    svg
+}
+
+impl<'a> Text<'a> {
+    fn bold(mut self) -> Self {
+        self.bold = true;
+        self
+    }
+    fn size(mut self, size: u32) -> Self {
+        self.size = size;
+        self
+    }
+    fn fill(mut self, fill: &'a str) -> Self {
+        self.fill = fill;
+        self
+    }
+}
+
+/// Draw conversation `number` from `y` down; return the `y` below it.
+fn draw_conversation(svg: &mut String, mut y: f64, number: usize, c: &Conversation, comments: bool) -> f64 {
+    let _ = writeln!(svg, "<g>");
+    let title = format!("TCP conversation {number}: {} <-> {}", c.client, c.server);
+    text(MARGIN, y + 14.0, "start").bold().size(14).write(svg, &title);
+    y += 22.0;
+    for note in notes(c) {
+        text(MARGIN, y + 12.0, "start").fill(MUTED).write(svg, &format!("({note})"));
+        y += LINE;
+    }
+    y += 6.0;
+    // Endpoint boxes.
+    for (x, role, addr) in [(X_CLIENT, "client", c.client), (X_SERVER, "server", c.server)] {
+        let label = addr.to_string();
+        let w = (label.len() as f64 * 7.3 + 20.0).max(120.0);
+        let _ = writeln!(
+            svg,
+            r##"<rect x="{:.1}" y="{y:.1}" width="{w:.1}" height="36" rx="5" fill="#f2f4f8" stroke="#8090a8"/>"##,
+            x - w / 2.0
+        );
+        text(x, y + 15.0, "middle").bold().write(svg, role);
+        text(x, y + 29.0, "middle").size(11).write(svg, &label);
+    }
+    y += 36.0;
+    let top = y;
+    y += 18.0;
+    text(MARGIN, y - 4.0, "start").fill(MUTED).size(11).write(svg, "time");
+    state_label(svg, CLIENT, y - 4.0, c.initial[CLIENT]);
+    state_label(svg, SERVER, y - 4.0, c.initial[SERVER]);
+    y += 12.0;
+
+    let mut arrows = String::new();
+    for row in &c.rows {
+        let (x0, x1) = if row.from_client { (X_CLIENT, X_SERVER) } else { (X_SERVER, X_CLIENT) };
+        let (y0, y1) = (y, y + SLANT);
+        let problem = row.events.iter().any(|e| e.is_problem());
+        let colour = match (problem, row.from_client) {
+            (true, _) => PROBLEM_COLOUR,
+            (false, true) => CLIENT_COLOUR,
+            (false, false) => SERVER_COLOUR,
+        };
+        text(MARGIN, y0 + 4.0, "start").size(11).fill(MUTED).write(svg, &format_ms(row.time_ns));
+        arrow(&mut arrows, x0, y0, x1, y1, colour);
+        // The label sits on the arrow, turned to its slant, nearer the sender.
+        let (mx, my) = (x0 + (x1 - x0) * 0.5, y0 + SLANT * 0.5);
+        let angle = (SLANT / (x1 - x0)).atan().to_degrees();
+        let _ = writeln!(
+            arrows,
+            r#"<text x="{mx:.1}" y="{:.1}" text-anchor="middle" font-size="11.5" fill="{colour}" transform="rotate({angle:.2} {mx:.1} {my:.1})">{}</text>"#,
+            my - 5.0,
+            escape(&row.label())
+        );
+        // A state changes where the segment leaves its sender or reaches its receiver.
+        for side in [CLIENT, SERVER] {
+            if let Some(state) = row.states[side] {
+                let sends = (side == CLIENT) == row.from_client;
+                state_label(svg, side, if sends { y0 + 4.0 } else { y1 + 4.0 }, state);
+            }
+        }
+        y += ROW;
+        if !row.events.is_empty() {
+            let events = row.events.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
+            let events = format!("{events} (frame {})", row.frame);
+            let fill = if problem { PROBLEM_COLOUR } else { MUTED };
+            let t = text((X_CLIENT + X_SERVER) / 2.0, y - 6.0, "middle").size(11).fill(fill);
+            if problem { t.bold() } else { t }.write(svg, &events);
+            y += LINE;
+        }
+        if comments && let Some(comment) = &row.comment {
+            text((X_CLIENT + X_SERVER) / 2.0, y - 6.0, "middle")
+                .size(10)
+                .fill(MUTED)
+                .write(svg, &format!("# {comment}"));
+            y += LINE;
+        }
+    }
+    let bottom = y;
+    for x in [X_CLIENT, X_SERVER] {
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{x}" y1="{top:.1}" x2="{x}" y2="{bottom:.1}" stroke="#404040" stroke-width="2"/>"##
+        );
+    }
+    svg.push_str(&arrows);
+    y += 8.0;
+    if let Some(problem) = c.handshake.problem() {
+        text(MARGIN, y + 12.0, "start").bold().fill(PROBLEM_COLOUR).write(svg, &format!("!! {problem}"));
+        y += LINE + 2.0;
+    }
+    for line in wrap("summary: ", &summary_parts(c), 9) {
+        text(MARGIN, y + 12.0, "start").write(svg, &line);
+        y += LINE;
+    }
+    let _ = writeln!(svg, "</g>");
+    y
+}
+
+fn state_label(svg: &mut String, side: usize, y: f64, state: State) {
+    let (x, anchor) = if side == CLIENT { (X_CLIENT - 10.0, "end") } else { (X_SERVER + 10.0, "start") };
+    text(x, y, anchor).bold().fill(state_colour(state)).write(svg, state.name());
+    let dot_x = if side == CLIENT { X_CLIENT } else { X_SERVER };
+    let _ = writeln!(svg, r#"<circle cx="{dot_x}" cy="{:.1}" r="3" fill="{}"/>"#, y - 4.0, state_colour(state));
+}
+
+/// Draw a line from `(x0, y0)` to `(x1, y1)` with a filled head at the end.
+fn arrow(svg: &mut String, x0: f64, y0: f64, x1: f64, y1: f64, colour: &str) {
+    let (dx, dy) = (x1 - x0, y1 - y0);
+    let len = (dx * dx + dy * dy).sqrt().max(1.0);
+    let (ux, uy) = (dx / len, dy / len);
+    let (bx, by) = (x1 - ux * 10.0, y1 - uy * 10.0);
+    let (nx, ny) = (-uy * 4.5, ux * 4.5);
+    let _ = writeln!(
+        svg,
+        r#"<line x1="{x0:.1}" y1="{y0:.1}" x2="{bx:.1}" y2="{by:.1}" stroke="{colour}" stroke-width="1.6"/>"#
+    );
+    let _ = writeln!(
+        svg,
+        r#"<polygon points="{x1:.1},{y1:.1} {:.1},{:.1} {:.1},{:.1}" fill="{colour}"/>"#,
+        bx + nx,
+        by + ny,
+        bx - nx,
+        by - ny
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_escaped_for_xml() {
+        assert_eq!(escape("<a & 'b'> \"c\"\u{1}"), "&lt;a &amp; &apos;b&apos;&gt; &quot;c&quot; ");
+    }
+}
