@@ -13,7 +13,7 @@ use std::time::Duration;
 use bypass_io::testlab::{Lab, LabConfig};
 use bypass_io::xdp::{XdpConfig, XdpDevice, XdpError, XdpMode};
 use bypass_io::{PacketDevice, PcapNgCapture, netdev};
-use bypass_stack::{Counters, Device, Stack, StackConfig};
+use bypass_stack::{Device, Stack, StackConfig};
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
@@ -367,7 +367,7 @@ fn serve<D: Device>(
     busy_poll: bool,
     pcap: Option<&std::path::Path>,
     stop: &AtomicBool,
-) -> Result<Counters, String> {
+) -> Result<String, String> {
     let mut stack = Stack::new(device, config);
     if let Some(path) = pcap {
         let info = stack.device().info().clone();
@@ -397,7 +397,13 @@ fn serve<D: Device>(
     }
     stack.abort_all();
     stack.poll().map_err(io)?;
-    Ok(stack.counters().clone())
+    let mut report = stack.counters().to_string();
+    for (name, value) in stack.device_mut().device_counters() {
+        if value != 0 {
+            report.push_str(&format!("device.{name:<17} {value}\n"));
+        }
+    }
+    Ok(report)
 }
 
 /// Fill `buf` from the kernel's random source.

@@ -45,7 +45,7 @@ pub struct PacketConfig {
 impl Default for PacketConfig {
     /// Return 1024 receive slots, 256 transmit frames and qdisc bypass on.
     fn default() -> Self {
-        PacketConfig { rx_frames: 1024, tx_frames: 256, qdisc_bypass: true }
+        PacketConfig { rx_frames: 4096, tx_frames: 256, qdisc_bypass: true }
     }
 }
 
@@ -293,6 +293,17 @@ impl Device for PacketDevice {
 
     fn raw_fd(&self) -> Option<RawFd> {
         Some(self.socket.raw_fd())
+    }
+
+    fn device_counters(&mut self) -> Vec<(&'static str, u64)> {
+        let stats = self.stats();
+        vec![
+            ("rx_frames", stats.rx_frames),
+            ("rx_dropped", stats.rx_dropped),
+            ("rx_ring_full", stats.rx_ring_full),
+            ("tx_frames", stats.tx_frames),
+            ("tx_dropped", stats.tx_dropped),
+        ]
     }
 }
 

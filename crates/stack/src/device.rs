@@ -59,6 +59,12 @@ pub trait Device {
     fn raw_fd(&self) -> Option<RawFd> {
         None
     }
+
+    /// Return the device's own counters, drops below the stack above all (ring overflows,
+    /// kernel-side drops), as `(name, value)` pairs for reports.
+    fn device_counters(&mut self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
@@ -79,5 +85,8 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn raw_fd(&self) -> Option<RawFd> {
         (**self).raw_fd()
+    }
+    fn device_counters(&mut self) -> Vec<(&'static str, u64)> {
+        (**self).device_counters()
     }
 }

