@@ -7,18 +7,20 @@
 //!     'import socket,sys; s=socket.create_connection(("10.77.0.2",7)); s.sendall(b"hi\n"); print(s.recv(9))'
 //! ```
 //!
-//! Arguments: INTERFACE ADDRESS PORT [packet]. Needs root. `packet` uses AF_PACKET instead of AF_XDP.
+//! Arguments: INTERFACE ADDRESS PORT [packet] [--pcap FILE]. Needs root. `packet` uses AF_PACKET
+//! instead of AF_XDP; `--pcap` records every frame, annotated, for Wireshark.
 
 use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::net::Ipv4Addr;
 
-use bypass_io::PacketDevice;
 use bypass_io::xdp::{XdpConfig, XdpDevice};
+use bypass_io::{PacketDevice, PcapNgCapture};
 use bypass_stack::{Device, Stack, StackConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args: Vec<String> = std::env::args().collect();
+    let pcap = take_pcap_flag(&mut args);
     let (iface, ip, port) = match &args[1..] {
         [iface, ip, port, ..] => (iface.as_str(), ip.parse::<Ipv4Addr>()?, port.parse::<u16>()?),
         _ => return Err("usage: echo_server INTERFACE ADDRESS PORT [packet]".into()),
@@ -31,6 +33,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("echo on {ip}:{port} via {}", device.info().mode);
 
     let mut stack = Stack::new(device, StackConfig::new(ip, 24, rand_secret()));
+    if let Some(path) = pcap {
+        let capture = PcapNgCapture::create(path.as_ref(), iface, "echo_server example", stack.epoch())?;
+        stack.set_capture(Box::new(capture));
+    }
     let listener = stack.listen(port)?;
     let mut pending: HashMap<_, Vec<u8>> = HashMap::new(); // bytes read, not yet written back
     let mut buf = vec![0u8; 65536];
@@ -60,6 +66,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             false
         });
     }
+}
+
+/// Remove `--pcap FILE` from the arguments and return FILE.
+fn take_pcap_flag(args: &mut Vec<String>) -> Option<String> {
+    let at = args.iter().position(|a| a == "--pcap")?;
+    let file = args.get(at + 1).cloned();
+    args.drain(at..(at + 2).min(args.len()));
+    file
 }
 
 fn rand_secret() -> [u8; 16] {

@@ -29,6 +29,9 @@ pub struct PcapNgCapture {
     writer: Option<PcapNgWriter<BufWriter<File>>>,
     epoch: Duration,
     frames: u64,
+    /// Stack time of the last flush: the file is pushed to disk at least every 100 ms of
+    /// traffic, so a killed process loses little.
+    flushed_at: Instant,
 }
 
 impl PcapNgCapture {
@@ -50,7 +53,7 @@ impl PcapNgCapture {
         };
         writer.write_pcapng_block(idb).map_err(io::Error::other)?;
         let epoch = epoch.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-        Ok(PcapNgCapture { writer: Some(writer), epoch, frames: 0 })
+        Ok(PcapNgCapture { writer: Some(writer), epoch, frames: 0, flushed_at: Instant::ZERO })
     }
 
     /// Return how many frames were written.
@@ -68,6 +71,10 @@ impl PcapNgCapture {
 }
 
 impl Capture for PcapNgCapture {
+    fn flush(&mut self) {
+        let _ = PcapNgCapture::flush(self);
+    }
+
     fn frame(&mut self, now: Instant, dir: Direction, frame: &[u8], note: &str) {
         let Some(w) = self.writer.as_mut() else { return };
         let flags = match dir {
@@ -86,7 +93,13 @@ impl Capture for PcapNgCapture {
             options,
         };
         match w.write_pcapng_block(block) {
-            Ok(_) => self.frames += 1,
+            Ok(_) => {
+                self.frames += 1;
+                if now.saturating_duration_since(self.flushed_at) >= Duration::from_millis(100) {
+                    self.flushed_at = now;
+                    let _ = w.get_mut().flush();
+                }
+            }
             Err(e) => {
                 // The traffic matters more than the recording: stop recording, keep serving.
                 log::error!("capture stopped: cannot write to the capture file: {e}");

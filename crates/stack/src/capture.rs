@@ -19,4 +19,7 @@ pub enum Direction {
 pub trait Capture: Send {
     /// Record `frame`, which went `dir` at `now`, with the host's `note` about it (may be empty).
     fn frame(&mut self, now: Instant, dir: Direction, frame: &[u8], note: &str);
+
+    /// Push buffered frames to their destination; the stack calls this when it goes idle.
+    fn flush(&mut self) {}
 }

@@ -198,6 +198,13 @@ impl Interface {
         self.capture = capture;
     }
 
+    /// Push the capture's buffered frames out (the host is about to idle).
+    pub fn flush_capture(&mut self) {
+        if let Some(capture) = self.capture.as_mut() {
+            capture.flush();
+        }
+    }
+
     /// Return whether a capture is installed.
     pub fn capturing(&self) -> bool {
         self.capture.is_some()

@@ -158,6 +158,7 @@ impl<D: Device> Stack<D> {
             (a, b) => a.or(b),
         };
         if wait != Some(Duration::ZERO) {
+            self.iface.flush_capture();
             self.device.wait(wait)?;
         }
         Ok(())
