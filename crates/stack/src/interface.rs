@@ -89,6 +89,9 @@ enum Owner {
 
 struct Sock {
     conn: Connection,
+    /// The table key. Kept here because a connection back in LISTEN (RST in SYN-RECEIVED)
+    /// no longer knows its remote address.
+    tuple: FourTuple,
     owner: Owner,
     /// The MAC the peer's frames came from: used if ARP has no entry.
     peer_mac: Option<[u8; 6]>,
@@ -497,8 +500,9 @@ impl Interface {
         buf[HEADERS..].copy_from_slice(body);
         buf[HEADERS] = 0; // echo reply
         buf[HEADERS + 2..HEADERS + 4].fill(0);
+        // The sum is of native-endian words, so it is stored native-endian (RFC 1071 2(B)).
         let sum = etherparse::checksum::Sum16BitWords::new().add_slice(&buf[HEADERS..]).ones_complement();
-        buf[HEADERS + 2..HEADERS + 4].copy_from_slice(&sum.to_be_bytes());
+        buf[HEADERS + 2..HEADERS + 4].copy_from_slice(&sum.to_ne_bytes());
         self.write_headers(&mut buf, src_mac, src, IpNumber::ICMP, body.len());
         self.queue_control(buf, || format!("ICMP echo reply to {src}"));
         if self.capture.is_some() {
@@ -657,7 +661,7 @@ impl Interface {
             }
         };
         let slot = &mut self.slots[index as usize];
-        slot.sock = Some(Sock { conn, owner, peer_mac, dirty: false });
+        slot.sock = Some(Sock { conn, tuple, owner, peer_mac, dirty: false });
         let id = SocketId { index, generation: slot.generation };
         self.table.insert(tuple, index);
         self.mark_dirty(index);
@@ -696,9 +700,7 @@ impl Interface {
     fn remove(&mut self, index: u32) {
         let slot = &mut self.slots[index as usize];
         if let Some(sock) = slot.sock.take() {
-            if let Some(tuple) = sock.conn.tuple() {
-                self.table.remove(&tuple);
-            }
+            self.table.remove(&sock.tuple);
             slot.generation = slot.generation.wrapping_add(1);
             self.free.push(index);
         }
