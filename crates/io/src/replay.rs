@@ -62,6 +62,13 @@ struct Recorded {
     payload: Vec<u8>,
 }
 
+impl Recorded {
+    /// Return SEG.LEN: data plus one each for SYN and FIN.
+    fn seg_len(&self) -> u32 {
+        self.payload.len() as u32 + self.flags.syn() as u32 + self.flags.fin() as u32
+    }
+}
+
 /// One row of a ladder: a segment as relative numbers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Row {
@@ -306,8 +313,31 @@ pub fn replay(file: &CaptureFile, role: Role, capture: Option<Box<dyn Capture>>)
     let mut established_once = false;
 
     let mut now = Duration::ZERO;
-    for r in &recorded {
-        advance(&mut stack, &mut now, r.at)?;
+    // Order the events causally. A capture taken at one end shows the other end's segments
+    // a one-way delay late, so when our side's segment did not acknowledge something the
+    // peer had already sent (crossing FINs, say), our side acted before that arrived: play
+    // it first.
+    let mut order: Vec<(Duration, usize, u8, usize)> = recorded
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            if r.from_client == ours_is_client && r.flags.ack() {
+                let unseen = recorded[..i].iter().position(|p| {
+                    p.from_client != ours_is_client && p.seg_len() > 0 && (p.seq + p.seg_len()).after(r.ack)
+                });
+                if let Some(j) = unseen {
+                    return (recorded[j].at, j, 0, i);
+                }
+            }
+            (r.at, i, 1, i)
+        })
+        .collect();
+    order.sort();
+    // The recorded sequence number of the next byte our application has not written yet.
+    let mut app_next: Option<SeqNum> = None;
+    for (at, _, _, i) in order {
+        let r = &recorded[i];
+        advance(&mut stack, &mut now, at)?;
         if let Some(l) = listener
             && socket.is_none()
         {
@@ -319,8 +349,14 @@ pub fn replay(file: &CaptureFile, role: Role, capture: Option<Box<dyn Capture>>)
                 socket = Some(stack.connect_from(us.port(), peer).map_err(io::Error::other)?);
             }
             if let Some(id) = socket {
-                if !r.payload.is_empty() {
-                    let _ = stack.write(id, &r.payload);
+                // Write each recorded byte once: retransmissions carry nothing new.
+                let from = match app_next {
+                    Some(next) if next.after(r.seq) => ((next - r.seq) as usize).min(r.payload.len()),
+                    _ => 0,
+                };
+                if from < r.payload.len() {
+                    let _ = stack.write(id, &r.payload[from..]);
+                    app_next = Some(r.seq + r.payload.len());
                 }
                 if r.flags.fin() {
                     stack.shutdown(id);
@@ -458,10 +494,15 @@ fn compare(
     actual: &[Row],
 ) -> Vec<String> {
     let mut out = Vec::new();
+    // An RST may or may not carry an ACK (Linux's abort does, RFC 9293 3.10.5's does not);
+    // the reset is what matters.
     let control = |rows: &[Row]| -> Vec<(Flags, u32, Option<u32>)> {
         rows.iter()
             .filter(|r| r.flags.intersects(Flags::SYN | Flags::FIN | Flags::RST))
-            .map(|r| (r.flags.without(Flags::PSH), r.seq, r.ack))
+            .map(|r| match r.flags.rst() {
+                true => (Flags::RST, r.seq, None),
+                false => (r.flags.without(Flags::PSH), r.seq, r.ack),
+            })
             .collect()
     };
     let (want, got) = (control(expected), control(actual));
