@@ -209,9 +209,9 @@ impl Connection {
         }
     }
 
-    /// SND.UNA moved past our SYN.
-    fn take_ack_of_syn(&mut self, now: Instant, ack: SeqNum) {
-        self.syn_acknowledged = true;
+    /// Move SND.UNA to `ack`, taking an RTT sample if the timed segment is now acknowledged
+    /// (the probe is cleared on any retransmission: Karn's rule, RFC 6298 section 3).
+    fn advance_una(&mut self, now: Instant, ack: SeqNum) {
         if let Some((end, sent)) = self.rtt_probe
             && ack.after_eq(end)
         {
@@ -222,6 +222,12 @@ impl Connection {
         if self.snd_nxt.before(ack) {
             self.snd_nxt = ack;
         }
+    }
+
+    /// SND.UNA moved past our SYN.
+    fn take_ack_of_syn(&mut self, now: Instant, ack: SeqNum) {
+        self.syn_acknowledged = true;
+        self.advance_una(now, ack);
         if self.rto_count > 0 {
             // RFC 6298 5.7: after a SYN timed out, data starts with an RTO of 3 s.
             self.rtt.syn_timed_out_fallback();
@@ -457,17 +463,7 @@ impl Connection {
                 self.emit(Event::Writable);
             }
         }
-        // RTT sample, unless a retransmission made it ambiguous (Karn, RFC 6298 3).
-        if let Some((end, sent)) = self.rtt_probe
-            && ack.after_eq(end)
-        {
-            self.rtt.sample(now.saturating_duration_since(sent));
-            self.rtt_probe = None;
-        }
-        self.snd_una = ack;
-        if self.snd_nxt.before(ack) {
-            self.snd_nxt = ack;
-        }
+        self.advance_una(now, ack);
         match self.cc.on_ack(ack, acked, flight_before) {
             // RFC 6582 3.2 step 5: retransmit the first unacknowledged segment.
             AckOutcome::PartialAck => self.retransmit_una = true,
