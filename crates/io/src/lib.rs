@@ -2,6 +2,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod floor;
 pub mod memory;
 pub mod netdev;
 pub mod packet;

@@ -516,3 +516,25 @@ fn a_missing_queue_is_reported() {
     assert!(matches!(err, XdpError::NoSuchQueue { queue: 5, .. }), "{err:?}");
     assert!(!xdp_attached(&lab), "a failed open must not leave the program attached");
 }
+
+// ---------------------------------------------------------------------------------------------
+// 7. The floor: raw frames bounced between two AF_XDP sockets
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn raw_frames_bounce_between_two_xdp_sockets() {
+    if !lab_available("raw_frames_bounce_between_two_xdp_sockets") {
+        return;
+    }
+    init_log();
+    let lab = Lab::create("floor").unwrap();
+    let result = bypass_io::floor::xdp_pingpong(&lab, 2000, 64, Duration::from_secs(10)).unwrap();
+    assert!(result.rtts.len() >= 1990, "{} came back, {} lost", result.rtts.len(), result.lost);
+    let mut sorted = result.rtts.clone();
+    sorted.sort();
+    println!("floor ({}): p50 {:?}, p99 {:?}", result.mode, sorted[sorted.len() / 2], sorted[sorted.len() * 99 / 100]);
+    assert!(!xdp_attached(&lab), "both programs are gone afterwards");
+    // And the peer kernel has its address back.
+    let ping = lab.peer_cmd("ping").args(["-c1", "-W1", &lab.peer_ip.to_string()]).output().unwrap();
+    assert!(ping.status.success());
+}
