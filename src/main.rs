@@ -1,6 +1,7 @@
 //! `bypass`: run the userspace TCP/IP stack on a network interface, and the lab around it.
 #![deny(unsafe_code)]
 
+mod demo;
 mod echo;
 mod inspect;
 
@@ -36,6 +37,33 @@ enum Command {
     Inspect(InspectArgs),
     /// Replay one side of a captured TCP conversation against our stack and compare replies.
     Replay(ReplayArgs),
+    /// Measure kernel sockets against our stack on AF_PACKET and AF_XDP, side by side, in a
+    /// two-namespace lab the demo builds and removes itself (needs root).
+    Demo(DemoArgs),
+}
+
+#[derive(clap::Args)]
+struct DemoArgs {
+    /// A short run (one repetition of 0.5 s per figure): well under a minute.
+    #[arg(long)]
+    quick: bool,
+    /// Run only these transports, comma-separated: kernel-blocking, kernel-busy,
+    /// stack-afpacket, stack-afxdp, stack-memory (our stack at both ends over an in-memory
+    /// link; run by default only when the lab is out of reach).
+    #[arg(long, value_delimiter = ',', value_name = "TRANSPORT,...")]
+    only: Vec<String>,
+    /// Seconds per measurement (default 2, 0.5 with --quick).
+    #[arg(long, value_name = "SECS")]
+    duration: Option<f64>,
+    /// Repetitions of every measurement; figures are their medians (default 3, 1 with --quick).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+    runs: Option<u32>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Directory for results.md and results.json.
+    #[arg(long, value_name = "DIR", default_value = "results")]
+    out: std::path::PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -169,6 +197,7 @@ fn main() -> ExitCode {
             &inspect::Options { svg: args.svg, comments: args.comments, no_color: args.no_color },
         ),
         Command::Replay(args) => replay(args),
+        Command::Demo(args) => demo::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,499 @@
+//! Kernel sockets: the servers of the kernel rows and the client of every row.
+//!
+//! Both use `read(2)`/`write(2)` on the socket (through `File`), so `/proc/thread-self/io`
+//! counts every call, including the ones a busy-polling loop makes in vain.
+
+use std::fs::File;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use super::Workload;
+use super::measure::{DONE, MEASURING, Usage, Window};
+
+/// Flags shared by the client, the server and the demo for one measurement.
+#[derive(Default)]
+pub struct Shared {
+    /// 0 (warm-up), [`MEASURING`] or [`DONE`], set by the client.
+    pub phase: AtomicU8,
+    /// The server is listening.
+    pub ready: AtomicBool,
+    /// The server should stop (set once the client is done, or when the server failed).
+    pub stop: AtomicBool,
+}
+
+/// What the server measured.
+pub struct ServerResult {
+    pub usage: Usage,
+    /// Bytes the server's CPU copied (our stack only).
+    pub copied: Option<u64>,
+    /// How the server moved packets (the device's mode), for the conditions line.
+    pub mode: String,
+}
+
+/// Turn a stream into a `File`, so reads and writes are `read(2)`/`write(2)`.
+fn into_file(stream: TcpStream, nonblocking: bool) -> std::io::Result<File> {
+    stream.set_nodelay(true)?;
+    stream.set_nonblocking(nonblocking)?;
+    Ok(File::from(OwnedFd::from(stream)))
+}
+
+/// Write all of `data`, spinning while the socket is full.
+fn write_all(f: &mut File, mut data: &[u8]) -> std::io::Result<()> {
+    while !data.is_empty() {
+        match f.write(data) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Read into `buf[*got..]` once; return whether `buf` is full. `Ok(false)` on WouldBlock.
+fn read_some(f: &mut File, buf: &mut [u8], got: &mut usize) -> std::io::Result<bool> {
+    match f.read(&mut buf[*got..]) {
+        Ok(0) => Err(ErrorKind::UnexpectedEof.into()),
+        Ok(n) => {
+            *got += n;
+            Ok(*got == buf.len())
+        }
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Fill `buf`, spinning while nothing has arrived; give up after `limit`.
+fn read_exact(f: &mut File, buf: &mut [u8], limit: Duration) -> std::io::Result<()> {
+    let mut got = 0;
+    let deadline = Instant::now() + limit;
+    while !read_some(f, buf, &mut got)? {
+        if Instant::now() > deadline {
+            return Err(ErrorKind::TimedOut.into());
+        }
+        std::hint::spin_loop();
+    }
+    Ok(())
+}
+
+/// What a server does with a connection.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Echo,
+    /// Read and discard (bulk, client -> server).
+    Sink,
+    /// Write without end (bulk, server -> client).
+    Source,
+}
+
+/// One connection on the server side: serve it until the client closes it.
+struct Conn {
+    f: File,
+}
+
+impl Conn {
+    /// Handle what has arrived; return `false` once the connection is finished.
+    fn step(&mut self, buf: &mut [u8], role: Role) -> Result<bool, String> {
+        if role == Role::Source {
+            return match self.f.write(&buf[..64 * 1024]) {
+                Ok(_) => Ok(true),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => Ok(true),
+                // The client closed (with our data unread: a reset).
+                Err(_) => Ok(false),
+            };
+        }
+        let sink = role == Role::Sink;
+        match self.f.read(buf) {
+            Ok(0) => Ok(false),
+            Ok(n) => {
+                if !sink {
+                    write_all(&mut self.f, &buf[..n]).map_err(|e| format!("kernel server: write: {e}"))?;
+                }
+                Ok(true)
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => Ok(false),
+            Err(e) => Err(format!("kernel server: read: {e}")),
+        }
+    }
+}
+
+/// Serve `workload`'s clients on `listener` (echo, or discard for bulk) until they are done
+/// (or `shared.stop`); `busy` spins on non-blocking sockets in one thread, otherwise blocking
+/// sockets with one thread per concurrent connection.
+pub fn server(listener: TcpListener, busy: bool, workload: Workload, shared: &Shared) -> Result<ServerResult, String> {
+    let io = |what: &str, e: std::io::Error| format!("kernel server: {what}: {e}");
+    listener.set_nonblocking(busy).map_err(|e| io("configure the listener", e))?;
+    let role = match workload {
+        Workload::BulkUp => Role::Sink,
+        Workload::BulkDown => Role::Source,
+        _ => Role::Echo,
+    };
+    // Connections to serve before returning; `None`: until told to stop (connection rate).
+    let expected = match workload {
+        Workload::Rr { conns, .. } => Some(conns),
+        Workload::BulkUp | Workload::BulkDown => Some(1),
+        Workload::Connect => None,
+    };
+    let mode = if busy { "kernel TCP, non-blocking, busy polling" } else { "kernel TCP, blocking" };
+    shared.ready.store(true, Ordering::SeqCst);
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut window = Window::default();
+    if busy {
+        let mut conns: Vec<Conn> = Vec::new();
+        let mut accepted = 0;
+        loop {
+            window.observe(&shared.phase, || 0);
+            if expected.is_none_or(|n| accepted < n) {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        conns.push(Conn { f: into_file(s, true).map_err(|e| io("configure", e))? });
+                        accepted += 1;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(io("accept", e)),
+                }
+            }
+            let mut i = 0;
+            while i < conns.len() {
+                if conns[i].step(&mut buf, role)? {
+                    i += 1;
+                } else {
+                    conns.swap_remove(i);
+                }
+            }
+            let all_done = expected.is_some_and(|n| accepted == n) && conns.is_empty();
+            if all_done || (shared.stop.load(Ordering::Relaxed) && (conns.is_empty() || expected.is_some())) {
+                break;
+            }
+        }
+        window.finish(0);
+        let (usage, _) = window.delta().ok_or("kernel server: the client's measurement window was not seen")?;
+        return Ok(ServerResult { usage, copied: None, mode: mode.into() });
+    }
+    // Blocking: accept, then serve each connection to its end on a thread of its own.
+    let serve = |s: TcpStream, window: &mut Window, buf: &mut [u8]| -> Result<(), String> {
+        let mut conn = Conn { f: into_file(s, false).map_err(|e| io("configure", e))? };
+        loop {
+            window.observe(&shared.phase, || 0);
+            if !conn.step(buf, role)? {
+                return Ok(());
+            }
+        }
+    };
+    match expected {
+        Some(n) => std::thread::scope(|scope| {
+            let mut threads = Vec::new();
+            for _ in 0..n {
+                let (s, _) = listener.accept().map_err(|e| io("accept", e))?;
+                if shared.stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                threads.push(scope.spawn(move || {
+                    let (mut window, mut buf) = (Window::default(), vec![0u8; 256 * 1024]);
+                    serve(s, &mut window, &mut buf)?;
+                    window.finish(0);
+                    window.delta().map(|(u, _)| u).ok_or_else(|| "kernel server: window not seen".to_string())
+                }));
+            }
+            let mut total = Usage::default();
+            for t in threads {
+                let u = t.join().map_err(|_| "kernel server: a connection thread panicked".to_string())??;
+                total = total.plus(&u);
+            }
+            Ok(ServerResult { usage: total, copied: None, mode: mode.into() })
+        }),
+        None => {
+            loop {
+                let (s, _) = listener.accept().map_err(|e| io("accept", e))?;
+                if shared.stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                serve(s, &mut window, &mut buf)?;
+            }
+            window.finish(0);
+            let (usage, _) = window.delta().ok_or("kernel server: the client's measurement window was not seen")?;
+            Ok(ServerResult { usage, copied: None, mode: mode.into() })
+        }
+    }
+}
+
+/// How the client runs one measurement.
+pub struct ClientPlan {
+    pub server: SocketAddr,
+    pub workload: Workload,
+    pub busy: bool,
+    pub warmup: Duration,
+    pub duration: Duration,
+}
+
+/// What the client measured.
+pub struct ClientResult {
+    /// Latencies in nanoseconds: round trips, or connect + exchange + close (empty for bulk).
+    pub latency: Histogram<u64>,
+    /// Requests, connections, or bytes (bulk) inside the window.
+    pub units: u64,
+    pub elapsed: Duration,
+    pub usage: Usage,
+}
+
+/// Wait for the server to listen (or fail).
+pub fn wait_ready(shared: &Shared) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !shared.ready.load(Ordering::SeqCst) {
+        if shared.stop.load(Ordering::SeqCst) {
+            return Err("client: the server failed to start".into());
+        }
+        if Instant::now() > deadline {
+            return Err("client: the server did not start within 5 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+/// Run `plan.workload` against the server: warm-up unrecorded, then `duration` recorded.
+/// `interrupted` ends the run early.
+pub fn client(plan: &ClientPlan, shared: &Shared, interrupted: &AtomicBool) -> Result<ClientResult, String> {
+    wait_ready(shared)?;
+    match plan.workload {
+        Workload::Rr { size, conns } => request_response(plan, size, conns, shared, interrupted),
+        Workload::BulkUp => bulk_up(plan, shared, interrupted),
+        Workload::BulkDown => bulk_down(plan, shared, interrupted),
+        Workload::Connect => connect_rate(plan, shared, interrupted),
+    }
+}
+
+/// Return an empty latency histogram (1 ns to 100 s, 3 significant digits).
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid histogram bounds")
+}
+
+fn connect(plan: &ClientPlan) -> Result<TcpStream, String> {
+    TcpStream::connect_timeout(&plan.server, Duration::from_secs(3))
+        .map_err(|e| format!("client: connect to {}: {e}", plan.server))
+}
+
+/// Measure over `conns` connections: each has one `size`-byte request outstanding at a time.
+fn request_response(
+    plan: &ClientPlan,
+    size: usize,
+    conns: usize,
+    shared: &Shared,
+    interrupted: &AtomicBool,
+) -> Result<ClientResult, String> {
+    let io = |what: &str, e: std::io::Error| format!("client: {what} ({}): {e}", plan.server);
+    let mut files = Vec::with_capacity(conns);
+    for _ in 0..conns {
+        files.push(into_file(connect(plan)?, plan.busy).map_err(|e| io("configure", e))?);
+    }
+    let msg: Vec<u8> = (0..size).map(|i| (i * 7 + 1) as u8).collect();
+    let mut bufs = vec![vec![0u8; size]; conns];
+    let mut got = vec![0usize; conns];
+    let mut sent_at = vec![Instant::now(); conns];
+    let mut latency = histogram();
+    let limit = Duration::from_secs(2);
+    let check = |buf: &[u8]| {
+        if buf == &msg[..] { Ok(()) } else { Err("client: the echo differs from what was sent".to_string()) }
+    };
+    let mut requests = 0u64;
+    let mut measuring = false;
+    let start_all = Instant::now();
+    let (mut start, mut start_usage) = (start_all, Usage::default());
+    let warm_end = start_all + plan.warmup;
+    let end = warm_end + plan.duration;
+    let mut now = Instant::now();
+    if plan.busy {
+        // Every connection keeps one request in flight; sweep them, spinning.
+        for (i, f) in files.iter_mut().enumerate() {
+            write_all(f, &msg).map_err(|e| io("write", e))?;
+            sent_at[i] = Instant::now();
+        }
+        let mut last_progress = Instant::now();
+        while now < end && !interrupted.load(Ordering::Relaxed) {
+            if !measuring && now >= warm_end {
+                measuring = true;
+                shared.phase.store(MEASURING, Ordering::SeqCst);
+                (start, start_usage) = (Instant::now(), Usage::now());
+            }
+            for i in 0..conns {
+                if read_some(&mut files[i], &mut bufs[i], &mut got[i]).map_err(|e| io("read the echo", e))? {
+                    now = Instant::now();
+                    check(&bufs[i])?;
+                    got[i] = 0;
+                    if measuring {
+                        latency.saturating_record((now - sent_at[i]).as_nanos() as u64);
+                        requests += 1;
+                    }
+                    write_all(&mut files[i], &msg).map_err(|e| io("write", e))?;
+                    sent_at[i] = Instant::now();
+                    last_progress = now;
+                }
+            }
+            now = Instant::now();
+            if now - last_progress > limit {
+                return Err(format!("client: no echo for {} s ({})", limit.as_secs(), plan.server));
+            }
+        }
+        // Collect the requests still in flight, unrecorded.
+        let elapsed = now - start;
+        let usage = Usage::now().since(&start_usage);
+        shared.phase.store(DONE, Ordering::SeqCst);
+        for i in 0..conns {
+            let mut rest = std::mem::take(&mut bufs[i]);
+            read_exact(&mut files[i], &mut rest[got[i]..], limit).map_err(|e| io("read the echo", e))?;
+        }
+        return Ok(ClientResult { latency, units: requests, elapsed, usage });
+    }
+    // Blocking: a request on every connection, then every echo, round after round.
+    let mut round = |files: &mut [File], record: bool, latency: &mut Histogram<u64>| -> Result<u64, String> {
+        for (i, f) in files.iter_mut().enumerate() {
+            write_all(f, &msg).map_err(|e| io("write", e))?;
+            sent_at[i] = Instant::now();
+        }
+        for (i, f) in files.iter_mut().enumerate() {
+            f.read_exact(&mut bufs[i]).map_err(|e| io("read the echo", e))?;
+            let t = Instant::now();
+            check(&bufs[i])?;
+            if record {
+                latency.saturating_record((t - sent_at[i]).as_nanos() as u64);
+            }
+        }
+        Ok(files.len() as u64)
+    };
+    while now < end && !interrupted.load(Ordering::Relaxed) {
+        if !measuring && now >= warm_end {
+            measuring = true;
+            shared.phase.store(MEASURING, Ordering::SeqCst);
+            (start, start_usage) = (Instant::now(), Usage::now());
+        }
+        let n = round(&mut files, measuring, &mut latency)?;
+        if measuring {
+            requests += n;
+        }
+        now = Instant::now();
+    }
+    let elapsed = now - start;
+    let usage = Usage::now().since(&start_usage);
+    shared.phase.store(DONE, Ordering::SeqCst);
+    // One more round, so blocked server threads wake up and see the window close.
+    let _ = round(&mut files, false, &mut latency);
+    Ok(ClientResult { latency, units: requests, elapsed, usage })
+}
+
+/// Stream bytes one way (client -> server) for `duration`; the rate counts every byte up to
+/// the server's close after our FIN, so nothing still buffered is counted as delivered.
+fn bulk_up(plan: &ClientPlan, shared: &Shared, interrupted: &AtomicBool) -> Result<ClientResult, String> {
+    let io = |what: &str, e: std::io::Error| format!("client: {what} ({}): {e}", plan.server);
+    let stream = connect(plan)?;
+    let control = stream.try_clone().map_err(|e| io("duplicate the socket", e))?;
+    let mut f = into_file(stream, plan.busy).map_err(|e| io("configure", e))?;
+    let chunk = vec![0x5au8; 64 * 1024];
+    shared.phase.store(MEASURING, Ordering::SeqCst);
+    let (start, start_usage) = (Instant::now(), Usage::now());
+    let end = start + plan.duration;
+    let mut bytes = 0u64;
+    while Instant::now() < end && !interrupted.load(Ordering::Relaxed) {
+        match f.write(&chunk) {
+            Ok(n) => bytes += n as u64,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => std::hint::spin_loop(),
+            Err(e) => return Err(io("write", e)),
+        }
+    }
+    control.shutdown(Shutdown::Write).map_err(|e| io("shutdown", e))?;
+    let mut buf = [0u8; 64];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => return Err("client: the bulk server sent data".into()),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                if Instant::now() > deadline {
+                    return Err("client: the server did not close within 10 s of our FIN".into());
+                }
+                std::hint::spin_loop();
+            }
+            Err(e) => return Err(io("wait for the close", e)),
+        }
+    }
+    let elapsed = start.elapsed();
+    let usage = Usage::now().since(&start_usage);
+    shared.phase.store(DONE, Ordering::SeqCst);
+    Ok(ClientResult { latency: histogram(), units: bytes, elapsed, usage })
+}
+
+/// Most connections one connection-rate measurement opens.
+const MAX_CONNECTIONS: u64 = 20_000;
+
+/// Read what the server streams for `duration`; the rate counts bytes read, then close.
+fn bulk_down(plan: &ClientPlan, shared: &Shared, interrupted: &AtomicBool) -> Result<ClientResult, String> {
+    let io = |what: &str, e: std::io::Error| format!("client: {what} ({}): {e}", plan.server);
+    let mut f = into_file(connect(plan)?, plan.busy).map_err(|e| io("configure", e))?;
+    let mut buf = vec![0u8; 256 * 1024];
+    shared.phase.store(MEASURING, Ordering::SeqCst);
+    let (start, start_usage) = (Instant::now(), Usage::now());
+    let end = start + plan.duration;
+    let (mut bytes, mut last) = (0u64, start);
+    let mut now = start;
+    while now < end && !interrupted.load(Ordering::Relaxed) {
+        match f.read(&mut buf) {
+            Ok(0) => return Err("client: the server closed the stream".into()),
+            Ok(n) => {
+                bytes += n as u64;
+                last = now;
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => std::hint::spin_loop(),
+            Err(e) => return Err(io("read", e)),
+        }
+        now = Instant::now();
+        if now - last > Duration::from_secs(2) {
+            return Err("client: the stream stalled for 2 s".into());
+        }
+    }
+    let elapsed = now - start;
+    let usage = Usage::now().since(&start_usage);
+    shared.phase.store(DONE, Ordering::SeqCst);
+    Ok(ClientResult { latency: histogram(), units: bytes, elapsed, usage })
+}
+
+/// Connect, exchange 64 bytes, close, again and again.
+fn connect_rate(plan: &ClientPlan, shared: &Shared, interrupted: &AtomicBool) -> Result<ClientResult, String> {
+    let io = |what: &str, e: std::io::Error| format!("client: {what} ({}): {e}", plan.server);
+    let msg = [0x42u8; 64];
+    let mut buf = [0u8; 64];
+    let mut latency = histogram();
+    let once = |buf: &mut [u8]| -> Result<(), String> {
+        let mut f = into_file(connect(plan)?, plan.busy).map_err(|e| io("configure", e))?;
+        write_all(&mut f, &msg).map_err(|e| io("write", e))?;
+        read_exact(&mut f, buf, Duration::from_secs(2)).map_err(|e| io("read the echo", e))?;
+        Ok(())
+    };
+    let warm_end = Instant::now() + plan.warmup;
+    while Instant::now() < warm_end && !interrupted.load(Ordering::Relaxed) {
+        once(&mut buf)?;
+    }
+    shared.phase.store(MEASURING, Ordering::SeqCst);
+    let (start, start_usage) = (Instant::now(), Usage::now());
+    let end = start + plan.duration;
+    let (mut now, mut conns) = (start, 0u64);
+    // Capped, so one measurement never needs more ephemeral ports than the peer has free
+    // while earlier connections sit in TIME-WAIT.
+    while now < end && conns < MAX_CONNECTIONS && !interrupted.load(Ordering::Relaxed) {
+        once(&mut buf)?;
+        let t = Instant::now();
+        latency.saturating_record((t - now).as_nanos() as u64);
+        now = t;
+        conns += 1;
+    }
+    let elapsed = now - start;
+    let usage = Usage::now().since(&start_usage);
+    shared.phase.store(DONE, Ordering::SeqCst);
+    let _ = once(&mut buf);
+    Ok(ClientResult { latency, units: conns, elapsed, usage })
+}

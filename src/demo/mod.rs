@@ -1,0 +1,563 @@
+//! `bypass demo`: kernel sockets against our stack on kernel-bypass I/O, measured side by
+//! side in a two-namespace lab the demo builds and removes itself.
+//!
+//! Where everything runs (one process, one thread per end):
+//!
+//! ```text
+//!  bypass namespace (bx0)                          peer namespace (px0, 10.77.0.1)
+//!  server thread                                   client thread: kernel TCP socket,
+//!    1 kernel echo, blocking     on 10.77.0.3        blocking (row 1) or non-blocking
+//!    2 kernel echo, busy polling on 10.77.0.3        busy polling (rows 2, 4, 5)
+//!    4 our stack over AF_PACKET  on 10.77.0.2
+//!    5 our stack over AF_XDP     on 10.77.0.2
+//! ```
+//!
+//! Without root (no lab), rows 1 and 2 run over loopback and row M (our stack at both ends
+//! over the in-memory link, in this process; `--only stack-memory` runs it anywhere) stands
+//! in for the bypass rows.
+//!
+//! Rows 4 and 5 are the mixed case: a kernel client against our server. The kernel server
+//! uses a second address of bx0, so the stack's 10.77.0.2 stays unknown to the kernel.
+//! Transports run one after the other (at most two spinning threads on a 2-core machine),
+//! interleaved across repetitions; every figure is the median of the repetitions.
+
+mod kernel;
+mod measure;
+mod memory;
+mod report;
+mod stack;
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bypass_io::memory::Clock;
+use bypass_io::testlab::{Lab, LabConfig};
+use bypass_io::xdp::{XdpConfig, XdpDevice};
+use bypass_io::{MemoryLink, PacketDevice};
+use bypass_tcp::sim::LinkConfig;
+
+use kernel::{ClientPlan, Shared};
+pub use report::{Figures, Row};
+
+/// The kernel echo server's address on bx0 (the stack owns the lab's 10.77.0.2).
+const KERNEL_SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 3);
+/// The workloads, in table order.
+const WORKLOADS: [Workload; 6] = [
+    Workload::Rr { size: 64, conns: 1 },
+    Workload::Rr { size: 1024, conns: 1 },
+    Workload::Rr { size: 64, conns: 100 },
+    Workload::BulkUp,
+    Workload::BulkDown,
+    Workload::Connect,
+];
+
+/// What the client asks of the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// Request/response: `conns` connections, each with one `size`-byte message in flight,
+    /// echoed back.
+    Rr { size: usize, conns: usize },
+    /// One long stream, client -> server.
+    BulkUp,
+    /// One long stream, server -> client.
+    BulkDown,
+    /// Connect, exchange 64 bytes, close; one connection at a time.
+    Connect,
+}
+
+impl Workload {
+    /// The table's title.
+    pub fn title(self) -> String {
+        match self {
+            Workload::Rr { size, conns: 1 } => format!("request/response, {size} B messages, 1 connection"),
+            Workload::Rr { size, conns } => {
+                format!(
+                    "request/response, {size} B messages, {conns} concurrent connections (one message in flight on each)"
+                )
+            }
+            Workload::BulkUp => "bulk: one stream, client -> server (the server receives and discards)".into(),
+            Workload::BulkDown => "bulk: one stream, server -> client (the server sends, the client reads)".into(),
+            Workload::Connect => "connection rate: connect, 64 B echoed, close; one at a time".into(),
+        }
+    }
+
+    /// A short name for JSON and the progress line.
+    pub fn key(self) -> String {
+        match self {
+            Workload::Rr { size, conns } => format!("rr-{size}B-{conns}c"),
+            Workload::BulkUp => "bulk-up".into(),
+            Workload::BulkDown => "bulk-down".into(),
+            Workload::Connect => "connect".into(),
+        }
+    }
+
+    /// Return whether this is request/response over one connection.
+    pub fn is_rr_single(self) -> bool {
+        matches!(self, Workload::Rr { conns: 1, .. })
+    }
+
+    /// Return whether this is a bulk stream (measured in Gbit/s, no latency).
+    pub fn is_bulk(self) -> bool {
+        matches!(self, Workload::BulkUp | Workload::BulkDown)
+    }
+}
+
+/// Our server's address on the in-memory link.
+const MEMORY_SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 2);
+/// MTU of the lab's veth pair.
+const MTU: u32 = 1500;
+
+/// A transport under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    KernelBlocking,
+    KernelBusy,
+    StackPacket,
+    StackXdp,
+    /// Our stack at both ends over the in-memory link (the fallback without root).
+    StackMemory,
+}
+
+impl Transport {
+    pub const ALL: [Transport; 5] = [
+        Transport::KernelBlocking,
+        Transport::KernelBusy,
+        Transport::StackPacket,
+        Transport::StackXdp,
+        Transport::StackMemory,
+    ];
+
+    /// The name `--only` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::KernelBlocking => "kernel-blocking",
+            Transport::KernelBusy => "kernel-busy",
+            Transport::StackPacket => "stack-afpacket",
+            Transport::StackXdp => "stack-afxdp",
+            Transport::StackMemory => "stack-memory",
+        }
+    }
+
+    /// The row label (numbered as in issue 5).
+    pub fn label(self) -> &'static str {
+        match self {
+            Transport::KernelBlocking => "1 kernel TCP, blocking",
+            Transport::KernelBusy => "2 kernel TCP, busy-poll",
+            Transport::StackPacket => "4 ours/AF_PACKET <- kernel",
+            Transport::StackXdp => "5 ours/AF_XDP <- kernel",
+            Transport::StackMemory => "M ours <-> ours, memory link",
+        }
+    }
+
+    /// What runs where.
+    pub fn placement(self) -> &'static str {
+        match self {
+            Transport::KernelBlocking => {
+                "server: kernel echo, blocking read/write, 10.77.0.3 on bx0; client: kernel socket, blocking read/write, peer namespace"
+            }
+            Transport::KernelBusy => {
+                "server: kernel echo, non-blocking read/write spinning, 10.77.0.3 on bx0; client: kernel socket, non-blocking, spinning, peer namespace"
+            }
+            Transport::StackPacket => {
+                "server: our stack over AF_PACKET on bx0 (10.77.0.2), spinning; client: kernel socket, non-blocking, spinning, peer namespace (mixed case)"
+            }
+            Transport::StackXdp => {
+                "server: our stack over AF_XDP on bx0 (10.77.0.2), socket busy polling; client: kernel socket, non-blocking, spinning, peer namespace (mixed case)"
+            }
+            Transport::StackMemory => {
+                "server and client: our stack, each spinning on a thread of its own, joined by the in-memory link (bypass_io::MemoryLink, real time) inside the demo process; no kernel on the path; 1-connection request/response only"
+            }
+        }
+    }
+
+    /// Where the CPU copies each byte, per direction, end to end.
+    pub fn copies(self) -> &'static str {
+        match self {
+            Transport::KernelBlocking | Transport::KernelBusy => {
+                "2 per byte per direction, both by the kernel: write(2) copies user -> skb, read(2) copies skb -> user (veth passes the skb on without copying)"
+            }
+            Transport::StackPacket => {
+                "ours (measured, server): frame -> receive buffer -> application and application -> send buffer -> frame; kernel: 2 per direction (the client's write/read, and AF_PACKET's copy skb -> ring on receive / user -> skb on send)"
+            }
+            Transport::StackXdp => {
+                "ours (measured, server): frame -> receive buffer -> application and application -> send buffer -> frame; kernel: 2 per direction (the client's write/read, and AF_XDP copy mode's copy skb -> UMEM on receive / UMEM -> skb on send)"
+            }
+            Transport::StackMemory => {
+                "ours (measured, server): as in rows 4 and 5; our client makes the same copies again, and the in-memory link copies each frame into its queue; no kernel copies"
+            }
+        }
+    }
+
+    fn busy(self) -> bool {
+        self != Transport::KernelBlocking
+    }
+
+    fn needs_lab(self) -> bool {
+        matches!(self, Transport::StackPacket | Transport::StackXdp)
+    }
+
+    /// Kernel copies per byte per direction, end to end.
+    pub fn kernel_copies(self) -> u32 {
+        if self == Transport::StackMemory { 0 } else { 2 }
+    }
+
+    /// Return whether this transport measures `workload`.
+    fn runs(self, workload: Workload) -> bool {
+        self != Transport::StackMemory || workload.is_rr_single()
+    }
+}
+
+/// Where the ends run: the lab, or (without root) loopback in this namespace.
+enum Net {
+    Lab(Lab),
+    Loopback,
+}
+
+impl Net {
+    fn in_server<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        match self {
+            Net::Lab(lab) => lab.in_bypass(f),
+            Net::Loopback => f(),
+        }
+    }
+
+    fn in_client<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        match self {
+            Net::Lab(lab) => lab.in_peer(f),
+            Net::Loopback => f(),
+        }
+    }
+
+    fn kernel_server_ip(&self) -> Ipv4Addr {
+        match self {
+            Net::Lab(_) => KERNEL_SERVER_IP,
+            Net::Loopback => Ipv4Addr::LOCALHOST,
+        }
+    }
+}
+
+/// The measured conditions, for the line under the table.
+#[derive(Default)]
+pub struct Conditions {
+    pub date: String,
+    pub kernel: String,
+    pub cores: usize,
+    pub mtu: Option<u32>,
+    pub offloads: String,
+    pub xdp_mode: Option<String>,
+    pub packet_mode: Option<String>,
+    pub runs: usize,
+    pub duration: Duration,
+    pub note: Option<String>,
+}
+
+/// Run the demo with the command line's options.
+pub fn run(args: crate::DemoArgs) -> Result<(), String> {
+    let lab_ready = bypass_io::testlab::check_preconditions();
+    let mut transports = Vec::new();
+    if args.only.is_empty() {
+        // The in-memory row is the fallback when the lab is out of reach.
+        transports.extend(Transport::ALL.iter().filter(|t| lab_ready.is_err() || **t != Transport::StackMemory));
+    } else {
+        for name in &args.only {
+            let t = Transport::ALL.iter().find(|t| t.name() == name.trim()).ok_or_else(|| {
+                let names: Vec<_> = Transport::ALL.iter().map(|t| t.name()).collect();
+                format!("unknown transport `{name}` (known: {})", names.join(", "))
+            })?;
+            if !transports.contains(t) {
+                transports.push(*t);
+            }
+        }
+    }
+    transports.sort_by_key(|t| Transport::ALL.iter().position(|a| a == t));
+    let runs = args.runs.unwrap_or(if args.quick { 1 } else { 3 }).max(1) as usize;
+    let duration = Duration::from_secs_f64(args.duration.unwrap_or(if args.quick { 0.5 } else { 2.0 }).max(0.05));
+    let warmup = Duration::from_millis(if args.quick { 100 } else { 300 });
+
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let interrupted = interrupted.clone();
+        ctrlc::set_handler(move || interrupted.store(true, Ordering::SeqCst))
+            .map_err(|e| format!("cannot install the Ctrl-C handler: {e}"))?;
+    }
+
+    let mut conditions = Conditions {
+        date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
+        cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        runs,
+        duration,
+        ..Conditions::default()
+    };
+    let mut unavailable: Vec<(Transport, String)> = Vec::new();
+    let net = match lab_ready {
+        Ok(()) => {
+            let lab = Lab::with_config(LabConfig { mtu: MTU, ..LabConfig::new("demo") })
+                .map_err(|e| format!("cannot build the lab: {e}"))?;
+            let cidr = format!("{KERNEL_SERVER_IP}/{}", lab.prefix_len);
+            lab.ip_bypass(&["addr", "add", &cidr, "dev", &lab.bypass_if])
+                .map_err(|e| format!("cannot give bx0 the kernel server's address: {e}"))?;
+            // Same frames for every row: without this the kernel server on bx0 would send
+            // 64 KiB TSO/GSO super-frames over the veth, which our stack cannot.
+            let ethtool = lab
+                .bypass_cmd("ethtool")
+                .args(["-K", &lab.bypass_if, "tx", "off", "tso", "off", "gso", "off"])
+                .output()
+                .map_err(|e| format!("cannot run ethtool: {e}"))?;
+            if !ethtool.status.success() {
+                return Err(format!(
+                    "cannot turn bx0's offloads off: {}",
+                    String::from_utf8_lossy(&ethtool.stderr).trim()
+                ));
+            }
+            // The connection-rate client leaves its closed connections in TIME-WAIT: give it
+            // every port above 1023 (the sysctl is per namespace).
+            lab.in_peer(|| std::fs::write("/proc/sys/net/ipv4/ip_local_port_range", "1024 65535"))
+                .map_err(|e| format!("cannot widen the peer's ephemeral port range: {e}"))?;
+            conditions.mtu = Some(MTU);
+            conditions.offloads = "tx checksum, TSO and GSO off on both veth ends (every row puts MTU-sized frames with software checksums on the wire)".into();
+            Net::Lab(lab)
+        }
+        Err(e) => {
+            let e = match e {
+                bypass_io::testlab::LabError::NotRoot => "not root".to_string(),
+                e => e.to_string(),
+            };
+            let why = format!(
+                "no namespace lab ({e}), so no AF_PACKET or AF_XDP: running the kernel transports over loopback only"
+            );
+            eprintln!("bypass demo: {why}");
+            conditions.offloads = "loopback defaults".into();
+            conditions.note = Some(why);
+            for t in transports.iter().filter(|t| t.needs_lab()) {
+                unavailable.push((*t, "needs root and the namespace lab".into()));
+            }
+            Net::Loopback
+        }
+    };
+
+    // Every (repetition, workload, transport), transports interleaved so slow drifts of the
+    // machine spread over all of them.
+    let mut results: Vec<(Transport, Workload, Vec<report::Run>, Option<String>)> = Vec::new();
+    for &workload in &WORKLOADS {
+        for &t in &transports {
+            let mut why = unavailable.iter().find(|(u, _)| *u == t).map(|(_, why)| why.clone());
+            if !t.runs(workload) {
+                why = Some("not measured: the in-memory row runs 1-connection request/response only".into());
+            }
+            results.push((t, workload, Vec::new(), why));
+        }
+    }
+    let total = runs * results.len();
+    // The progress line rewrites itself, so only on a terminal.
+    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut done = 0;
+    let mut port = 20000u16;
+    'outer: for rep in 0..runs {
+        for (t, workload, measured, failure) in results.iter_mut() {
+            done += 1;
+            if interrupted.load(Ordering::Relaxed) {
+                break 'outer;
+            }
+            if failure.is_some() {
+                continue;
+            }
+            if progress {
+                eprint!("\r\x1b[K[{done:>3}/{total}] {:<16} {:<12} run {}/{runs}", t.name(), workload.key(), rep + 1);
+            }
+            port += 1;
+            match measure(&net, *t, *workload, port, warmup, duration, &interrupted, &mut conditions) {
+                Ok(run) => measured.push(run),
+                Err(e) => *failure = Some(e),
+            }
+        }
+    }
+    if progress {
+        eprint!("\r\x1b[K");
+    }
+    let net_was_lab = matches!(net, Net::Lab(_));
+    drop(net); // remove the lab before printing, on every path from here
+    if interrupted.load(Ordering::Relaxed) {
+        return Err(if net_was_lab { "interrupted; the lab was removed".into() } else { "interrupted".into() });
+    }
+
+    let rows: Vec<Row> = results
+        .into_iter()
+        .map(|(transport, workload, runs, failure)| Row {
+            transport,
+            workload,
+            figures: if runs.is_empty() { None } else { Some(Figures::median(&runs)) },
+            failure: if runs.is_empty() { failure.or(Some("no measurement".into())) } else { failure },
+            runs: runs.len(),
+        })
+        .collect();
+    let text = report::table(&rows, &conditions);
+    let json = report::json(&rows, &conditions);
+    if args.json {
+        println!("{json}");
+    } else {
+        print!("{text}");
+    }
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
+    for (name, body) in [("results.md", report::markdown(&rows, &conditions)), ("results.json", json)] {
+        let path = args.out.join(name);
+        std::fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if !args.json {
+        println!("written: {}/results.md, {}/results.json", args.out.display(), args.out.display());
+    }
+    Ok(())
+}
+
+/// Measure one transport once: start the server, run the client, stop the server.
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    net: &Net,
+    transport: Transport,
+    workload: Workload,
+    port: u16,
+    warmup: Duration,
+    duration: Duration,
+    interrupted: &AtomicBool,
+    conditions: &mut Conditions,
+) -> Result<report::Run, String> {
+    if transport == Transport::StackMemory {
+        return measure_memory(workload, port, warmup, duration, interrupted);
+    }
+    let shared = Shared::default();
+    let stack_ip = match net {
+        Net::Lab(lab) => lab.bypass_ip,
+        Net::Loopback => Ipv4Addr::LOCALHOST,
+    };
+    let server_ip = if transport.needs_lab() { stack_ip } else { net.kernel_server_ip() };
+    let addr = SocketAddr::from((server_ip, port));
+    let plan = ClientPlan { server: addr, workload, busy: transport.busy(), warmup, duration };
+    let (client, server) = std::thread::scope(|scope| {
+        let shared = &shared;
+        let server = scope.spawn(move || {
+            let result = net.in_server(|| serve(net, transport, workload, server_ip, port, shared));
+            if result.is_err() {
+                shared.stop.store(true, Ordering::SeqCst);
+            }
+            result
+        });
+        // Stop the server however the client ends, panics included.
+        let stop = SetOnDrop(&shared.stop);
+        let client = net.in_client(|| kernel::client(&plan, shared, interrupted));
+        drop(stop);
+        // A kernel server blocked in accept(2) wakes up for one more connection and stops.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !server.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            if !transport.needs_lab() && !server.is_finished() {
+                let _ = net.in_client(|| std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)));
+            }
+        }
+        let server = server.join().unwrap_or_else(|_| Err("the server thread panicked".into()));
+        (client, server)
+    });
+    let (client, server) = both(client, server)?;
+    match transport {
+        Transport::StackXdp => conditions.xdp_mode = Some(server.mode.clone()),
+        Transport::StackPacket => conditions.packet_mode = Some(server.mode.clone()),
+        _ => {}
+    }
+    Ok(report::Run::new(workload, &client, &server))
+}
+
+/// Return both results, or the error that says why: the server's when it failed first.
+fn both(
+    client: Result<kernel::ClientResult, String>,
+    server: Result<kernel::ServerResult, String>,
+) -> Result<(kernel::ClientResult, kernel::ServerResult), String> {
+    match (client, server) {
+        (Ok(c), Ok(s)) => Ok((c, s)),
+        (Err(c), Err(s)) => Err(if c.contains("server failed to start") { s } else { c }),
+        (Err(e), Ok(_)) | (Ok(_), Err(e)) => Err(e),
+    }
+}
+
+/// Measure our stack against itself over the in-memory link, both ends in this process.
+fn measure_memory(
+    workload: Workload,
+    port: u16,
+    warmup: Duration,
+    duration: Duration,
+    interrupted: &AtomicBool,
+) -> Result<report::Run, String> {
+    let Workload::Rr { size, conns: 1 } = workload else {
+        return Err("not measured: the in-memory row runs 1-connection request/response only".into());
+    };
+    // A perfect link without delay: frames are due as soon as they are sent.
+    let link = LinkConfig::default().with_delay(Duration::ZERO);
+    let (client_device, server_device) = MemoryLink::new(link, link, 1).clock(Clock::real()).build();
+    let server_addr = SocketAddrV4::new(MEMORY_SERVER_IP, port);
+    let plan = ClientPlan { server: SocketAddr::V4(server_addr), workload, busy: true, warmup, duration };
+    let shared = Shared::default();
+    let (client, server) = std::thread::scope(|scope| {
+        let shared = &shared;
+        let server = scope.spawn(move || {
+            let result = stack::server(server_device, MEMORY_SERVER_IP, 24, port, workload, shared);
+            if result.is_err() {
+                shared.stop.store(true, Ordering::SeqCst);
+            }
+            result
+        });
+        let stop = SetOnDrop(&shared.stop);
+        let client = memory::client(client_device, server_addr, size, &plan, shared, interrupted);
+        drop(stop);
+        (client, server.join().unwrap_or_else(|_| Err("the server thread panicked".into())))
+    });
+    let (client, server) = both(client, server)?;
+    Ok(report::Run::new(workload, &client, &server))
+}
+
+/// Set the flag when dropped.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Start the server of `transport` in the calling thread's namespace and serve one client.
+fn serve(
+    net: &Net,
+    transport: Transport,
+    workload: Workload,
+    ip: Ipv4Addr,
+    port: u16,
+    shared: &Shared,
+) -> Result<kernel::ServerResult, String> {
+    match transport {
+        Transport::KernelBlocking | Transport::KernelBusy => {
+            let listener =
+                TcpListener::bind((ip, port)).map_err(|e| format!("kernel echo server: bind {ip}:{port}: {e}"))?;
+            kernel::server(listener, transport.busy(), workload, shared)
+        }
+        Transport::StackPacket | Transport::StackXdp => {
+            let Net::Lab(lab) = net else { return Err("needs the namespace lab".into()) };
+            if transport == Transport::StackPacket {
+                let device = PacketDevice::open(&lab.bypass_if).map_err(|e| format!("AF_PACKET unavailable: {e}"))?;
+                stack::server(device, ip, lab.prefix_len, port, workload, shared)
+            } else {
+                let config = XdpConfig { busy_poll: true, ..XdpConfig::new(&lab.bypass_if, ip) };
+                let device = XdpDevice::open(config).map_err(|e| format!("AF_XDP unavailable: {e}"))?;
+                stack::server(device, ip, lab.prefix_len, port, workload, shared)
+            }
+        }
+        Transport::StackMemory => Err("the in-memory row is measured by measure_memory".into()),
+    }
+}
+
+/// Return the trimmed standard output of a command, or an empty string.
+fn command_output(program: &str, args: &[&str]) -> String {
+    std::process::Command::new(program)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}

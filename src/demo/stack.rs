@@ -1,0 +1,137 @@
+//! Our stack as the server: the rx -> serve -> tx loop of `bypass echo`, spinning; it
+//! echoes (request/response, connection rate) or discards (bulk).
+
+use std::io::ErrorKind;
+use std::net::Ipv4Addr;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bypass_stack::{Device, ListenerId, SocketId, Stack, StackConfig};
+use bypass_tcp::Event;
+
+use super::Workload;
+use super::kernel::{ServerResult, Shared};
+use super::measure::Window;
+use crate::echo::EchoServer;
+
+/// A bulk server: discards everything it reads (`source: false`) or writes without end
+/// (`source: true`); closes when the client does.
+struct Bulk {
+    listener: ListenerId,
+    conns: Vec<SocketId>,
+    buf: Vec<u8>,
+    source: bool,
+}
+
+impl Bulk {
+    fn service<D: Device>(&mut self, stack: &mut Stack<D>) {
+        while let Some(id) = stack.accept(self.listener) {
+            self.conns.push(id);
+        }
+        let mut gone = Vec::new();
+        while let Some((id, event)) = stack.poll_event() {
+            if matches!(event, Event::Reset | Event::TimedOut | Event::Closed) {
+                gone.push(id);
+            }
+        }
+        let buf = &mut self.buf;
+        if self.source {
+            self.conns.retain(|&id| {
+                if gone.contains(&id) {
+                    stack.close(id);
+                    return false;
+                }
+                loop {
+                    match stack.write(id, &buf[..64 * 1024]) {
+                        Ok(_) => {}
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+                        Err(_) => {
+                            stack.close(id);
+                            return false;
+                        }
+                    }
+                }
+            });
+            return;
+        }
+        self.conns.retain(|&id| {
+            loop {
+                match stack.read(id, buf) {
+                    Ok(0) => {
+                        stack.close(id);
+                        return false;
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+                    Err(_) => {
+                        stack.close(id);
+                        return false;
+                    }
+                }
+            }
+        });
+    }
+}
+
+enum Service {
+    Echo(EchoServer),
+    Bulk(Bulk),
+}
+
+/// Serve `workload` on `ip:port` over `device`, spinning, until `shared.stop`.
+pub fn server<D: Device>(
+    device: D,
+    ip: Ipv4Addr,
+    prefix: u8,
+    port: u16,
+    workload: Workload,
+    shared: &Shared,
+) -> Result<ServerResult, String> {
+    let mode = device.info().mode.clone();
+    let mut stack = Stack::new(device, StackConfig::new(ip, prefix, secret()));
+    let listen_err = |e: bypass_stack::ListenError| format!("our stack: listen on {port}: {e}");
+    let mut service = if workload.is_bulk() {
+        let listener = stack.listen(port).map_err(listen_err)?;
+        let source = workload == Workload::BulkDown;
+        Service::Bulk(Bulk { listener, conns: Vec::new(), buf: vec![0x5a; 256 * 1024], source })
+    } else {
+        Service::Echo(EchoServer::new(&mut stack, port, None).map_err(listen_err)?)
+    };
+    let io = |e: std::io::Error| format!("our stack: packet I/O failed: {e}");
+    shared.ready.store(true, Ordering::SeqCst);
+    let mut window = Window::default();
+    while !shared.stop.load(Ordering::Relaxed) {
+        window.observe(&shared.phase, || stack.counters().bytes_copied);
+        stack.poll_rx().map_err(io)?;
+        match &mut service {
+            Service::Echo(echo) => echo.service(&mut stack),
+            Service::Bulk(bulk) => bulk.service(&mut stack),
+        }
+        stack.poll_tx().map_err(io)?;
+    }
+    window.observe(&shared.phase, || stack.counters().bytes_copied);
+    window.finish(stack.counters().bytes_copied);
+    // Let the client's FIN be answered, then drop whatever is left.
+    if let Service::Echo(echo) = &mut service {
+        echo.shutdown(&mut stack);
+    }
+    let deadline = Instant::now() + Duration::from_millis(100);
+    while Instant::now() < deadline && stack.interface().connection_count() > 0 {
+        stack.poll_wait(Some(Duration::from_millis(5))).map_err(io)?;
+        while stack.poll_event().is_some() {}
+    }
+    stack.abort_all();
+    stack.poll().map_err(io)?;
+    let (usage, copied) = window.delta().ok_or("our stack: the client's measurement window was not seen")?;
+    Ok(ServerResult { usage, copied: Some(copied), mode })
+}
+
+/// Return 16 bytes from the kernel's random source (ISN and SYN-cookie key).
+pub fn secret() -> [u8; 16] {
+    use std::io::Read;
+    let mut buf = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = f.read_exact(&mut buf);
+    }
+    buf
+}
