@@ -77,6 +77,7 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
         );
     }
     assert!(md.contains("AF_XDP mode: AF_XDP"), "the AF_XDP mode is stated:\n{md}");
+    assert!(md.contains("0 raw AF_XDP frames, no TCP") && md.contains("round trips"), "the floor row:\n{md}");
 
     // No namespace of that process is left.
     let list = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");

@@ -251,6 +251,43 @@ pub struct Conditions {
     pub runs: usize,
     pub duration: Duration,
     pub note: Option<String>,
+    /// Row 0: raw AF_XDP frames bounced between the namespaces, no TCP.
+    pub floor: Option<Floor>,
+}
+
+/// Row 0, the floor: what any bypass stack could reach on this veth pair.
+#[derive(Clone, Debug, Default)]
+pub struct Floor {
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub rounds: usize,
+    pub lost: usize,
+    pub mode: String,
+}
+
+/// Measure the floor in `lab` (both programs are gone when it returns).
+fn measure_floor(lab: &Lab, rounds: usize, limit: Duration) -> Result<Floor, String> {
+    let r = bypass_io::floor::xdp_pingpong(lab, rounds, 64, limit).map_err(|e| e.to_string())?;
+    if r.rtts.is_empty() {
+        return Err("no frame came back".into());
+    }
+    let mut sorted: Vec<f64> = r.rtts.iter().map(|d| d.as_secs_f64() * 1e6).collect();
+    sorted.sort_by(f64::total_cmp);
+    let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
+    Ok(Floor {
+        p50_us: at(0.5),
+        p99_us: at(0.99),
+        p999_us: at(0.999),
+        rounds: sorted.len(),
+        lost: r.lost,
+        mode: r.mode,
+    })
+}
+
+/// Return whether to draw the progress line (it rewrites itself, so only on a terminal).
+fn progress_line() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
 }
 
 /// Run the demo with the command line's options.
@@ -316,6 +353,16 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
             // every port above 1023 (the sysctl is per namespace).
             lab.in_peer(|| std::fs::write("/proc/sys/net/ipv4/ip_local_port_range", "1024 65535"))
                 .map_err(|e| format!("cannot widen the peer's ephemeral port range: {e}"))?;
+            if transports.contains(&Transport::StackXdp) {
+                if progress_line() {
+                    eprint!("\r\x1b[K[floor] raw AF_XDP frames");
+                }
+                let rounds = if args.quick { 5_000 } else { 50_000 };
+                match measure_floor(&lab, rounds, duration * 4) {
+                    Ok(floor) => conditions.floor = Some(floor),
+                    Err(e) => eprintln!("bypass demo: the raw AF_XDP floor could not be measured: {e}"),
+                }
+            }
             conditions.mtu = Some(MTU);
             conditions.offloads = "tx checksum, TSO and GSO off on both veth ends (every row puts MTU-sized frames with software checksums on the wire)".into();
             Net::Lab(lab)
@@ -352,7 +399,7 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
     }
     let total = runs * results.len();
     // The progress line rewrites itself, so only on a terminal.
-    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let progress = progress_line();
     let mut done = 0;
     let mut port = 20000u16;
     'outer: for rep in 0..runs {

@@ -226,9 +226,26 @@ fn failures(rows: &[Row]) -> Vec<String> {
         .collect()
 }
 
+/// Return the floor's line, if it was measured.
+fn floor_line(c: &Conditions) -> Option<String> {
+    let f = c.floor.as_ref()?;
+    Some(format!(
+        "0 raw AF_XDP frames, no TCP (the floor for any bypass stack here): p50 {:.1} µs, p99 {:.1} µs, p99.9 {:.1} µs over {} round trips{} ({})",
+        f.p50_us,
+        f.p99_us,
+        f.p999_us,
+        f.rounds,
+        if f.lost > 0 { format!(", {} lost", f.lost) } else { String::new() },
+        f.mode
+    ))
+}
+
 /// Return the terminal table.
 pub fn table(rows: &[Row], c: &Conditions) -> String {
     let mut out = String::new();
+    if let Some(line) = floor_line(c) {
+        let _ = writeln!(out, "\n{line}");
+    }
     for workload in workloads(rows) {
         let body = cells(rows, workload);
         let head = header(workload);
@@ -268,6 +285,9 @@ pub fn table(rows: &[Row], c: &Conditions) -> String {
 /// Return `results.md`.
 pub fn markdown(rows: &[Row], c: &Conditions) -> String {
     let mut out = String::from("# bypass demo results\n");
+    if let Some(line) = floor_line(c) {
+        let _ = writeln!(out, "\n{line}.");
+    }
     for workload in workloads(rows) {
         let head = header(workload);
         let _ = writeln!(out, "\n## {}\n", workload.title());
@@ -341,6 +361,21 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
         opt(&c.note),
         js(&conditions_line(c)),
     );
+    match &c.floor {
+        Some(f) => {
+            let _ = writeln!(
+                out,
+                "  \"floor\": {{\"p50_us\": {}, \"p99_us\": {}, \"p999_us\": {}, \"round_trips\": {}, \"lost\": {}, \"mode\": {}}},",
+                jn(f.p50_us),
+                jn(f.p99_us),
+                jn(f.p999_us),
+                f.rounds,
+                f.lost,
+                js(&f.mode)
+            );
+        }
+        None => out.push_str("  \"floor\": null,\n"),
+    }
     out.push_str("  \"rows\": [\n");
     for (i, r) in rows.iter().enumerate() {
         let mut o = format!(
