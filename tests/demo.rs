@@ -1,5 +1,5 @@
 //! `bypass demo --quick` end to end: it builds its own lab, measures every transport, writes
-//! `results.md` and `results.json`, and removes the lab.
+//! `results.md`, `results.json` and three SVG charts, and removes the lab.
 //!
 //! Needs root: without it the test says why it skips, except under `CI=true`, where it fails.
 
@@ -79,9 +79,55 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
     assert!(md.contains("AF_XDP mode: AF_XDP"), "the AF_XDP mode is stated:\n{md}");
     assert!(md.contains("0 raw AF_XDP frames, no TCP") && md.contains("round trips"), "the floor row:\n{md}");
 
+    // The three charts: well-formed SVG, linked from results.md, with every transport drawn.
+    for name in ["latency-cdf.svg", "throughput.svg", "cpu.svg"] {
+        let svg = std::fs::read_to_string(out.join(name)).unwrap_or_else(|e| panic!("{name} not written: {e}"));
+        assert!(svg.starts_with("<svg"), "{name} starts with `{}`", &svg[..svg.len().min(40)]);
+        if let Err(e) = balanced(&svg) {
+            panic!("{name} is not balanced: {e}\n{svg}");
+        }
+        assert!(md.contains(&format!("]({name})")), "results.md links {name}:\n{md}");
+        for (_, label) in TRANSPORTS {
+            assert!(svg.contains(&label.replace('<', "&lt;")), "{name} names `{label}`");
+        }
+    }
+    let cdf = std::fs::read_to_string(out.join("latency-cdf.svg")).unwrap();
+    assert_eq!(cdf.matches("<polyline").count(), TRANSPORTS.len(), "one CDF line per transport");
+    assert!(cdf.contains("floor: raw AF_XDP frames"), "the floor marker is drawn");
+
     // No namespace of that process is left.
     let list = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
     let list = String::from_utf8_lossy(&list.stdout);
     assert!(!list.contains(&format!("bxt-{pid}-")), "the demo left a namespace behind:\n{list}");
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Return whether every tag of `xml` is closed in order (no comments, CDATA or `>` in attributes).
+fn balanced(xml: &str) -> Result<(), String> {
+    let mut open: Vec<&str> = Vec::new();
+    let mut rest = xml;
+    while let Some(at) = rest.find('<') {
+        let end = rest[at..].find('>').ok_or("a tag is not closed with `>`")? + at;
+        let tag = &rest[at + 1..end];
+        rest = &rest[end + 1..];
+        if tag.starts_with('?') || tag.starts_with('!') {
+            continue;
+        }
+        if let Some(name) = tag.strip_prefix('/') {
+            match open.pop() {
+                Some(o) if o == name.trim() => {}
+                o => return Err(format!("`</{name}>` closes {o:?}")),
+            }
+        } else if !tag.ends_with('/') {
+            open.push(tag.split_whitespace().next().unwrap_or(""));
+        }
+    }
+    if open.is_empty() { Ok(()) } else { Err(format!("not closed: {open:?}")) }
+}
+
+#[test]
+fn the_balance_check_catches_unclosed_tags() {
+    assert!(balanced("<svg a=\"1\"><g><line/></g><text>x &lt; y</text></svg>").is_ok());
+    assert!(balanced("<svg><g></svg>").is_err());
+    assert!(balanced("<svg><text>").is_err());
 }

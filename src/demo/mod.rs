@@ -21,6 +21,7 @@
 //! Transports run one after the other (at most two spinning threads on a 2-core machine),
 //! interleaved across repetitions; every figure is the median of the repetitions.
 
+mod charts;
 mod kernel;
 mod measure;
 mod memory;
@@ -387,7 +388,7 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
 
     // Every (repetition, workload, transport), transports interleaved so slow drifts of the
     // machine spread over all of them.
-    let mut results: Vec<(Transport, Workload, Vec<report::Run>, Option<String>)> = Vec::new();
+    let mut results: Vec<(Transport, Workload, Vec<report::Measured>, Option<String>)> = Vec::new();
     for &workload in &WORKLOADS {
         for &t in &transports {
             let mut why = unavailable.iter().find(|(u, _)| *u == t).map(|(_, why)| why.clone());
@@ -432,12 +433,20 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
 
     let rows: Vec<Row> = results
         .into_iter()
-        .map(|(transport, workload, runs, failure)| Row {
-            transport,
-            workload,
-            figures: if runs.is_empty() { None } else { Some(Figures::median(&runs)) },
-            failure: if runs.is_empty() { failure.or(Some("no measurement".into())) } else { failure },
-            runs: runs.len(),
+        .map(|(transport, workload, measured, failure)| {
+            let runs: Vec<report::Run> = measured.iter().map(|(run, _)| *run).collect();
+            // The distribution of the repetition whose p50 is the median one.
+            let mut order: Vec<usize> = (0..measured.len()).collect();
+            order.sort_by(|&a, &b| runs[a].p50_us.total_cmp(&runs[b].p50_us));
+            let cdf = order.get(order.len() / 2).map(|&i| measured[i].1.clone()).unwrap_or_default();
+            Row {
+                transport,
+                workload,
+                figures: if runs.is_empty() { None } else { Some(Figures::median(&runs)) },
+                failure: if runs.is_empty() { failure.or(Some("no measurement".into())) } else { failure },
+                runs: runs.len(),
+                cdf,
+            }
         })
         .collect();
     let text = report::table(&rows, &conditions);
@@ -452,8 +461,15 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
         let path = args.out.join(name);
         std::fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
+    for (name, body) in charts::render(&rows, &conditions) {
+        let path = args.out.join(name);
+        std::fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
     if !args.json {
-        println!("written: {}/results.md, {}/results.json", args.out.display(), args.out.display());
+        let out = args.out.display();
+        println!(
+            "written: {out}/results.md, {out}/results.json, {out}/latency-cdf.svg, {out}/throughput.svg, {out}/cpu.svg"
+        );
     }
     Ok(())
 }
@@ -469,7 +485,7 @@ fn measure(
     duration: Duration,
     interrupted: &AtomicBool,
     conditions: &mut Conditions,
-) -> Result<report::Run, String> {
+) -> Result<report::Measured, String> {
     if transport == Transport::StackMemory {
         return measure_memory(workload, port, warmup, duration, interrupted);
     }
@@ -511,7 +527,7 @@ fn measure(
         Transport::StackPacket => conditions.packet_mode = Some(server.mode.clone()),
         _ => {}
     }
-    Ok(report::Run::new(workload, &client, &server))
+    Ok((report::Run::new(workload, &client, &server), report::cdf(&client.latency)))
 }
 
 /// Return both results, or the error that says why: the server's when it failed first.
@@ -533,7 +549,7 @@ fn measure_memory(
     warmup: Duration,
     duration: Duration,
     interrupted: &AtomicBool,
-) -> Result<report::Run, String> {
+) -> Result<report::Measured, String> {
     let Workload::Rr { size, conns: 1 } = workload else {
         return Err("not measured: the in-memory row runs 1-connection request/response only".into());
     };
@@ -558,7 +574,7 @@ fn measure_memory(
         (client, server.join().unwrap_or_else(|_| Err("the server thread panicked".into())))
     });
     let (client, server) = both(client, server)?;
-    Ok(report::Run::new(workload, &client, &server))
+    Ok((report::Run::new(workload, &client, &server), report::cdf(&client.latency)))
 }
 
 /// Set the flag when dropped.

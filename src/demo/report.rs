@@ -2,6 +2,8 @@
 
 use std::fmt::Write;
 
+use hdrhistogram::Histogram;
+
 use super::kernel::{ClientResult, ServerResult};
 use super::{Conditions, Transport, Workload};
 
@@ -73,6 +75,22 @@ impl Run {
 /// Medians over the repetitions.
 pub type Figures = Run;
 
+/// A latency distribution as (round trip in µs, fraction of round trips at or below it),
+/// ascending; empty for workloads without latencies.
+pub type Cdf = Vec<(f64, f64)>;
+
+/// One repetition: its figures and its latency distribution.
+pub type Measured = (Run, Cdf);
+
+/// Return the distribution of `latency` (ns) at quantiles 0, 0.01 .. 0.99, the far tail and the maximum.
+pub fn cdf(latency: &Histogram<u64>) -> Cdf {
+    if latency.is_empty() {
+        return Vec::new();
+    }
+    let tail = [0.995, 0.999, 0.9995, 0.9999, 1.0];
+    (0..100).map(|i| i as f64 / 100.0).chain(tail).map(|q| (latency.value_at_quantile(q) as f64 / 1000.0, q)).collect()
+}
+
 impl Run {
     /// Return the median of every figure over `runs` (not empty).
     pub fn median(runs: &[Run]) -> Run {
@@ -108,6 +126,8 @@ pub struct Row {
     /// Why the row has no figures (or why a repetition failed).
     pub failure: Option<String>,
     pub runs: usize,
+    /// The latency distribution of the repetition with the median p50 (empty for bulk).
+    pub cdf: Cdf,
 }
 
 /// Return the column headers of `workload`'s table.
@@ -196,7 +216,7 @@ fn workloads(rows: &[Row]) -> Vec<Workload> {
     w
 }
 
-fn conditions_line(c: &Conditions) -> String {
+pub fn conditions_line(c: &Conditions) -> String {
     let mut s = format!(
         "{}; Linux {}; {} cores; MTU {}; {}; row 1 interrupt-driven (blocking), rows 2/4/5 busy-polling; AF_XDP mode: {}; AF_PACKET: {}; median of {} run(s) of {:.1} s each",
         c.date,
@@ -285,6 +305,7 @@ pub fn table(rows: &[Row], c: &Conditions) -> String {
 /// Return `results.md`.
 pub fn markdown(rows: &[Row], c: &Conditions) -> String {
     let mut out = String::from("# bypass demo results\n");
+    let _ = writeln!(out, "\n{}", super::charts::MARKDOWN_LINKS);
     if let Some(line) = floor_line(c) {
         let _ = writeln!(out, "\n{line}.");
     }

@@ -1,0 +1,536 @@
+//! Draw the results as three SVG pictures (issue 5): the latency CDF of each transport for
+//! 64 B request/response over one connection, bulk throughput in both directions, and CPU
+//! per request with the request rate.
+//!
+//! Written by hand like `inspect`'s ladder picture: every text is escaped, so any label makes
+//! well-formed XML.
+
+use std::fmt::Write;
+
+use super::report::{Row, conditions_line};
+use super::{Conditions, Transport, Workload};
+
+/// The workload of the latency CDF and the CPU chart.
+const RR: Workload = Workload::Rr { size: 64, conns: 1 };
+
+/// Image links to the three charts, for `results.md`.
+pub const MARKDOWN_LINKS: &str =
+    "![latency CDF](latency-cdf.svg) ![bulk throughput](throughput.svg) ![CPU per request](cpu.svg)";
+
+const WIDTH: f64 = 1000.0;
+const MARGIN: f64 = 16.0;
+const FONT: &str = "DejaVu Sans, Helvetica, Arial, sans-serif";
+const INK: &str = "#202020";
+const MUTED: &str = "#707070";
+const GRID: &str = "#e4e4e4";
+const AXIS: &str = "#404040";
+const FLOOR_COLOUR: &str = "#d01010";
+/// Two shades per transport: client (or client -> server) and server (or server -> client).
+const UP: &str = "#1f5fbf";
+const DOWN: &str = "#e08a1e";
+/// The request-rate bars.
+const RATE: &str = "#5f7f99";
+
+/// Return the colour of `transport`'s line.
+fn colour(transport: Transport) -> &'static str {
+    match transport {
+        Transport::KernelBlocking => "#7a7a7a",
+        Transport::KernelBusy => "#1f5fbf",
+        Transport::StackPacket => "#e08a1e",
+        Transport::StackXdp => "#2a9d4b",
+        Transport::StackMemory => "#8e44ad",
+    }
+}
+
+/// Return the three charts as (file name, SVG text).
+pub fn render(rows: &[Row], c: &Conditions) -> Vec<(&'static str, String)> {
+    vec![("latency-cdf.svg", latency_cdf(rows, c)), ("throughput.svg", throughput(rows, c)), ("cpu.svg", cpu(rows, c))]
+}
+
+/// Return `text` escaped for XML character data and attribute values.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // Control characters are not allowed in XML 1.0.
+            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Text to place: position, anchor, size, colour, weight.
+struct Text<'a> {
+    x: f64,
+    y: f64,
+    anchor: &'a str,
+    size: u32,
+    fill: &'a str,
+    bold: bool,
+    rotate: bool,
+}
+
+impl<'a> Text<'a> {
+    fn write(&self, svg: &mut String, text: &str) {
+        let weight = if self.bold { " font-weight=\"bold\"" } else { "" };
+        let rotate =
+            if self.rotate { format!(" transform=\"rotate(-90 {:.1} {:.1})\"", self.x, self.y) } else { String::new() };
+        let _ = writeln!(
+            svg,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="{}" font-size="{}" fill="{}"{weight}{rotate}>{}</text>"#,
+            self.x,
+            self.y,
+            self.anchor,
+            self.size,
+            self.fill,
+            escape(text)
+        );
+    }
+    fn bold(mut self) -> Self {
+        self.bold = true;
+        self
+    }
+    fn size(mut self, size: u32) -> Self {
+        self.size = size;
+        self
+    }
+    fn fill(mut self, fill: &'a str) -> Self {
+        self.fill = fill;
+        self
+    }
+    fn rotated(mut self) -> Self {
+        self.rotate = true;
+        self
+    }
+}
+
+fn text(x: f64, y: f64, anchor: &str) -> Text<'_> {
+    Text { x, y, anchor, size: 12, fill: INK, bold: false, rotate: false }
+}
+
+fn line(svg: &mut String, (x1, y1): (f64, f64), (x2, y2): (f64, f64), stroke: &str, width: f64) {
+    let _ = writeln!(
+        svg,
+        r#"<line x1="{x1:.1}" y1="{y1:.1}" x2="{x2:.1}" y2="{y2:.1}" stroke="{stroke}" stroke-width="{width}"/>"#
+    );
+}
+
+fn rect(svg: &mut String, x: f64, y: f64, w: f64, h: f64, fill: &str) {
+    let _ = writeln!(svg, r#"<rect x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{h:.1}" fill="{fill}"/>"#);
+}
+
+/// Split `text` into lines of at most `width` characters, at spaces.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in text.split(' ') {
+        let last = lines.last_mut().expect("one line");
+        if !last.is_empty() && last.chars().count() + 1 + word.chars().count() > width {
+            lines.push(word.to_string());
+        } else {
+            if !last.is_empty() {
+                last.push(' ');
+            }
+            last.push_str(word);
+        }
+    }
+    lines
+}
+
+/// Write the title and subtitle; return the `y` below them.
+fn heading(svg: &mut String, title: &str, subtitle: &str) -> f64 {
+    text(MARGIN, MARGIN + 16.0, "start").bold().size(17).write(svg, title);
+    text(MARGIN, MARGIN + 36.0, "start").fill(MUTED).write(svg, subtitle);
+    MARGIN + 56.0
+}
+
+/// Write the run's date and conditions in small text from `y` down; return the `y` below.
+fn footer(svg: &mut String, mut y: f64, c: &Conditions) -> f64 {
+    for l in wrap(&format!("conditions: {}", conditions_line(c)), 170) {
+        text(MARGIN, y + 10.0, "start").size(10).fill(MUTED).write(svg, &l);
+        y += 13.0;
+    }
+    y
+}
+
+/// Wrap `body` into a whole SVG document of height `height`.
+fn document(title: &str, height: f64, body: &str) -> String {
+    let mut svg = String::with_capacity(body.len() + 512);
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0}" viewBox="0 0 {WIDTH} {height:.0}" font-family="{FONT}">"#
+    );
+    let _ = writeln!(svg, "<title>{}</title>", escape(title));
+    let _ = writeln!(svg, r##"<rect x="0" y="0" width="{WIDTH}" height="{height:.0}" fill="#ffffff"/>"##);
+    svg.push_str(body);
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// Return a tick step of 1, 2 or 5 times a power of ten that cuts `max` into about `n` parts.
+fn nice_step(max: f64, n: f64) -> f64 {
+    let raw = (max / n).max(1e-9);
+    let power = 10f64.powf(raw.log10().floor());
+    let m = raw / power;
+    power
+        * if m <= 1.0 {
+            1.0
+        } else if m <= 2.0 {
+            2.0
+        } else if m <= 5.0 {
+            5.0
+        } else {
+            10.0
+        }
+}
+
+/// Return `x` with about three significant digits.
+fn short(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else if x >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// Return `x` as a tick label.
+fn tick_label(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{}M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{}k", x / 1e3)
+    } else {
+        let s = format!("{x:.3}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+/// The latency CDF, log-scale x.
+fn latency_cdf(rows: &[Row], c: &Conditions) -> String {
+    let lines: Vec<&Row> = rows.iter().filter(|r| r.workload == RR && !r.cdf.is_empty()).collect();
+    let title = "Latency CDF: 64 B request/response, 1 connection";
+    let mut svg = String::new();
+    let top = heading(
+        &mut svg,
+        title,
+        "round trips measured by the kernel client; one line per transport (the repetition with the median p50)",
+    );
+    let (left, right) = (90.0, WIDTH - 30.0);
+    let (plot_top, plot_bottom) = (top + 16.0, top + 426.0);
+    let floor = c.floor.as_ref().map(|f| f.p50_us).filter(|x| *x > 0.0);
+    let values = lines.iter().flat_map(|r| r.cdf.iter().map(|(v, _)| *v)).chain(floor).filter(|v| *v > 0.0);
+    let (lo, hi) = values.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (lo, hi) = if lo.is_finite() { (lo, hi) } else { (1.0, 100.0) };
+    let (d0, d1) = (lo.log10().floor(), hi.log10().ceil().max(lo.log10().floor() + 1.0));
+    let x_of = |v: f64| left + (v.max(10f64.powf(d0)).log10() - d0) / (d1 - d0) * (right - left);
+    let y_of = |q: f64| plot_bottom - q * (plot_bottom - plot_top);
+
+    // Grid and axes.
+    for i in 0..=10 {
+        let q = i as f64 / 10.0;
+        line(&mut svg, (left, y_of(q)), (right, y_of(q)), GRID, 1.0);
+        text(left - 6.0, y_of(q) + 4.0, "end").size(11).write(&mut svg, &format!("{q:.1}"));
+    }
+    let mut decade = d0;
+    while decade <= d1 {
+        for m in [1.0, 2.0, 5.0] {
+            let v = m * 10f64.powf(decade);
+            if decade + m.log10() > d1 + 1e-9 {
+                break;
+            }
+            let x = x_of(v);
+            line(&mut svg, (x, plot_top), (x, plot_bottom), GRID, if m == 1.0 { 1.2 } else { 0.6 });
+            text(x, plot_bottom + 16.0, "middle").size(11).write(&mut svg, &tick_label(v));
+        }
+        decade += 1.0;
+    }
+    line(&mut svg, (left, plot_bottom), (right, plot_bottom), AXIS, 1.2);
+    line(&mut svg, (left, plot_top), (left, plot_bottom), AXIS, 1.2);
+    text((left + right) / 2.0, plot_bottom + 36.0, "middle")
+        .size(13)
+        .write(&mut svg, "round-trip latency (µs, log scale)");
+    text(28.0, (plot_top + plot_bottom) / 2.0, "middle")
+        .size(13)
+        .rotated()
+        .write(&mut svg, "fraction of round trips ≤ latency");
+
+    if let Some(f) = floor {
+        let x = x_of(f);
+        let _ = writeln!(
+            svg,
+            r#"<line x1="{x:.1}" y1="{plot_top:.1}" x2="{x:.1}" y2="{plot_bottom:.1}" stroke="{FLOOR_COLOUR}" stroke-width="1.5" stroke-dasharray="6 4"/>"#
+        );
+        text(x, plot_top - 4.0, "middle").size(11).fill(FLOOR_COLOUR).write(&mut svg, "floor");
+    }
+    for r in &lines {
+        let points: Vec<String> = r.cdf.iter().map(|(v, q)| format!("{:.1},{:.1}", x_of(*v), y_of(*q))).collect();
+        let _ = writeln!(
+            svg,
+            r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="2.2" stroke-linejoin="round"/>"#,
+            points.join(" "),
+            colour(r.transport)
+        );
+    }
+    if lines.is_empty() {
+        text((left + right) / 2.0, (plot_top + plot_bottom) / 2.0, "middle")
+            .fill(MUTED)
+            .write(&mut svg, "no 64 B request/response latencies were measured");
+    }
+
+    // Legend, bottom right, where a CDF has no lines.
+    let mut entries: Vec<(String, &str)> = lines
+        .iter()
+        .map(|r| {
+            let p = |q: f64| r.figures.map_or(String::new(), |f| short(if q == 0.5 { f.p50_us } else { f.p99_us }));
+            (format!("{}  (p50 {} µs, p99 {} µs)", r.transport.label(), p(0.5), p(0.99)), colour(r.transport))
+        })
+        .collect();
+    if let Some(f) = floor {
+        entries.push((format!("floor: raw AF_XDP frames, no TCP (p50 {} µs)", short(f)), FLOOR_COLOUR));
+    }
+    let (lw, lh) = (420.0, 12.0 + 18.0 * entries.len() as f64);
+    let (lx, ly) = (right - lw - 10.0, plot_bottom - lh - 10.0);
+    if !entries.is_empty() {
+        let _ = writeln!(
+            svg,
+            r##"<rect x="{lx:.1}" y="{ly:.1}" width="{lw:.1}" height="{lh:.1}" fill="#ffffff" fill-opacity="0.9" stroke="#b0b0b0"/>"##
+        );
+    }
+    for (i, (label, col)) in entries.iter().enumerate() {
+        let y = ly + 16.0 + 18.0 * i as f64;
+        if *col == FLOOR_COLOUR {
+            let _ = writeln!(
+                svg,
+                r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{col}" stroke-width="1.5" stroke-dasharray="6 4"/>"#,
+                lx + 10.0,
+                y - 4.0,
+                lx + 36.0,
+                y - 4.0
+            );
+        } else {
+            line(&mut svg, (lx + 10.0, y - 4.0), (lx + 36.0, y - 4.0), col, 3.0);
+        }
+        text(lx + 44.0, y, "start").size(12).write(&mut svg, label);
+    }
+
+    let height = footer(&mut svg, plot_bottom + 52.0, c) + MARGIN;
+    document(title, height, &svg)
+}
+
+/// One bar of a horizontal bar chart: segments laid end to end, and the text after it.
+struct Bar {
+    segments: Vec<(f64, &'static str)>,
+    text: String,
+}
+
+/// Bars under one label (a transport); no bars: the row was not measured.
+struct Group {
+    label: String,
+    bars: Vec<Bar>,
+    missing: Option<String>,
+}
+
+const BAR: f64 = 18.0;
+const BAR_GAP: f64 = 3.0;
+const GROUP_GAP: f64 = 16.0;
+
+/// Return the height of `group` in a panel with `bars_per_group` bars.
+fn group_height(bars_per_group: usize) -> f64 {
+    bars_per_group as f64 * (BAR + BAR_GAP) - BAR_GAP
+}
+
+/// Draw horizontal bars from `(x, y)`, `w` wide; labels (if `labels`) left of `x`.
+/// Return the `y` below the axis labels.
+#[allow(clippy::too_many_arguments)]
+fn bar_panel(
+    svg: &mut String,
+    x: f64,
+    y: f64,
+    w: f64,
+    groups: &[Group],
+    bars_per_group: usize,
+    labels: bool,
+    axis: &str,
+) -> f64 {
+    let max =
+        groups.iter().flat_map(|g| &g.bars).map(|b| b.segments.iter().map(|s| s.0).sum::<f64>()).fold(0.0, f64::max);
+    // Room for the value after the longest bar.
+    let step = nice_step(max, (w / 80.0).clamp(3.0, 8.0));
+    let top = (max * 1.2 / step).ceil().max(1.0) * step;
+    let scale = |v: f64| v / top * w;
+    let gh = group_height(bars_per_group);
+    let bottom = y + groups.len() as f64 * (gh + GROUP_GAP);
+    let mut t = 0.0;
+    while t <= top + step * 1e-6 {
+        line(svg, (x + scale(t), y - 4.0), (x + scale(t), bottom), GRID, 1.0);
+        text(x + scale(t), bottom + 15.0, "middle").size(11).write(svg, &tick_label((t / step).round() * step));
+        t += step;
+    }
+    for (i, g) in groups.iter().enumerate() {
+        let gy = y + GROUP_GAP / 2.0 + i as f64 * (gh + GROUP_GAP);
+        if labels {
+            text(x - 8.0, gy + gh / 2.0 + 4.0, "end").size(12).write(svg, &g.label);
+        }
+        if let Some(why) = &g.missing {
+            text(x + 6.0, gy + gh / 2.0 + 4.0, "start").size(11).fill(MUTED).write(svg, why);
+        }
+        for (j, b) in g.bars.iter().enumerate() {
+            let by = gy + j as f64 * (BAR + BAR_GAP);
+            let mut bx = x;
+            for (v, col) in &b.segments {
+                rect(svg, bx, by, scale(*v), BAR, col);
+                bx += scale(*v);
+            }
+            text(bx + 5.0, by + BAR - 5.0, "start").size(11).write(svg, &b.text);
+        }
+    }
+    line(svg, (x, y - 4.0), (x, bottom), AXIS, 1.2);
+    line(svg, (x, bottom), (x + w, bottom), AXIS, 1.2);
+    text(x + w / 2.0, bottom + 34.0, "middle").size(13).write(svg, axis);
+    bottom + 40.0
+}
+
+/// Draw a legend of coloured squares in one line from `(x, y)`.
+fn legend(svg: &mut String, mut x: f64, y: f64, entries: &[(&str, &str)]) {
+    for (label, col) in entries {
+        rect(svg, x, y - 10.0, 12.0, 12.0, col);
+        text(x + 18.0, y, "start").size(12).write(svg, label);
+        x += 30.0 + 7.0 * label.chars().count() as f64;
+    }
+}
+
+/// Return the transports of `rows`, in table order.
+fn transports(rows: &[Row]) -> Vec<Transport> {
+    let mut seen = Vec::new();
+    for r in rows {
+        if !seen.contains(&r.transport) {
+            seen.push(r.transport);
+        }
+    }
+    seen
+}
+
+fn find(rows: &[Row], t: Transport, w: Workload) -> Option<&Row> {
+    rows.iter().find(|r| r.transport == t && r.workload == w)
+}
+
+/// Return why `row` has no figures, short.
+fn missing(row: Option<&Row>) -> String {
+    match row.and_then(|r| r.failure.as_deref()) {
+        Some(why) => {
+            let why: String = why.chars().take(70).collect();
+            format!("not measured: {why}")
+        }
+        None => "not measured".into(),
+    }
+}
+
+/// Grouped bars: Gbit/s per transport, both directions.
+fn throughput(rows: &[Row], c: &Conditions) -> String {
+    let title = "Bulk throughput: one TCP stream";
+    let mut svg = String::new();
+    let top = heading(
+        &mut svg,
+        title,
+        "payload Gbit/s as the kernel client counts it over the measurement window; higher is better",
+    );
+    legend(&mut svg, 260.0, top + 4.0, &[("client -> server", UP), ("server -> client", DOWN)]);
+    let groups: Vec<Group> = transports(rows)
+        .into_iter()
+        .map(|t| {
+            let up = find(rows, t, Workload::BulkUp).filter(|r| r.figures.is_some());
+            let down = find(rows, t, Workload::BulkDown).filter(|r| r.figures.is_some());
+            let bar = |r: Option<&Row>, col: &'static str| {
+                r.and_then(|r| r.figures)
+                    .map(|f| Bar { segments: vec![(f.rate, col)], text: format!("{:.2} Gbit/s", f.rate) })
+            };
+            let bars: Vec<Bar> = [bar(up, UP), bar(down, DOWN)].into_iter().flatten().collect();
+            let missing =
+                if up.is_none() && down.is_none() { Some(missing(find(rows, t, Workload::BulkUp))) } else { None };
+            Group { label: t.label().to_string(), bars, missing }
+        })
+        .collect();
+    let bottom = bar_panel(&mut svg, 240.0, top + 24.0, WIDTH - 240.0 - 110.0, &groups, 2, true, "throughput (Gbit/s)");
+    let height = footer(&mut svg, bottom + 8.0, c) + MARGIN;
+    document(title, height, &svg)
+}
+
+/// CPU µs per request (client + server, stacked) and requests/s, 64 B request/response.
+fn cpu(rows: &[Row], c: &Conditions) -> String {
+    let title = "CPU per request: 64 B request/response, 1 connection";
+    let mut svg = String::new();
+    let top = heading(
+        &mut svg,
+        title,
+        "CPU time of the client and server threads per request (lower is better), and the request rate (higher is better)",
+    );
+    let ts: Vec<(Transport, Option<&Row>)> =
+        transports(rows).into_iter().map(|t| (t, find(rows, t, RR).filter(|r| r.figures.is_some()))).collect();
+    let cpu_groups: Vec<Group> = ts
+        .iter()
+        .map(|(t, r)| Group {
+            label: t.label().to_string(),
+            bars: r
+                .and_then(|r| r.figures)
+                .map(|f| Bar {
+                    segments: vec![(f.client_cpu_per_unit, UP), (f.server_cpu_per_unit, DOWN)],
+                    text: format!("{} µs", short(f.cpu_per_unit)),
+                })
+                .into_iter()
+                .collect(),
+            missing: r.is_none().then(|| missing(find(rows, *t, RR))),
+        })
+        .collect();
+    let rate_groups: Vec<Group> = ts
+        .iter()
+        .map(|(t, r)| Group {
+            label: t.label().to_string(),
+            bars: r
+                .and_then(|r| r.figures)
+                .map(|f| Bar { segments: vec![(f.rate, RATE)], text: format!("{:.0}", f.rate) })
+                .into_iter()
+                .collect(),
+            missing: None,
+        })
+        .collect();
+    text(240.0, top + 4.0, "start").bold().size(13).write(&mut svg, "CPU µs per request");
+    legend(&mut svg, 420.0, top + 4.0, &[("client", UP), ("server", DOWN)]);
+    text(730.0, top + 4.0, "start").bold().size(13).write(&mut svg, "requests/s");
+    let y = top + 24.0;
+    let a = bar_panel(&mut svg, 240.0, y, 400.0, &cpu_groups, 1, true, "CPU time per request (µs)");
+    let b = bar_panel(&mut svg, 730.0, y, 190.0, &rate_groups, 1, false, "requests per second");
+    let height = footer(&mut svg, a.max(b) + 8.0, c) + MARGIN;
+    document(title, height, &svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_makes_text_safe() {
+        assert_eq!(escape("a<b & \"c\"> 'd'"), "a&lt;b &amp; &quot;c&quot;&gt; &apos;d&apos;");
+    }
+
+    #[test]
+    fn nice_steps_are_1_2_5() {
+        assert_eq!(nice_step(10.0, 5.0), 2.0);
+        assert_eq!(nice_step(23.0, 5.0), 5.0);
+        assert_eq!(nice_step(0.7, 5.0), 0.2);
+    }
+
+    #[test]
+    fn charts_without_rows_are_documents() {
+        for (name, svg) in render(&[], &Conditions::default()) {
+            assert!(svg.starts_with("<svg"), "{name}");
+            assert!(svg.trim_end().ends_with("</svg>"), "{name}");
+        }
+    }
+}
