@@ -48,7 +48,7 @@ struct DemoArgs {
     #[arg(long)]
     quick: bool,
     /// Run only these transports, comma-separated: kernel-blocking, kernel-busy,
-    /// stack-afpacket, stack-afxdp, stack-memory (our stack at both ends over an in-memory
+    /// kernel-sendfile (sendfile), kernel-splice, stack-afpacket, stack-afxdp, stack-memory (our stack at both ends over an in-memory
     /// link; run by default only when the lab is out of reach).
     #[arg(long, value_delimiter = ',', value_name = "TRANSPORT,...")]
     only: Vec<String>,

@@ -14,6 +14,10 @@ const TRANSPORTS: [(&str, &str); 4] = [
     ("stack-afxdp", "5 ours/AF_XDP <- kernel"),
 ];
 
+/// Rows 3 and 3s: kernel TCP sending with sendfile(2) or splice(2), bulk server -> client only.
+const ZEROCOPY: [(&str, &str); 2] =
+    [("kernel-sendfile", "3 kernel TCP, sendfile"), ("kernel-splice", "3s kernel TCP, splice")];
+
 /// The workloads, as results.json names them.
 const WORKLOADS: [&str; 6] = ["rr-64B-1c", "rr-1024B-1c", "rr-64B-100c", "bulk-up", "bulk-down", "connect"];
 
@@ -76,6 +80,36 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
             "one `{label}` row per workload in the table:\n{stdout}"
         );
     }
+    // Rows 3 and 3s (sendfile, splice) measure bulk server -> client only; the others say so.
+    let throughput = std::fs::read_to_string(out.join("throughput.svg")).expect("throughput.svg written");
+    for (name, label) in ZEROCOPY {
+        for workload in WORKLOADS {
+            let row = json
+                .lines()
+                .find(|l| {
+                    l.contains(&format!("\"transport\": \"{name}\""))
+                        && l.contains(&format!("\"workload\": \"{workload}\""))
+                })
+                .unwrap_or_else(|| panic!("no {name} {workload} row in results.json:\n{json}"));
+            if workload == "bulk-down" {
+                let rate = number_after(row, "rate").unwrap_or_else(|| panic!("{name} {workload} has no rate:\n{row}"));
+                assert!(rate > 0.0, "{name} {workload}: rate {rate}");
+            } else {
+                assert!(
+                    row.contains("\"failure\": \"not measured:"),
+                    "{name} {workload} is marked not measured:\n{row}"
+                );
+            }
+        }
+        let measured: Vec<&str> = md
+            .lines()
+            .filter(|l| l.starts_with(&format!("| {label} |")))
+            .filter(|l| l.split('|').nth(2).unwrap().trim().parse::<f64>().is_ok())
+            .collect();
+        assert_eq!(measured.len(), 1, "one measured `{label}` row (bulk server -> client) in results.md:\n{md}");
+        assert!(throughput.contains(label), "throughput.svg names `{label}`");
+    }
+
     assert!(md.contains("AF_XDP mode: AF_XDP"), "the AF_XDP mode is stated:\n{md}");
     assert!(md.contains("0 raw AF_XDP frames, no TCP") && md.contains("round trips"), "the floor row:\n{md}");
 

@@ -36,6 +36,8 @@ fn colour(transport: Transport) -> &'static str {
     match transport {
         Transport::KernelBlocking => "#7a7a7a",
         Transport::KernelBusy => "#1f5fbf",
+        Transport::KernelZerocopy => "#17a2b8",
+        Transport::KernelSplice => "#b8860b",
         Transport::StackPacket => "#e08a1e",
         Transport::StackXdp => "#2a9d4b",
         Transport::StackMemory => "#8e44ad",

@@ -7,12 +7,14 @@
 //!  bypass namespace (bx0)                          peer namespace (px0, 10.77.0.1)
 //!  server thread                                   client thread: kernel TCP socket,
 //!    1 kernel echo, blocking     on 10.77.0.3        blocking (row 1) or non-blocking
-//!    2 kernel echo, busy polling on 10.77.0.3        busy polling (rows 2, 4, 5)
+//!    2 kernel echo, busy polling on 10.77.0.3        busy polling (rows 2, 3, 3s, 4, 5)
+//!    3 kernel sendfile(2) source on 10.77.0.3
+//!   3s kernel splice(2) source   on 10.77.0.3
 //!    4 our stack over AF_PACKET  on 10.77.0.2
 //!    5 our stack over AF_XDP     on 10.77.0.2
 //! ```
 //!
-//! Without root (no lab), rows 1 and 2 run over loopback and row M (our stack at both ends
+//! Without root (no lab), rows 1, 2, 3 and 3s run over loopback and row M (our stack at both ends
 //! over the in-memory link, in this process; `--only stack-memory` runs it anywhere) stands
 //! in for the bypass rows.
 //!
@@ -27,6 +29,7 @@ mod measure;
 mod memory;
 mod report;
 mod stack;
+mod zerocopy;
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
 use std::sync::Arc;
@@ -115,6 +118,11 @@ const MTU: u32 = 1500;
 pub enum Transport {
     KernelBlocking,
     KernelBusy,
+    /// Kernel TCP, the server sending with `sendfile(2)` (bulk server -> client only).
+    KernelZerocopy,
+    /// Kernel TCP, the server sending with `splice(2)` file -> pipe -> socket (bulk server ->
+    /// client only).
+    KernelSplice,
     StackPacket,
     StackXdp,
     /// Our stack at both ends over the in-memory link (the fallback without root).
@@ -122,9 +130,11 @@ pub enum Transport {
 }
 
 impl Transport {
-    pub const ALL: [Transport; 5] = [
+    pub const ALL: [Transport; 7] = [
         Transport::KernelBlocking,
         Transport::KernelBusy,
+        Transport::KernelZerocopy,
+        Transport::KernelSplice,
         Transport::StackPacket,
         Transport::StackXdp,
         Transport::StackMemory,
@@ -135,6 +145,8 @@ impl Transport {
         match self {
             Transport::KernelBlocking => "kernel-blocking",
             Transport::KernelBusy => "kernel-busy",
+            Transport::KernelZerocopy => "kernel-sendfile",
+            Transport::KernelSplice => "kernel-splice",
             Transport::StackPacket => "stack-afpacket",
             Transport::StackXdp => "stack-afxdp",
             Transport::StackMemory => "stack-memory",
@@ -146,6 +158,8 @@ impl Transport {
         match self {
             Transport::KernelBlocking => "1 kernel TCP, blocking",
             Transport::KernelBusy => "2 kernel TCP, busy-poll",
+            Transport::KernelZerocopy => "3 kernel TCP, sendfile",
+            Transport::KernelSplice => "3s kernel TCP, splice",
             Transport::StackPacket => "4 ours/AF_PACKET <- kernel",
             Transport::StackXdp => "5 ours/AF_XDP <- kernel",
             Transport::StackMemory => "M ours <-> ours, memory link",
@@ -160,6 +174,12 @@ impl Transport {
             }
             Transport::KernelBusy => {
                 "server: kernel echo, non-blocking read/write spinning, 10.77.0.3 on bx0; client: kernel socket, non-blocking, spinning, peer namespace"
+            }
+            Transport::KernelZerocopy => {
+                "server: kernel TCP, sendfile(2) from a 64 MiB memfd (sent again and again, the offset wraps), non-blocking, spinning, 10.77.0.3 on bx0; client: kernel socket, non-blocking read(2), spinning (busy polling, as row 2), peer namespace; bulk server -> client only (splice(2): row 3s; MSG_ZEROCOPY not measured)"
+            }
+            Transport::KernelSplice => {
+                "server: kernel TCP, splice(2) from a 64 MiB memfd into a pipe, then splice(2) pipe -> socket (64 KiB at a time, the offset wraps), non-blocking, spinning, 10.77.0.3 on bx0; client: kernel socket, non-blocking read(2), spinning (busy polling, as row 2), peer namespace; bulk server -> client only (MSG_ZEROCOPY not measured)"
             }
             Transport::StackPacket => {
                 "server: our stack over AF_PACKET on bx0 (10.77.0.2), spinning; client: kernel socket, non-blocking, spinning, peer namespace (mixed case)"
@@ -178,6 +198,12 @@ impl Transport {
         match self {
             Transport::KernelBlocking | Transport::KernelBusy => {
                 "2 per byte per direction, both by the kernel: write(2) copies user -> skb, read(2) copies skb -> user (veth passes the skb on without copying)"
+            }
+            Transport::KernelZerocopy => {
+                "2 per byte, both by the kernel: sendfile(2) attaches the memfd's pages to the skb without a copy (no user buffer), but bx0 has no tx checksum offload, so software GSO (skb_segment) linearizes the shared page frags to checksum them: one copy page -> segment (perf: skb_copy_bits under skb_segment); read(2) copies skb -> user"
+            }
+            Transport::KernelSplice => {
+                "2 per byte, both by the kernel, as row 3: splice(2) file -> pipe takes page references and pipe -> socket attaches them to the skb without a copy, then software GSO copies them into each segment to checksum them (no tx checksum offload; perf: skb_copy_bits under validate_xmit_skb); read(2) copies skb -> user"
             }
             Transport::StackPacket => {
                 "ours (measured, server): frame -> receive buffer -> application and application -> send buffer -> frame; kernel: 2 per direction (the client's write/read, and AF_PACKET's copy skb -> ring on receive / user -> skb on send)"
@@ -206,7 +232,21 @@ impl Transport {
 
     /// Return whether this transport measures `workload`.
     fn runs(self, workload: Workload) -> bool {
-        self != Transport::StackMemory || workload.is_rr_single()
+        match self {
+            Transport::StackMemory => workload.is_rr_single(),
+            Transport::KernelZerocopy | Transport::KernelSplice => workload == Workload::BulkDown,
+            _ => true,
+        }
+    }
+
+    /// Why this transport does not measure some workloads (see [`Transport::runs`]).
+    fn not_run_reason(self) -> &'static str {
+        match self {
+            Transport::KernelZerocopy | Transport::KernelSplice => {
+                "not measured: the sendfile and splice rows run bulk server -> client only (they send, they do not receive)"
+            }
+            _ => "not measured: the in-memory row runs 1-connection request/response only",
+        }
     }
 }
 
@@ -393,7 +433,7 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
         for &t in &transports {
             let mut why = unavailable.iter().find(|(u, _)| *u == t).map(|(_, why)| why.clone());
             if !t.runs(workload) {
-                why = Some("not measured: the in-memory row runs 1-connection request/response only".into());
+                why = Some(t.not_run_reason().into());
             }
             results.push((t, workload, Vec::new(), why));
         }
@@ -600,6 +640,16 @@ fn serve(
             let listener =
                 TcpListener::bind((ip, port)).map_err(|e| format!("kernel echo server: bind {ip}:{port}: {e}"))?;
             kernel::server(listener, transport.busy(), workload, shared)
+        }
+        Transport::KernelZerocopy => {
+            let listener =
+                TcpListener::bind((ip, port)).map_err(|e| format!("sendfile server: bind {ip}:{port}: {e}"))?;
+            zerocopy::server(listener, zerocopy::Mode::Sendfile, shared)
+        }
+        Transport::KernelSplice => {
+            let listener =
+                TcpListener::bind((ip, port)).map_err(|e| format!("splice server: bind {ip}:{port}: {e}"))?;
+            zerocopy::server(listener, zerocopy::Mode::Splice, shared)
         }
         Transport::StackPacket | Transport::StackXdp => {
             let Net::Lab(lab) = net else { return Err("needs the namespace lab".into()) };

@@ -218,7 +218,7 @@ fn workloads(rows: &[Row]) -> Vec<Workload> {
 
 pub fn conditions_line(c: &Conditions) -> String {
     let mut s = format!(
-        "{}; Linux {}; {} cores; MTU {}; {}; row 1 interrupt-driven (blocking), rows 2/4/5 busy-polling; AF_XDP mode: {}; AF_PACKET: {}; median of {} run(s) of {:.1} s each",
+        "{}; Linux {}; {} cores; MTU {}; {}; row 1 interrupt-driven (blocking), rows 2/3/3s/4/5 busy-polling; AF_XDP mode: {}; AF_PACKET: {}; median of {} run(s) of {:.1} s each",
         c.date,
         c.kernel,
         c.cores,
