@@ -49,23 +49,7 @@ pub fn render(rows: &[Row], c: &Conditions) -> Vec<(&'static str, String)> {
     vec![("latency-cdf.svg", latency_cdf(rows, c)), ("throughput.svg", throughput(rows, c)), ("cpu.svg", cpu(rows, c))]
 }
 
-/// Return `text` escaped for XML character data and attribute values.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // Control characters are not allowed in XML 1.0.
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push(' '),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use crate::inspect::svg::escape;
 
 /// Text to place: position, anchor, size, colour, weight.
 struct Text<'a> {
