@@ -7,16 +7,23 @@ use std::process::Command;
 
 use bypass_io::testlab::lab_available;
 
-const TRANSPORTS: [(&str, &str); 4] = [
+const TRANSPORTS: [(&str, &str); 7] = [
     ("kernel-blocking", "1 kernel TCP, blocking"),
     ("kernel-busy", "2 kernel TCP, busy-poll"),
     ("stack-afpacket", "4 ours/AF_PACKET <- kernel"),
+    ("stack-afpacket-both", "4b ours/AF_PACKET <-> ours"),
     ("stack-afxdp", "5 ours/AF_XDP <- kernel"),
+    ("stack-afxdp-both", "5b ours/AF_XDP <-> ours"),
+    ("smoltcp-afxdp", "6 smoltcp/AF_XDP <- kernel"),
 ];
 
-/// Rows 3 and 3s: kernel TCP sending with sendfile(2) or splice(2), bulk server -> client only.
-const ZEROCOPY: [(&str, &str); 2] =
-    [("kernel-sendfile", "3 kernel TCP, sendfile"), ("kernel-splice", "3s kernel TCP, splice")];
+/// Rows 3, 3s and 3z: kernel TCP sending with sendfile(2), splice(2) or MSG_ZEROCOPY, bulk
+/// server -> client only.
+const ZEROCOPY: [(&str, &str); 3] = [
+    ("kernel-sendfile", "3 kernel TCP, sendfile"),
+    ("kernel-splice", "3s kernel TCP, splice"),
+    ("kernel-msg-zerocopy", "3z kernel TCP, MSG_ZEROCOPY"),
+];
 
 /// The workloads, as results.json names them.
 const WORKLOADS: [&str; 6] = ["rr-64B-1c", "rr-1024B-1c", "rr-64B-100c", "bulk-up", "bulk-down", "connect"];
@@ -80,7 +87,7 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
             "one `{label}` row per workload in the table:\n{stdout}"
         );
     }
-    // Rows 3 and 3s (sendfile, splice) measure bulk server -> client only; the others say so.
+    // Rows 3, 3s and 3z (sendfile, splice, MSG_ZEROCOPY) measure bulk server -> client only; the others say so.
     let throughput = std::fs::read_to_string(out.join("throughput.svg")).expect("throughput.svg written");
     for (name, label) in ZEROCOPY {
         for workload in WORKLOADS {
@@ -111,6 +118,21 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
     }
 
     assert!(md.contains("AF_XDP mode: AF_XDP"), "the AF_XDP mode is stated:\n{md}");
+    assert!(
+        md.contains("MSG_ZEROCOPY: kernel TCP, send(2) with MSG_ZEROCOPY"),
+        "row 3z's completions are stated:\n{md}"
+    );
+    // Both ends ours: the copies of both ends are counted (4 per byte per direction: 2 at each end).
+    for name in ["stack-afpacket-both", "stack-afxdp-both"] {
+        let row = json
+            .lines()
+            .find(|l| l.contains(&format!("\"transport\": \"{name}\"")) && l.contains("\"workload\": \"rr-64B-1c\""))
+            .unwrap_or_else(|| panic!("no {name} row in results.json:\n{json}"));
+        let copies = number_after(row, "copies_ours_per_byte").unwrap_or_else(|| panic!("{name}: no copies:\n{row}"));
+        assert!((3.9..4.1).contains(&copies), "{name}: {copies} copies per byte per direction, not 4:\n{row}");
+        let syscalls = number_after(row, "syscalls").unwrap_or_else(|| panic!("{name}: no syscalls:\n{row}"));
+        assert!(syscalls > 0.0, "{name}: the devices' system calls are counted:\n{row}");
+    }
     assert!(md.contains("0 raw AF_XDP frames, no TCP") && md.contains("round trips"), "the floor row:\n{md}");
 
     // The three charts: well-formed SVG, linked from results.md, with every transport drawn.
@@ -122,7 +144,7 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
         }
         assert!(md.contains(&format!("]({name})")), "results.md links {name}:\n{md}");
         for (_, label) in TRANSPORTS {
-            assert!(svg.contains(&label.replace('<', "&lt;")), "{name} names `{label}`");
+            assert!(svg.contains(&label.replace('<', "&lt;").replace('>', "&gt;")), "{name} names `{label}`");
         }
     }
     let cdf = std::fs::read_to_string(out.join("latency-cdf.svg")).unwrap();

@@ -38,8 +38,12 @@ fn colour(transport: Transport) -> &'static str {
         Transport::KernelBusy => "#1f5fbf",
         Transport::KernelZerocopy => "#17a2b8",
         Transport::KernelSplice => "#b8860b",
+        Transport::KernelMsgZerocopy => "#6c757d",
         Transport::StackPacket => "#e08a1e",
+        Transport::StackPacketBoth => "#a85d00",
         Transport::StackXdp => "#2a9d4b",
+        Transport::StackXdpBoth => "#0b6b2a",
+        Transport::SmoltcpXdp => "#c0392b",
         Transport::StackMemory => "#8e44ad",
     }
 }

@@ -241,6 +241,8 @@ pub struct ClientResult {
     pub units: u64,
     pub elapsed: Duration,
     pub usage: Usage,
+    /// Bytes the client's CPU copied inside the window (our stack as the client only).
+    pub copied: Option<u64>,
 }
 
 /// Wait for the server to listen (or fail).
@@ -349,7 +351,7 @@ fn request_response(
             let mut rest = std::mem::take(&mut bufs[i]);
             read_exact(&mut files[i], &mut rest[got[i]..], limit).map_err(|e| io("read the echo", e))?;
         }
-        return Ok(ClientResult { latency, units: requests, elapsed, usage });
+        return Ok(ClientResult { latency, units: requests, elapsed, usage, copied: None });
     }
     // Blocking: a request on every connection, then every echo, round after round.
     let mut round = |files: &mut [File], record: bool, latency: &mut Histogram<u64>| -> Result<u64, String> {
@@ -384,7 +386,7 @@ fn request_response(
     shared.phase.store(DONE, Ordering::SeqCst);
     // One more round, so blocked server threads wake up and see the window close.
     let _ = round(&mut files, false, &mut latency);
-    Ok(ClientResult { latency, units: requests, elapsed, usage })
+    Ok(ClientResult { latency, units: requests, elapsed, usage, copied: None })
 }
 
 /// Stream bytes one way (client -> server) for `duration`; the rate counts every byte up to
@@ -425,7 +427,7 @@ fn bulk_up(plan: &ClientPlan, shared: &Shared, interrupted: &AtomicBool) -> Resu
     let elapsed = start.elapsed();
     let usage = Usage::now().since(&start_usage);
     shared.phase.store(DONE, Ordering::SeqCst);
-    Ok(ClientResult { latency: histogram(), units: bytes, elapsed, usage })
+    Ok(ClientResult { latency: histogram(), units: bytes, elapsed, usage, copied: None })
 }
 
 /// Most connections one connection-rate measurement opens.
@@ -459,7 +461,7 @@ fn bulk_down(plan: &ClientPlan, shared: &Shared, interrupted: &AtomicBool) -> Re
     let elapsed = now - start;
     let usage = Usage::now().since(&start_usage);
     shared.phase.store(DONE, Ordering::SeqCst);
-    Ok(ClientResult { latency: histogram(), units: bytes, elapsed, usage })
+    Ok(ClientResult { latency: histogram(), units: bytes, elapsed, usage, copied: None })
 }
 
 /// Connect, exchange 64 bytes, close, again and again.
@@ -495,5 +497,5 @@ fn connect_rate(plan: &ClientPlan, shared: &Shared, interrupted: &AtomicBool) ->
     let usage = Usage::now().since(&start_usage);
     shared.phase.store(DONE, Ordering::SeqCst);
     let _ = once(&mut buf);
-    Ok(ClientResult { latency, units: conns, elapsed, usage })
+    Ok(ClientResult { latency, units: conns, elapsed, usage, copied: None })
 }

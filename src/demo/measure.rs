@@ -60,6 +60,22 @@ fn thread_syscalls() -> u64 {
         .sum()
 }
 
+/// What a server's own counters add to its thread's usage: the bytes its CPU copied (our
+/// stack and smoltcp count them) and the system calls its packet device made (AF_XDP
+/// wake-ups, `sendmmsg` batches), which `/proc/thread-self/io` does not see.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Own {
+    pub copied: u64,
+    pub syscalls: u64,
+}
+
+impl From<u64> for Own {
+    /// Bytes copied alone (a server without a device of its own).
+    fn from(copied: u64) -> Own {
+        Own { copied, syscalls: 0 }
+    }
+}
+
 /// (Phase 0: warm-up, the window has not started.)
 ///
 /// A server thread's view of the window: it samples its own counters when it sees the
@@ -72,15 +88,15 @@ pub struct Window {
 }
 
 impl Window {
-    /// Sample if `phase` moved on since the last call; `copied` reads the stack's
-    /// bytes-copied counter (0 for kernel servers).
-    pub fn observe(&mut self, phase: &AtomicU8, copied: impl FnOnce() -> u64) {
+    /// Sample if `phase` moved on since the last call; `own` reads the server's own
+    /// counters (bytes copied, or [`Own`]; 0 for kernel servers).
+    pub fn observe<O: Into<Own>>(&mut self, phase: &AtomicU8, own: impl FnOnce() -> O) {
         let p = phase.load(Ordering::Relaxed);
         if p == self.seen {
             return;
         }
         self.seen = p;
-        let sample = (Usage::now(), copied());
+        let sample = sample(own().into());
         if p >= MEASURING && self.start.is_none() {
             self.start = Some(sample);
         }
@@ -91,9 +107,9 @@ impl Window {
 
     /// Close the window now if it started and has not ended (the client closed its
     /// connection before this thread saw the window end).
-    pub fn finish(&mut self, copied: u64) {
+    pub fn finish(&mut self, own: impl Into<Own>) {
         if self.start.is_some() && self.end.is_none() {
-            self.end = Some((Usage::now(), copied));
+            self.end = Some(sample(own.into()));
         }
     }
 
@@ -102,6 +118,13 @@ impl Window {
         let ((u0, c0), (u1, c1)) = (self.start?, self.end?);
         Some((u1.since(&u0), c1.saturating_sub(c0)))
     }
+}
+
+/// The thread's usage with the device's system calls added, and the bytes copied.
+fn sample(own: Own) -> (Usage, u64) {
+    let mut usage = Usage::now();
+    usage.syscalls += own.syscalls;
+    (usage, own.copied)
 }
 
 /// The one system call without a safe wrapper in std.

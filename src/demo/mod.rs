@@ -5,29 +5,36 @@
 //!
 //! ```text
 //!  bypass namespace (bx0)                          peer namespace (px0, 10.77.0.1)
-//!  server thread                                   client thread: kernel TCP socket,
-//!    1 kernel echo, blocking     on 10.77.0.3        blocking (row 1) or non-blocking
-//!    2 kernel echo, busy polling on 10.77.0.3        busy polling (rows 2, 3, 3s, 4, 5)
-//!    3 kernel sendfile(2) source on 10.77.0.3
+//!  server thread                                   client thread
+//!    1 kernel echo, blocking     on 10.77.0.3        kernel TCP socket, blocking (row 1) or
+//!    2 kernel echo, busy polling on 10.77.0.3        non-blocking, busy polling (rows 2, 3,
+//!    3 kernel sendfile(2) source on 10.77.0.3        3s, 3z, 4, 5, 6)
 //!   3s kernel splice(2) source   on 10.77.0.3
+//!   3z kernel MSG_ZEROCOPY source on 10.77.0.3
 //!    4 our stack over AF_PACKET  on 10.77.0.2
 //!    5 our stack over AF_XDP     on 10.77.0.2
+//!    6 smoltcp over our AF_XDP   on 10.77.0.2
+//!   4b our stack over AF_PACKET  on 10.77.0.2        our stack over AF_PACKET on px0, 10.77.0.4
+//!   5b our stack over AF_XDP     on 10.77.0.2        our stack over AF_XDP on px0, 10.77.0.4
 //! ```
 //!
-//! Without root (no lab), rows 1, 2, 3 and 3s run over loopback and row M (our stack at both ends
-//! over the in-memory link, in this process; `--only stack-memory` runs it anywhere) stands
-//! in for the bypass rows.
+//! Without root (no lab), rows 1, 2, 3, 3s and 3z run over loopback and row M (our stack at
+//! both ends over the in-memory link, in this process; `--only stack-memory` runs it
+//! anywhere) stands in for the bypass rows.
 //!
-//! Rows 4 and 5 are the mixed case: a kernel client against our server. The kernel server
-//! uses a second address of bx0, so the stack's 10.77.0.2 stays unknown to the kernel.
+//! Rows 4, 5 and 6 are the mixed case: a kernel client against a userspace server; rows 4b
+//! and 5b put our stack at both ends. The kernel server uses a second address of bx0, so the
+//! stack's 10.77.0.2 stays unknown to the kernel; our client's 10.77.0.4 is unknown to the
+//! peer's kernel too (AF_XDP takes every frame of px0 away from it while the row runs).
 //! Transports run one after the other (at most two spinning threads on a 2-core machine),
 //! interleaved across repetitions; every figure is the median of the repetitions.
 
 mod charts;
 mod kernel;
 mod measure;
-mod memory;
+mod ours;
 mod report;
+mod smoltcp;
 mod stack;
 mod zerocopy;
 
@@ -97,11 +104,6 @@ impl Workload {
         }
     }
 
-    /// Return whether this is request/response over one connection.
-    pub fn is_rr_single(self) -> bool {
-        matches!(self, Workload::Rr { conns: 1, .. })
-    }
-
     /// Return whether this is a bulk stream (measured in Gbit/s, no latency).
     pub fn is_bulk(self) -> bool {
         matches!(self, Workload::BulkUp | Workload::BulkDown)
@@ -110,6 +112,10 @@ impl Workload {
 
 /// Our server's address on the in-memory link.
 const MEMORY_SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 2);
+/// Our client's address on the in-memory link.
+const MEMORY_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 1);
+/// Our client's address on px0 in the lab (rows 4b and 5b); the peer's kernel keeps 10.77.0.1.
+const OURS_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 4);
 /// MTU of the lab's veth pair.
 const MTU: u32 = 1500;
 
@@ -123,20 +129,35 @@ pub enum Transport {
     /// Kernel TCP, the server sending with `splice(2)` file -> pipe -> socket (bulk server ->
     /// client only).
     KernelSplice,
+    /// Kernel TCP, the server sending with `send(2)` and `MSG_ZEROCOPY` (bulk server ->
+    /// client only).
+    KernelMsgZerocopy,
+    /// Our server over AF_PACKET, a kernel client.
     StackPacket,
+    /// Our stack at both ends, each over AF_PACKET.
+    StackPacketBoth,
+    /// Our server over AF_XDP, a kernel client.
     StackXdp,
+    /// Our stack at both ends, each over AF_XDP.
+    StackXdpBoth,
+    /// smoltcp as the server over our AF_XDP device, a kernel client.
+    SmoltcpXdp,
     /// Our stack at both ends over the in-memory link (the fallback without root).
     StackMemory,
 }
 
 impl Transport {
-    pub const ALL: [Transport; 7] = [
+    pub const ALL: [Transport; 11] = [
         Transport::KernelBlocking,
         Transport::KernelBusy,
         Transport::KernelZerocopy,
         Transport::KernelSplice,
+        Transport::KernelMsgZerocopy,
         Transport::StackPacket,
+        Transport::StackPacketBoth,
         Transport::StackXdp,
+        Transport::StackXdpBoth,
+        Transport::SmoltcpXdp,
         Transport::StackMemory,
     ];
 
@@ -147,8 +168,12 @@ impl Transport {
             Transport::KernelBusy => "kernel-busy",
             Transport::KernelZerocopy => "kernel-sendfile",
             Transport::KernelSplice => "kernel-splice",
+            Transport::KernelMsgZerocopy => "kernel-msg-zerocopy",
             Transport::StackPacket => "stack-afpacket",
+            Transport::StackPacketBoth => "stack-afpacket-both",
             Transport::StackXdp => "stack-afxdp",
+            Transport::StackXdpBoth => "stack-afxdp-both",
+            Transport::SmoltcpXdp => "smoltcp-afxdp",
             Transport::StackMemory => "stack-memory",
         }
     }
@@ -160,8 +185,12 @@ impl Transport {
             Transport::KernelBusy => "2 kernel TCP, busy-poll",
             Transport::KernelZerocopy => "3 kernel TCP, sendfile",
             Transport::KernelSplice => "3s kernel TCP, splice",
+            Transport::KernelMsgZerocopy => "3z kernel TCP, MSG_ZEROCOPY",
             Transport::StackPacket => "4 ours/AF_PACKET <- kernel",
+            Transport::StackPacketBoth => "4b ours/AF_PACKET <-> ours",
             Transport::StackXdp => "5 ours/AF_XDP <- kernel",
+            Transport::StackXdpBoth => "5b ours/AF_XDP <-> ours",
+            Transport::SmoltcpXdp => "6 smoltcp/AF_XDP <- kernel",
             Transport::StackMemory => "M ours <-> ours, memory link",
         }
     }
@@ -176,10 +205,13 @@ impl Transport {
                 "server: kernel echo, non-blocking read/write spinning, 10.77.0.3 on bx0; client: kernel socket, non-blocking, spinning, peer namespace"
             }
             Transport::KernelZerocopy => {
-                "server: kernel TCP, sendfile(2) from a 64 MiB memfd (sent again and again, the offset wraps), non-blocking, spinning, 10.77.0.3 on bx0; client: kernel socket, non-blocking read(2), spinning (busy polling, as row 2), peer namespace; bulk server -> client only (splice(2): row 3s; MSG_ZEROCOPY not measured)"
+                "server: kernel TCP, sendfile(2) from a 64 MiB memfd (sent again and again, the offset wraps), non-blocking, spinning, 10.77.0.3 on bx0; client: kernel socket, non-blocking read(2), spinning (busy polling, as row 2), peer namespace; bulk server -> client only (splice(2): row 3s; MSG_ZEROCOPY: row 3z)"
             }
             Transport::KernelSplice => {
-                "server: kernel TCP, splice(2) from a 64 MiB memfd into a pipe, then splice(2) pipe -> socket (64 KiB at a time, the offset wraps), non-blocking, spinning, 10.77.0.3 on bx0; client: kernel socket, non-blocking read(2), spinning (busy polling, as row 2), peer namespace; bulk server -> client only (MSG_ZEROCOPY not measured)"
+                "server: kernel TCP, splice(2) from a 64 MiB memfd into a pipe, then splice(2) pipe -> socket (64 KiB at a time, the offset wraps), non-blocking, spinning, 10.77.0.3 on bx0; client: kernel socket, non-blocking read(2), spinning (busy polling, as row 2), peer namespace; bulk server -> client only"
+            }
+            Transport::KernelMsgZerocopy => {
+                "server: kernel TCP, send(2) with MSG_ZEROCOPY on an SO_ZEROCOPY socket (64 KiB per call from a ring of user buffers, each reused only after the kernel's completion notification on the error queue), non-blocking, spinning, 10.77.0.3 on bx0; client: kernel socket, non-blocking read(2), spinning, peer namespace; bulk server -> client only"
             }
             Transport::StackPacket => {
                 "server: our stack over AF_PACKET on bx0 (10.77.0.2), spinning; client: kernel socket, non-blocking, spinning, peer namespace (mixed case)"
@@ -187,8 +219,17 @@ impl Transport {
             Transport::StackXdp => {
                 "server: our stack over AF_XDP on bx0 (10.77.0.2), socket busy polling; client: kernel socket, non-blocking, spinning, peer namespace (mixed case)"
             }
+            Transport::StackPacketBoth => {
+                "server: our stack over AF_PACKET on bx0 (10.77.0.2), spinning; client: our stack over AF_PACKET on px0 (10.77.0.4), spinning, peer namespace"
+            }
+            Transport::StackXdpBoth => {
+                "server: our stack over AF_XDP on bx0 (10.77.0.2), socket busy polling; client: our stack over AF_XDP on px0 (10.77.0.4), socket busy polling, peer namespace"
+            }
+            Transport::SmoltcpXdp => {
+                "server: smoltcp 0.14 over our AF_XDP device on bx0 (10.77.0.2), socket busy polling, spinning; client: kernel socket, non-blocking, spinning, peer namespace (mixed case, as row 5)"
+            }
             Transport::StackMemory => {
-                "server and client: our stack, each spinning on a thread of its own, joined by the in-memory link (bypass_io::MemoryLink, real time) inside the demo process; no kernel on the path; 1-connection request/response only"
+                "server and client: our stack, each spinning on a thread of its own, joined by the in-memory link (bypass_io::MemoryLink, real time) inside the demo process; no kernel on the path"
             }
         }
     }
@@ -211,8 +252,20 @@ impl Transport {
             Transport::StackXdp => {
                 "ours (measured, server): frame -> receive buffer -> application and application -> send buffer -> frame; kernel: 2 per direction (the client's write/read, and AF_XDP copy mode's copy skb -> UMEM on receive / UMEM -> skb on send)"
             }
+            Transport::KernelMsgZerocopy => {
+                "2 per byte, both by the kernel, as row 3: MSG_ZEROCOPY pins the user pages into the skb without a copy, then software GSO copies them into each segment (no tx checksum offload), and delivery to a local socket (veth into another namespace) would force the deferred copy anyway (skb_orphan_frags_rx; completions say SO_EE_CODE_ZEROCOPY_COPIED); read(2) copies skb -> user"
+            }
+            Transport::StackPacketBoth => {
+                "ours (measured, both ends): each end copies frame -> receive buffer -> application and application -> send buffer -> frame; kernel: 2 per direction (AF_PACKET user -> skb on send, skb -> ring on receive)"
+            }
+            Transport::StackXdpBoth => {
+                "ours (measured, both ends): each end copies frame -> receive buffer -> application and application -> send buffer -> frame; kernel: 2 per direction (AF_XDP copy mode UMEM -> skb on send, skb -> UMEM on receive)"
+            }
+            Transport::SmoltcpXdp => {
+                "smoltcp (counted, server): our device adapter copies each received frame out of the UMEM (smoltcp's tokens outlive our lending closure), smoltcp copies frame -> socket buffer -> application and application -> socket buffer -> frame; kernel: 2 per direction as row 5"
+            }
             Transport::StackMemory => {
-                "ours (measured, server): as in rows 4 and 5; our client makes the same copies again, and the in-memory link copies each frame into its queue; no kernel copies"
+                "ours (measured, both ends): each end copies as in rows 4b and 5b, and the in-memory link copies each frame into its queue (not counted); no kernel copies"
             }
         }
     }
@@ -222,7 +275,14 @@ impl Transport {
     }
 
     fn needs_lab(self) -> bool {
-        matches!(self, Transport::StackPacket | Transport::StackXdp)
+        matches!(
+            self,
+            Transport::StackPacket
+                | Transport::StackPacketBoth
+                | Transport::StackXdp
+                | Transport::StackXdpBoth
+                | Transport::SmoltcpXdp
+        )
     }
 
     /// Kernel copies per byte per direction, end to end.
@@ -233,20 +293,16 @@ impl Transport {
     /// Return whether this transport measures `workload`.
     fn runs(self, workload: Workload) -> bool {
         match self {
-            Transport::StackMemory => workload.is_rr_single(),
-            Transport::KernelZerocopy | Transport::KernelSplice => workload == Workload::BulkDown,
+            Transport::KernelZerocopy | Transport::KernelSplice | Transport::KernelMsgZerocopy => {
+                workload == Workload::BulkDown
+            }
             _ => true,
         }
     }
 
     /// Why this transport does not measure some workloads (see [`Transport::runs`]).
     fn not_run_reason(self) -> &'static str {
-        match self {
-            Transport::KernelZerocopy | Transport::KernelSplice => {
-                "not measured: the sendfile and splice rows run bulk server -> client only (they send, they do not receive)"
-            }
-            _ => "not measured: the in-memory row runs 1-connection request/response only",
-        }
+        "not measured: the sendfile, splice and MSG_ZEROCOPY rows run bulk server -> client only (they send, they do not receive)"
     }
 }
 
@@ -289,6 +345,8 @@ pub struct Conditions {
     pub offloads: String,
     pub xdp_mode: Option<String>,
     pub packet_mode: Option<String>,
+    /// What row 3z's completions said (sends, and how many the kernel copied after all).
+    pub msg_zerocopy: Option<String>,
     pub runs: usize,
     pub duration: Duration,
     pub note: Option<String>,
@@ -548,7 +606,12 @@ fn measure(
         });
         // Stop the server however the client ends, panics included.
         let stop = SetOnDrop(&shared.stop);
-        let client = net.in_client(|| kernel::client(&plan, shared, interrupted));
+        let client = net.in_client(|| match (transport, net) {
+            (Transport::StackPacketBoth | Transport::StackXdpBoth, Net::Lab(lab)) => {
+                ours_client(lab, transport, &plan, shared, interrupted)
+            }
+            _ => kernel::client(&plan, shared, interrupted),
+        });
         drop(stop);
         // A kernel server blocked in accept(2) wakes up for one more connection and stops.
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -563,11 +626,32 @@ fn measure(
     });
     let (client, server) = both(client, server)?;
     match transport {
-        Transport::StackXdp => conditions.xdp_mode = Some(server.mode.clone()),
-        Transport::StackPacket => conditions.packet_mode = Some(server.mode.clone()),
+        Transport::StackXdp | Transport::StackXdpBoth => conditions.xdp_mode = Some(server.mode.clone()),
+        Transport::StackPacket | Transport::StackPacketBoth => conditions.packet_mode = Some(server.mode.clone()),
+        Transport::KernelMsgZerocopy => conditions.msg_zerocopy = Some(server.mode.clone()),
         _ => {}
     }
     Ok((report::Run::new(workload, &client, &server), report::cdf(&client.latency)))
+}
+
+/// Run our stack as the client of rows 4b and 5b, on px0 in the calling thread's namespace
+/// (the peer's).
+fn ours_client(
+    lab: &Lab,
+    transport: Transport,
+    plan: &ClientPlan,
+    shared: &Shared,
+    interrupted: &AtomicBool,
+) -> Result<kernel::ClientResult, String> {
+    let (ip, prefix) = (OURS_CLIENT_IP, lab.prefix_len);
+    if transport == Transport::StackPacketBoth {
+        let device = PacketDevice::open(&lab.peer_if).map_err(|e| format!("our client: AF_PACKET unavailable: {e}"))?;
+        ours::client(device, ip, prefix, plan, shared, interrupted)
+    } else {
+        let config = XdpConfig { busy_poll: true, ..XdpConfig::new(&lab.peer_if, ip) };
+        let device = XdpDevice::open(config).map_err(|e| format!("our client: AF_XDP unavailable: {e}"))?;
+        ours::client(device, ip, prefix, plan, shared, interrupted)
+    }
 }
 
 /// Return both results, or the error that says why: the server's when it failed first.
@@ -590,9 +674,6 @@ fn measure_memory(
     duration: Duration,
     interrupted: &AtomicBool,
 ) -> Result<report::Measured, String> {
-    let Workload::Rr { size, conns: 1 } = workload else {
-        return Err("not measured: the in-memory row runs 1-connection request/response only".into());
-    };
     // A perfect link without delay: frames are due as soon as they are sent.
     let link = LinkConfig::default().with_delay(Duration::ZERO);
     let (client_device, server_device) = MemoryLink::new(link, link, 1).clock(Clock::real()).build();
@@ -609,7 +690,7 @@ fn measure_memory(
             result
         });
         let stop = SetOnDrop(&shared.stop);
-        let client = memory::client(client_device, server_addr, size, &plan, shared, interrupted);
+        let client = ours::client(client_device, MEMORY_CLIENT_IP, 24, &plan, shared, interrupted);
         drop(stop);
         (client, server.join().unwrap_or_else(|_| Err("the server thread panicked".into())))
     });
@@ -651,14 +732,23 @@ fn serve(
                 TcpListener::bind((ip, port)).map_err(|e| format!("splice server: bind {ip}:{port}: {e}"))?;
             zerocopy::server(listener, zerocopy::Mode::Splice, shared)
         }
-        Transport::StackPacket | Transport::StackXdp => {
+        Transport::KernelMsgZerocopy => {
+            let listener =
+                TcpListener::bind((ip, port)).map_err(|e| format!("MSG_ZEROCOPY server: bind {ip}:{port}: {e}"))?;
+            zerocopy::server(listener, zerocopy::Mode::MsgZerocopy, shared)
+        }
+        Transport::StackPacket | Transport::StackPacketBoth => {
             let Net::Lab(lab) = net else { return Err("needs the namespace lab".into()) };
-            if transport == Transport::StackPacket {
-                let device = PacketDevice::open(&lab.bypass_if).map_err(|e| format!("AF_PACKET unavailable: {e}"))?;
-                stack::server(device, ip, lab.prefix_len, port, workload, shared)
+            let device = PacketDevice::open(&lab.bypass_if).map_err(|e| format!("AF_PACKET unavailable: {e}"))?;
+            stack::server(device, ip, lab.prefix_len, port, workload, shared)
+        }
+        Transport::StackXdp | Transport::StackXdpBoth | Transport::SmoltcpXdp => {
+            let Net::Lab(lab) = net else { return Err("needs the namespace lab".into()) };
+            let config = XdpConfig { busy_poll: true, ..XdpConfig::new(&lab.bypass_if, ip) };
+            let device = XdpDevice::open(config).map_err(|e| format!("AF_XDP unavailable: {e}"))?;
+            if transport == Transport::SmoltcpXdp {
+                smoltcp::server(device, ip, lab.prefix_len, port, workload, shared)
             } else {
-                let config = XdpConfig { busy_poll: true, ..XdpConfig::new(&lab.bypass_if, ip) };
-                let device = XdpDevice::open(config).map_err(|e| format!("AF_XDP unavailable: {e}"))?;
                 stack::server(device, ip, lab.prefix_len, port, workload, shared)
             }
         }

@@ -26,7 +26,8 @@ pub struct Run {
     pub ctx_per_unit: f64,
     pub voluntary_per_unit: f64,
     pub involuntary_per_unit: f64,
-    /// Our stack's CPU copies per byte per direction (server side), if the server is ours.
+    /// Our stack's CPU copies per byte per direction (its ends: the server, and the client
+    /// where it is ours too; smoltcp's server counts its own), if an end is ours.
     pub copies_ours: Option<f64>,
     /// Units of work measured (requests, connections, MiB).
     pub units: f64,
@@ -66,7 +67,11 @@ impl Run {
             ctx_per_unit: (c.voluntary + c.involuntary + s.voluntary + s.involuntary) as f64 / units,
             voluntary_per_unit: (c.voluntary + s.voluntary) as f64 / units,
             involuntary_per_unit: (c.involuntary + s.involuntary) as f64 / units,
-            copies_ours: server.copied.map(|b| b as f64 / bytes_through_server),
+            // Both ends where both are ours (their copies add up along the path).
+            copies_ours: match (server.copied, client.copied) {
+                (None, None) => None,
+                (s, c) => Some((s.unwrap_or(0) + c.unwrap_or(0)) as f64 / bytes_through_server),
+            },
             units,
         }
     }
@@ -188,9 +193,7 @@ fn cells(rows: &[Row], workload: Workload) -> Vec<Vec<String>> {
                         c.push(baseline.map_or("-".into(), |b| format!("{:.2}x", f.p50_us / b)));
                         c.push(format!("{:.2}", f.cpu_per_unit));
                     }
-                    // `*`: our server's packet-socket calls are not read/write-family calls.
-                    let star = if r.transport.needs_lab() { "*" } else { "" };
-                    c.push(format!("{:.1}{star}", f.syscalls_per_unit));
+                    c.push(format!("{:.1}", f.syscalls_per_unit));
                     c.push(format!("{:.3}", f.ctx_per_unit));
                     c.push(match f.copies_ours {
                         Some(x) => format!("{x:.2}+{}k", r.transport.kernel_copies()),
@@ -218,7 +221,7 @@ fn workloads(rows: &[Row]) -> Vec<Workload> {
 
 pub fn conditions_line(c: &Conditions) -> String {
     let mut s = format!(
-        "{}; Linux {}; {} cores; MTU {}; {}; row 1 interrupt-driven (blocking), rows 2/3/3s/4/5 busy-polling; AF_XDP mode: {}; AF_PACKET: {}; median of {} run(s) of {:.1} s each",
+        "{}; Linux {}; {} cores; MTU {}; {}; row 1 interrupt-driven (blocking), every other row busy-polling; AF_XDP mode: {}; AF_PACKET: {}; MSG_ZEROCOPY: {}; median of {} run(s) of {:.1} s each",
         c.date,
         c.kernel,
         c.cores,
@@ -226,6 +229,7 @@ pub fn conditions_line(c: &Conditions) -> String {
         c.offloads,
         c.xdp_mode.as_deref().unwrap_or("not run"),
         c.packet_mode.as_deref().unwrap_or("not run"),
+        c.msg_zerocopy.as_deref().unwrap_or("not run"),
         c.runs,
         c.duration.as_secs_f64(),
     );
@@ -235,7 +239,7 @@ pub fn conditions_line(c: &Conditions) -> String {
     s
 }
 
-const LEGEND: &str = "latency measured by the client (round trip; for the connection rate: connect + exchange + close); `vs 2`: ratio to row 2 (busy-polling kernel TCP) in the same run (p50: lower is better; Gbit/s: higher is better); `<- kernel`: a kernel client against our server (the mixed case); CPU, syscalls (syscr+syscw of /proc/thread-self/io: read/write-family calls, every call of the kernel ends, including those a busy-polling loop makes in vain; *: our server's sendto/recvfrom/poll/sendmmsg on its packet socket are not in it, so those rows count the client's calls only) and context switches (voluntary + involuntary, getrusage RUSAGE_THREAD) are client + server threads per unit of work; copies/byte = CPU copies per byte per direction: ours (measured by the stack) + k by the kernel";
+const LEGEND: &str = "latency measured by the client (round trip; for the connection rate: connect + exchange + close); `vs 2`: ratio to row 2 (busy-polling kernel TCP) in the same run (p50: lower is better; Gbit/s: higher is better); `<- kernel`: a kernel client against our server (the mixed case); `<-> ours`: our stack at both ends; CPU, syscalls (syscr+syscw of /proc/thread-self/io: read/write-family calls, every call of the kernel ends, including those a busy-polling loop makes in vain, but not socket/connect/accept/close; plus, for our stack and smoltcp, the calls their packet device made, counted by the device: AF_XDP sendto/recvfrom/poll, AF_PACKET sendmmsg/ppoll) and context switches (voluntary + involuntary, getrusage RUSAGE_THREAD) are client + server threads per unit of work; copies/byte = CPU copies per byte per direction, end to end: ours (measured by the stack at our ends; for smoltcp, counted by its server) + k by the kernel";
 
 fn failures(rows: &[Row]) -> Vec<String> {
     rows.iter()
@@ -370,13 +374,14 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
     let _ = writeln!(out, "  \"legend\": {},", js(LEGEND));
     let _ = writeln!(
         out,
-        "  \"conditions\": {{\"kernel\": {}, \"cores\": {}, \"mtu\": {}, \"offloads\": {}, \"xdp_mode\": {}, \"packet_mode\": {}, \"runs\": {}, \"duration_s\": {}, \"note\": {}, \"summary\": {}}},",
+        "  \"conditions\": {{\"kernel\": {}, \"cores\": {}, \"mtu\": {}, \"offloads\": {}, \"xdp_mode\": {}, \"packet_mode\": {}, \"msg_zerocopy\": {}, \"runs\": {}, \"duration_s\": {}, \"note\": {}, \"summary\": {}}},",
         js(&c.kernel),
         c.cores,
         c.mtu.map_or("null".into(), |m| m.to_string()),
         js(&c.offloads),
         opt(&c.xdp_mode),
         opt(&c.packet_mode),
+        opt(&c.msg_zerocopy),
         c.runs,
         jn(c.duration.as_secs_f64()),
         opt(&c.note),

@@ -11,7 +11,7 @@ use bypass_tcp::Event;
 
 use super::Workload;
 use super::kernel::{ServerResult, Shared};
-use super::measure::Window;
+use super::measure::{Own, Window};
 use crate::echo::EchoServer;
 
 /// A bulk server: discards everything it reads (`source: false`) or writes without end
@@ -101,7 +101,7 @@ pub fn server<D: Device>(
     shared.ready.store(true, Ordering::SeqCst);
     let mut window = Window::default();
     while !shared.stop.load(Ordering::Relaxed) {
-        window.observe(&shared.phase, || stack.counters().bytes_copied);
+        window.observe(&shared.phase, || own(&stack));
         stack.poll_rx().map_err(io)?;
         match &mut service {
             Service::Echo(echo) => echo.service(&mut stack),
@@ -109,8 +109,8 @@ pub fn server<D: Device>(
         }
         stack.poll_tx().map_err(io)?;
     }
-    window.observe(&shared.phase, || stack.counters().bytes_copied);
-    window.finish(stack.counters().bytes_copied);
+    window.observe(&shared.phase, || own(&stack));
+    window.finish(own(&stack));
     // Let the client's FIN be answered, then drop whatever is left.
     if let Service::Echo(echo) = &mut service {
         echo.shutdown(&mut stack);
@@ -124,6 +124,11 @@ pub fn server<D: Device>(
     stack.poll().map_err(io)?;
     let (usage, copied) = window.delta().ok_or("our stack: the client's measurement window was not seen")?;
     Ok(ServerResult { usage, copied: Some(copied), mode })
+}
+
+/// Return the stack's bytes-copied counter and its device's system calls.
+fn own<D: Device>(stack: &Stack<D>) -> Own {
+    Own { copied: stack.counters().bytes_copied, syscalls: stack.device().syscalls() }
 }
 
 /// Return 16 bytes from the kernel's random source (ISN and SYN-cookie key).

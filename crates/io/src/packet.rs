@@ -103,6 +103,9 @@ pub struct PacketStats {
     pub tx_frames: u64,
     /// Frames the kernel refused (`ENOBUFS`, `EMSGSIZE`, ...), dropped.
     pub tx_dropped: u64,
+    /// System calls made to move frames: `sendmmsg(2)` batches and `ppoll(2)` waits (the
+    /// receive ring needs none).
+    pub syscalls: u64,
 }
 
 /// Frames per `sendmmsg(2)` call.
@@ -263,6 +266,7 @@ impl Device for PacketDevice {
                 let slot = (self.tx_first + k) % slots;
                 *frame = &self.tx_buf[self.tx_slot(slot)][..self.tx_len[slot]];
             }
+            self.stats.syscalls += 1;
             let (done, result) = match self.socket.send_batch(&frames[..n]) {
                 Ok(sent) => {
                     self.stats.tx_frames += sent as u64;
@@ -288,7 +292,12 @@ impl Device for PacketDevice {
         if self.rx.frame(self.rx_head).is_some() {
             return Ok(());
         }
+        self.stats.syscalls += 1;
         self.socket.poll_readable(timeout)
+    }
+
+    fn syscalls(&self) -> u64 {
+        self.stats.syscalls
     }
 
     fn raw_fd(&self) -> Option<RawFd> {

@@ -65,6 +65,12 @@ pub trait Device {
     fn device_counters(&mut self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+
+    /// Return how many system calls the device has made since it was opened (sends, wake-ups,
+    /// waits), for cost reports; 0 for devices that make none. Cheap: a counter, no call.
+    fn syscalls(&self) -> u64 {
+        0
+    }
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
@@ -88,5 +94,8 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn device_counters(&mut self) -> Vec<(&'static str, u64)> {
         (**self).device_counters()
+    }
+    fn syscalls(&self) -> u64 {
+        (**self).syscalls()
     }
 }

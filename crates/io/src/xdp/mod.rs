@@ -358,6 +358,7 @@ impl Device for XdpDevice {
             // Round up so a short timeout sleeps instead of spinning.
             Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
         };
+        self.socket.count_syscall();
         match sys::poll_readable(self.socket.fd(), ms) {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
@@ -367,6 +368,10 @@ impl Device for XdpDevice {
 
     fn raw_fd(&self) -> Option<RawFd> {
         Some(self.socket.fd().as_raw_fd())
+    }
+
+    fn syscalls(&self) -> u64 {
+        self.socket.syscalls()
     }
 
     fn device_counters(&mut self) -> Vec<(&'static str, u64)> {

@@ -1,5 +1,6 @@
 //! One AF_XDP socket bound to one queue of an interface, with its own UMEM and four rings.
 
+use std::cell::Cell;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -33,6 +34,8 @@ pub struct XskSocket {
     queue: u32,
     zero_copy: bool,
     tx_ring_size: u32,
+    /// System calls made on the socket's rings (wake-ups and kicks), for cost reports.
+    syscalls: Cell<u64>,
 }
 
 impl XskSocket {
@@ -79,8 +82,18 @@ impl XskSocket {
             Ok(flags) => flags & libc::XDP_OPTIONS_ZEROCOPY != 0,
             Err(_) => options.zero_copy,
         };
-        let mut socket =
-            XskSocket { fill, completion, rx, tx, fd, umem, queue, zero_copy, tx_ring_size: options.rings.tx };
+        let mut socket = XskSocket {
+            fill,
+            completion,
+            rx,
+            tx,
+            fd,
+            umem,
+            queue,
+            zero_copy,
+            tx_ring_size: options.rings.tx,
+            syscalls: Cell::new(0),
+        };
         socket.umem.refill(&mut socket.fill);
         Ok(socket)
     }
@@ -142,6 +155,7 @@ impl XskSocket {
 
     /// Wake the kernel's receive side, or busy-poll the device when busy polling is enabled.
     pub fn wake_rx(&self) -> io::Result<()> {
+        self.count_syscall();
         match sys::xsk_kick_rx(self.fd()) {
             Ok(()) => Ok(()),
             Err(e) if transient(&e) => Ok(()),
@@ -176,6 +190,7 @@ impl XskSocket {
             // while more remain (or while the completion ring is full): kick until the ring
             // drains, with a bound in case the device cannot take more now.
             for _ in 0..self.tx_ring_size / KERNEL_TX_BATCH + 2 {
+                self.count_syscall();
                 match sys::xsk_kick_tx(self.fd()) {
                     Ok(()) => {}
                     Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
@@ -197,6 +212,16 @@ impl XskSocket {
     /// the UMEM (a kernel bug if ever non-zero; the frames they named are lost).
     pub fn invalid_descriptors(&self) -> u64 {
         self.rx.invalid() + self.completion.invalid()
+    }
+
+    /// Count one system call made on this socket (see [`syscalls`](Self::syscalls)).
+    pub(crate) fn count_syscall(&self) {
+        self.syscalls.set(self.syscalls.get() + 1);
+    }
+
+    /// Return how many wake-up, kick and wait system calls were made on this socket.
+    pub fn syscalls(&self) -> u64 {
+        self.syscalls.get()
     }
 
     /// Return the kernel's drop counters for this socket.
