@@ -48,7 +48,9 @@ pub trait Device {
     fn send(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<bool>;
 
     /// Push queued frames to the wire (one system call per batch where the backend needs
-    /// one) and reclaim buffers of frames already sent.
+    /// one) and reclaim buffers of frames already sent. A device that cannot take every
+    /// frame now keeps the rest queued for the next call, so callers flush again even when
+    /// they queued nothing new; a call with nothing queued must be cheap.
     fn flush(&mut self) -> io::Result<()>;
 
     /// Block until a frame may be waiting or `timeout` passes (interrupt-driven mode).

@@ -139,12 +139,16 @@ impl<D: Device> Stack<D> {
     }
 
     /// Transmit everything due and flush the device; return the frames sent.
+    ///
+    /// The flush runs on every call, not only after new frames: a device may keep frames
+    /// from an earlier flush (AF_XDP in copy mode takes a batch per kick and answers
+    /// `EAGAIN` while more remain; a full TX ring stops `transmit` early), and without
+    /// another kick they would wait for the next new frame, or for a retransmission
+    /// timeout when the connection has nothing new to send.
     pub fn poll_tx(&mut self) -> io::Result<usize> {
         let now = self.now();
         let sent = self.iface.transmit(now, &mut self.device)?;
-        if sent > 0 {
-            self.device.flush()?;
-        }
+        self.device.flush()?;
         Ok(sent)
     }
 
