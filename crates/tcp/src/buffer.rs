@@ -1,7 +1,10 @@
 //! A fixed-capacity byte ring for the send and receive buffers.
 //!
 //! The storage is allocated once in [`RingBuffer::new`] and never grows or
-//! shrinks, so the data path does no allocation (house style).
+//! shrinks, so the data path does no allocation (house style). A finished ring
+//! gives its storage back, zeroed, with [`RingBuffer::into_storage`], for the
+//! next ring to take with [`RingBuffer::with_storage`]: a host that opens and
+//! closes connections at a high rate then allocates nothing per connection.
 //!
 //! The ring holds *committed* bytes, readable from the front, followed by an
 //! *uncommitted* area up to the capacity:
@@ -37,12 +40,28 @@ pub struct RingBuffer {
     head: usize,
     /// Number of committed bytes.
     len: usize,
+    /// Every byte of `storage` ever written lies below this index, so
+    /// [`into_storage`](Self::into_storage) zeroes only that prefix.
+    written: usize,
 }
 
 impl RingBuffer {
     /// Return an empty ring holding at most `capacity` bytes, allocated now and never again.
     pub fn new(capacity: usize) -> Self {
-        RingBuffer { storage: vec![0; capacity].into_boxed_slice(), head: 0, len: 0 }
+        RingBuffer::with_storage(Storage::new(capacity))
+    }
+
+    /// Return an empty ring over `storage` (see [`Storage`]): no allocation.
+    pub fn with_storage(storage: Storage) -> Self {
+        RingBuffer { storage: storage.0, head: 0, len: 0, written: 0 }
+    }
+
+    /// Give the storage back for another ring, zeroed as if new: only the bytes ever
+    /// written are cleared, so a ring that carried little is cheap to recycle.
+    pub fn into_storage(self) -> Storage {
+        let mut storage = self.storage;
+        storage[..self.written].fill(0);
+        Storage(storage)
     }
 
     /// Return the fixed number of bytes the ring can hold.
@@ -171,6 +190,8 @@ impl RingBuffer {
         let first = data.len().min(self.capacity() - start);
         self.storage[start..start + first].copy_from_slice(&data[..first]);
         self.storage[..data.len() - first].copy_from_slice(&data[first..]);
+        // A wrapped tail lands below `start`, so the first part bounds everything written.
+        self.written = self.written.max(start + first);
     }
 
     /// Copy bytes at logical `offset` into `buf`; the caller ensures
@@ -184,6 +205,28 @@ impl RingBuffer {
         let rest = buf.len() - first;
         buf[..first].copy_from_slice(&self.storage[start..start + first]);
         buf[first..].copy_from_slice(&self.storage[..rest]);
+    }
+}
+
+/// The zeroed bytes behind a [`RingBuffer`], to move from a finished ring to a new one
+/// without allocating ([`RingBuffer::into_storage`], [`RingBuffer::with_storage`]).
+pub struct Storage(Box<[u8]>);
+
+impl Storage {
+    /// Allocate `capacity` zeroed bytes.
+    pub fn new(capacity: usize) -> Self {
+        Storage(vec![0; capacity].into_boxed_slice())
+    }
+
+    /// Return the number of bytes.
+    pub fn capacity(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl core::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Storage").field("capacity", &self.capacity()).finish()
     }
 }
 
@@ -403,6 +446,34 @@ mod tests {
         assert_eq!(ring.capacity(), 16);
     }
 
+    #[test]
+    fn recycled_storage_is_zeroed_and_reused() {
+        let mut ring = RingBuffer::new(8);
+        let ptr = ring.storage.as_ptr();
+        ring.push(b"abcdef");
+        ring.discard(5);
+        ring.push(b"ghi"); // wraps: "gh" at the end, "i" at the start
+        ring.write_at(6, b"x"); // beyond the committed data, never committed
+        let storage = ring.into_storage();
+        assert_eq!(storage.capacity(), 8);
+        let ring = RingBuffer::with_storage(storage);
+        assert_eq!(ring.storage.as_ptr(), ptr, "same allocation");
+        assert!(ring.storage.iter().all(|&b| b == 0), "every byte written is cleared");
+        assert!(ring.is_empty());
+        assert_eq!(ring.written, 0);
+    }
+
+    #[test]
+    fn recycling_clears_only_what_was_written() {
+        let mut ring = RingBuffer::new(16);
+        ring.push(b"abc");
+        assert_eq!(ring.written, 3);
+        ring.write_at(10, b"z");
+        assert_eq!(ring.written, 11);
+        ring.pop(&mut [0; 3]);
+        assert_eq!(ring.written, 11, "reading does not shrink the written extent");
+    }
+
     /// One operation in the model test.
     #[derive(Debug, Clone)]
     enum Op {
@@ -501,6 +572,8 @@ mod tests {
                 let (a, b) = ring.as_slices();
                 prop_assert_eq!(a.len() + b.len(), len);
             }
+            let storage = ring.into_storage();
+            prop_assert!(storage.0.iter().all(|&b| b == 0), "recycled storage is all zero");
         }
     }
 }

@@ -21,7 +21,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use crate::buffer::RingBuffer;
+use crate::buffer::{RingBuffer, Storage};
 use crate::config::Config;
 use crate::congestion::NewReno;
 use crate::event::{Cause, Event, Stats, Transition, UserCall};
@@ -151,6 +151,39 @@ pub(crate) fn max_window(wscale: u8) -> u32 {
     65535u32 << wscale
 }
 
+/// The storage of a connection's send and receive buffers, to hand from a finished
+/// connection ([`Connection::into_buffers`]) to the next one ([`Connection::connect_with`],
+/// [`accept_with`](Connection::accept_with),
+/// [`from_syn_cookie_with`](Connection::from_syn_cookie_with)).
+///
+/// Each buffer is [`Config::send_buffer`] or [`Config::recv_buffer`] bytes, 256 KiB by
+/// default: allocating and zeroing both for every connection costs more than the rest of a
+/// short connection's life (the allocator returns blocks this large to the kernel on
+/// free, so each one comes back as fresh pages to fault in). Recycled storage is zeroed
+/// only where the last connection wrote.
+#[derive(Debug)]
+pub struct Buffers {
+    send: Storage,
+    recv: Storage,
+}
+
+impl Buffers {
+    /// Allocate zeroed buffers of the sizes `config` asks for.
+    pub fn new(config: &Config) -> Self {
+        Buffers { send: Storage::new(config.send_buffer), recv: Storage::new(config.recv_buffer) }
+    }
+
+    /// Return whether these buffers have the sizes `config` asks for.
+    pub fn fits(&self, config: &Config) -> bool {
+        self.send.capacity() == config.send_buffer && self.recv.capacity() == config.recv_buffer
+    }
+
+    /// Return these buffers if they fit `config`, else newly allocated ones.
+    fn for_config(self, config: &Config) -> Self {
+        if self.fits(config) { self } else { Buffers::new(config) }
+    }
+}
+
 /// One TCP connection (a TCB), sans-IO. See the module docs for the call order.
 pub struct Connection {
     pub(crate) config: Config,
@@ -241,7 +274,8 @@ pub struct Connection {
 }
 
 impl Connection {
-    fn blank(config: &Config, local: SocketAddr, remote: Option<SocketAddr>, state: State) -> Self {
+    fn blank(config: &Config, local: SocketAddr, remote: Option<SocketAddr>, state: State, buffers: Buffers) -> Self {
+        let Buffers { send, recv } = buffers.for_config(config);
         let mut rcv_wscale_offer = 0;
         if config.window_scaling {
             while rcv_wscale_offer < 14 && max_window(rcv_wscale_offer) < config.recv_buffer as u32 {
@@ -271,14 +305,14 @@ impl Connection {
             smss: default_mss.min(config.mss),
             syn_acknowledged: false,
             send_buf_seq: SeqNum(0),
-            send_buf: RingBuffer::new(config.send_buffer),
+            send_buf: RingBuffer::with_storage(send),
             fin_queued: false,
             irs: SeqNum(0),
             rcv_nxt: SeqNum(0),
             rcv_adv: SeqNum(0),
             rcv_wscale: 0,
             rcv_wscale_offer,
-            recv_buf: RingBuffer::new(config.recv_buffer),
+            recv_buf: RingBuffer::with_storage(recv),
             assembler: Assembler::new(),
             fin_pending: None,
             fin_received: false,
@@ -322,7 +356,13 @@ impl Connection {
     /// Active open: return a connection in SYN-SENT whose SYN `poll_transmit` will send
     /// (RFC 9293 3.10.1).
     pub fn connect(config: &Config, tuple: FourTuple, now: Instant) -> Connection {
-        let mut c = Connection::blank(config, tuple.local, Some(tuple.remote), State::Closed);
+        Connection::connect_with(config, tuple, now, Buffers::new(config))
+    }
+
+    /// [`connect`](Connection::connect) with the storage of a finished connection (see
+    /// [`Buffers`]); buffers of other sizes than `config` asks for are replaced.
+    pub fn connect_with(config: &Config, tuple: FourTuple, now: Instant, buffers: Buffers) -> Connection {
+        let mut c = Connection::blank(config, tuple.local, Some(tuple.remote), State::Closed, buffers);
         c.init_send_space(now);
         c.set_state(now, State::SynSent, Cause::User(UserCall::Connect));
         c
@@ -333,7 +373,11 @@ impl Connection {
     /// A listening connection needs the source address of each segment: feed it with
     /// [`handle_segment_from`](Connection::handle_segment_from).
     pub fn listen(config: &Config, local: SocketAddr) -> Connection {
-        let mut c = Connection::blank(config, local, None, State::Closed);
+        Connection::listen_with(config, local, Buffers::new(config))
+    }
+
+    pub(crate) fn listen_with(config: &Config, local: SocketAddr, buffers: Buffers) -> Connection {
+        let mut c = Connection::blank(config, local, None, State::Closed, buffers);
         c.passive = true;
         c.set_state(Instant::ZERO, State::Listen, Cause::User(UserCall::Listen));
         c
@@ -346,7 +390,22 @@ impl Connection {
         if !syn.flags.syn() || syn.flags.intersects(Flags::RST | Flags::ACK) {
             return None;
         }
-        let mut c = Connection::listen(config, tuple.local);
+        Connection::accept_with(config, tuple, syn, now, Buffers::new(config))
+    }
+
+    /// [`accept`](Connection::accept) with the storage of a finished connection (see
+    /// [`Buffers`]); the buffers are dropped if the segment is refused.
+    pub fn accept_with(
+        config: &Config,
+        tuple: FourTuple,
+        syn: &Segment<'_>,
+        now: Instant,
+        buffers: Buffers,
+    ) -> Option<Connection> {
+        if !syn.flags.syn() || syn.flags.intersects(Flags::RST | Flags::ACK) {
+            return None;
+        }
+        let mut c = Connection::listen_with(config, tuple.local, buffers);
         c.handle_segment_from(now, tuple.remote.ip(), syn);
         (c.state == State::SynReceived).then_some(c)
     }
@@ -367,7 +426,21 @@ impl Connection {
         ack: &Segment<'_>,
         now: Instant,
     ) -> Connection {
-        let mut c = Connection::blank(config, tuple.local, Some(tuple.remote), State::Closed);
+        Connection::from_syn_cookie_with(config, tuple, iss, peer_mss, ack, now, Buffers::new(config))
+    }
+
+    /// [`from_syn_cookie`](Connection::from_syn_cookie) with the storage of a finished
+    /// connection (see [`Buffers`]).
+    pub fn from_syn_cookie_with(
+        config: &Config,
+        tuple: FourTuple,
+        iss: SeqNum,
+        peer_mss: u16,
+        ack: &Segment<'_>,
+        now: Instant,
+        buffers: Buffers,
+    ) -> Connection {
+        let mut c = Connection::blank(config, tuple.local, Some(tuple.remote), State::Closed, buffers);
         c.passive = true;
         c.iss = iss;
         c.snd_una = iss + 1u32;
@@ -402,6 +475,19 @@ impl Connection {
             options: crate::options::TcpOptions { mss: Some(config.mss), ..crate::options::TcpOptions::NONE },
             ..Segment::EMPTY
         }
+    }
+
+    /// Give up the connection and return the storage of its buffers, zeroed, for the next
+    /// connection (see [`Buffers`]).
+    pub fn into_buffers(self) -> Buffers {
+        Buffers { send: self.send_buf.into_storage(), recv: self.recv_buf.into_storage() }
+    }
+
+    /// Take the buffers' storage out, leaving empty rings (the connection is being replaced).
+    pub(crate) fn take_buffers(&mut self) -> Buffers {
+        let send = std::mem::replace(&mut self.send_buf, RingBuffer::new(0));
+        let recv = std::mem::replace(&mut self.recv_buf, RingBuffer::new(0));
+        Buffers { send: send.into_storage(), recv: recv.into_storage() }
     }
 
     /// Return the current state.

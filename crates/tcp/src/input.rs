@@ -386,7 +386,8 @@ impl Connection {
 
     /// SYN-RECEIVED from a passive open goes back to LISTEN (RFC 9293 3.10.7.4).
     fn return_to_listen(&mut self, now: Instant, seg: &Segment<'_>) {
-        let mut fresh = Connection::listen(&self.config, self.local);
+        let buffers = self.take_buffers();
+        let mut fresh = Connection::listen_with(&self.config, self.local, buffers);
         fresh.stats = self.stats;
         fresh.trace = std::mem::take(&mut self.trace);
         *self = fresh;
