@@ -126,6 +126,9 @@ pub struct Counters {
     pub connections_accepted: u64,
     /// Connections opened actively.
     pub connections_opened: u64,
+    /// Connections opened with the buffers of finished ones instead of new ones (see
+    /// `StackConfig::buffer_pool`).
+    pub buffers_recycled: u64,
     /// Bytes copied by the CPU on the data path (payload into and out of connection
     /// buffers), for the demo's copies-per-byte figure.
     pub bytes_copied: u64,
@@ -168,6 +171,7 @@ impl fmt::Display for Counters {
             ("syn_cookies_accepted", self.syn_cookies_accepted),
             ("connections_accepted", self.connections_accepted),
             ("connections_opened", self.connections_opened),
+            ("buffers_recycled", self.buffers_recycled),
             ("bytes_copied", self.bytes_copied),
         ];
         for (name, value) in plain {

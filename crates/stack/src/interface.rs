@@ -9,7 +9,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 
-use bypass_tcp::{Config as TcpConfig, Connection, Event, FourTuple, Instant, Segment, State};
+use bypass_tcp::{Buffers, Config as TcpConfig, Connection, Event, FourTuple, Instant, Segment, State};
 use etherparse::{ArpOperation, EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv4HeaderSlice};
 
 use std::fmt::Write as _;
@@ -46,6 +46,9 @@ pub struct StackConfig {
     pub max_connections: usize,
     /// Ports for active opens.
     pub ephemeral_ports: (u16, u16),
+    /// Buffers of finished connections kept for new ones, so opening a connection does not
+    /// allocate (each is `tcp.send_buffer + tcp.recv_buffer` bytes: 512 KiB by default).
+    pub buffer_pool: usize,
 }
 
 impl StackConfig {
@@ -62,6 +65,7 @@ impl StackConfig {
             accept_backlog: 1024,
             max_connections: 65536,
             ephemeral_ports: (49152, 65535),
+            buffer_pool: 16,
         }
     }
 }
@@ -155,6 +159,8 @@ pub struct Interface {
     /// What the frame being received meant (filled only while capturing).
     note: String,
     events: VecDeque<(SocketId, Event)>,
+    /// Buffers of removed connections, zeroed, for the next ones (at most `buffer_pool`).
+    buffers: Vec<Buffers>,
     counters: Counters,
     next_port: u16,
     timer_due: Option<Instant>,
@@ -185,6 +191,7 @@ impl Interface {
             capture: None,
             note: String::new(),
             events: VecDeque::new(),
+            buffers: Vec::new(),
             counters: Counters::default(),
             next_port: start,
             timer_due: None,
@@ -305,7 +312,8 @@ impl Interface {
             if port == 0 || self.table.contains_key(&tuple) {
                 return Err(ConnectError::PortInUse(port));
             }
-            let conn = Connection::connect(&self.config.tcp, tuple, now);
+            let buffers = self.take_buffers();
+            let conn = Connection::connect_with(&self.config.tcp, tuple, now, buffers);
             self.counters.connections_opened += 1;
             return Ok(self.insert(tuple, conn, Owner::User, None));
         }
@@ -319,7 +327,8 @@ impl Interface {
             if self.table.contains_key(&tuple) || self.listeners.contains_key(&port) {
                 continue;
             }
-            let conn = Connection::connect(&self.config.tcp, tuple, now);
+            let buffers = self.take_buffers();
+            let conn = Connection::connect_with(&self.config.tcp, tuple, now, buffers);
             self.counters.connections_opened += 1;
             return Ok(self.insert(tuple, conn, Owner::User, None));
         }
@@ -576,7 +585,8 @@ impl Interface {
                 self.counters.syn_cookies_sent += 1;
                 return;
             }
-            if let Some(conn) = Connection::accept(&self.config.tcp, tuple, seg, now) {
+            let buffers = self.take_buffers();
+            if let Some(conn) = Connection::accept_with(&self.config.tcp, tuple, seg, now, buffers) {
                 if self.capture.is_some() {
                     note_segment(&mut self.note, seg, &conn, Direction::In, State::Listen);
                 }
@@ -591,7 +601,8 @@ impl Interface {
                 {
                     return self.drop(Drop::BacklogFull, "accept backlog full (cookie)");
                 }
-                let conn = Connection::from_syn_cookie(&self.config.tcp, tuple, iss, mss, seg, now);
+                let buffers = self.take_buffers();
+                let conn = Connection::from_syn_cookie_with(&self.config.tcp, tuple, iss, mss, seg, now, buffers);
                 if self.capture.is_some() {
                     let _ = write!(self.note, "valid SYN cookie: connection rebuilt | ");
                     note_segment(&mut self.note, seg, &conn, Direction::In, State::Listen);
@@ -703,6 +714,20 @@ impl Interface {
             self.table.remove(&sock.tuple);
             slot.generation = slot.generation.wrapping_add(1);
             self.free.push(index);
+            if self.buffers.len() < self.config.buffer_pool {
+                self.buffers.push(sock.conn.into_buffers());
+            }
+        }
+    }
+
+    /// Return buffers for a new connection: recycled if any are spare, else new.
+    fn take_buffers(&mut self) -> Buffers {
+        match self.buffers.pop() {
+            Some(b) if b.fits(&self.config.tcp) => {
+                self.counters.buffers_recycled += 1;
+                b
+            }
+            _ => Buffers::new(&self.config.tcp),
         }
     }
 

@@ -117,6 +117,45 @@ fn tcp_echo_across_two_hosts_resolving_arp() {
 }
 
 #[test]
+fn connections_one_after_another_reuse_buffers_and_see_only_their_own_bytes() {
+    // Small buffers, so a transfer wraps the rings and the next connection gets storage
+    // written all over.
+    let mut net = Net::new(LinkConfig::default(), |c| {
+        c.tcp.send_buffer = 4096;
+        c.tcp.recv_buffer = 4096;
+    });
+    let listener = net.b.listen(7).unwrap();
+    for round in 0..4u32 {
+        let len = 10_000 - 3_000 * round as usize;
+        let message: Vec<u8> = (0..len as u32).map(|i| (i * 13 + round * 101) as u8).collect();
+        let client = net.a.connect(SocketAddrV4::new(B, 7)).unwrap();
+        let mut server = None;
+        let (mut sent, mut got) = (0, Vec::new());
+        net.run_until(|n| {
+            server = server.or_else(|| n.b.accept(listener));
+            if sent < message.len()
+                && let Ok(k) = n.a.write(client, &message[sent..])
+            {
+                sent += k;
+            }
+            let mut buf = [0u8; 1500];
+            while let Some(Ok(k @ 1..)) = server.map(|s| n.b.read(s, &mut buf)) {
+                got.extend_from_slice(&buf[..k]);
+            }
+            got.len() == message.len()
+        });
+        assert_eq!(got, message, "round {round}");
+        let server = server.unwrap();
+        net.a.close(client);
+        net.run_until(|n| n.b.read(server, &mut [0; 8]).ok() == Some(0));
+        net.b.close(server);
+        net.run_until(|n| n.b.interface().connection_count() == 0);
+        // Every server connection after the first ran on the buffers of the one before.
+        assert_eq!(net.b.counters().buffers_recycled, round as u64, "round {round}");
+    }
+}
+
+#[test]
 fn connect_to_closed_port_is_refused_with_rst() {
     let mut net = Net::new(LinkConfig::default(), |_| {});
     let client = net.a.connect(SocketAddrV4::new(B, 9999)).unwrap();
