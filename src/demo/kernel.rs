@@ -277,9 +277,16 @@ pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid histogram bounds")
 }
 
+/// Connect to the server: a blocking connect(2) for the blocking row; for the busy-polling
+/// rows a non-blocking one, spinning until it completes, so the client never sleeps waiting
+/// for the SYN-ACK (a sleeping vCPU's wake-up would be charged to the server under test).
 fn connect(plan: &ClientPlan) -> Result<TcpStream, String> {
-    TcpStream::connect_timeout(&plan.server, Duration::from_secs(3))
-        .map_err(|e| format!("client: connect to {}: {e}", plan.server))
+    let result = if plan.busy {
+        sys::connect_spinning(&plan.server, Duration::from_secs(3))
+    } else {
+        TcpStream::connect_timeout(&plan.server, Duration::from_secs(3))
+    };
+    result.map_err(|e| format!("client: connect to {}: {e}", plan.server))
 }
 
 /// Measure over `conns` connections: each has one `size`-byte request outstanding at a time.
@@ -498,4 +505,73 @@ fn connect_rate(plan: &ClientPlan, shared: &Shared, interrupted: &AtomicBool) ->
     shared.phase.store(DONE, Ordering::SeqCst);
     let _ = once(&mut buf);
     Ok(ClientResult { latency, units: conns, elapsed, usage, copied: None })
+}
+
+/// The non-blocking connect(2) std does not offer.
+#[allow(unsafe_code)]
+mod sys {
+    use std::io;
+    use std::net::{SocketAddr, TcpStream};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::time::{Duration, Instant};
+
+    /// Connect to `addr` (IPv4) on a non-blocking socket, spinning on `poll(2)` with a zero
+    /// timeout until the handshake completes or fails, for at most `limit`. The stream is
+    /// left non-blocking.
+    pub fn connect_spinning(addr: &SocketAddr, limit: Duration) -> io::Result<TcpStream> {
+        let SocketAddr::V4(v4) = addr else {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, "IPv4 only"));
+        };
+        // SAFETY: socket(2) with constant arguments; it returns a new descriptor or -1.
+        let fd =
+            unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a new descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let sin = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: v4.port().to_be(),
+            sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(v4.ip().octets()) },
+            sin_zero: [0; 8],
+        };
+        // SAFETY: `sin` is a valid sockaddr_in and the length is its size.
+        let rc = unsafe {
+            libc::connect(
+                fd.as_raw_fd(),
+                (&raw const sin).cast::<libc::sockaddr>(),
+                size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINPROGRESS) {
+                return Err(e);
+            }
+            let deadline = Instant::now() + limit;
+            loop {
+                let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+                // SAFETY: `pfd` is one valid pollfd; a zero timeout never blocks.
+                let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+                if n < 0 {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                } else if n > 0 {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let stream = TcpStream::from(fd);
+        match stream.take_error()? {
+            Some(e) => Err(e),
+            None => Ok(stream),
+        }
+    }
 }

@@ -287,9 +287,9 @@ impl<D: Device> Client<D> {
         let elapsed = now - start;
         let (usage, copied) = self.since(start_usage);
         shared.phase.store(DONE, Ordering::SeqCst);
-        // Closing with unread data resets the connection (RFC 9293 3.10.4 via RFC 2525),
-        // which stops the source.
-        self.stack.close(id);
+        // As the kernel client's close(2) with unread data: a reset (RFC 2525 2.17), which
+        // stops the source.
+        self.stack.abort(id);
         for _ in 0..100 {
             self.poll()?;
         }
