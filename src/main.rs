@@ -48,10 +48,16 @@ struct DemoArgs {
     #[arg(long)]
     quick: bool,
     /// Run only these transports, comma-separated: kernel-blocking, kernel-busy,
-    /// kernel-sendfile (sendfile), kernel-splice, stack-afpacket, stack-afxdp, stack-memory (our stack at both ends over an in-memory
-    /// link; run by default only when the lab is out of reach).
+    /// kernel-sendfile, kernel-splice, kernel-msg-zerocopy, stack-afpacket,
+    /// stack-afpacket-both, stack-afxdp, stack-afxdp-both, smoltcp-afxdp, stack-memory (our
+    /// stack at both ends over an in-memory link; run by default only when the lab is out of
+    /// reach).
     #[arg(long, value_delimiter = ',', value_name = "TRANSPORT,...")]
     only: Vec<String>,
+    /// Run only these workloads, comma-separated: rr-64B-1c, rr-1024B-1c, rr-64B-100c,
+    /// bulk-up, bulk-down, connect.
+    #[arg(long, value_delimiter = ',', value_name = "WORKLOAD,...")]
+    workload: Vec<String>,
     /// Seconds per measurement (default 2, 0.5 with --quick).
     #[arg(long, value_name = "SECS")]
     duration: Option<f64>,
@@ -61,7 +67,7 @@ struct DemoArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
-    /// Directory for results.md and results.json.
+    /// Directory for results.md, results.json and the SVG charts.
     #[arg(long, value_name = "DIR", default_value = "results")]
     out: std::path::PathBuf,
 }

@@ -408,6 +408,16 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
         }
     }
     transports.sort_by_key(|t| Transport::ALL.iter().position(|a| a == t));
+    let mut workloads: Vec<Workload> = WORKLOADS.to_vec();
+    if !args.workload.is_empty() {
+        for name in &args.workload {
+            if !WORKLOADS.iter().any(|w| w.key() == name.trim()) {
+                let keys: Vec<_> = WORKLOADS.iter().map(|w| w.key()).collect();
+                return Err(format!("unknown workload `{name}` (known: {})", keys.join(", ")));
+            }
+        }
+        workloads.retain(|w| args.workload.iter().any(|n| n.trim() == w.key()));
+    }
     let runs = args.runs.unwrap_or(if args.quick { 1 } else { 3 }).max(1) as usize;
     let duration = Duration::from_secs_f64(args.duration.unwrap_or(if args.quick { 0.5 } else { 2.0 }).max(0.05));
     let warmup = Duration::from_millis(if args.quick { 100 } else { 300 });
@@ -487,7 +497,7 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
     // Every (repetition, workload, transport), transports interleaved so slow drifts of the
     // machine spread over all of them.
     let mut results: Vec<(Transport, Workload, Vec<report::Measured>, Option<String>)> = Vec::new();
-    for &workload in &WORKLOADS {
+    for &workload in &workloads {
         for &t in &transports {
             let mut why = unavailable.iter().find(|(u, _)| *u == t).map(|(_, why)| why.clone());
             if !t.runs(workload) {
