@@ -49,9 +49,9 @@ struct DemoArgs {
     quick: bool,
     /// Run only these transports, comma-separated: kernel-blocking, kernel-busy,
     /// kernel-sendfile, kernel-splice, kernel-msg-zerocopy, stack-afpacket,
-    /// stack-afpacket-both, stack-afxdp, stack-afxdp-both, smoltcp-afxdp, stack-memory (our
-    /// stack at both ends over an in-memory link; run by default only when the lab is out of
-    /// reach).
+    /// stack-afpacket-both, stack-afxdp, stack-afxdp-both, smoltcp-afxdp, smoltcp-afxdp-both,
+    /// stack-memory (our stack at both ends over an in-memory link; run by default only when
+    /// the lab is out of reach).
     #[arg(long, value_delimiter = ',', value_name = "TRANSPORT,...")]
     only: Vec<String>,
     /// Run only these workloads, comma-separated: rr-64B-1c, rr-1024B-1c, rr-64B-100c,

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use bypass_io::testlab::lab_available;
 
-const TRANSPORTS: [(&str, &str); 7] = [
+const TRANSPORTS: [(&str, &str); 8] = [
     ("kernel-blocking", "1 kernel TCP, blocking"),
     ("kernel-busy", "2 kernel TCP, busy-poll"),
     ("stack-afpacket", "4 ours/AF_PACKET <- kernel"),
@@ -15,6 +15,7 @@ const TRANSPORTS: [(&str, &str); 7] = [
     ("stack-afxdp", "5 ours/AF_XDP <- kernel"),
     ("stack-afxdp-both", "5b ours/AF_XDP <-> ours"),
     ("smoltcp-afxdp", "6 smoltcp/AF_XDP <- kernel"),
+    ("smoltcp-afxdp-both", "6b smoltcp/AF_XDP <-> smoltcp"),
 ];
 
 /// Rows 3, 3s and 3z: kernel TCP sending with sendfile(2), splice(2) or MSG_ZEROCOPY, bulk

@@ -44,6 +44,7 @@ fn colour(transport: Transport) -> &'static str {
         Transport::StackXdp => "#2a9d4b",
         Transport::StackXdpBoth => "#0b6b2a",
         Transport::SmoltcpXdp => "#c0392b",
+        Transport::SmoltcpXdpBoth => "#7b1e12",
         Transport::StackMemory => "#8e44ad",
     }
 }

@@ -16,6 +16,7 @@
 //!    6 smoltcp over our AF_XDP   on 10.77.0.2
 //!   4b our stack over AF_PACKET  on 10.77.0.2        our stack over AF_PACKET on px0, 10.77.0.4
 //!   5b our stack over AF_XDP     on 10.77.0.2        our stack over AF_XDP on px0, 10.77.0.4
+//!   6b smoltcp over our AF_XDP   on 10.77.0.2        smoltcp over our AF_XDP on px0, 10.77.0.4
 //! ```
 //!
 //! Without root (no lab), rows 1, 2, 3, 3s and 3z run over loopback and row M (our stack at
@@ -23,7 +24,7 @@
 //! anywhere) stands in for the bypass rows.
 //!
 //! Rows 4, 5 and 6 are the mixed case: a kernel client against a userspace server; rows 4b
-//! and 5b put our stack at both ends. The kernel server uses a second address of bx0, so the
+//! and 5b put our stack at both ends, row 6b smoltcp. The kernel server uses a second address of bx0, so the
 //! stack's 10.77.0.2 stays unknown to the kernel; our client's 10.77.0.4 is unknown to the
 //! peer's kernel too (AF_XDP takes every frame of px0 away from it while the row runs).
 //! Transports run one after the other (at most two spinning threads on a 2-core machine),
@@ -142,12 +143,14 @@ pub enum Transport {
     StackXdpBoth,
     /// smoltcp as the server over our AF_XDP device, a kernel client.
     SmoltcpXdp,
+    /// smoltcp at both ends, each over our AF_XDP device.
+    SmoltcpXdpBoth,
     /// Our stack at both ends over the in-memory link (the fallback without root).
     StackMemory,
 }
 
 impl Transport {
-    pub const ALL: [Transport; 11] = [
+    pub const ALL: [Transport; 12] = [
         Transport::KernelBlocking,
         Transport::KernelBusy,
         Transport::KernelZerocopy,
@@ -158,6 +161,7 @@ impl Transport {
         Transport::StackXdp,
         Transport::StackXdpBoth,
         Transport::SmoltcpXdp,
+        Transport::SmoltcpXdpBoth,
         Transport::StackMemory,
     ];
 
@@ -174,6 +178,7 @@ impl Transport {
             Transport::StackXdp => "stack-afxdp",
             Transport::StackXdpBoth => "stack-afxdp-both",
             Transport::SmoltcpXdp => "smoltcp-afxdp",
+            Transport::SmoltcpXdpBoth => "smoltcp-afxdp-both",
             Transport::StackMemory => "stack-memory",
         }
     }
@@ -191,6 +196,7 @@ impl Transport {
             Transport::StackXdp => "5 ours/AF_XDP <- kernel",
             Transport::StackXdpBoth => "5b ours/AF_XDP <-> ours",
             Transport::SmoltcpXdp => "6 smoltcp/AF_XDP <- kernel",
+            Transport::SmoltcpXdpBoth => "6b smoltcp/AF_XDP <-> smoltcp",
             Transport::StackMemory => "M ours <-> ours, memory link",
         }
     }
@@ -228,6 +234,9 @@ impl Transport {
             Transport::SmoltcpXdp => {
                 "server: smoltcp 0.14 over our AF_XDP device on bx0 (10.77.0.2), socket busy polling, spinning; client: kernel socket, non-blocking, spinning, peer namespace (mixed case, as row 5)"
             }
+            Transport::SmoltcpXdpBoth => {
+                "server: smoltcp 0.14 over our AF_XDP device on bx0 (10.77.0.2); client: smoltcp 0.14 over our AF_XDP device on px0 (10.77.0.4), peer namespace; both socket busy polling, spinning; the connection-rate client keeps its closed connections in TIME-WAIT (smoltcp: 10 s) in its socket set, which smoltcp scans linearly, so that figure slows as the run goes on"
+            }
             Transport::StackMemory => {
                 "server and client: our stack, each spinning on a thread of its own, joined by the in-memory link (bypass_io::MemoryLink, real time) inside the demo process; no kernel on the path"
             }
@@ -261,6 +270,7 @@ impl Transport {
             Transport::StackXdpBoth => {
                 "ours (measured, both ends): each end copies frame -> receive buffer -> application and application -> send buffer -> frame; kernel: 2 per direction (AF_XDP copy mode UMEM -> skb on send, skb -> UMEM on receive)"
             }
+            Transport::SmoltcpXdpBoth => "smoltcp (counted, both ends): as row 6 at each end",
             Transport::SmoltcpXdp => {
                 "smoltcp (counted, server): our device adapter copies each received frame out of the UMEM (smoltcp's tokens outlive our lending closure), smoltcp copies frame -> socket buffer -> application and application -> socket buffer -> frame; kernel: 2 per direction as row 5"
             }
@@ -282,6 +292,7 @@ impl Transport {
                 | Transport::StackXdp
                 | Transport::StackXdpBoth
                 | Transport::SmoltcpXdp
+                | Transport::SmoltcpXdpBoth
         )
     }
 
@@ -617,8 +628,8 @@ fn measure(
         // Stop the server however the client ends, panics included.
         let stop = SetOnDrop(&shared.stop);
         let client = net.in_client(|| match (transport, net) {
-            (Transport::StackPacketBoth | Transport::StackXdpBoth, Net::Lab(lab)) => {
-                ours_client(lab, transport, &plan, shared, interrupted)
+            (Transport::StackPacketBoth | Transport::StackXdpBoth | Transport::SmoltcpXdpBoth, Net::Lab(lab)) => {
+                userspace_client(lab, transport, &plan, shared, interrupted)
             }
             _ => kernel::client(&plan, shared, interrupted),
         });
@@ -644,9 +655,9 @@ fn measure(
     Ok((report::Run::new(workload, &client, &server), report::cdf(&client.latency)))
 }
 
-/// Run our stack as the client of rows 4b and 5b, on px0 in the calling thread's namespace
-/// (the peer's).
-fn ours_client(
+/// Run the userspace client of rows 4b, 5b (ours) and 6b (smoltcp) on px0, in the calling
+/// thread's namespace (the peer's).
+fn userspace_client(
     lab: &Lab,
     transport: Transport,
     plan: &ClientPlan,
@@ -656,10 +667,13 @@ fn ours_client(
     let (ip, prefix) = (OURS_CLIENT_IP, lab.prefix_len);
     if transport == Transport::StackPacketBoth {
         let device = PacketDevice::open(&lab.peer_if).map_err(|e| format!("our client: AF_PACKET unavailable: {e}"))?;
-        ours::client(device, ip, prefix, plan, shared, interrupted)
+        return ours::client(device, ip, prefix, plan, shared, interrupted);
+    }
+    let config = XdpConfig { busy_poll: true, ..XdpConfig::new(&lab.peer_if, ip) };
+    let device = XdpDevice::open(config).map_err(|e| format!("client: AF_XDP unavailable: {e}"))?;
+    if transport == Transport::SmoltcpXdpBoth {
+        smoltcp::client(device, ip, prefix, plan, shared, interrupted)
     } else {
-        let config = XdpConfig { busy_poll: true, ..XdpConfig::new(&lab.peer_if, ip) };
-        let device = XdpDevice::open(config).map_err(|e| format!("our client: AF_XDP unavailable: {e}"))?;
         ours::client(device, ip, prefix, plan, shared, interrupted)
     }
 }
@@ -752,11 +766,11 @@ fn serve(
             let device = PacketDevice::open(&lab.bypass_if).map_err(|e| format!("AF_PACKET unavailable: {e}"))?;
             stack::server(device, ip, lab.prefix_len, port, workload, shared)
         }
-        Transport::StackXdp | Transport::StackXdpBoth | Transport::SmoltcpXdp => {
+        Transport::StackXdp | Transport::StackXdpBoth | Transport::SmoltcpXdp | Transport::SmoltcpXdpBoth => {
             let Net::Lab(lab) = net else { return Err("needs the namespace lab".into()) };
             let config = XdpConfig { busy_poll: true, ..XdpConfig::new(&lab.bypass_if, ip) };
             let device = XdpDevice::open(config).map_err(|e| format!("AF_XDP unavailable: {e}"))?;
-            if transport == Transport::SmoltcpXdp {
+            if matches!(transport, Transport::SmoltcpXdp | Transport::SmoltcpXdpBoth) {
                 smoltcp::server(device, ip, lab.prefix_len, port, workload, shared)
             } else {
                 stack::server(device, ip, lab.prefix_len, port, workload, shared)

@@ -1,6 +1,7 @@
 //! smoltcp as the server (row 6): the rival userspace TCP/IP stack, smoltcp 0.14, serving the
 //! demo's workloads over our packet device (AF_XDP in the lab), so the two stacks are
-//! measured on the same device against the same kernel client.
+//! measured on the same device against the same kernel client. [`client`] is smoltcp as the
+//! client (row 6b, smoltcp at both ends), a twin of our stack's (`ours::client`).
 //!
 //! The loop spins like our server's (`stack.rs`): `Interface::poll` (receive, then send what
 //! is due), the application's reads and writes on every socket, `Interface::poll_egress` (send
@@ -16,20 +17,23 @@
 //! delayed ACKs of 10 ms (with an immediate ACK for every full segment of new data), no TCP
 //! timestamps, checksums computed in software.
 //!
-//! Bytes copied by the CPU (`ServerResult::copied`), counted where each copy happens, in
-//! TCP payload bytes (headers are not counted, as our stack counts):
+//! Bytes copied by the CPU (`ServerResult::copied`, and `ClientResult::copied` for the
+//! client), counted where each copy happens, in TCP payload bytes (headers are not counted,
+//! as our stack counts):
 //! 1. received frame -> adapter buffer: [`Adapter`] copies every frame out of the device,
 //!    because smoltcp's receive token must outlive the closure our device lends it in;
 //! 2. adapter buffer -> socket receive buffer: smoltcp's, for every received TCP segment
 //!    (counted as our stack counts its own: every segment's payload, duplicates included);
 //! 3. socket receive buffer -> application and application -> socket send buffer (echo and
-//!    bulk source); the bulk sink discards in place in the receive buffer (no copy);
+//!    bulk source; the client's requests, echoes, bulk writes and bulk reads, which copy as
+//!    our stack's client does); the bulk sink discards in place in the receive buffer (no copy);
 //! 4. socket send buffer -> frame: smoltcp's, straight into the device's transmit buffer
 //!    (retransmissions included).
 
+use std::collections::VecDeque;
 use std::io;
-use std::net::Ipv4Addr;
-use std::sync::atomic::Ordering;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bypass_stack::Device;
@@ -40,8 +44,8 @@ use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr};
 
 use super::Workload;
-use super::kernel::{ServerResult, Shared};
-use super::measure::{Own, Window};
+use super::kernel::{ClientPlan, ClientResult, ServerResult, Shared, histogram, wait_ready};
+use super::measure::{DONE, MEASURING, Own, Usage, Window};
 
 /// Receive and send buffer of every socket, as our stack's.
 const BUFFER: usize = 256 * 1024;
@@ -53,6 +57,12 @@ const RX_BATCH: usize = 64;
 const CHUNK: usize = 64 * 1024;
 /// How long the server lets closing connections finish after it is told to stop.
 const LINGER: Duration = Duration::from_millis(100);
+/// Most connections one connection-rate measurement opens (as the kernel client).
+const MAX_CONNECTIONS: u64 = 20_000;
+/// How long the client waits for anything before it gives up.
+const LIMIT: Duration = Duration::from_secs(2);
+/// The client's local ports: every port above 1023, as the demo gives the kernel client.
+const EPHEMERAL: (u16, u16) = (1024, 65535);
 
 /// Serve `workload` on `ip:port` with smoltcp over `device`, spinning, until `shared.stop`.
 pub fn server<D: Device>(
@@ -66,13 +76,7 @@ pub fn server<D: Device>(
     let mode = format!("smoltcp 0.14 on {}", device.info().mode);
     let clock = Clock(Instant::now());
     let mut adapter = Adapter::new(device);
-    let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(adapter.device.info().mac)));
-    let seed = super::stack::secret();
-    config.random_seed = u64::from_le_bytes(seed[..8].try_into().expect("a 16-byte secret"));
-    let mut iface = Interface::new(config, &mut adapter, clock.now());
-    let mut added = Ok(());
-    iface.update_ip_addrs(|addrs| added = addrs.push(IpCidr::new(IpAddress::Ipv4(ip), prefix)));
-    added.map_err(|_| format!("smoltcp: add the address {ip}/{prefix}"))?;
+    let mut iface = interface(&mut adapter, ip, prefix, clock.now())?;
 
     let (role, busy) = match workload {
         Workload::Rr { conns, .. } => (Role::Echo, conns),
@@ -83,9 +87,7 @@ pub fn server<D: Device>(
     let mut sockets = SocketSet::new(Vec::with_capacity(busy + SPARE_LISTENERS));
     let mut server = Server { role, port, handles: Vec::new(), buf: vec![0; BUFFER], chunk: vec![0x5a; CHUNK] };
     for _ in 0..busy + SPARE_LISTENERS {
-        let rx = tcp::SocketBuffer::new(vec![0; BUFFER]);
-        let tx = tcp::SocketBuffer::new(vec![0; BUFFER]);
-        let handle = sockets.add(tcp::Socket::new(rx, tx));
+        let handle = sockets.add(new_socket());
         listen(sockets.get_mut(handle), port)?;
         server.handles.push(handle);
     }
@@ -134,12 +136,40 @@ pub fn server<D: Device>(
     Ok(ServerResult { usage, copied: Some(copied), mode })
 }
 
-/// Put `socket` (Closed) into Listen on `port`, with this server's per-connection settings.
-fn listen(socket: &mut tcp::Socket, port: u16) -> Result<(), String> {
+/// Return a smoltcp interface at `ip`/`prefix` on the adapter's device (its MAC), seeded
+/// from the kernel's random source (ISNs).
+fn interface<D: Device>(
+    adapter: &mut Adapter<D>,
+    ip: Ipv4Addr,
+    prefix: u8,
+    now: smoltcp::time::Instant,
+) -> Result<Interface, String> {
+    let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(adapter.device.info().mac)));
+    let seed = super::stack::secret();
+    config.random_seed = u64::from_le_bytes(seed[..8].try_into().expect("a 16-byte secret"));
+    let mut iface = Interface::new(config, adapter, now);
+    let mut added = Ok(());
+    iface.update_ip_addrs(|addrs| added = addrs.push(IpCidr::new(IpAddress::Ipv4(ip), prefix)));
+    added.map_err(|_| format!("smoltcp: add the address {ip}/{prefix}"))?;
+    Ok(iface)
+}
+
+/// Return a new socket with this demo's buffers (256 KiB each way).
+fn new_socket() -> tcp::Socket<'static> {
+    tcp::Socket::new(tcp::SocketBuffer::new(vec![0; BUFFER]), tcp::SocketBuffer::new(vec![0; BUFFER]))
+}
+
+/// Give `socket` this demo's per-connection settings: Nagle off, a fresh Reno controller.
+fn configure(socket: &mut tcp::Socket) {
     // A socket keeps these across connections (smoltcp's reset leaves them alone): set them
     // again, so every connection starts with a fresh congestion controller.
     socket.set_nagle_enabled(false);
     socket.set_congestion_control(tcp::CongestionControl::Reno);
+}
+
+/// Put `socket` (Closed) into Listen on `port`, with this server's per-connection settings.
+fn listen(socket: &mut tcp::Socket, port: u16) -> Result<(), String> {
+    configure(socket);
     socket.listen(port).map_err(|e| format!("smoltcp: listen on {port}: {e}"))
 }
 
@@ -228,7 +258,464 @@ impl Server {
     }
 }
 
-/// smoltcp's clock: microseconds since the server started.
+/// Run `plan.workload` from smoltcp at `ip`/`prefix` over `device` against `plan.server`, as
+/// our stack's client does (`ours::client`): the same workloads, phases, timing and checks,
+/// warm-up unrecorded, then `plan.duration` recorded. `interrupted` ends the run early.
+///
+/// Each connection has a [`tcp::Socket`] of its own, with the server's settings (256 KiB
+/// buffers, Nagle off, Reno), bound to a port of [`Ports`]. The client closes first, so its
+/// sockets hold TIME-WAIT (smoltcp's fixed 10 s) before they are reused: see [`Client`].
+///
+/// The loop spins: [`Interface::poll`] (receive, then send what is due) and one
+/// [`Device::flush`], then the application's reads and writes, whose segments leave on the
+/// next poll. `copied` counts as the server does (see the module documentation).
+pub fn client<D: Device>(
+    device: D,
+    ip: Ipv4Addr,
+    prefix: u8,
+    plan: &ClientPlan,
+    shared: &Shared,
+    interrupted: &AtomicBool,
+) -> Result<ClientResult, String> {
+    let SocketAddr::V4(server) = plan.server else { return Err("smoltcp client: IPv4 only".into()) };
+    let clock = Clock(Instant::now());
+    let mut adapter = Adapter::new(device);
+    let iface = interface(&mut adapter, ip, prefix, clock.now())?;
+    let seed = super::stack::secret();
+    let mut client = Client {
+        iface,
+        adapter,
+        sockets: SocketSet::new(Vec::new()),
+        clock,
+        server,
+        ports: Ports::new(u16::from_le_bytes([seed[0], seed[1]])),
+        closing: VecDeque::new(),
+        free: Vec::new(),
+    };
+    wait_ready(shared)?;
+    let result = match plan.workload {
+        Workload::Rr { size, conns } => client.request_response(plan, size, conns, shared, interrupted),
+        Workload::BulkUp => client.bulk_up(plan, shared, interrupted),
+        Workload::BulkDown => client.bulk_down(plan, shared, interrupted),
+        Workload::Connect => client.connect_rate(plan, shared, interrupted),
+    };
+    if client.adapter.tx.dropped > 0 {
+        log::debug!("smoltcp client: {} frames dropped for want of a transmit buffer", client.adapter.tx.dropped);
+    }
+    result
+}
+
+/// One connection of the client: its socket and the local port it holds.
+#[derive(Clone, Copy)]
+struct Conn {
+    handle: SocketHandle,
+    port: u16,
+}
+
+/// The client's local ports: a counter over [`EPHEMERAL`], wrapping, that skips every port a
+/// socket still holds (open, closing or in TIME-WAIT).
+struct Ports {
+    next: u16,
+    /// Indexed by port.
+    held: Vec<bool>,
+}
+
+impl Ports {
+    /// Start the counter at `seed`'s place in the range (a random start, as the kernel's).
+    fn new(seed: u16) -> Ports {
+        let (low, high) = EPHEMERAL;
+        Ports { next: low + seed % (high - low + 1), held: vec![false; usize::from(u16::MAX) + 1] }
+    }
+
+    /// Return the next free port, now held; `None` if every port is held.
+    fn take(&mut self) -> Option<u16> {
+        let (low, high) = EPHEMERAL;
+        for _ in low..=high {
+            let port = self.next;
+            self.next = if port == high { low } else { port + 1 };
+            if !self.held[usize::from(port)] {
+                self.held[usize::from(port)] = true;
+                return Some(port);
+            }
+        }
+        None
+    }
+
+    fn release(&mut self, port: u16) {
+        self.held[usize::from(port)] = false;
+    }
+}
+
+/// smoltcp as the client: the interface, its sockets, and the connections' bookkeeping.
+///
+/// A closed connection's socket is not removed: it goes to `closing` and keeps its port
+/// while it finishes (FIN-WAIT, TIME-WAIT); once smoltcp has moved it to Closed it goes to
+/// `free`, and the next connection reuses it with its buffers. So the set holds as many
+/// sockets as connections were open or closing at once. The connection-rate run closes
+/// them in order and smoltcp's TIME-WAIT lasts a fixed 10 s, so the oldest is checked
+/// first and a connection stuck closing only delays the reuse of those behind it.
+///
+/// smoltcp finds a segment's socket by a linear scan of the set and visits every socket on
+/// every poll, TIME-WAIT included, so each connection held in TIME-WAIT makes every later
+/// segment and poll cost more: the connection rate falls as a run goes on, a limit of
+/// smoltcp that the measurement shows as it is.
+struct Client<D: Device> {
+    iface: Interface,
+    adapter: Adapter<D>,
+    sockets: SocketSet<'static>,
+    clock: Clock,
+    server: SocketAddrV4,
+    ports: Ports,
+    /// Connections closed or aborted by the application that smoltcp still holds, oldest first.
+    closing: VecDeque<Conn>,
+    /// Closed sockets, ready for the next connection.
+    free: Vec<SocketHandle>,
+}
+
+impl<D: Device> Client<D> {
+    fn poll(&mut self) -> Result<(), String> {
+        self.iface.poll(self.clock.now(), &mut self.adapter, &mut self.sockets);
+        self.adapter.flush()
+    }
+
+    fn socket(&mut self, conn: Conn) -> &mut tcp::Socket<'static> {
+        self.sockets.get_mut::<tcp::Socket>(conn.handle)
+    }
+
+    /// The thread's usage plus the device's system calls, and the bytes copied.
+    fn usage(&self) -> (Usage, u64) {
+        let own = self.adapter.own();
+        let mut usage = Usage::now();
+        usage.syscalls += own.syscalls;
+        (usage, own.copied)
+    }
+
+    /// Return what was used since `start` (a [`usage`](Self::usage) sample).
+    fn since(&self, start: (Usage, u64)) -> (Usage, Option<u64>) {
+        let (usage, copied) = self.usage();
+        (usage.since(&start.0), Some(copied - start.1))
+    }
+
+    /// Start one connection to the server (SYN-SENT) on a free port and a free socket.
+    fn open(&mut self) -> Result<Conn, String> {
+        while let Some(&oldest) = self.closing.front() {
+            if self.socket(oldest).state() != tcp::State::Closed {
+                break;
+            }
+            self.closing.pop_front();
+            self.ports.release(oldest.port);
+            self.free.push(oldest.handle);
+        }
+        let port = self.ports.take().ok_or("smoltcp client: every local port is in use")?;
+        let handle = match self.free.pop() {
+            Some(handle) => handle,
+            None => self.sockets.add(new_socket()),
+        };
+        let socket = self.sockets.get_mut::<tcp::Socket>(handle);
+        configure(socket);
+        let server = self.server;
+        socket
+            .connect(self.iface.context(), (IpAddress::Ipv4(*server.ip()), server.port()), port)
+            .map_err(|e| format!("smoltcp client: connect to {server} from port {port}: {e}"))?;
+        Ok(Conn { handle, port })
+    }
+
+    /// Hand `conn` back after the application has closed or aborted it: smoltcp finishes
+    /// the close, then [`open`](Self::open) reuses the socket.
+    fn retire(&mut self, conn: Conn) {
+        self.closing.push_back(conn);
+    }
+
+    /// Open `n` connections at once and wait until all are established.
+    fn connect(&mut self, n: usize) -> Result<Vec<Conn>, String> {
+        let server = self.server;
+        let conns = (0..n).map(|_| self.open()).collect::<Result<Vec<_>, _>>()?;
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while conns.iter().any(|&c| matches!(self.socket(c).state(), tcp::State::SynSent | tcp::State::SynReceived)) {
+            if Instant::now() > deadline {
+                return Err(format!("smoltcp client: no answer from {server} within 3 s"));
+            }
+            self.poll()?;
+        }
+        if let Some(&c) = conns.iter().find(|&&c| self.socket(c).state() != tcp::State::Established) {
+            return Err(format!("smoltcp client: connection to {server} failed ({})", self.socket(c).state()));
+        }
+        Ok(conns)
+    }
+
+    /// Write as much of `data[*sent..]` as fits.
+    fn write_some(&mut self, conn: Conn, data: &[u8], sent: &mut usize) -> Result<(), String> {
+        let n = self.socket(conn).send_slice(&data[*sent..]).map_err(|e| format!("smoltcp client: send: {e}"))?;
+        // Copy: application -> socket send buffer.
+        self.adapter.copied += n as u64;
+        *sent += n;
+        Ok(())
+    }
+
+    /// Read into `buf[*got..]` once; return whether `buf` is full.
+    fn read_some(&mut self, conn: Conn, buf: &mut [u8], got: &mut usize) -> Result<bool, String> {
+        match self.socket(conn).recv_slice(&mut buf[*got..]) {
+            Ok(n) => {
+                // Copy: socket receive buffer -> application.
+                self.adapter.copied += n as u64;
+                *got += n;
+            }
+            Err(tcp::RecvError::Finished) => return Err("smoltcp client: the server closed the connection".into()),
+            Err(e) => return Err(format!("smoltcp client: receive: {e} (the connection was reset?)")),
+        }
+        Ok(*got == buf.len())
+    }
+
+    /// Close `conns` and poll until their FINs are acknowledged (or a moment passes).
+    fn close_all(&mut self, conns: &[Conn]) -> Result<(), String> {
+        for &c in conns {
+            self.socket(c).close();
+        }
+        let deadline = Instant::now() + Duration::from_millis(100);
+        while Instant::now() < deadline
+            && conns.iter().any(|&c| !matches!(self.socket(c).state(), tcp::State::TimeWait | tcp::State::Closed))
+        {
+            self.poll()?;
+        }
+        for &c in conns {
+            self.retire(c);
+        }
+        Ok(())
+    }
+
+    /// Every connection keeps one `size`-byte request in flight, echoed back.
+    fn request_response(
+        &mut self,
+        plan: &ClientPlan,
+        size: usize,
+        conns: usize,
+        shared: &Shared,
+        interrupted: &AtomicBool,
+    ) -> Result<ClientResult, String> {
+        let ids = self.connect(conns)?;
+        let msg: Vec<u8> = (0..size).map(|i| (i * 7 + 1) as u8).collect();
+        let mut bufs = vec![vec![0u8; size]; conns];
+        let (mut sent, mut got) = (vec![0usize; conns], vec![0usize; conns]);
+        let mut sent_at = vec![Instant::now(); conns];
+        let mut latency = histogram();
+        let (mut requests, mut measuring) = (0u64, false);
+        let start_all = Instant::now();
+        let (mut start, mut start_usage) = (start_all, (Usage::default(), 0));
+        let warm_end = start_all + plan.warmup;
+        let end = warm_end + plan.duration;
+        let (mut now, mut last_progress) = (start_all, start_all);
+        for i in 0..conns {
+            self.write_some(ids[i], &msg, &mut sent[i])?;
+        }
+        while now < end && !interrupted.load(Ordering::Relaxed) {
+            if !measuring && now >= warm_end {
+                measuring = true;
+                shared.phase.store(MEASURING, Ordering::SeqCst);
+                (start, start_usage) = (Instant::now(), self.usage());
+            }
+            self.poll()?;
+            for i in 0..conns {
+                if sent[i] < size {
+                    self.write_some(ids[i], &msg, &mut sent[i])?;
+                }
+                if self.read_some(ids[i], &mut bufs[i], &mut got[i])? {
+                    now = Instant::now();
+                    if bufs[i] != msg {
+                        return Err("smoltcp client: the echo differs from what was sent".into());
+                    }
+                    if measuring {
+                        latency.saturating_record((now - sent_at[i]).as_nanos() as u64);
+                        requests += 1;
+                    }
+                    (got[i], sent[i]) = (0, 0);
+                    self.write_some(ids[i], &msg, &mut sent[i])?;
+                    sent_at[i] = Instant::now();
+                    last_progress = now;
+                }
+            }
+            now = Instant::now();
+            if now - last_progress > LIMIT {
+                return Err(format!("smoltcp client: no echo for {} s ({})", LIMIT.as_secs(), self.server));
+            }
+        }
+        let elapsed = now - start;
+        let (usage, copied) = self.since(start_usage);
+        shared.phase.store(DONE, Ordering::SeqCst);
+        // Collect the requests still in flight, unrecorded.
+        let deadline = Instant::now() + LIMIT;
+        for i in 0..conns {
+            while sent[i] < size || !self.read_some(ids[i], &mut bufs[i], &mut got[i])? {
+                if sent[i] < size {
+                    self.write_some(ids[i], &msg, &mut sent[i])?;
+                }
+                if Instant::now() > deadline {
+                    return Err("smoltcp client: the last echoes did not come back".into());
+                }
+                self.poll()?;
+            }
+        }
+        self.close_all(&ids)?;
+        Ok(ClientResult { latency, units: requests, elapsed, usage, copied })
+    }
+
+    /// Stream client -> server for `duration`; the rate counts every byte up to the
+    /// server's FIN after ours, so nothing still buffered counts as delivered.
+    fn bulk_up(
+        &mut self,
+        plan: &ClientPlan,
+        shared: &Shared,
+        interrupted: &AtomicBool,
+    ) -> Result<ClientResult, String> {
+        let id = self.connect(1)?[0];
+        let chunk = vec![0x5au8; CHUNK];
+        shared.phase.store(MEASURING, Ordering::SeqCst);
+        let (start, start_usage) = (Instant::now(), self.usage());
+        let end = start + plan.duration;
+        let mut bytes = 0u64;
+        while Instant::now() < end && !interrupted.load(Ordering::Relaxed) {
+            self.poll()?;
+            loop {
+                let mut n = 0;
+                self.write_some(id, &chunk, &mut n)?;
+                if n == 0 {
+                    break;
+                }
+                bytes += n as u64;
+            }
+        }
+        // FIN after what is queued; the server closes once it has read up to it.
+        self.socket(id).close();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            self.poll()?;
+            match self.socket(id).recv(|data| (0, data.len())) {
+                Err(tcp::RecvError::Finished) => break,
+                Ok(0) => {}
+                Ok(_) => return Err("smoltcp client: the bulk server sent data".into()),
+                Err(e) => return Err(format!("smoltcp client: receive: {e} (the connection was reset?)")),
+            }
+            if Instant::now() > deadline {
+                return Err("smoltcp client: the server did not close within 10 s of our FIN".into());
+            }
+        }
+        let elapsed = start.elapsed();
+        let (usage, copied) = self.since(start_usage);
+        shared.phase.store(DONE, Ordering::SeqCst);
+        self.close_all(&[id])?;
+        Ok(ClientResult { latency: histogram(), units: bytes, elapsed, usage, copied })
+    }
+
+    /// Read what the server streams for `duration`; the rate counts bytes read.
+    fn bulk_down(
+        &mut self,
+        plan: &ClientPlan,
+        shared: &Shared,
+        interrupted: &AtomicBool,
+    ) -> Result<ClientResult, String> {
+        let id = self.connect(1)?[0];
+        let mut buf = vec![0u8; BUFFER];
+        shared.phase.store(MEASURING, Ordering::SeqCst);
+        let (start, start_usage) = (Instant::now(), self.usage());
+        let end = start + plan.duration;
+        let (mut bytes, mut last, mut now) = (0u64, start, start);
+        while now < end && !interrupted.load(Ordering::Relaxed) {
+            self.poll()?;
+            loop {
+                match self.socket(id).recv_slice(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        // Copy: socket receive buffer -> application.
+                        self.adapter.copied += n as u64;
+                        bytes += n as u64;
+                        last = now;
+                    }
+                    Err(tcp::RecvError::Finished) => return Err("smoltcp client: the server closed the stream".into()),
+                    Err(e) => return Err(format!("smoltcp client: receive: {e} (the connection was reset?)")),
+                }
+            }
+            now = Instant::now();
+            if now - last > LIMIT {
+                return Err("smoltcp client: the stream stalled for 2 s".into());
+            }
+        }
+        let elapsed = now - start;
+        let (usage, copied) = self.since(start_usage);
+        shared.phase.store(DONE, Ordering::SeqCst);
+        // As the kernel client's close(2) with unread data: a reset (RFC 2525 2.17), which
+        // stops the source.
+        self.socket(id).abort();
+        self.retire(id);
+        for _ in 0..100 {
+            self.poll()?;
+        }
+        Ok(ClientResult { latency: histogram(), units: bytes, elapsed, usage, copied })
+    }
+
+    /// Connect, exchange 64 bytes, close; one connection at a time.
+    fn once(&mut self) -> Result<(), String> {
+        let id = self.connect(1)?[0];
+        let msg = [0x42u8; 64];
+        let mut buf = [0u8; 64];
+        let (mut sent, mut got) = (0, 0);
+        let deadline = Instant::now() + LIMIT;
+        self.write_some(id, &msg, &mut sent)?;
+        loop {
+            self.poll()?;
+            if sent < msg.len() {
+                self.write_some(id, &msg, &mut sent)?;
+            }
+            if self.read_some(id, &mut buf, &mut got)? {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err("smoltcp client: no echo within 2 s".into());
+            }
+        }
+        if buf != msg {
+            return Err("smoltcp client: the echo differs from what was sent".into());
+        }
+        // As the kernel client's close(2): the FIN goes out, the rest finishes in the
+        // background (TIME-WAIT included), and the socket is reused after.
+        self.socket(id).close();
+        self.retire(id);
+        Ok(())
+    }
+
+    fn connect_rate(
+        &mut self,
+        plan: &ClientPlan,
+        shared: &Shared,
+        interrupted: &AtomicBool,
+    ) -> Result<ClientResult, String> {
+        let mut latency = histogram();
+        let warm_end = Instant::now() + plan.warmup;
+        while Instant::now() < warm_end && !interrupted.load(Ordering::Relaxed) {
+            self.once()?;
+        }
+        shared.phase.store(MEASURING, Ordering::SeqCst);
+        let (start, start_usage) = (Instant::now(), self.usage());
+        let end = start + plan.duration;
+        let (mut now, mut conns) = (start, 0u64);
+        while now < end && conns < MAX_CONNECTIONS && !interrupted.load(Ordering::Relaxed) {
+            self.once()?;
+            let t = Instant::now();
+            latency.saturating_record((t - now).as_nanos() as u64);
+            now = t;
+            conns += 1;
+        }
+        let elapsed = now - start;
+        let (usage, copied) = self.since(start_usage);
+        shared.phase.store(DONE, Ordering::SeqCst);
+        log::debug!("smoltcp client: {} sockets in the set at the end of the window", self.sockets.iter().count());
+        let _ = self.once();
+        for _ in 0..100 {
+            self.poll()?;
+        }
+        Ok(ClientResult { latency, units: conns, elapsed, usage, copied })
+    }
+}
+
+/// smoltcp's clock: microseconds since the server (or client) started.
 struct Clock(Instant);
 
 impl Clock {
@@ -488,9 +975,21 @@ mod tests {
         }
     }
 
+    /// A demo server: smoltcp's ([`server`]) or our stack's.
+    type Serve = fn(MemoryDevice, Ipv4Addr, u8, u16, Workload, &Shared) -> Result<ServerResult, String>;
+
     /// Run the smoltcp server for `workload` on one end of an in-memory link and `client`
     /// on the other; stop the server once the client returns.
     fn run<T>(
+        workload: Workload,
+        client: impl FnOnce(MemoryDevice, &Shared) -> T,
+    ) -> (Result<ServerResult, String>, T) {
+        run_against(server, workload, client)
+    }
+
+    /// As [`run`], with `serve` as the server.
+    fn run_against<T>(
+        serve: Serve,
         workload: Workload,
         client: impl FnOnce(MemoryDevice, &Shared) -> T,
     ) -> (Result<ServerResult, String>, T) {
@@ -500,7 +999,7 @@ mod tests {
         let shared = Shared::default();
         std::thread::scope(|scope| {
             let shared = &shared;
-            let handle = scope.spawn(move || server(server_device, SERVER_IP, 24, PORT, workload, shared));
+            let handle = scope.spawn(move || serve(server_device, SERVER_IP, 24, PORT, workload, shared));
             let stop = StopOnDrop(shared);
             let out = client(client_device, shared);
             drop(stop);
@@ -639,6 +1138,34 @@ mod tests {
             let server = server.unwrap_or_else(|e| panic!("{}: server: {e}", workload.key()));
             assert!(client.units > 0, "{}: nothing measured", workload.key());
             assert!(server.copied.is_some_and(|c| c > 0), "{}: no copies counted", workload.key());
+        }
+    }
+
+    /// Every workload of the demo from the smoltcp client (row 6b), against the smoltcp
+    /// server and against our stack's.
+    #[test]
+    fn smoltcp_client_runs_every_workload_against_smoltcp_and_ours() {
+        let servers: [(&str, Serve); 2] = [("smoltcp", server), ("ours", super::super::stack::server)];
+        for (name, serve) in servers {
+            for workload in super::super::WORKLOADS {
+                let plan = ClientPlan {
+                    server: SocketAddr::V4(SocketAddrV4::new(SERVER_IP, PORT)),
+                    workload,
+                    busy: true,
+                    warmup: Duration::from_millis(50),
+                    duration: Duration::from_millis(200),
+                };
+                let interrupted = AtomicBool::new(false);
+                let (server, client) = run_against(serve, workload, |device, shared| {
+                    super::client(device, CLIENT_IP, 24, &plan, shared, &interrupted)
+                });
+                let key = format!("{} against {name}", workload.key());
+                let client = client.unwrap_or_else(|e| panic!("{key}: client: {e}"));
+                server.unwrap_or_else(|e| panic!("{key}: server: {e}"));
+                let copied = client.copied.expect("the smoltcp client counts its copies");
+                assert!(client.units > 0, "{key}: nothing measured");
+                assert!(copied > 0, "{key}: no copies counted");
+            }
         }
     }
 
