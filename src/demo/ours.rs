@@ -58,8 +58,11 @@ fn io(e: std::io::Error) -> String {
 }
 
 impl<D: Device> Client<D> {
+    /// Send what the application wrote since the last call, then receive and process: the
+    /// writes leave at once instead of after the next receive's system call.
     fn poll(&mut self) -> Result<(), String> {
-        self.stack.poll().map(|_| ()).map_err(io)
+        self.stack.poll_tx().map_err(io)?;
+        self.stack.poll_rx().map(|_| ()).map_err(io)
     }
 
     /// The thread's usage plus the device's system calls, and the bytes the stack copied.

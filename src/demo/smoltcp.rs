@@ -373,7 +373,12 @@ struct Client<D: Device> {
 }
 
 impl<D: Device> Client<D> {
+    /// Send what the application wrote since the last call, then receive and process: the
+    /// writes leave at once instead of after the next receive's system call.
     fn poll(&mut self) -> Result<(), String> {
+        let now = self.clock.now();
+        while self.iface.poll_egress(now, &mut self.adapter, &mut self.sockets) == PollResult::SocketStateChanged {}
+        self.adapter.flush()?;
         self.iface.poll(self.clock.now(), &mut self.adapter, &mut self.sockets);
         self.adapter.flush()
     }
