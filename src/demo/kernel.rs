@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use super::Workload;
-use super::measure::{DONE, MEASURING, Usage, Window};
+use super::measure::{DONE, MEASURING, Usage, Window, count_syscalls};
 
 /// Flags shared by the client, the server and the demo for one measurement.
 #[derive(Default)]
@@ -37,6 +37,8 @@ pub struct ServerResult {
 
 /// Turn a stream into a `File`, so reads and writes are `read(2)`/`write(2)`.
 fn into_file(stream: TcpStream, nonblocking: bool) -> std::io::Result<File> {
+    // setsockopt(TCP_NODELAY) and ioctl(FIONBIO).
+    count_syscalls(2);
     stream.set_nodelay(true)?;
     stream.set_nonblocking(nonblocking)?;
     Ok(File::from(OwnedFd::from(stream)))
@@ -97,6 +99,13 @@ struct Conn {
     f: File,
 }
 
+impl Drop for Conn {
+    /// The `close(2)` of the socket, which follows.
+    fn drop(&mut self) {
+        count_syscalls(1);
+    }
+}
+
 impl Conn {
     /// Handle what has arrived; return `false` once the connection is finished.
     fn step(&mut self, buf: &mut [u8], role: Role) -> Result<bool, String> {
@@ -151,6 +160,7 @@ pub fn server(listener: TcpListener, busy: bool, workload: Workload, shared: &Sh
         loop {
             window.observe(&shared.phase, || 0);
             if expected.is_none_or(|n| accepted < n) {
+                count_syscalls(1); // accept4(2), answered or not
                 match listener.accept() {
                     Ok((s, _)) => {
                         conns.push(Conn { f: into_file(s, true).map_err(|e| io("configure", e))? });
@@ -191,6 +201,7 @@ pub fn server(listener: TcpListener, busy: bool, workload: Workload, shared: &Sh
         Some(n) => std::thread::scope(|scope| {
             let mut threads = Vec::new();
             for _ in 0..n {
+                count_syscalls(1);
                 let (s, _) = listener.accept().map_err(|e| io("accept", e))?;
                 if shared.stop.load(Ordering::SeqCst) {
                     break;
@@ -211,6 +222,7 @@ pub fn server(listener: TcpListener, busy: bool, workload: Workload, shared: &Sh
         }),
         None => {
             loop {
+                count_syscalls(1);
                 let (s, _) = listener.accept().map_err(|e| io("accept", e))?;
                 if shared.stop.load(Ordering::SeqCst) {
                     break;
@@ -284,6 +296,8 @@ fn connect(plan: &ClientPlan) -> Result<TcpStream, String> {
     let result = if plan.busy {
         sys::connect_spinning(&plan.server, Duration::from_secs(3))
     } else {
+        // std: socket, ioctl(FIONBIO), connect, poll (once, unless interrupted), ioctl(FIONBIO).
+        count_syscalls(5);
         TcpStream::connect_timeout(&plan.server, Duration::from_secs(3))
     };
     result.map_err(|e| format!("client: connect to {}: {e}", plan.server))
@@ -481,6 +495,7 @@ fn connect_rate(plan: &ClientPlan, shared: &Shared, interrupted: &AtomicBool) ->
         let mut f = into_file(connect(plan)?, plan.busy).map_err(|e| io("configure", e))?;
         write_all(&mut f, &msg).map_err(|e| io("write", e))?;
         read_exact(&mut f, buf, Duration::from_secs(2)).map_err(|e| io("read the echo", e))?;
+        count_syscalls(1); // the close(2) as `f` drops
         Ok(())
     };
     let warm_end = Instant::now() + plan.warmup;
@@ -522,6 +537,8 @@ mod sys {
         let SocketAddr::V4(v4) = addr else {
             return Err(io::Error::new(io::ErrorKind::Unsupported, "IPv4 only"));
         };
+        // socket, connect, getsockopt(SO_ERROR), and each poll below.
+        super::count_syscalls(3);
         // SAFETY: socket(2) with constant arguments; it returns a new descriptor or -1.
         let fd =
             unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
@@ -552,6 +569,7 @@ mod sys {
             let deadline = Instant::now() + limit;
             loop {
                 let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+                super::count_syscalls(1);
                 // SAFETY: `pfd` is one valid pollfd; a zero timeout never blocks.
                 let n = unsafe { libc::poll(&mut pfd, 1, 0) };
                 if n < 0 {

@@ -1,6 +1,7 @@
 //! What one thread costs: CPU time, context switches and read/write system calls, sampled at
 //! the start and end of a measurement window.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
@@ -18,7 +19,8 @@ pub struct Usage {
     pub voluntary: u64,
     /// Involuntary context switches (the thread was preempted).
     pub involuntary: u64,
-    /// `syscr + syscw` of `/proc/thread-self/io`: read- and write-family system calls.
+    /// `syscr + syscw` of `/proc/thread-self/io` (read- and write-family system calls) plus
+    /// the calls the thread counted itself with [`count_syscalls`].
     pub syscalls: u64,
 }
 
@@ -26,7 +28,7 @@ impl Usage {
     /// Return the counters of the calling thread now.
     pub fn now() -> Usage {
         let (cpu, voluntary, involuntary) = sys::thread_rusage();
-        Usage { cpu, voluntary, involuntary, syscalls: thread_syscalls() }
+        Usage { cpu, voluntary, involuntary, syscalls: thread_syscalls() + OTHER_SYSCALLS.with(Cell::get) }
     }
 
     /// Return `self + other`.
@@ -48,6 +50,17 @@ impl Usage {
             syscalls: self.syscalls.saturating_sub(earlier.syscalls),
         }
     }
+}
+
+thread_local! {
+    /// System calls of this thread that `/proc/thread-self/io` does not count.
+    static OTHER_SYSCALLS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Count `n` system calls the calling thread made that `/proc/thread-self/io` does not see:
+/// `socket`, `connect`, `accept4`, `poll`, `setsockopt`, `ioctl`, `close` and the like.
+pub fn count_syscalls(n: u64) {
+    OTHER_SYSCALLS.with(|c| c.set(c.get() + n));
 }
 
 /// Return `syscr + syscw` of the calling thread (0 if `/proc` cannot tell).
