@@ -143,6 +143,8 @@ fn restart_after_sigkill(backend: Backend) {
             }
             // Echo bytes queued before the kill may still be in the kernel's buffer.
             Ok(n) => outcome.push(format!("{n} bytes")),
+            // A signal (the killed child's SIGCHLD) cut the wait short: wait again.
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => {
                 outcome.push(format!("{:?}", e.kind()));
                 break;
