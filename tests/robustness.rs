@@ -143,7 +143,8 @@ fn restart_after_sigkill(backend: Backend) {
             }
             // Echo bytes queued before the kill may still be in the kernel's buffer.
             Ok(n) => outcome.push(format!("{n} bytes")),
-            // A signal (the killed child's SIGCHLD) cut the wait short: wait again.
+            // A signal interrupted the wait (with a receive timeout set, Linux answers EINTR
+            // instead of restarting the call): wait again.
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => {
                 outcome.push(format!("{:?}", e.kind()));
