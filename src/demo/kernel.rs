@@ -452,7 +452,7 @@ fn bulk_up(plan: &ClientPlan, shared: &Shared, interrupted: &AtomicBool) -> Resu
 }
 
 /// Most connections one connection-rate measurement opens.
-const MAX_CONNECTIONS: u64 = 20_000;
+pub const MAX_CONNECTIONS: u64 = 20_000;
 
 /// Read what the server streams for `duration`; the rate counts bytes read, then close.
 fn bulk_down(plan: &ClientPlan, shared: &Shared, interrupted: &AtomicBool) -> Result<ClientResult, String> {

@@ -31,6 +31,7 @@
 //! interleaved across repetitions; every figure is the median of the repetitions.
 
 mod charts;
+mod client;
 mod kernel;
 mod measure;
 mod ours;

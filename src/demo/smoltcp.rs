@@ -44,8 +44,9 @@ use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr};
 
 use super::Workload;
-use super::kernel::{ClientPlan, ClientResult, ServerResult, Shared, histogram, wait_ready};
-use super::measure::{DONE, MEASURING, Own, Usage, Window};
+use super::client::{self, Endpoint};
+use super::kernel::{ClientPlan, ClientResult, ServerResult, Shared};
+use super::measure::{Own, Usage, Window};
 
 /// Receive and send buffer of every socket, as our stack's.
 const BUFFER: usize = 256 * 1024;
@@ -57,10 +58,6 @@ const RX_BATCH: usize = 64;
 const CHUNK: usize = 64 * 1024;
 /// How long the server lets closing connections finish after it is told to stop.
 const LINGER: Duration = Duration::from_millis(100);
-/// Most connections one connection-rate measurement opens (as the kernel client).
-const MAX_CONNECTIONS: u64 = 20_000;
-/// How long the client waits for anything before it gives up.
-const LIMIT: Duration = Duration::from_secs(2);
 /// The client's local ports: every port above 1023, as the demo gives the kernel client.
 const EPHEMERAL: (u16, u16) = (1024, 65535);
 
@@ -258,17 +255,17 @@ impl Server {
     }
 }
 
-/// Run `plan.workload` from smoltcp at `ip`/`prefix` over `device` against `plan.server`, as
-/// our stack's client does (`ours::client`): the same workloads, phases, timing and checks,
-/// warm-up unrecorded, then `plan.duration` recorded. `interrupted` ends the run early.
+/// Run `plan.workload` from smoltcp at `ip`/`prefix` over `device` against `plan.server`: the
+/// workloads of `client::run`, which our stack's client runs too, warm-up unrecorded, then
+/// `plan.duration` recorded. `interrupted` ends the run early.
 ///
 /// Each connection has a [`tcp::Socket`] of its own, with the server's settings (256 KiB
 /// buffers, Nagle off, Reno), bound to a port of [`Ports`]. The client closes first, so its
 /// sockets hold TIME-WAIT (smoltcp's fixed 10 s) before they are reused: see [`Client`].
 ///
-/// The loop spins: [`Interface::poll`] (receive, then send what is due) and one
-/// [`Device::flush`], then the application's reads and writes, whose segments leave on the
-/// next poll. `copied` counts as the server does (see the module documentation).
+/// Each poll sends what the application wrote (`Interface::poll_egress`), flushes the
+/// device, then receives and sends what is due ([`Interface::poll`]) and flushes again.
+/// `copied` counts as the server does (see the module documentation).
 pub fn client<D: Device>(
     device: D,
     ip: Ipv4Addr,
@@ -292,13 +289,7 @@ pub fn client<D: Device>(
         closing: VecDeque::new(),
         free: Vec::new(),
     };
-    wait_ready(shared)?;
-    let result = match plan.workload {
-        Workload::Rr { size, conns } => client.request_response(plan, size, conns, shared, interrupted),
-        Workload::BulkUp => client.bulk_up(plan, shared, interrupted),
-        Workload::BulkDown => client.bulk_down(plan, shared, interrupted),
-        Workload::Connect => client.connect_rate(plan, shared, interrupted),
-    };
+    let result = client::run(&mut client, plan, shared, interrupted);
     if client.adapter.tx.dropped > 0 {
         log::debug!("smoltcp client: {} frames dropped for want of a transmit buffer", client.adapter.tx.dropped);
     }
@@ -373,8 +364,32 @@ struct Client<D: Device> {
 }
 
 impl<D: Device> Client<D> {
-    /// Send what the application wrote since the last call, then receive and process: the
-    /// writes leave at once instead of after the next receive's system call.
+    fn socket(&mut self, conn: Conn) -> &mut tcp::Socket<'static> {
+        self.sockets.get_mut::<tcp::Socket>(conn.handle)
+    }
+
+    fn state(&self, conn: Conn) -> tcp::State {
+        self.sockets.get::<tcp::Socket>(conn.handle).state()
+    }
+
+    /// Hand `conn` back after the application has closed or aborted it: smoltcp finishes
+    /// the close, then [`open`](Endpoint::open) reuses the socket.
+    fn retire(&mut self, conn: Conn) {
+        self.closing.push_back(conn);
+    }
+}
+
+impl<D: Device> Endpoint for Client<D> {
+    type Conn = Conn;
+
+    fn name(&self) -> &'static str {
+        "smoltcp client"
+    }
+
+    fn server(&self) -> SocketAddrV4 {
+        self.server
+    }
+
     fn poll(&mut self) -> Result<(), String> {
         let now = self.clock.now();
         while self.iface.poll_egress(now, &mut self.adapter, &mut self.sockets) == PollResult::SocketStateChanged {}
@@ -383,11 +398,6 @@ impl<D: Device> Client<D> {
         self.adapter.flush()
     }
 
-    fn socket(&mut self, conn: Conn) -> &mut tcp::Socket<'static> {
-        self.sockets.get_mut::<tcp::Socket>(conn.handle)
-    }
-
-    /// The thread's usage plus the device's system calls, and the bytes copied.
     fn usage(&self) -> (Usage, u64) {
         let own = self.adapter.own();
         let mut usage = Usage::now();
@@ -395,16 +405,10 @@ impl<D: Device> Client<D> {
         (usage, own.copied)
     }
 
-    /// Return what was used since `start` (a [`usage`](Self::usage) sample).
-    fn since(&self, start: (Usage, u64)) -> (Usage, Option<u64>) {
-        let (usage, copied) = self.usage();
-        (usage.since(&start.0), Some(copied - start.1))
-    }
-
     /// Start one connection to the server (SYN-SENT) on a free port and a free socket.
     fn open(&mut self) -> Result<Conn, String> {
         while let Some(&oldest) = self.closing.front() {
-            if self.socket(oldest).state() != tcp::State::Closed {
+            if self.state(oldest) != tcp::State::Closed {
                 break;
             }
             self.closing.pop_front();
@@ -425,30 +429,19 @@ impl<D: Device> Client<D> {
         Ok(Conn { handle, port })
     }
 
-    /// Hand `conn` back after the application has closed or aborted it: smoltcp finishes
-    /// the close, then [`open`](Self::open) reuses the socket.
-    fn retire(&mut self, conn: Conn) {
-        self.closing.push_back(conn);
+    fn opening(&self, conn: Conn) -> bool {
+        matches!(self.state(conn), tcp::State::SynSent | tcp::State::SynReceived)
     }
 
-    /// Open `n` connections at once and wait until all are established.
-    fn connect(&mut self, n: usize) -> Result<Vec<Conn>, String> {
-        let server = self.server;
-        let conns = (0..n).map(|_| self.open()).collect::<Result<Vec<_>, _>>()?;
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while conns.iter().any(|&c| matches!(self.socket(c).state(), tcp::State::SynSent | tcp::State::SynReceived)) {
-            if Instant::now() > deadline {
-                return Err(format!("smoltcp client: no answer from {server} within 3 s"));
-            }
-            self.poll()?;
-        }
-        if let Some(&c) = conns.iter().find(|&&c| self.socket(c).state() != tcp::State::Established) {
-            return Err(format!("smoltcp client: connection to {server} failed ({})", self.socket(c).state()));
-        }
-        Ok(conns)
+    fn not_established(&self, conn: Conn) -> Option<String> {
+        let state = self.state(conn);
+        (state != tcp::State::Established).then(|| state.to_string())
     }
 
-    /// Write as much of `data[*sent..]` as fits.
+    fn closed(&self, conn: Conn) -> bool {
+        matches!(self.state(conn), tcp::State::TimeWait | tcp::State::Closed)
+    }
+
     fn write_some(&mut self, conn: Conn, data: &[u8], sent: &mut usize) -> Result<(), String> {
         let n = self.socket(conn).send_slice(&data[*sent..]).map_err(|e| format!("smoltcp client: send: {e}"))?;
         // Copy: application -> socket send buffer.
@@ -457,266 +450,42 @@ impl<D: Device> Client<D> {
         Ok(())
     }
 
-    /// Read into `buf[*got..]` once; return whether `buf` is full.
-    fn read_some(&mut self, conn: Conn, buf: &mut [u8], got: &mut usize) -> Result<bool, String> {
-        match self.socket(conn).recv_slice(&mut buf[*got..]) {
+    fn read(&mut self, conn: Conn, buf: &mut [u8], what: &str) -> Result<usize, String> {
+        match self.socket(conn).recv_slice(buf) {
             Ok(n) => {
                 // Copy: socket receive buffer -> application.
                 self.adapter.copied += n as u64;
-                *got += n;
+                Ok(n)
             }
-            Err(tcp::RecvError::Finished) => return Err("smoltcp client: the server closed the connection".into()),
-            Err(e) => return Err(format!("smoltcp client: receive: {e} (the connection was reset?)")),
+            Err(tcp::RecvError::Finished) => Err(format!("smoltcp client: the server closed the {what}")),
+            Err(e) => Err(format!("smoltcp client: receive: {e} (the connection was reset?)")),
         }
-        Ok(*got == buf.len())
     }
 
-    /// Close `conns` and poll until their FINs are acknowledged (or a moment passes).
-    fn close_all(&mut self, conns: &[Conn]) -> Result<(), String> {
-        for &c in conns {
-            self.socket(c).close();
+    fn peer_finished(&mut self, conn: Conn) -> Result<bool, String> {
+        match self.socket(conn).recv(|data| (0, data.len())) {
+            Err(tcp::RecvError::Finished) => Ok(true),
+            Ok(0) => Ok(false),
+            Ok(_) => Err("smoltcp client: the bulk server sent data".into()),
+            Err(e) => Err(format!("smoltcp client: receive: {e} (the connection was reset?)")),
         }
-        let deadline = Instant::now() + Duration::from_millis(100);
-        while Instant::now() < deadline
-            && conns.iter().any(|&c| !matches!(self.socket(c).state(), tcp::State::TimeWait | tcp::State::Closed))
-        {
-            self.poll()?;
-        }
-        for &c in conns {
-            self.retire(c);
-        }
-        Ok(())
     }
 
-    /// Every connection keeps one `size`-byte request in flight, echoed back.
-    fn request_response(
-        &mut self,
-        plan: &ClientPlan,
-        size: usize,
-        conns: usize,
-        shared: &Shared,
-        interrupted: &AtomicBool,
-    ) -> Result<ClientResult, String> {
-        let ids = self.connect(conns)?;
-        let msg: Vec<u8> = (0..size).map(|i| (i * 7 + 1) as u8).collect();
-        let mut bufs = vec![vec![0u8; size]; conns];
-        let (mut sent, mut got) = (vec![0usize; conns], vec![0usize; conns]);
-        let mut sent_at = vec![Instant::now(); conns];
-        let mut latency = histogram();
-        let (mut requests, mut measuring) = (0u64, false);
-        let start_all = Instant::now();
-        let (mut start, mut start_usage) = (start_all, (Usage::default(), 0));
-        let warm_end = start_all + plan.warmup;
-        let end = warm_end + plan.duration;
-        let (mut now, mut last_progress) = (start_all, start_all);
-        for i in 0..conns {
-            self.write_some(ids[i], &msg, &mut sent[i])?;
-        }
-        while now < end && !interrupted.load(Ordering::Relaxed) {
-            if !measuring && now >= warm_end {
-                measuring = true;
-                shared.phase.store(MEASURING, Ordering::SeqCst);
-                (start, start_usage) = (Instant::now(), self.usage());
-            }
-            self.poll()?;
-            for i in 0..conns {
-                if sent[i] < size {
-                    self.write_some(ids[i], &msg, &mut sent[i])?;
-                }
-                if self.read_some(ids[i], &mut bufs[i], &mut got[i])? {
-                    now = Instant::now();
-                    if bufs[i] != msg {
-                        return Err("smoltcp client: the echo differs from what was sent".into());
-                    }
-                    if measuring {
-                        latency.saturating_record((now - sent_at[i]).as_nanos() as u64);
-                        requests += 1;
-                    }
-                    (got[i], sent[i]) = (0, 0);
-                    self.write_some(ids[i], &msg, &mut sent[i])?;
-                    sent_at[i] = Instant::now();
-                    last_progress = now;
-                }
-            }
-            now = Instant::now();
-            if now - last_progress > LIMIT {
-                return Err(format!("smoltcp client: no echo for {} s ({})", LIMIT.as_secs(), self.server));
-            }
-        }
-        let elapsed = now - start;
-        let (usage, copied) = self.since(start_usage);
-        shared.phase.store(DONE, Ordering::SeqCst);
-        // Collect the requests still in flight, unrecorded.
-        let deadline = Instant::now() + LIMIT;
-        for i in 0..conns {
-            while sent[i] < size || !self.read_some(ids[i], &mut bufs[i], &mut got[i])? {
-                if sent[i] < size {
-                    self.write_some(ids[i], &msg, &mut sent[i])?;
-                }
-                if Instant::now() > deadline {
-                    return Err("smoltcp client: the last echoes did not come back".into());
-                }
-                self.poll()?;
-            }
-        }
-        self.close_all(&ids)?;
-        Ok(ClientResult { latency, units: requests, elapsed, usage, copied })
+    fn shutdown(&mut self, conn: Conn) {
+        // smoltcp's close is a half-close: FIN after what is queued, reading goes on.
+        self.socket(conn).close();
     }
 
-    /// Stream client -> server for `duration`; the rate counts every byte up to the
-    /// server's FIN after ours, so nothing still buffered counts as delivered.
-    fn bulk_up(
-        &mut self,
-        plan: &ClientPlan,
-        shared: &Shared,
-        interrupted: &AtomicBool,
-    ) -> Result<ClientResult, String> {
-        let id = self.connect(1)?[0];
-        let chunk = vec![0x5au8; CHUNK];
-        shared.phase.store(MEASURING, Ordering::SeqCst);
-        let (start, start_usage) = (Instant::now(), self.usage());
-        let end = start + plan.duration;
-        let mut bytes = 0u64;
-        while Instant::now() < end && !interrupted.load(Ordering::Relaxed) {
-            self.poll()?;
-            loop {
-                let mut n = 0;
-                self.write_some(id, &chunk, &mut n)?;
-                if n == 0 {
-                    break;
-                }
-                bytes += n as u64;
-            }
-        }
-        // FIN after what is queued; the server closes once it has read up to it.
-        self.socket(id).close();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            self.poll()?;
-            match self.socket(id).recv(|data| (0, data.len())) {
-                Err(tcp::RecvError::Finished) => break,
-                Ok(0) => {}
-                Ok(_) => return Err("smoltcp client: the bulk server sent data".into()),
-                Err(e) => return Err(format!("smoltcp client: receive: {e} (the connection was reset?)")),
-            }
-            if Instant::now() > deadline {
-                return Err("smoltcp client: the server did not close within 10 s of our FIN".into());
-            }
-        }
-        let elapsed = start.elapsed();
-        let (usage, copied) = self.since(start_usage);
-        shared.phase.store(DONE, Ordering::SeqCst);
-        self.close_all(&[id])?;
-        Ok(ClientResult { latency: histogram(), units: bytes, elapsed, usage, copied })
+    /// The socket finishes the close in the background (TIME-WAIT included) and is reused
+    /// after.
+    fn close(&mut self, conn: Conn) {
+        self.socket(conn).close();
+        self.retire(conn);
     }
 
-    /// Read what the server streams for `duration`; the rate counts bytes read.
-    fn bulk_down(
-        &mut self,
-        plan: &ClientPlan,
-        shared: &Shared,
-        interrupted: &AtomicBool,
-    ) -> Result<ClientResult, String> {
-        let id = self.connect(1)?[0];
-        let mut buf = vec![0u8; BUFFER];
-        shared.phase.store(MEASURING, Ordering::SeqCst);
-        let (start, start_usage) = (Instant::now(), self.usage());
-        let end = start + plan.duration;
-        let (mut bytes, mut last, mut now) = (0u64, start, start);
-        while now < end && !interrupted.load(Ordering::Relaxed) {
-            self.poll()?;
-            loop {
-                match self.socket(id).recv_slice(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        // Copy: socket receive buffer -> application.
-                        self.adapter.copied += n as u64;
-                        bytes += n as u64;
-                        last = now;
-                    }
-                    Err(tcp::RecvError::Finished) => return Err("smoltcp client: the server closed the stream".into()),
-                    Err(e) => return Err(format!("smoltcp client: receive: {e} (the connection was reset?)")),
-                }
-            }
-            now = Instant::now();
-            if now - last > LIMIT {
-                return Err("smoltcp client: the stream stalled for 2 s".into());
-            }
-        }
-        let elapsed = now - start;
-        let (usage, copied) = self.since(start_usage);
-        shared.phase.store(DONE, Ordering::SeqCst);
-        // As the kernel client's close(2) with unread data: a reset (RFC 2525 2.17), which
-        // stops the source.
-        self.socket(id).abort();
-        self.retire(id);
-        for _ in 0..100 {
-            self.poll()?;
-        }
-        Ok(ClientResult { latency: histogram(), units: bytes, elapsed, usage, copied })
-    }
-
-    /// Connect, exchange 64 bytes, close; one connection at a time.
-    fn once(&mut self) -> Result<(), String> {
-        let id = self.connect(1)?[0];
-        let msg = [0x42u8; 64];
-        let mut buf = [0u8; 64];
-        let (mut sent, mut got) = (0, 0);
-        let deadline = Instant::now() + LIMIT;
-        self.write_some(id, &msg, &mut sent)?;
-        loop {
-            self.poll()?;
-            if sent < msg.len() {
-                self.write_some(id, &msg, &mut sent)?;
-            }
-            if self.read_some(id, &mut buf, &mut got)? {
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err("smoltcp client: no echo within 2 s".into());
-            }
-        }
-        if buf != msg {
-            return Err("smoltcp client: the echo differs from what was sent".into());
-        }
-        // As the kernel client's close(2): the FIN goes out, the rest finishes in the
-        // background (TIME-WAIT included), and the socket is reused after.
-        self.socket(id).close();
-        self.retire(id);
-        Ok(())
-    }
-
-    fn connect_rate(
-        &mut self,
-        plan: &ClientPlan,
-        shared: &Shared,
-        interrupted: &AtomicBool,
-    ) -> Result<ClientResult, String> {
-        let mut latency = histogram();
-        let warm_end = Instant::now() + plan.warmup;
-        while Instant::now() < warm_end && !interrupted.load(Ordering::Relaxed) {
-            self.once()?;
-        }
-        shared.phase.store(MEASURING, Ordering::SeqCst);
-        let (start, start_usage) = (Instant::now(), self.usage());
-        let end = start + plan.duration;
-        let (mut now, mut conns) = (start, 0u64);
-        while now < end && conns < MAX_CONNECTIONS && !interrupted.load(Ordering::Relaxed) {
-            self.once()?;
-            let t = Instant::now();
-            latency.saturating_record((t - now).as_nanos() as u64);
-            now = t;
-            conns += 1;
-        }
-        let elapsed = now - start;
-        let (usage, copied) = self.since(start_usage);
-        shared.phase.store(DONE, Ordering::SeqCst);
-        log::debug!("smoltcp client: {} sockets in the set at the end of the window", self.sockets.iter().count());
-        let _ = self.once();
-        for _ in 0..100 {
-            self.poll()?;
-        }
-        Ok(ClientResult { latency, units: conns, elapsed, usage, copied })
+    fn abort(&mut self, conn: Conn) {
+        self.socket(conn).abort();
+        self.retire(conn);
     }
 }
 
@@ -1124,17 +893,22 @@ mod tests {
         assert!(copied >= 2 * total && copied < 2 * total + total / 4, "copied {copied} for {total} bytes");
     }
 
+    /// A short measurement of `workload` against the server on the in-memory link.
+    fn memory_plan(workload: Workload) -> ClientPlan {
+        ClientPlan {
+            server: SocketAddr::V4(SocketAddrV4::new(SERVER_IP, PORT)),
+            workload,
+            busy: true,
+            warmup: Duration::from_millis(50),
+            duration: Duration::from_millis(200),
+        }
+    }
+
     /// Every workload of the demo, through the client of rows 4b/5b (our stack).
     #[test]
     fn smoltcp_serves_every_workload_to_our_client() {
         for workload in super::super::WORKLOADS {
-            let plan = ClientPlan {
-                server: SocketAddr::V4(SocketAddrV4::new(SERVER_IP, PORT)),
-                workload,
-                busy: true,
-                warmup: Duration::from_millis(50),
-                duration: Duration::from_millis(200),
-            };
+            let plan = memory_plan(workload);
             let interrupted = AtomicBool::new(false);
             let (server, client) = run(workload, |device, shared| {
                 super::super::ours::client(device, CLIENT_IP, 24, &plan, shared, &interrupted)
@@ -1153,13 +927,7 @@ mod tests {
         let servers: [(&str, Serve); 2] = [("smoltcp", server), ("ours", super::super::stack::server)];
         for (name, serve) in servers {
             for workload in super::super::WORKLOADS {
-                let plan = ClientPlan {
-                    server: SocketAddr::V4(SocketAddrV4::new(SERVER_IP, PORT)),
-                    workload,
-                    busy: true,
-                    warmup: Duration::from_millis(50),
-                    duration: Duration::from_millis(200),
-                };
+                let plan = memory_plan(workload);
                 let interrupted = AtomicBool::new(false);
                 let (server, client) = run_against(serve, workload, |device, shared| {
                     super::client(device, CLIENT_IP, 24, &plan, shared, &interrupted)
