@@ -161,7 +161,7 @@ pub fn server(listener: TcpListener, mode: Mode, shared: &Shared) -> Result<Serv
     Ok(ServerResult { usage, copied: None, mode })
 }
 
-/// Send `file` round and round with `sendfile(2)` or `splice(2)` until the client closes (or
+/// Send `file` round and round with `sendfile(2)` (or `splice(2)` for [`Mode::Splice`]) until the client closes (or
 /// `shared.stop`); return the mode's description and the calls made in the window.
 fn stream_file(
     sock: &OwnedFd,
@@ -171,10 +171,8 @@ fn stream_file(
     window: &mut Window,
 ) -> Result<(String, u64), String> {
     let io = |what: &str, e: std::io::Error| format!("{}: {what}: {e}", mode.name());
-    let pipe = match mode {
-        Mode::Splice => Some(sys::pipe().map_err(|e| io("pipe2", e))?),
-        Mode::Sendfile | Mode::MsgZerocopy => None,
-    };
+    let splice = mode == Mode::Splice;
+    let pipe = if splice { Some(sys::pipe().map_err(|e| io("pipe2", e))?) } else { None };
     // Bytes spliced into the pipe and not yet into the socket.
     let mut in_pipe = 0usize;
     let mut offset: u64 = 0;
@@ -211,9 +209,10 @@ fn stream_file(
             Err(_) => break,
         }
     }
-    let mode = match mode {
-        Mode::Splice => "kernel TCP, splice(2) file -> pipe -> socket, busy polling",
-        Mode::Sendfile | Mode::MsgZerocopy => "kernel TCP, sendfile(2), busy polling",
+    let mode = if splice {
+        "kernel TCP, splice(2) file -> pipe -> socket, busy polling"
+    } else {
+        "kernel TCP, sendfile(2), busy polling"
     };
     Ok((mode.into(), calls))
 }
