@@ -241,7 +241,10 @@ fn lab_up(name: &str, queues: u32) -> Result<(), String> {
         "serve echo:   ip netns exec {} bypass echo --iface {} --ip {}/{} --port 7",
         lab.bypass_ns, lab.bypass_if, lab.bypass_ip, lab.prefix_len
     );
-    println!("try it:       echo hello | ip netns exec {} nc -q1 {} 7", lab.peer_ns, lab.bypass_ip);
+    println!(
+        "try it:       ip netns exec {} python3 -c 'import socket; s=socket.create_connection((\"{}\", 7)); s.sendall(b\"hello\"); print(s.recv(5))'",
+        lab.peer_ns, lab.bypass_ip
+    );
     println!("remove it:    bypass lab down --name {name}");
     lab.keep();
     Ok(())

@@ -1,5 +1,6 @@
-//! `bypass demo --quick` end to end: it builds its own lab, measures every transport, writes
-//! `results.md`, `results.json` and three SVG charts, and removes the lab.
+//! `bypass demo --quick` end to end, as on a fresh machine: with `ip` the only program on
+//! `PATH` (no `ethtool`, `ping` or `tshark`), it builds its own lab, measures every transport,
+//! writes `results.md`, `results.json` and three SVG charts, and removes the lab.
 //!
 //! Needs root: without it the test says why it skips, except under `CI=true`, where it fails.
 
@@ -7,9 +8,10 @@ use std::process::Command;
 
 use bypass_io::testlab::lab_available;
 
-const TRANSPORTS: [(&str, &str); 8] = [
+const TRANSPORTS: [(&str, &str); 9] = [
     ("kernel-blocking", "1 kernel TCP, blocking"),
     ("kernel-busy", "2 kernel TCP, busy-poll"),
+    ("kernel-busy-defaults", "2d kernel TCP, default offloads, busy-poll"),
     ("stack-afpacket", "4 ours/AF_PACKET <- kernel"),
     ("stack-afpacket-both", "4b ours/AF_PACKET <-> ours"),
     ("stack-afxdp", "5 ours/AF_XDP <- kernel"),
@@ -44,9 +46,16 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
     }
     let out = std::env::temp_dir().join(format!("bypass-demo-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
+    // A fresh machine: `ip` (iproute2) is all there is.
+    let only_ip = out.join("bin");
+    std::fs::create_dir_all(&only_ip).unwrap();
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let ip = std::env::split_paths(&path).map(|d| d.join("ip")).find(|p| p.is_file()).expect("`ip` is on PATH");
+    std::os::unix::fs::symlink(ip, only_ip.join("ip")).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_bypass"))
         .args(["demo", "--quick", "--out"])
         .arg(&out)
+        .env("PATH", &only_ip)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -118,6 +127,19 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
         assert!(throughput.contains(label), "throughput.svg names `{label}`");
     }
 
+    // Every measured row is read against both kernel rows: offloads off (2) and the kernel's
+    // defaults (2d); row 2d is 1.00x of itself.
+    for line in json.lines().filter(|l| l.contains("\"rate\": ")) {
+        for key in ["vs_row_2", "vs_row_2d"] {
+            let ratio = number_after(line, key).unwrap_or_else(|| panic!("no {key} ratio:\n{line}"));
+            assert!(ratio > 0.0, "{key} {ratio}:\n{line}");
+        }
+        if line.contains("\"transport\": \"kernel-busy-defaults\"") {
+            assert_eq!(number_after(line, "vs_row_2d"), Some(1.0), "{line}");
+        }
+    }
+    assert!(md.contains("| vs 2 | vs 2d |"), "the bulk tables have both ratio columns:\n{md}");
+    assert!(md.contains("row 2d on bk0/pk0 with the kernel's default offloads"), "the conditions say so:\n{md}");
     assert!(md.contains("AF_XDP mode: AF_XDP"), "the AF_XDP mode is stated:\n{md}");
     assert!(
         md.contains("MSG_ZEROCOPY: kernel TCP, send(2) with MSG_ZEROCOPY"),

@@ -36,6 +36,7 @@ fn colour(transport: Transport) -> &'static str {
     match transport {
         Transport::KernelBlocking => "#7a7a7a",
         Transport::KernelBusy => "#1f5fbf",
+        Transport::KernelDefaults => "#0d2f66",
         Transport::KernelZerocopy => "#17a2b8",
         Transport::KernelSplice => "#b8860b",
         Transport::KernelMsgZerocopy => "#6c757d",

@@ -7,8 +7,9 @@
 //!  bypass namespace (bx0)                          peer namespace (px0, 10.77.0.1)
 //!  server thread                                   client thread
 //!    1 kernel echo, blocking     on 10.77.0.3        kernel TCP socket, blocking (row 1) or
-//!    2 kernel echo, busy polling on 10.77.0.3        non-blocking, busy polling (rows 2, 3,
-//!    3 kernel sendfile(2) source on 10.77.0.3        3s, 3z, 4, 5, 6)
+//!    2 kernel echo, busy polling on 10.77.0.3        non-blocking, busy polling (rows 2, 2d,
+//!   2d kernel echo, busy polling on 10.77.1.3 (bk0)  3, 3s, 3z, 4, 5, 6; row 2d over pk0)
+//!    3 kernel sendfile(2) source on 10.77.0.3
 //!   3s kernel splice(2) source   on 10.77.0.3
 //!   3z kernel MSG_ZEROCOPY source on 10.77.0.3
 //!    4 our stack over AF_PACKET  on 10.77.0.2
@@ -18,6 +19,11 @@
 //!   5b our stack over AF_XDP     on 10.77.0.2        our stack over AF_XDP on px0, 10.77.0.4
 //!   6b smoltcp over our AF_XDP   on 10.77.0.2        smoltcp over our AF_XDP on px0, 10.77.0.4
 //! ```
+//!
+//! Every row but 2d crosses bx0/px0, whose offloads (tx checksum, TSO, GSO) are off at both
+//! ends, so every row puts MTU-sized frames with software checksums on the wire. Row 2d is the
+//! kernel as it ships: the lab's second veth pair, bk0/pk0, keeps the kernel's default
+//! offloads, so TCP hands the veth 64 KiB super-packets that cross it whole.
 //!
 //! Without root (no lab), rows 1, 2, 3, 3s and 3z run over loopback and row M (our stack at
 //! both ends over the in-memory link, in this process; `--only stack-memory` runs it
@@ -46,6 +52,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bypass_io::memory::Clock;
+use bypass_io::netdev;
 use bypass_io::testlab::{Lab, LabConfig};
 use bypass_io::xdp::{XdpConfig, XdpDevice};
 use bypass_io::{MemoryLink, PacketDevice};
@@ -126,6 +133,8 @@ const MTU: u32 = 1500;
 pub enum Transport {
     KernelBlocking,
     KernelBusy,
+    /// Kernel TCP busy polling, as row 2, over a veth pair with the kernel's default offloads.
+    KernelDefaults,
     /// Kernel TCP, the server sending with `sendfile(2)` (bulk server -> client only).
     KernelZerocopy,
     /// Kernel TCP, the server sending with `splice(2)` file -> pipe -> socket (bulk server ->
@@ -151,9 +160,10 @@ pub enum Transport {
 }
 
 impl Transport {
-    pub const ALL: [Transport; 12] = [
+    pub const ALL: [Transport; 13] = [
         Transport::KernelBlocking,
         Transport::KernelBusy,
+        Transport::KernelDefaults,
         Transport::KernelZerocopy,
         Transport::KernelSplice,
         Transport::KernelMsgZerocopy,
@@ -171,6 +181,7 @@ impl Transport {
         match self {
             Transport::KernelBlocking => "kernel-blocking",
             Transport::KernelBusy => "kernel-busy",
+            Transport::KernelDefaults => "kernel-busy-defaults",
             Transport::KernelZerocopy => "kernel-sendfile",
             Transport::KernelSplice => "kernel-splice",
             Transport::KernelMsgZerocopy => "kernel-msg-zerocopy",
@@ -189,6 +200,7 @@ impl Transport {
         match self {
             Transport::KernelBlocking => "1 kernel TCP, blocking",
             Transport::KernelBusy => "2 kernel TCP, busy-poll",
+            Transport::KernelDefaults => "2d kernel TCP, default offloads, busy-poll",
             Transport::KernelZerocopy => "3 kernel TCP, sendfile",
             Transport::KernelSplice => "3s kernel TCP, splice",
             Transport::KernelMsgZerocopy => "3z kernel TCP, MSG_ZEROCOPY",
@@ -210,6 +222,9 @@ impl Transport {
             }
             Transport::KernelBusy => {
                 "server: kernel echo, non-blocking read/write spinning, 10.77.0.3 on bx0; client: kernel socket, non-blocking, spinning, peer namespace"
+            }
+            Transport::KernelDefaults => {
+                "server: kernel echo, non-blocking read/write spinning, 10.77.1.3 on bk0; client: kernel socket, non-blocking, spinning, peer namespace, over pk0: the lab's second veth pair, which keeps the kernel's default offloads (tx checksum, scatter-gather, TSO and GSO on at both ends), so TCP hands the veth super-packets of up to 64 KiB that cross it whole with their checksums left to an offload that never runs; everything else as row 2"
             }
             Transport::KernelZerocopy => {
                 "server: kernel TCP, sendfile(2) from a 64 MiB memfd (sent again and again, the offset wraps), non-blocking, spinning, 10.77.0.3 on bx0; client: kernel socket, non-blocking read(2), spinning (busy polling, as row 2), peer namespace; bulk server -> client only (splice(2): row 3s; MSG_ZEROCOPY: row 3z)"
@@ -249,6 +264,9 @@ impl Transport {
         match self {
             Transport::KernelBlocking | Transport::KernelBusy => {
                 "2 per byte per direction, both by the kernel: write(2) copies user -> skb, read(2) copies skb -> user (veth passes the skb on without copying)"
+            }
+            Transport::KernelDefaults => {
+                "2 per byte per direction, both by the kernel, as row 2, but with checksums left partial (tx checksum offload) and one skb per 64 KiB super-packet instead of one per 1448-byte segment"
             }
             Transport::KernelZerocopy => {
                 "2 per byte, both by the kernel: sendfile(2) attaches the memfd's pages to the skb without a copy (no user buffer), but bx0 has no tx checksum offload, so software GSO (skb_segment) linearizes the shared page frags to checksum them: one copy page -> segment (perf: skb_copy_bits under skb_segment); read(2) copies skb -> user"
@@ -339,8 +357,10 @@ impl Net {
         }
     }
 
-    fn kernel_server_ip(&self) -> Ipv4Addr {
+    /// Return the address the kernel server of `transport` listens on.
+    fn kernel_server_ip(&self, transport: Transport) -> Ipv4Addr {
         match self {
+            Net::Lab(lab) if transport == Transport::KernelDefaults => lab.kernel_pair().bypass_ip,
             Net::Lab(_) => KERNEL_SERVER_IP,
             Net::Loopback => Ipv4Addr::LOCALHOST,
         }
@@ -463,7 +483,7 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
     }
 
     let mut conditions = Conditions {
-        date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        date: jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC").to_string(),
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
         cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         runs,
@@ -478,25 +498,18 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
             let cidr = format!("{KERNEL_SERVER_IP}/{}", lab.prefix_len);
             lab.ip_bypass(&["addr", "add", &cidr, "dev", &lab.bypass_if])
                 .map_err(|e| format!("cannot give bx0 the kernel server's address: {e}"))?;
-            // Same frames for every row: without this the kernel server on bx0 would send
-            // 64 KiB TSO/GSO super-frames over the veth, which our stack cannot.
-            let ethtool = lab
-                .bypass_cmd("ethtool")
-                .args(["-K", &lab.bypass_if, "tx", "off", "tso", "off", "gso", "off"])
-                .output()
-                .map_err(|e| format!("cannot run ethtool: {e}"))?;
-            if !ethtool.status.success() {
-                return Err(format!(
-                    "cannot turn bx0's offloads off: {}",
-                    String::from_utf8_lossy(&ethtool.stderr).trim()
-                ));
-            }
+            // Same frames for every row on bx0/px0: without this the kernel server on bx0
+            // would send 64 KiB TSO/GSO super-frames over the veth, which our stack cannot.
+            lab.in_bypass(|| netdev::segmentation_offloads_off(&lab.bypass_if))
+                .map_err(|e| format!("cannot turn bx0's offloads off: {e}"))?;
+            // Row 2d: the kernel as it ships, on a pair of its own with the default offloads.
+            lab.add_kernel_pair(MTU).map_err(|e| format!("cannot add the default-offloads veth pair: {e}"))?;
             // The connection-rate client leaves its closed connections in TIME-WAIT: give it
             // every port above 1023 (the sysctl is per namespace).
             lab.in_peer(|| std::fs::write("/proc/sys/net/ipv4/ip_local_port_range", "1024 65535"))
                 .map_err(|e| format!("cannot widen the peer's ephemeral port range: {e}"))?;
             conditions.mtu = Some(MTU);
-            conditions.offloads = "tx checksum, TSO and GSO off on both veth ends (every row puts MTU-sized frames with software checksums on the wire)".into();
+            conditions.offloads = "tx checksum, TSO and GSO off on both ends of bx0/px0 (every row but 2d puts MTU-sized frames with software checksums on the wire); row 2d on bk0/pk0 with the kernel's default offloads (tx checksum, TSO, GSO on: 64 KiB super-packets cross the veth whole)".into();
             Net::Lab(lab)
         }
         Err(e) => {
@@ -512,6 +525,10 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
             conditions.note = Some(why);
             for t in transports.iter().filter(|t| t.needs_lab()) {
                 unavailable.push((*t, "needs root and the namespace lab".into()));
+            }
+            if transports.contains(&Transport::KernelDefaults) {
+                let why = "needs the namespace lab (over loopback, row 2 already has the kernel's default offloads)";
+                unavailable.push((Transport::KernelDefaults, why.into()));
             }
             Net::Loopback
         }
@@ -645,7 +662,7 @@ fn measure(
         Net::Lab(lab) => lab.bypass_ip,
         Net::Loopback => Ipv4Addr::LOCALHOST,
     };
-    let server_ip = if transport.needs_lab() { stack_ip } else { net.kernel_server_ip() };
+    let server_ip = if transport.needs_lab() { stack_ip } else { net.kernel_server_ip(transport) };
     let addr = SocketAddr::from((server_ip, port));
     let plan = ClientPlan { server: addr, workload, busy: transport.busy(), warmup, duration };
     let (client, server) = std::thread::scope(|scope| {
@@ -773,7 +790,7 @@ fn serve(
     shared: &Shared,
 ) -> Result<kernel::ServerResult, String> {
     match transport {
-        Transport::KernelBlocking | Transport::KernelBusy => {
+        Transport::KernelBlocking | Transport::KernelBusy | Transport::KernelDefaults => {
             let listener =
                 TcpListener::bind((ip, port)).map_err(|e| format!("kernel echo server: bind {ip}:{port}: {e}"))?;
             kernel::server(listener, transport.busy(), workload, shared)
@@ -810,13 +827,4 @@ fn serve(
         }
         Transport::StackMemory => Err("the in-memory row is measured by measure_memory".into()),
     }
-}
-
-/// Return the trimmed standard output of a command, or an empty string.
-fn command_output(program: &str, args: &[&str]) -> String {
-    std::process::Command::new(program)
-        .args(args)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
 }

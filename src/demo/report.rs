@@ -145,6 +145,7 @@ fn header(workload: Workload) -> Vec<&'static str> {
             "p99.9 µs",
             "req/s",
             "p50 vs 2",
+            "p50 vs 2d",
             "CPU µs/req",
             "syscalls/req",
             "ctx sw/req",
@@ -157,24 +158,40 @@ fn header(workload: Workload) -> Vec<&'static str> {
             "p99.9 µs",
             "conn/s",
             "p50 vs 2",
+            "p50 vs 2d",
             "CPU µs/conn",
             "syscalls/conn",
             "ctx sw/conn",
             "copies/byte",
         ],
         Workload::BulkUp | Workload::BulkDown => {
-            vec!["transport", "Gbit/s", "vs 2", "CPU s/GiB", "syscalls/MiB", "ctx sw/MiB", "copies/byte"]
+            vec!["transport", "Gbit/s", "vs 2", "vs 2d", "CPU s/GiB", "syscalls/MiB", "ctx sw/MiB", "copies/byte"]
         }
     }
 }
 
+/// The kernel rows every other row is read against: busy-polling kernel TCP with the offloads
+/// off (row 2, frame for frame what the userspace stacks put on the wire) and with the
+/// kernel's default offloads (row 2d, what a user gets out of the box).
+const BASELINES: [Transport; 2] = [Transport::KernelBusy, Transport::KernelDefaults];
+
+/// Return the figure of `workload` that ratios compare: Gbit/s for bulk, p50 for the others.
+fn compared(workload: Workload, f: &Figures) -> f64 {
+    if workload.is_bulk() { f.rate } else { f.p50_us }
+}
+
+/// Return `row`'s ratio to each of [`BASELINES`] in the same run, where both were measured.
+pub fn ratios(rows: &[Row], row: &Row) -> [Option<f64>; 2] {
+    BASELINES.map(|baseline| {
+        let base = rows.iter().find(|r| r.workload == row.workload && r.transport == baseline)?.figures?;
+        let f = row.figures?;
+        Some(compared(row.workload, &f) / compared(row.workload, &base))
+    })
+}
+
 /// Return the cells of each row of `workload`.
 fn cells(rows: &[Row], workload: Workload) -> Vec<Vec<String>> {
-    let baseline = rows
-        .iter()
-        .find(|r| r.workload == workload && r.transport == Transport::KernelBusy)
-        .and_then(|r| r.figures)
-        .map(|f| if workload.is_bulk() { f.rate } else { f.p50_us });
+    let ratio_cells = |r: &Row| ratios(rows, r).map(|x| x.map_or("-".into(), |x| format!("{x:.2}x")));
     rows.iter()
         .filter(|r| r.workload == workload)
         .map(|r| {
@@ -183,14 +200,14 @@ fn cells(rows: &[Row], workload: Workload) -> Vec<Vec<String>> {
                 Some(f) => {
                     if workload.is_bulk() {
                         c.push(format!("{:.2}", f.rate));
-                        c.push(baseline.map_or("-".into(), |b| format!("{:.2}x", f.rate / b)));
+                        c.extend(ratio_cells(r));
                         c.push(format!("{:.2}", f.cpu_per_unit));
                     } else {
                         c.push(format!("{:.1}", f.p50_us));
                         c.push(format!("{:.1}", f.p99_us));
                         c.push(format!("{:.1}", f.p999_us));
                         c.push(format!("{:.0}", f.rate));
-                        c.push(baseline.map_or("-".into(), |b| format!("{:.2}x", f.p50_us / b)));
+                        c.extend(ratio_cells(r));
                         c.push(format!("{:.2}", f.cpu_per_unit));
                     }
                     c.push(format!("{:.1}", f.syscalls_per_unit));
@@ -239,7 +256,7 @@ pub fn conditions_line(c: &Conditions) -> String {
     s
 }
 
-const LEGEND: &str = "latency measured by the client (round trip; for the connection rate: connect + exchange + close); `vs 2`: ratio to row 2 (busy-polling kernel TCP) in the same run (p50: lower is better; Gbit/s: higher is better); `<- kernel`: a kernel client against our server (the mixed case); `<-> ours`: our stack at both ends; CPU, syscalls (syscr+syscw of /proc/thread-self/io: read/write-family calls, every call of the kernel ends, including those a busy-polling loop makes in vain; plus the socket, connect, poll, accept4, setsockopt, ioctl and close calls the kernel ends make, counted where the demo makes them; plus, for our stack and smoltcp, the calls their packet device made, counted by the device: AF_XDP sendto/recvfrom/poll, AF_PACKET sendmmsg/ppoll) and context switches (voluntary + involuntary, getrusage RUSAGE_THREAD) are client + server threads per unit of work; copies/byte = CPU copies per byte per direction, end to end: ours (measured by the stack at our ends; for smoltcp, counted by its server) + k by the kernel";
+const LEGEND: &str = "latency measured by the client (round trip; for the connection rate: connect + exchange + close); `vs 2` and `vs 2d`: ratio to row 2 (busy-polling kernel TCP, offloads off: the same frames on the wire as the userspace stacks) and to row 2d (the same with the kernel's default offloads: what a user gets out of the box, and the one to compare with) in the same run (p50: lower is better; Gbit/s: higher is better); `<- kernel`: a kernel client against our server (the mixed case); `<-> ours`: our stack at both ends; CPU, syscalls (syscr+syscw of /proc/thread-self/io: read/write-family calls, every call of the kernel ends, including those a busy-polling loop makes in vain; plus the socket, connect, poll, accept4, setsockopt, ioctl and close calls the kernel ends make, counted where the demo makes them; plus, for our stack and smoltcp, the calls their packet device made, counted by the device: AF_XDP sendto/recvfrom/poll, AF_PACKET sendmmsg/ppoll) and context switches (voluntary + involuntary, getrusage RUSAGE_THREAD) are client + server threads per unit of work; copies/byte = CPU copies per byte per direction, end to end: ours (measured by the stack at our ends; for smoltcp, counted by its server) + k by the kernel";
 
 fn failures(rows: &[Row]) -> Vec<String> {
     rows.iter()
@@ -433,6 +450,13 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
             js(r.transport.placement()),
             js(r.transport.copies()),
             r.transport.kernel_copies(),
+        );
+        let [vs_2, vs_2d] = ratios(rows, r);
+        let _ = write!(
+            o,
+            ", \"vs_row_2\": {}, \"vs_row_2d\": {}",
+            vs_2.map_or("null".into(), jn),
+            vs_2d.map_or("null".into(), jn)
         );
         if let Some(f) = &r.figures {
             let _ = write!(

@@ -75,8 +75,8 @@ pub fn peer_without_tail_loss_probes(lab: &Lab) {
     if std::env::var_os("BYPASS_TEST_KEEP_TLP").is_some() {
         return;
     }
-    let out = lab.peer_cmd("sysctl").args(["-qw", "net.ipv4.tcp_early_retrans=0"]).output().expect("run sysctl");
-    assert!(out.status.success(), "sysctl net.ipv4.tcp_early_retrans=0: {}", String::from_utf8_lossy(&out.stderr));
+    lab.in_peer(|| std::fs::write("/proc/sys/net/ipv4/tcp_early_retrans", "0"))
+        .unwrap_or_else(|e| panic!("net.ipv4.tcp_early_retrans=0 in the peer namespace: {e}"));
 }
 
 /// The stack's address and echo port as a socket address.
@@ -326,7 +326,7 @@ impl Capture {
                 .spawn();
             match child {
                 Ok(child) => children.push(child),
-                Err(e) => eprintln!("BYPASS_TEST_CAPTURE: cannot run tcpdump: {e}"),
+                Err(e) => eprintln!("BYPASS_TEST_CAPTURE: cannot run tcpdump (apt-get install -y tcpdump): {e}"),
             }
         }
         std::thread::sleep(Duration::from_millis(300));
@@ -450,8 +450,9 @@ pub fn bypass_link_rx_packets(lab: &Lab) -> u64 {
     lines[i + 1].split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("RX packets")
 }
 
-/// Describe the drop counters of both veth ends (`ip -s link`, nonzero `ethtool -S` lines):
-/// where frames were lost below TCP.
+/// Describe the drop counters of both veth ends (`ip -s link`, and the nonzero drop, full and
+/// error counters of the driver's statistics, as `ethtool -S` shows them): where frames were
+/// lost below TCP.
 pub fn link_drops(lab: &Lab) -> String {
     let mut out = String::new();
     for (side, iface, cmd) in
@@ -464,14 +465,16 @@ pub fn link_drops(lab: &Lab) -> String {
             out.push_str(&format!("[{side} ip -s link: {}] ", text.trim()));
         }
     }
-    if let Ok(o) = lab.bypass_cmd("ethtool").args(["-S", &lab.bypass_if]).output() {
-        let nonzero: Vec<String> = String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter(|l| l.contains("drop") || l.contains("full") || l.contains("err"))
-            .filter(|l| !l.trim_end().ends_with(": 0"))
-            .map(|l| l.trim().to_string())
-            .collect();
-        out.push_str(&format!("[bypass ethtool -S drops: {}]", nonzero.join(", ")));
+    match lab.in_bypass(|| bypass_io::netdev::stats(&lab.bypass_if)) {
+        Ok(stats) => {
+            let nonzero: Vec<String> = stats
+                .iter()
+                .filter(|(name, value)| *value != 0 && ["drop", "full", "err"].iter().any(|w| name.contains(w)))
+                .map(|(name, value)| format!("{name}: {value}"))
+                .collect();
+            out.push_str(&format!("[bypass driver statistics, drops: {}]", nonzero.join(", ")));
+        }
+        Err(e) => out.push_str(&format!("[bypass driver statistics: {e}]")),
     }
     out
 }

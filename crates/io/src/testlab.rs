@@ -5,6 +5,10 @@
 //!  bx0  02:00:00:77:00:02   <==== veth ====>    px0  02:00:00:77:00:01
 //!  no kernel IPv4 address, IPv6 disabled        10.77.0.1/24, IPv6 disabled,
 //!  the stack owns 10.77.0.2                     tx checksum/TSO/GSO offloads off
+//!
+//!  optional second pair (Lab::add_kernel_pair), kernel addresses at both ends and the
+//!  kernel's default offloads:
+//!  bk0  10.77.1.3/24                <==== veth ====>    pk0  10.77.1.1/24
 //! ```
 //!
 //! The bypass side has no kernel address, so only the stack answers for 10.77.0.2 (the kernel
@@ -19,16 +23,20 @@
 //! belong there (and may then be moved to other threads). Run commands there with
 //! [`Lab::bypass_cmd`] / [`Lab::peer_cmd`].
 //!
-//! Tests call [`lab_available`] first: without root, `ip`, `ethtool` or `ping`, a test is skipped with a message,
+//! A lab needs root and `ip` (iproute2, on every Debian machine) and nothing else: the
+//! offloads are set through the kernel's ethtool ioctl ([`crate::netdev`]), not the `ethtool`
+//! program, and [`ping`] sends ICMP echo from code, so a fresh machine can build one. Tests
+//! call [`lab_available`] first: without root or `ip`, a test is skipped with a message,
 //! except under `CI=true`, where it fails.
 //!
 //! ```no_run
-//! use bypass_io::testlab::{lab_available, Lab};
+//! use std::time::Duration;
+//! use bypass_io::testlab::{lab_available, ping, Lab};
 //!
 //! if lab_available("my_test") {
 //!     let lab = Lab::create("mytest").unwrap();
-//!     let out = lab.peer_cmd("ping").args(["-c1", "10.77.0.1"]).output().unwrap();
-//!     assert!(out.status.success());
+//!     let rtt = lab.in_peer(|| ping(lab.peer_ip, Duration::from_secs(1))).unwrap();
+//!     println!("the peer answers itself in {rtt:?}");
 //! }
 //! ```
 
@@ -38,8 +46,9 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
-use crate::xdp;
+use crate::{netdev, xdp};
 
 /// Prefix of every lab namespace name.
 const PREFIX: &str = "bxt";
@@ -53,9 +62,12 @@ pub enum LabError {
     /// A lab of that name exists already.
     #[error("a lab named `{0}` exists already: use it, or remove it first with `bypass lab down --name {0}`")]
     Exists(String),
-    /// A command-line tool is missing.
-    #[error("`{0}` is not installed: install it (Debian: `apt-get install -y iproute2 ethtool iputils-ping`)")]
+    /// A command-line tool is missing (labs run only `ip`, from iproute2).
+    #[error("`{0}` is not installed: install it (Debian: `apt-get install -y iproute2`)")]
     MissingTool(String),
+    /// The peer's offloads could not be set.
+    #[error("set the offloads of the lab's veth: {0}")]
+    Offloads(#[from] netdev::NetdevError),
     /// A setup command failed.
     #[error("`{command}` failed: {stderr}")]
     Command {
@@ -91,16 +103,14 @@ pub fn lab_available(test: &str) -> bool {
     }
 }
 
-/// Check that the process is root and the tools labs use are installed: `ip` (iproute2),
-/// `ethtool` (offloads) and `ping` (iputils-ping).
+/// Check that the process is root and that `ip` (iproute2), the one program labs run, is
+/// installed.
 pub fn check_preconditions() -> Result<(), LabError> {
     if xdp::euid() != 0 {
         return Err(LabError::NotRoot);
     }
-    for tool in ["ip", "ethtool", "ping"] {
-        if Command::new(tool).arg("-V").output().is_err() {
-            return Err(LabError::MissingTool(tool.into()));
-        }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Err(LabError::MissingTool("ip".into()));
     }
     Ok(())
 }
@@ -114,7 +124,7 @@ pub struct LabConfig {
     pub queues: u32,
     /// MTU of both veth ends.
     pub mtu: u32,
-    /// Turn the peer's tx checksum, TSO and GSO offloads off (needs `ethtool`).
+    /// Turn the peer's tx checksum, TSO and GSO offloads off.
     pub offloads_off: bool,
     /// Name the namespaces exactly `<name>-a` and `<name>-b` (a lab meant to outlive the
     /// process, as `bypass lab up` makes); `None` makes unique throwaway names.
@@ -226,16 +236,42 @@ impl Lab {
         lab.ip_peer(&["link", "set", "lo", "up"])?;
         lab.ip_peer(&["link", "set", &lab.peer_if, "up"])?;
         if config.offloads_off {
-            let mut ethtool = lab.peer_cmd("ethtool");
-            ethtool.args(["-K", &lab.peer_if, "tx", "off", "tso", "off", "gso", "off"]);
-            run(&mut ethtool).map_err(|e| match e {
-                LabError::Command { stderr, .. } if stderr.contains("ethtool") && stderr.contains("No such file") => {
-                    LabError::MissingTool("ethtool".into())
-                }
-                e => e,
-            })?;
+            let iface = lab.peer_if.clone();
+            in_namespace(&lab.peer_ns, || netdev::segmentation_offloads_off(&iface))??;
         }
         Ok(lab)
+    }
+
+    /// Add a second veth pair between the lab's namespaces with kernel addresses at both ends
+    /// ([`KernelPair`]: `bk0` 10.77.1.3/24 on the bypass side, `pk0` 10.77.1.1/24 on the
+    /// peer's), the kernel's default offloads and the given MTU; it goes with the namespaces.
+    ///
+    /// This is the link as a user's machine has it out of the box: the kernel passes TSO/GSO
+    /// super-packets of up to 64 KiB across it whole. The first pair keeps its own settings.
+    pub fn add_kernel_pair(&self, mtu: u32) -> Result<KernelPair, LabError> {
+        let pair = self.kernel_pair();
+        let mtu = mtu.to_string();
+        #[rustfmt::skip]
+        self.ip_bypass(&[
+            "link", "add", &pair.bypass_if, "mtu", &mtu, "type", "veth",
+            "peer", "name", &pair.peer_if, "mtu", &mtu, "netns", &self.peer_ns,
+        ])?;
+        self.ip_bypass(&["addr", "add", &format!("{}/{}", pair.bypass_ip, pair.prefix_len), "dev", &pair.bypass_if])?;
+        self.ip_peer(&["addr", "add", &format!("{}/{}", pair.peer_ip, pair.prefix_len), "dev", &pair.peer_if])?;
+        self.ip_bypass(&["link", "set", &pair.bypass_if, "up"])?;
+        self.ip_peer(&["link", "set", &pair.peer_if, "up"])?;
+        Ok(pair)
+    }
+
+    /// Return the description of the pair [`Lab::add_kernel_pair`] adds, without adding it.
+    pub fn kernel_pair(&self) -> KernelPair {
+        KernelPair {
+            bypass_if: "bk0".into(),
+            peer_if: "pk0".into(),
+            bypass_ip: Ipv4Addr::new(10, 77, 1, 3),
+            peer_ip: Ipv4Addr::new(10, 77, 1, 1),
+            prefix_len: 24,
+        }
     }
 
     /// Run `f` on a thread inside the bypass side's namespace and return its result.
@@ -275,6 +311,63 @@ impl Drop for Lab {
             if let Err(e) = run(Command::new("ip").args(["netns", "del", ns])) {
                 eprintln!("lab cleanup: {e}");
             }
+        }
+    }
+}
+
+/// A second veth pair of a lab, with kernel addresses at both ends and the kernel's default
+/// offloads (see [`Lab::add_kernel_pair`]).
+#[derive(Clone, Debug)]
+pub struct KernelPair {
+    /// Interface in the bypass side's namespace.
+    pub bypass_if: String,
+    /// Interface in the peer's namespace.
+    pub peer_if: String,
+    /// The kernel address of the bypass side's end.
+    pub bypass_ip: Ipv4Addr,
+    /// The kernel address of the peer's end.
+    pub peer_ip: Ipv4Addr,
+    /// Prefix length of the pair's subnet.
+    pub prefix_len: u8,
+}
+
+/// Send one ICMP echo request to `addr` from the calling thread's namespace and wait up to
+/// `timeout` for the reply (what `ping -c1 -W` does, without needing iputils-ping); return
+/// the round-trip time. Needs root (a raw ICMP socket).
+pub fn ping(addr: Ipv4Addr, timeout: Duration) -> io::Result<Duration> {
+    static SEQUENCE: AtomicU32 = AtomicU32::new(0);
+    let socket = sys::IcmpSocket::open()?;
+    // Raw ICMP sockets see every ICMP message to this host: match ours by id and sequence.
+    let id = (std::process::id() & 0xffff) as u16;
+    let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed) as u16;
+    let payload = *b"bypass testlab ping 0123456789ab";
+    let header = etherparse::Icmpv4Header::with_checksum(
+        etherparse::Icmpv4Type::EchoRequest(etherparse::IcmpEchoHeader { id, seq }),
+        &payload,
+    );
+    let mut request = header.to_bytes().to_vec();
+    request.extend_from_slice(&payload);
+    let start = Instant::now();
+    socket.send_to(&request, addr)?;
+    let mut buf = [0u8; 1500];
+    loop {
+        let left = timeout.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, format!("no echo reply from {addr} in {timeout:?}")));
+        }
+        let Some(n) = socket.recv(&mut buf, left)? else { continue };
+        // A raw IPv4 socket receives the IP header too.
+        let Ok(ip) = etherparse::Ipv4Slice::from_slice(&buf[..n]) else { continue };
+        if ip.header().source_addr() != addr {
+            continue;
+        }
+        let Ok(icmp) = etherparse::Icmpv4Slice::from_slice(ip.payload().payload) else { continue };
+        if let etherparse::Icmpv4Type::EchoReply(echo) = icmp.icmp_type()
+            && echo.id == id
+            && echo.seq == seq
+            && icmp.payload() == payload
+        {
+            return Ok(start.elapsed());
         }
     }
 }
@@ -339,6 +432,76 @@ fn remove_stale_labs() {
         };
         if pid.parse::<u32>().is_ok() && !fs::exists(format!("/proc/{pid}")).unwrap_or(true) {
             let _ = run(Command::new("ip").args(["netns", "del", &name]));
+        }
+    }
+}
+
+#[allow(unsafe_code)]
+mod sys {
+    use std::io;
+    use std::net::Ipv4Addr;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::time::Duration;
+
+    /// A raw IPv4 ICMP socket (`socket(AF_INET, SOCK_RAW, IPPROTO_ICMP)`).
+    pub struct IcmpSocket(OwnedFd);
+
+    impl IcmpSocket {
+        /// Open one in the calling thread's network namespace.
+        pub fn open() -> io::Result<IcmpSocket> {
+            // SAFETY: socket(2) has no memory preconditions; the result is checked.
+            let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::IPPROTO_ICMP) };
+            if fd < 0 {
+                let e = io::Error::last_os_error();
+                return Err(io::Error::new(e.kind(), format!("open a raw ICMP socket (needs root): {e}")));
+            }
+            // SAFETY: `fd` is a descriptor we just opened and own.
+            Ok(IcmpSocket(unsafe { OwnedFd::from_raw_fd(fd) }))
+        }
+
+        /// Send `message` (an ICMP message; the kernel adds the IP header) to `addr`.
+        pub fn send_to(&self, message: &[u8], addr: Ipv4Addr) -> io::Result<()> {
+            let to = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: 0,
+                sin_addr: libc::in_addr { s_addr: u32::from(addr).to_be() },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: `message` is valid for reads of its length; `to` is a sockaddr_in whose
+            // size is passed alongside it.
+            let n = unsafe {
+                libc::sendto(
+                    self.0.as_raw_fd(),
+                    message.as_ptr().cast(),
+                    message.len(),
+                    0,
+                    (&raw const to).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                )
+            };
+            if n < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+        }
+
+        /// Wait up to `timeout` for a datagram; return its length, or `None` if none came.
+        pub fn recv(&self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>> {
+            let mut pfd = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+            // SAFETY: `pfd` is one valid pollfd, and the count passed is 1.
+            let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if ready < 0 {
+                let e = io::Error::last_os_error();
+                return if e.kind() == io::ErrorKind::Interrupted { Ok(None) } else { Err(e) };
+            }
+            if ready == 0 {
+                return Ok(None);
+            }
+            // SAFETY: `buf` is valid for writes of its length.
+            let n = unsafe { libc::recv(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                return if e.kind() == io::ErrorKind::WouldBlock { Ok(None) } else { Err(e) };
+            }
+            Ok(Some(n as usize))
         }
     }
 }

@@ -1,19 +1,16 @@
 //! The AF_PACKET backend against a kernel peer across a veth pair between two namespaces.
 //!
-//! Needs root, `ip` and `ethtool` (see `common/netns.rs`: a missing precondition fails the test
-//! under `CI=true` and skips it otherwise). Every test builds its own namespaces and removes
-//! them on every exit path.
-
-#[path = "common/netns.rs"]
-mod netns;
+//! Needs root and `ip` (the lab of `bypass_io::testlab`: a missing precondition fails the test
+//! under `CI=true` and skips it otherwise). Every test builds its own lab and removes it on
+//! every exit path.
 
 use std::net::{SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
+use bypass_io::testlab::{Lab, lab_available};
 use bypass_io::{PacketConfig, PacketDevice, PacketError};
 use bypass_stack::Device;
 use etherparse::{ArpEthIpv4Packet, ArpOperation, NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
-use netns::{PEER_ADDR, PEER_MAC, STACK_ADDR, STACK_IF, STACK_MAC, VethPair};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -22,11 +19,18 @@ fn init_log() {
 }
 
 /// Build the lab and open the device on the bypass side.
-fn setup(config: &PacketConfig) -> (VethPair, PacketDevice) {
+fn setup(tag: &str, config: &PacketConfig) -> (Lab, PacketDevice) {
     init_log();
-    let lab = VethPair::new().expect("build the veth pair");
-    let dev = lab.a.enter(|| PacketDevice::open_with(STACK_IF, config)).expect("open the packet device");
+    let lab = Lab::create(tag).expect("build the lab");
+    let dev = lab.in_bypass(|| PacketDevice::open_with(&lab.bypass_if, config)).expect("open the packet device");
     (lab, dev)
+}
+
+/// Add a permanent neighbour entry on the peer for the stack's address, so it sends without ARP.
+fn peer_knows_stack(lab: &Lab) {
+    let (ip, mac) = (lab.bypass_ip.to_string(), lab.bypass_mac.map(|b| format!("{b:02x}")).join(":"));
+    lab.ip_peer(&["neigh", "replace", &ip, "lladdr", &mac, "dev", &lab.peer_if, "nud", "permanent"])
+        .expect("static neighbour entry");
 }
 
 /// Receive until `pred` accepts a frame or [`TIMEOUT`] passes; return whether it did.
@@ -50,10 +54,10 @@ fn udp_payload(frame: &[u8], port: u16) -> Option<Vec<u8>> {
 }
 
 /// Queue a UDP datagram from the stack's address to `to` on `dev`.
-fn send_udp(dev: &mut PacketDevice, from_port: u16, to: SocketAddrV4, payload: &[u8]) -> bool {
+fn send_udp(lab: &Lab, dev: &mut PacketDevice, from_port: u16, to: SocketAddrV4, payload: &[u8]) -> bool {
     dev.send(&mut |buf| {
-        let builder = PacketBuilder::ethernet2(STACK_MAC, PEER_MAC)
-            .ipv4(STACK_ADDR.octets(), to.ip().octets(), 64)
+        let builder = PacketBuilder::ethernet2(lab.bypass_mac, lab.peer_mac)
+            .ipv4(lab.bypass_ip.octets(), to.ip().octets(), 64)
             .udp(from_port, to.port());
         builder.write_to_slice(buf, payload).expect("frame fits")
     })
@@ -81,13 +85,10 @@ fn opening_without_cap_net_raw_says_run_as_root() {
         assert!(err.to_string().contains("run as root"), "{err}");
         return;
     }
-    if !netns::require("opening_without_cap_net_raw_says_run_as_root") {
+    if !lab_available("opening_without_cap_net_raw_says_run_as_root") {
         return;
     }
-    if netns::run("setpriv", &["--version"]).is_err() {
-        eprintln!("skipping: `setpriv` (util-linux) is not installed");
-        return;
-    }
+    // setpriv comes with util-linux, which every Debian machine has.
     // Re-run this test alone in a child that has lost CAP_NET_RAW.
     let exe = std::env::current_exe().expect("test binary");
     let out = std::process::Command::new("setpriv")
@@ -107,13 +108,13 @@ fn opening_without_cap_net_raw_says_run_as_root() {
 
 #[test]
 fn info_describes_the_interface() {
-    if !netns::require("info_describes_the_interface") {
+    if !lab_available("info_describes_the_interface") {
         return;
     }
-    let (_lab, dev) = setup(&PacketConfig::default());
+    let (lab, dev) = setup("pktinfo", &PacketConfig::default());
     let info = dev.info();
-    assert_eq!(info.name, STACK_IF);
-    assert_eq!(info.mac, STACK_MAC);
+    assert_eq!(info.name, lab.bypass_if);
+    assert_eq!(info.mac, lab.bypass_mac);
     assert_eq!(info.mtu, 1500);
     assert!(info.mode.starts_with("AF_PACKET, TPACKET_V2"), "{}", info.mode);
     assert!(dev.raw_fd().is_some());
@@ -121,40 +122,40 @@ fn info_describes_the_interface() {
 
 #[test]
 fn kernel_arp_arrives_and_our_reply_is_believed() {
-    if !netns::require("kernel_arp_arrives_and_our_reply_is_believed") {
+    if !lab_available("kernel_arp_arrives_and_our_reply_is_believed") {
         return;
     }
-    let (lab, mut dev) = setup(&PacketConfig::default());
+    let (lab, mut dev) = setup("pktarp", &PacketConfig::default());
     // A datagram to the stack's address makes the peer's kernel ask for its MAC first.
-    let peer = lab.b.enter(|| UdpSocket::bind((PEER_ADDR, 0))).expect("bind in the peer namespace");
-    peer.send_to(b"hello stack", (STACK_ADDR, 7777)).expect("send_to");
+    let peer = lab.in_peer(|| UdpSocket::bind((lab.peer_ip, 0))).expect("bind in the peer namespace");
+    peer.send_to(b"hello stack", (lab.bypass_ip, 7777)).expect("send_to");
 
     let mut request = None;
     let asked = recv_until(&mut dev, |f| {
         let Ok(p) = SlicedPacket::from_ethernet(f) else { return false };
         let Some(NetSlice::Arp(arp)) = p.net else { return false };
         let Ok(arp) = arp.to_packet().try_eth_ipv4() else { return false };
-        let hit = arp.operation == ArpOperation::REQUEST && arp.target_ipv4 == STACK_ADDR.octets();
+        let hit = arp.operation == ArpOperation::REQUEST && arp.target_ipv4 == lab.bypass_ip.octets();
         if hit {
             request = Some(arp);
         }
         hit
     });
-    assert!(asked, "no ARP request for {STACK_ADDR} reached the device");
+    assert!(asked, "no ARP request for {} reached the device", lab.bypass_ip);
     let request = request.unwrap();
-    assert_eq!((request.sender_mac, request.sender_ipv4), (PEER_MAC, PEER_ADDR.octets()));
+    assert_eq!((request.sender_mac, request.sender_ipv4), (lab.peer_mac, lab.peer_ip.octets()));
 
     // Answer it; the kernel then sends the datagram it was holding.
     let reply = ArpEthIpv4Packet {
         operation: ArpOperation::REPLY,
-        sender_mac: STACK_MAC,
-        sender_ipv4: STACK_ADDR.octets(),
+        sender_mac: lab.bypass_mac,
+        sender_ipv4: lab.bypass_ip.octets(),
         target_mac: request.sender_mac,
         target_ipv4: request.sender_ipv4,
     };
     let queued = dev
         .send(&mut |buf| {
-            let builder = PacketBuilder::ethernet2(STACK_MAC, request.sender_mac).arp(reply.clone().into());
+            let builder = PacketBuilder::ethernet2(lab.bypass_mac, request.sender_mac).arp(reply.clone().into());
             builder.write_to_slice(buf).expect("frame fits")
         })
         .unwrap();
@@ -172,38 +173,38 @@ fn kernel_arp_arrives_and_our_reply_is_believed() {
 
 #[test]
 fn kernel_receives_a_frame_built_here() {
-    if !netns::require("kernel_receives_a_frame_built_here") {
+    if !lab_available("kernel_receives_a_frame_built_here") {
         return;
     }
-    let (lab, mut dev) = setup(&PacketConfig::default());
-    let peer = lab.b.enter(|| UdpSocket::bind((PEER_ADDR, 0))).expect("bind in the peer namespace");
+    let (lab, mut dev) = setup("pktsend", &PacketConfig::default());
+    let peer = lab.in_peer(|| UdpSocket::bind((lab.peer_ip, 0))).expect("bind in the peer namespace");
     peer.set_read_timeout(Some(TIMEOUT)).unwrap();
     let port = peer.local_addr().unwrap().port();
 
-    assert!(send_udp(&mut dev, 5000, SocketAddrV4::new(PEER_ADDR, port), b"from the stack"));
+    assert!(send_udp(&lab, &mut dev, 5000, SocketAddrV4::new(lab.peer_ip, port), b"from the stack"));
     dev.flush().unwrap();
     let mut buf = [0u8; 2048];
     let (n, from) = peer.recv_from(&mut buf).expect("the kernel delivers our datagram");
     assert_eq!(&buf[..n], b"from the stack");
-    assert_eq!(from, std::net::SocketAddr::from((STACK_ADDR, 5000)));
+    assert_eq!(from, std::net::SocketAddr::from((lab.bypass_ip, 5000)));
 
     // PACKET_IGNORE_OUTGOING: our own frame does not come back to us.
     std::thread::sleep(Duration::from_millis(50));
     let mut own = 0;
-    dev.recv(usize::MAX, &mut |f| own += usize::from(f[6..12] == STACK_MAC)).unwrap();
+    dev.recv(usize::MAX, &mut |f| own += usize::from(f[6..12] == lab.bypass_mac)).unwrap();
     assert_eq!(own, 0, "the device received its own frame");
 }
 
 #[test]
 fn recv_respects_the_budget() {
-    if !netns::require("recv_respects_the_budget") {
+    if !lab_available("recv_respects_the_budget") {
         return;
     }
-    let (lab, mut dev) = setup(&PacketConfig::default());
-    lab.peer_knows_stack().expect("static neighbour entry");
-    let peer = lab.b.enter(|| UdpSocket::bind((PEER_ADDR, 0))).expect("bind in the peer namespace");
+    let (lab, mut dev) = setup("pktbudget", &PacketConfig::default());
+    peer_knows_stack(&lab);
+    let peer = lab.in_peer(|| UdpSocket::bind((lab.peer_ip, 0))).expect("bind in the peer namespace");
     for i in 0..20u8 {
-        peer.send_to(&[i; 32], (STACK_ADDR, 9000)).expect("send_to");
+        peer.send_to(&[i; 32], (lab.bypass_ip, 9000)).expect("send_to");
     }
     std::thread::sleep(Duration::from_millis(100));
     let mut got = Vec::new();
@@ -224,22 +225,22 @@ fn recv_respects_the_budget() {
 
 #[test]
 fn send_reports_a_full_queue_until_flushed() {
-    if !netns::require("send_reports_a_full_queue_until_flushed") {
+    if !lab_available("send_reports_a_full_queue_until_flushed") {
         return;
     }
-    let (lab, mut dev) = setup(&PacketConfig { tx_frames: 8, ..PacketConfig::default() });
-    let peer = lab.b.enter(|| UdpSocket::bind((PEER_ADDR, 0))).expect("bind in the peer namespace");
+    let (lab, mut dev) = setup("pktfull", &PacketConfig { tx_frames: 8, ..PacketConfig::default() });
+    let peer = lab.in_peer(|| UdpSocket::bind((lab.peer_ip, 0))).expect("bind in the peer namespace");
     peer.set_read_timeout(Some(TIMEOUT)).unwrap();
-    let to = SocketAddrV4::new(PEER_ADDR, peer.local_addr().unwrap().port());
+    let to = SocketAddrV4::new(lab.peer_ip, peer.local_addr().unwrap().port());
 
     for i in 0..8u8 {
-        assert!(send_udp(&mut dev, 5000, to, &[i; 16]), "frame {i} fits");
+        assert!(send_udp(&lab, &mut dev, 5000, to, &[i; 16]), "frame {i} fits");
     }
-    assert!(!send_udp(&mut dev, 5000, to, &[8; 16]), "the ninth frame does not");
+    assert!(!send_udp(&lab, &mut dev, 5000, to, &[8; 16]), "the ninth frame does not");
     let err = dev.send(&mut |buf| buf.len() + 1);
     assert!(matches!(err, Ok(false)), "a full queue reports Ok(false) before calling fill");
     dev.flush().unwrap();
-    assert!(send_udp(&mut dev, 5000, to, &[8; 16]));
+    assert!(send_udp(&lab, &mut dev, 5000, to, &[8; 16]));
     dev.flush().unwrap();
     let mut buf = [0u8; 64];
     for i in 0..9u8 {
@@ -256,11 +257,11 @@ fn send_reports_a_full_queue_until_flushed() {
 
 #[test]
 fn wait_sleeps_until_a_frame_arrives() {
-    if !netns::require("wait_sleeps_until_a_frame_arrives") {
+    if !lab_available("wait_sleeps_until_a_frame_arrives") {
         return;
     }
-    let (lab, mut dev) = setup(&PacketConfig::default());
-    lab.peer_knows_stack().expect("static neighbour entry");
+    let (lab, mut dev) = setup("pktwait", &PacketConfig::default());
+    peer_knows_stack(&lab);
     // Let anything from bringing the link up arrive, then drain it.
     std::thread::sleep(Duration::from_millis(100));
     dev.recv(usize::MAX, &mut |_| {}).unwrap();
@@ -270,12 +271,12 @@ fn wait_sleeps_until_a_frame_arrives() {
     let quiet = start.elapsed();
     assert!(quiet >= Duration::from_millis(90), "wait returned after {quiet:?} with nothing to read");
 
-    let peer = lab.b.enter(|| UdpSocket::bind((PEER_ADDR, 0))).expect("bind in the peer namespace");
+    let peer = lab.in_peer(|| UdpSocket::bind((lab.peer_ip, 0))).expect("bind in the peer namespace");
     let start = Instant::now();
     std::thread::scope(|s| {
         s.spawn(|| {
             std::thread::sleep(Duration::from_millis(50));
-            peer.send_to(b"wake up", (STACK_ADDR, 9000)).unwrap();
+            peer.send_to(b"wake up", (lab.bypass_ip, 9000)).unwrap();
         });
         dev.wait(Some(TIMEOUT)).unwrap();
     });

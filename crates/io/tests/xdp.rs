@@ -1,6 +1,6 @@
 //! AF_XDP backend against a real kernel peer, in throwaway network namespaces.
 //!
-//! Needs root (and `ip`, `ethtool`, `ping`); without them each test says why it skips, except
+//! Needs root and `ip`; without them each test says why it skips, except
 //! under `CI=true`, where it fails. Run serially: `cargo test -p bypass-io --release --
 //! --test-threads=1` (each test has its own namespaces, but the machine has two cores).
 
@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bypass_io::testlab::{Lab, LabConfig, lab_available};
+use bypass_io::testlab::{Lab, LabConfig, lab_available, ping};
 use bypass_io::xdp::{XdpConfig, XdpDevice, XdpError, XdpMode};
 use bypass_stack::Device;
 
@@ -146,49 +146,44 @@ fn drain(dev: &mut XdpDevice) -> Vec<Vec<u8>> {
     frames
 }
 
-/// Let the peer kernel ping our address while answering ARP and echo requests by hand on
-/// `devs`. Return how many echo requests arrived; assert that ping got all its replies.
+/// Let the peer kernel ping our address three times, 200 ms apart, while answering ARP and
+/// echo requests by hand on `devs`. Return how many echo requests arrived; assert that every
+/// ping got its reply.
 fn ping_exchange(lab: &Lab, devs: &mut [XdpDevice]) -> usize {
-    let ping = lab
-        .peer_cmd("ping")
-        .args(["-c", "3", "-i", "0.2", "-W", "2", &lab.bypass_ip.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn ping (install iputils-ping)");
-    let mut ping = ChildGuard(ping);
-    let deadline = Instant::now() + Duration::from_secs(15);
     let mut echo_requests = 0;
-    while ping.0.try_wait().expect("try_wait").is_none() {
-        assert!(Instant::now() < deadline, "ping did not finish");
-        for dev in devs.iter_mut() {
-            for frame in drain(dev) {
-                if let Some((mac, ip)) = arp_request_for(&frame, lab.bypass_ip) {
-                    send(dev, &arp_reply(lab.bypass_mac, lab.bypass_ip, mac, ip));
-                } else if is_echo_request_to(&frame, lab.bypass_ip) {
-                    echo_requests += 1;
-                    send(dev, &echo_reply(&frame, lab.bypass_mac));
+    let replies = std::thread::scope(|s| {
+        let pinger = s.spawn(|| {
+            lab.in_peer(|| {
+                (0..3)
+                    .map(|i| {
+                        if i > 0 {
+                            std::thread::sleep(Duration::from_millis(200));
+                        }
+                        ping(lab.bypass_ip, Duration::from_secs(2))
+                    })
+                    .collect::<Vec<_>>()
+            })
+        });
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !pinger.is_finished() {
+            assert!(Instant::now() < deadline, "ping did not finish");
+            for dev in devs.iter_mut() {
+                for frame in drain(dev) {
+                    if let Some((mac, ip)) = arp_request_for(&frame, lab.bypass_ip) {
+                        send(dev, &arp_reply(lab.bypass_mac, lab.bypass_ip, mac, ip));
+                    } else if is_echo_request_to(&frame, lab.bypass_ip) {
+                        echo_requests += 1;
+                        send(dev, &echo_reply(&frame, lab.bypass_mac));
+                    }
                 }
             }
         }
+        pinger.join().unwrap()
+    });
+    for (i, reply) in replies.iter().enumerate() {
+        assert!(reply.is_ok(), "ping {i} got no reply: {reply:?}");
     }
-    let out = finish(&mut ping.0);
-    assert!(out.0.success(), "ping failed: {}", out.1);
-    assert!(out.1.contains("3 received"), "ping lost replies: {}", out.1);
     echo_requests
-}
-
-/// Wait for `child` and return its status with everything it printed.
-fn finish(child: &mut Child) -> (std::process::ExitStatus, String) {
-    let status = child.wait().expect("wait");
-    let mut text = String::new();
-    if let Some(out) = child.stdout.as_mut() {
-        let _ = std::io::Read::read_to_string(out, &mut text);
-    }
-    if let Some(err) = child.stderr.as_mut() {
-        let _ = std::io::Read::read_to_string(err, &mut text);
-    }
-    (status, text)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -355,9 +350,10 @@ fn kernel_address_still_answers(mode: XdpMode, tag: &str) {
     lab.ip_bypass(&["addr", "add", &format!("{kernel_ip}/24"), "dev", &lab.bypass_if]).unwrap();
     let mut dev = open(&lab, config(&lab, mode)).unwrap();
     assert!(xdp_attached(&lab));
-    let out = lab.peer_cmd("ping").args(["-c", "2", "-i", "0.2", "-W", "2", &kernel_ip.to_string()]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && text.contains("2 received"), "the kernel address must stay reachable: {text}");
+    for _ in 0..2 {
+        let reply = lab.in_peer(|| ping(kernel_ip, Duration::from_secs(2)));
+        assert!(reply.is_ok(), "the kernel address must stay reachable: {reply:?}");
+    }
     for frame in drain(&mut dev) {
         assert!(arp_request_for(&frame, kernel_ip).is_none(), "ARP for the kernel's address was redirected");
         assert!(!is_echo_request_to(&frame, kernel_ip), "ping to the kernel's address was redirected");
@@ -535,6 +531,5 @@ fn raw_frames_bounce_between_two_xdp_sockets() {
     println!("floor ({}): p50 {:?}, p99 {:?}", result.mode, sorted[sorted.len() / 2], sorted[sorted.len() * 99 / 100]);
     assert!(!xdp_attached(&lab), "both programs are gone afterwards");
     // And the peer kernel has its address back.
-    let ping = lab.peer_cmd("ping").args(["-c1", "-W1", &lab.peer_ip.to_string()]).output().unwrap();
-    assert!(ping.status.success());
+    lab.in_peer(|| ping(lab.peer_ip, Duration::from_secs(1))).expect("the peer answers ping");
 }
