@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::Workload;
-use super::kernel::{ClientPlan, ClientResult, MAX_CONNECTIONS, Shared, histogram, wait_ready};
+use super::kernel::{ClientPlan, ClientResult, Shared, connect_loop, histogram, wait_ready};
 use super::measure::{DONE, MEASURING, Usage};
 
 /// How long the client waits for anything before it gives up.
@@ -325,28 +325,11 @@ fn connect_rate<E: Endpoint>(
     shared: &Shared,
     interrupted: &AtomicBool,
 ) -> Result<ClientResult, String> {
-    let mut latency = histogram();
-    let warm_end = Instant::now() + plan.warmup;
-    while Instant::now() < warm_end && !interrupted.load(Ordering::Relaxed) {
-        once(client)?;
-    }
-    shared.phase.store(MEASURING, Ordering::SeqCst);
-    let (start, start_usage) = (Instant::now(), client.usage());
-    let end = start + plan.duration;
-    let (mut now, mut conns) = (start, 0u64);
-    while now < end && conns < MAX_CONNECTIONS && !interrupted.load(Ordering::Relaxed) {
-        once(client)?;
-        let t = Instant::now();
-        latency.saturating_record((t - now).as_nanos() as u64);
-        now = t;
-        conns += 1;
-    }
-    let elapsed = now - start;
+    let (window, start_usage) = connect_loop(plan, shared, interrupted, client, |c| c.usage(), once)?;
     let (usage, copied) = since(client, start_usage);
-    shared.phase.store(DONE, Ordering::SeqCst);
     let _ = once(client);
     for _ in 0..100 {
         client.poll()?;
     }
-    Ok(ClientResult { latency, units: conns, elapsed, usage, copied })
+    Ok(ClientResult { latency: window.latency, units: window.conns, elapsed: window.elapsed, usage, copied })
 }

@@ -127,6 +127,9 @@ const MEMORY_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 1);
 const OURS_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 4);
 /// MTU of the lab's veth pair.
 const MTU: u32 = 1500;
+/// The peer's ephemeral ports (`net.ipv4.ip_local_port_range`, per namespace): every port
+/// above 1023, for the connection-rate client whose closed connections wait in TIME-WAIT.
+pub const PEER_PORTS: (u32, u32) = (1024, 65535);
 
 /// A transport under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -506,7 +509,8 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
             lab.add_kernel_pair(MTU).map_err(|e| format!("cannot add the default-offloads veth pair: {e}"))?;
             // The connection-rate client leaves its closed connections in TIME-WAIT: give it
             // every port above 1023 (the sysctl is per namespace).
-            lab.in_peer(|| std::fs::write("/proc/sys/net/ipv4/ip_local_port_range", "1024 65535"))
+            let range = format!("{} {}", PEER_PORTS.0, PEER_PORTS.1);
+            lab.in_peer(|| std::fs::write("/proc/sys/net/ipv4/ip_local_port_range", &range))
                 .map_err(|e| format!("cannot widen the peer's ephemeral port range: {e}"))?;
             conditions.mtu = Some(MTU);
             conditions.offloads = "tx checksum, TSO and GSO off on both ends of bx0/px0 (every row but 2d puts MTU-sized frames with software checksums on the wire); row 2d on bk0/pk0 with the kernel's default offloads (tx checksum, TSO, GSO on: 64 KiB super-packets cross the veth whole)".into();

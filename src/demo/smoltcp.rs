@@ -954,7 +954,8 @@ mod tests {
         }
         let _ = env_logger::builder().is_test(true).try_init();
         let lab = Lab::with_config(LabConfig::new("smoltcp")).expect("build the lab");
-        lab.in_peer(|| std::fs::write("/proc/sys/net/ipv4/ip_local_port_range", "1024 65535"))
+        let (low, high) = super::super::PEER_PORTS;
+        lab.in_peer(|| std::fs::write("/proc/sys/net/ipv4/ip_local_port_range", format!("{low} {high}")))
             .expect("widen the peer's ephemeral ports");
         for workload in super::super::WORKLOADS {
             let plan = ClientPlan {
