@@ -335,6 +335,158 @@ fn two_queues_xdp() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// A small receive window after a large SYN window (RFC 9293 3.8.6.2.1)
+// ---------------------------------------------------------------------------------------------
+
+/// Echo 64 KiB to a kernel client whose receive buffer shrinks after its SYN has left: the SYN
+/// offers what a stock Linux offers (64240 bytes, unscaled, and window scale 7), every window
+/// after it about 1 KiB (SO_RCVBUF 1024, which the kernel makes 2304, and
+/// `net.ipv4.tcp_shrink_window = 1`, so the handshake's ACK already says so). That takes some
+/// fifty round trips of well under a millisecond. With the SYN's 64240 bytes counted as the
+/// largest window, SWS avoidance held back every segment under half of it and each window
+/// waited for the 1 s persist timer: 56 s in all.
+fn small_receive_window(backend: Backend) {
+    let test = format!("smallrcv{}", backend.arg());
+    if !lab_available(&test) {
+        return;
+    }
+    common::init_log();
+    let lab = common::create_lab(&test, 1);
+    let _capture = Capture::start(&lab, &test);
+    if !peer_sysctl(&lab, "net/ipv4/tcp_shrink_window", "1") {
+        let why = "the kernel has no net.ipv4.tcp_shrink_window (Linux 6.5 and later)";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{test}: {why} (CI=true: this test must run)");
+        eprintln!("skipping {test}: {why}");
+        return;
+    }
+    // The stock maximum (6 MiB) makes the SYN offer window scale 7, whatever the host has.
+    assert!(peer_sysctl(&lab, "net/ipv4/tcp_rmem", "4096 131072 6291456"), "set tcp_rmem in the peer namespace");
+    // The SYN must leave before the buffer shrinks, and the handshake complete after: connect
+    // before the server is up. The first SYN goes unanswered and the kernel sends it again a
+    // second later, window and scale unchanged; the server's MAC is entered by hand so that
+    // no failed ARP ends the attempt meanwhile.
+    let mac = lab.bypass_mac.map(|b| format!("{b:02x}")).join(":");
+    let ip = lab.bypass_ip.to_string();
+    lab.ip_peer(&["neigh", "replace", &ip, "lladdr", &mac, "dev", &lab.peer_if, "nud", "permanent"])
+        .expect("enter the server's MAC in the peer's neighbour table");
+    let stream = lab.in_peer(|| start_connect(server_addr(&lab))).expect("start a connection from the peer");
+    set_rcvbuf(&stream, 1024).expect("setsockopt(SO_RCVBUF)");
+    let server = EchoServer::start(&lab, backend, &[]);
+    let connected = wait_connected(&stream, Duration::from_secs(10)).expect("connect");
+    // What the kernel offers: scale 7, and a buffer of a couple of KiB ("skmem:(r0,rb2304,..").
+    let ss = lab.peer_cmd("ss").args(["-tnmi", "state", "established"]).output().expect("run ss");
+    let ss = String::from_utf8_lossy(&ss.stdout).into_owned();
+    let rcv_wscale = ss.split("wscale:").nth(1).and_then(|w| w.split([',', ' ']).nth(1)?.parse::<u8>().ok());
+    let rcvbuf = ss.split(",rb").nth(1).and_then(|r| r.split(',').next()?.parse::<u32>().ok());
+    eprintln!("{backend:?}: connected in {connected:?}; peer: {}", ss.trim());
+    assert_eq!(rcv_wscale, Some(7), "the kernel's window scale: {ss}");
+    assert!(rcvbuf.is_some_and(|b| b < 4096), "the kernel's receive buffer: {ss}");
+
+    let before = peer_nstat(&lab);
+    let start = Instant::now();
+    let echoed = echo_many(vec![stream], 64 << 10, 0x5ca1e, 1, Duration::from_secs(5));
+    let elapsed = start.elapsed();
+    eprintln!("{backend:?}: 64 KiB echoed through a ~1 KiB window in {elapsed:?}");
+    echoed.unwrap_or_else(|e| panic!("{backend:?}: {e} (after {elapsed:?})"));
+    // Round trips only: some fifty take milliseconds (more on a loaded machine); a timer
+    // per window would take 11 s even at the 200 ms override timeout, 56 s at the RTO.
+    assert!(elapsed < Duration::from_millis(500), "{backend:?}: the echo took {elapsed:?}");
+    // No reset; and no retransmission by the kernel during the echo (not `Check::Lossless`,
+    // which also counts frames the interface took in before the server ran: the first SYN).
+    judge(&lab, &before, server, backend, Check::Echo);
+    let peer = common::peer_changes(&lab, &before);
+    assert_eq!(peer.get("TcpRetransSegs"), 0, "{backend:?}: the kernel peer retransmitted: {peer}");
+}
+
+/// Set the sysctl `/proc/sys/<path>` to `value` in the peer namespace; return whether it took.
+fn peer_sysctl(lab: &Lab, path: &str, value: &str) -> bool {
+    lab.in_peer(|| std::fs::write(format!("/proc/sys/{path}"), value)).is_ok()
+}
+
+/// Start a non-blocking connect to `addr` and return the socket while its SYN is out.
+#[allow(unsafe_code)]
+fn start_connect(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpStream> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let std::net::SocketAddr::V4(v4) = addr else {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "an IPv4 address is needed"));
+    };
+    // SAFETY: socket(2) takes no pointers; a non-negative result is a descriptor nobody else
+    // owns, so `OwnedFd` may take it (and closes it on every path below).
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: see above.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: v4.port().to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(*v4.ip()).to_be() },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: the descriptor is open; the address points at a `sockaddr_in` that lives across
+    // the call, and the length passed is its size.
+    let rc = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&sin as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    let error = std::io::Error::last_os_error();
+    if rc != 0 && error.raw_os_error() != Some(libc::EINPROGRESS) {
+        return Err(error);
+    }
+    Ok(std::net::TcpStream::from(fd))
+}
+
+/// Set SO_RCVBUF on `stream` (the kernel doubles it, and keeps at least its minimum).
+#[allow(unsafe_code)]
+fn set_rcvbuf(stream: &std::net::TcpStream, bytes: libc::c_int) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor is an open socket owned by `stream`, alive for the call; the
+    // option value points at a `c_int` that lives across the call, and the length passed is
+    // its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&bytes as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}
+
+/// Wait until the non-blocking connect of `stream` completes; return how long it took.
+fn wait_connected(stream: &std::net::TcpStream, timeout: Duration) -> std::io::Result<Duration> {
+    let start = Instant::now();
+    loop {
+        if let Some(e) = stream.take_error()? {
+            return Err(e);
+        }
+        if stream.peer_addr().is_ok() {
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() > timeout {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("not connected in {timeout:?}")));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn small_receive_window_xdp() {
+    small_receive_window(Backend::Xdp);
+}
+
+#[test]
+fn small_receive_window_packet() {
+    small_receive_window(Backend::Packet);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Control: the same clients against a kernel echo server (run by hand: `--ignored`)
 // ---------------------------------------------------------------------------------------------
 

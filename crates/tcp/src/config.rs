@@ -35,6 +35,19 @@ pub struct Config {
     pub sack: bool,
     /// Nagle's algorithm (RFC 9293 3.7.4); `false` is TCP_NODELAY.
     pub nagle: bool,
+    /// Override timeout of sender-side SWS avoidance (RFC 9293 3.8.6.2.1, RFC 1122 4.2.3.4:
+    /// 0.1 to 1 s): how long queued data waits, with nothing in flight, for a window that is
+    /// open but too small to use (under a full segment and under half the largest window the
+    /// peer has offered) before what fits is sent anyway.
+    ///
+    /// 200 ms by default, near the low end of the range: as long as a receiver may hold back
+    /// the delayed ACK that would carry a window update (we cap ours at 200 ms, Linux at
+    /// TCP_DELACK_MAX, 200 ms), so an update on its way normally arrives first; and as long as
+    /// Linux waits in the same case (its sender keeps a segment that does not fit the window
+    /// for the probe timer, at least TCP_RTO_MIN, 200 ms). Far below the 1 s RTO that the
+    /// override used to share with the zero-window persist timer, which keeps the RTO with
+    /// backoff (RFC 9293 3.8.6.1); this one has no backoff.
+    pub sws_override: Duration,
     /// Delay for delayed ACKs (RFC 9293 3.8.6.3, RFC 5681 4.2: at most 500 ms; we cap at 200 ms).
     /// `None` acknowledges every segment at once.
     pub delayed_ack: Option<Duration>,
@@ -69,6 +82,7 @@ impl Default for Config {
             window_scaling: true,
             sack: true,
             nagle: true,
+            sws_override: Duration::from_millis(200),
             delayed_ack: Some(Duration::from_millis(40)),
             initial_rto: Duration::from_secs(1),
             min_rto: Duration::from_secs(1),

@@ -205,8 +205,20 @@ pub struct Connection {
     pub(crate) snd_wnd: u32,
     pub(crate) snd_wl1: SeqNum,
     pub(crate) snd_wl2: SeqNum,
-    /// Largest window the peer has offered (RFC 9293 3.8.6.2.1, RFC 5961 5.2 MAX.SND.WND).
+    /// Largest window the peer has offered, its SYN's included: MAX.SND.WND of the ACK
+    /// acceptability check (RFC 5961 5.2), where a larger value only accepts older ACKs.
     pub(crate) max_snd_wnd: u32,
+    /// Max(SND.WND) of sender-side SWS avoidance (RFC 9293 3.8.6.2.1, RFC 1122 4.2.3.4), the
+    /// estimate of the peer's receive buffer: the largest window offered in a segment
+    /// without SYN; 0 until one arrives.
+    ///
+    /// Not the SYN's window: that one is unscaled (RFC 7323 2.2), sent before scaling is in
+    /// effect, and need not describe the buffer the peer goes on to offer (Linux sends 64240
+    /// from its default buffer; one made smaller before the handshake completes shows only
+    /// in the scaled windows after it). Counted, it would hold back every segment under half
+    /// of it until the override timer. Linux, too, starts `max_window` on a passive open
+    /// from the scaled window of the ACK that completes the handshake.
+    pub(crate) sws_max_wnd: u32,
     pub(crate) snd_wscale: u8,
     /// Window scaling was negotiated (both SYNs carried the option).
     pub(crate) wscale_ok: bool,
@@ -250,6 +262,8 @@ pub struct Connection {
     pub(crate) retransmit_una: bool,
     /// A zero-window probe is due.
     pub(crate) probe_due: bool,
+    /// The SWS override timeout passed: send what the window holds (RFC 9293 3.8.6.2.1).
+    pub(crate) sws_override_due: bool,
     pub(crate) persist_backoff: u32,
     /// A keep-alive probe is due; `keepalive_sent` counts unanswered probes.
     pub(crate) keepalive_due: bool,
@@ -300,6 +314,7 @@ impl Connection {
             snd_wl1: SeqNum(0),
             snd_wl2: SeqNum(0),
             max_snd_wnd: 0,
+            sws_max_wnd: 0,
             snd_wscale: 0,
             wscale_ok: false,
             smss: default_mss.min(config.mss),
@@ -324,6 +339,7 @@ impl Connection {
             unacked_since: None,
             retransmit_una: false,
             probe_due: false,
+            sws_override_due: false,
             persist_backoff: 0,
             keepalive_due: false,
             keepalive_sent: 0,
@@ -731,6 +747,7 @@ impl Connection {
                 self.fin_queued = false;
                 self.retransmit_una = false;
                 self.probe_due = false;
+                self.sws_override_due = false;
                 self.keepalive_due = false;
                 self.ack_due = AckDue::None;
             }

@@ -125,9 +125,11 @@ impl Connection {
         self.rcv_adv = self.rcv_nxt;
         self.negotiate_options(seg);
         self.init_send_space(now);
-        // The window field of a SYN is never scaled (RFC 7323 2.2).
+        // The window field of a SYN is never scaled (RFC 7323 2.2). It counts for RFC 5961's
+        // MAX.SND.WND, not for SWS avoidance's Max(SND.WND) (see `sws_max_wnd`).
         self.snd_wnd = seg.window as u32;
         self.max_snd_wnd = self.snd_wnd;
+        self.sws_max_wnd = 0;
         self.snd_wl1 = seg.seq;
         self.snd_wl2 = self.iss;
         self.set_state(now, State::SynReceived, segment_cause(seg));
@@ -189,8 +191,10 @@ impl Connection {
         self.rcv_nxt = seg.seq + 1u32;
         self.rcv_adv = self.rcv_nxt;
         self.negotiate_options(seg);
+        // Unscaled (RFC 7323 2.2); as in LISTEN, not a Max(SND.WND) for SWS avoidance.
         self.snd_wnd = seg.window as u32;
         self.max_snd_wnd = self.snd_wnd;
+        self.sws_max_wnd = 0;
         self.snd_wl1 = seg.seq;
         self.snd_wl2 = seg.ack;
         if ack_ok {
@@ -251,6 +255,12 @@ impl Connection {
             }
             seg.flags = seg.flags.without(Flags::SYN);
             seg.seq += 1;
+            // The window field of a SYN is never scaled (RFC 7323 2.2), but from here on the
+            // segment reads as one without SYN, whose window is: express it in the scaled
+            // unit (rounding down, never to a window of zero that was not one).
+            if self.snd_wscale > 0 && seg.window > 0 {
+                seg.window = (seg.window >> self.snd_wscale).max(1);
+            }
         }
         if self.config.keepalive.is_some() {
             self.keepalive_sent = 0;
@@ -304,6 +314,7 @@ impl Connection {
                 // SND.WND, SND.WL1, SND.WL2 from this segment (RFC 9293 3.10.7.4).
                 self.snd_wnd = (seg.window as u32) << self.snd_wscale;
                 self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+                self.sws_max_wnd = self.sws_max_wnd.max(self.snd_wnd);
                 self.snd_wl1 = seg.seq;
                 self.snd_wl2 = seg.ack;
                 self.set_state(now, State::Established, segment_cause(&seg));
@@ -433,6 +444,7 @@ impl Connection {
         {
             self.snd_wnd = window.min(max_window(self.snd_wscale));
             self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+            self.sws_max_wnd = self.sws_max_wnd.max(self.snd_wnd);
             self.snd_wl1 = seg.seq;
             self.snd_wl2 = seg.ack;
             if self.snd_wnd > 0 {

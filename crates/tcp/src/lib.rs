@@ -14,7 +14,7 @@
 //! | `connection.rs` | the TCB and the user calls (RFC 9293 3.10.1-3.10.6) |
 //! | `input.rs` | segment arrival, step by step (RFC 9293 3.10.7, RFC 5961) |
 //! | `output.rs` | what to send next (windows, Nagle, SWS avoidance) |
-//! | `timer.rs` | retransmission, persist, delayed ACK, keep-alive, TIME-WAIT |
+//! | `timer.rs` | retransmission, persist, SWS override, delayed ACK, keep-alive, TIME-WAIT |
 //! | `rtt.rs`, `congestion.rs` | RFC 6298 RTO; NewReno (RFC 5681, RFC 6582) |
 //! | `buffer.rs`, `reassembly.rs` | send/receive rings; out-of-order tracking |
 //! | `isn.rs` | initial sequence numbers (RFC 6528) |

@@ -2,8 +2,8 @@
 //!
 //! Order of precedence in [`Connection::poll_transmit`]: a pending reset; our SYN or
 //! SYN-ACK; a retransmission from SND.UNA (RTO, fast retransmit, partial ACK); new data
-//! and FIN as the windows, Nagle and SWS avoidance allow; a zero-window or keep-alive
-//! probe; a pure ACK.
+//! and FIN as the windows, Nagle and SWS avoidance allow; what an open but small window
+//! holds once the SWS override timeout passed; a zero-window or keep-alive probe; a pure ACK.
 
 use crate::connection::{AckDue, Connection, PendingReset, Transmit, TransmitKind, max_window};
 use crate::options::{SackBlock, TcpOptions};
@@ -69,6 +69,16 @@ impl Connection {
         if let Some(t) = self.send_new(now, buf, false) {
             return Some(t);
         }
+        if self.sws_override_due {
+            self.sws_override_due = false;
+            // RFC 9293 3.8.6.2.1 (4): the override timeout passed; send what the window holds.
+            // Not if data went out meanwhile: its ACK brings the next decision.
+            if self.snd_max == self.snd_una
+                && let Some(t) = self.send_new(now, buf, true)
+            {
+                return Some(t);
+            }
+        }
         if self.probe_due {
             self.probe_due = false;
             if let Some(t) = self.send_new(now, buf, true) {
@@ -92,8 +102,9 @@ impl Connection {
     }
 
     /// Send new data (and FIN) from SND.NXT as the windows, Nagle (RFC 9293 3.7.4) and
-    /// sender-side SWS avoidance (RFC 9293 3.8.6.2.1) allow. `forced` is the persist
-    /// timer's override: send whatever the window holds.
+    /// sender-side SWS avoidance (RFC 9293 3.8.6.2.1) allow. `forced` is the SWS override
+    /// timeout (or a zero-window probe finding the window open): send whatever the window
+    /// holds.
     fn send_new(&mut self, now: Instant, buf: &mut [u8], forced: bool) -> Option<Transmit> {
         if !self.syn_acked() {
             return None;
@@ -115,11 +126,16 @@ impl Connection {
             return None;
         }
         let retransmitting = self.snd_nxt.before(self.snd_max);
+        // RFC 9293 3.8.6.2.1 (3) and RFC 1122 4.2.3.4: Fs = 1/2 of Max(SND.WND), the largest
+        // window offered after the SYN; until the peer has sent one, the SYN's own.
+        let max_wnd = if self.sws_max_wnd > 0 { self.sws_max_wnd } else { self.snd_wnd };
+        // (1) a full segment, (2) all queued data (with Nagle's condition), (3) half the
+        // largest window; (4), the override, is `forced`.
         let send = forced
             || retransmitting
             || with_fin
             || len == full
-            || (self.max_snd_wnd > 0 && len >= self.max_snd_wnd / 2)
+            || (max_wnd > 0 && len >= max_wnd / 2)
             || (len == unsent && (!self.config.nagle || self.snd_max == self.snd_una));
         if !send {
             return None;
@@ -328,23 +344,30 @@ impl Connection {
         Some(Transmit { len, src, dst: rst.dst, kind: TransmitKind::Reset, flags, seq: rst.seq, payload_len: 0 })
     }
 
-    /// Arm the persist timer when data waits and nothing is in flight to bring an ACK
-    /// (RFC 9293 3.8.6.1: zero window; 3.8.6.2.1: the SWS override timeout).
+    /// Arm a timer when data waits and nothing is in flight to bring an ACK: with the window
+    /// shut, the persist timer (RFC 9293 3.8.6.1: the RTO, backed off); with it open but too
+    /// small for SWS avoidance to use, the override timer (3.8.6.2.1: a short fixed time).
+    /// Either stays armed, not pushed back, while the wait goes on.
     fn update_persist(&mut self, now: Instant) {
         let waiting = self.state.is_synchronized()
             && self.snd_max == self.snd_una
             && (self.snd_nxt.before(self.send_buf_seq + self.send_buf.len())
                 || self.fin_seq().is_some_and(|f| self.snd_nxt.before_eq(f)));
-        if waiting {
+        if !waiting {
+            self.timers.stop(Timer::Persist);
+            self.timers.stop(Timer::SwsOverride);
+            if self.snd_wnd > 0 {
+                self.persist_backoff = 0;
+            }
+        } else if self.snd_wnd == 0 {
+            self.timers.stop(Timer::SwsOverride);
             if !self.timers.is_armed(Timer::Persist) {
                 let interval = self.rtt.rto().saturating_mul(1 << self.persist_backoff.min(10));
                 self.timers.set(Timer::Persist, now + interval.min(self.config.max_rto));
             }
         } else {
             self.timers.stop(Timer::Persist);
-            if self.snd_wnd > 0 {
-                self.persist_backoff = 0;
-            }
+            self.timers.set_if_idle(Timer::SwsOverride, now + self.config.sws_override);
         }
     }
 }

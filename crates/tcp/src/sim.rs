@@ -29,7 +29,7 @@
 use core::cmp::{Ordering, Reverse};
 use core::fmt;
 use std::collections::BinaryHeap;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::ops::Deref;
 use std::time::Duration;
 
@@ -648,6 +648,8 @@ struct End {
     app: App,
     events: Vec<Event>,
     dir: DirectionStats,
+    /// Most window bytes this side advertises after its SYN ([`Pair::set_window_clamp`]).
+    window_clamp: Option<u32>,
 }
 
 type Filter = Box<dyn FnMut(Side, &Segment<'_>) -> bool>;
@@ -672,8 +674,9 @@ const APP_CHUNK: usize = 64 * 1024;
 ///
 /// 1. each application sends and reads what it can (when a stream is set up);
 /// 2. each connection's `poll_transmit` is drained into its link; every segment is parsed
-///    back with its checksum (a connection that emits a bad one fails the run) and can be
-///    dropped by a filter;
+///    back with its checksum (a connection that emits a bad one fails the run), can have its
+///    window clamped ([`set_window_clamp`](Pair::set_window_clamp)) and can be dropped by a
+///    filter;
 /// 3. due packets are delivered: parsed with checksum validation (corrupt ones are counted in
 ///    [`DirectionStats::rejected`] and skipped) and passed to the peer's `handle_segment`;
 /// 4. due timers fire (`handle_timeout`); events are collected.
@@ -741,6 +744,7 @@ impl Pair {
             app: App::default(),
             events: Vec::new(),
             dir: DirectionStats::default(),
+            window_clamp: None,
         };
         Pair {
             ends: [end(client, CLIENT_ADDR, mix(seed, 3)), end(server, SERVER_ADDR, mix(seed, 4))],
@@ -872,6 +876,19 @@ impl Pair {
     /// Remove the filter.
     pub fn clear_filter(&mut self) {
         self.filter = None;
+    }
+
+    /// Make `side` advertise at most `bytes` of window (`None`: what its connection offers) in
+    /// every segment but its SYN, as a receiver does that shrinks its buffer before the
+    /// handshake completes (Linux with a smaller SO_RCVBUF and `net.ipv4.tcp_shrink_window`,
+    /// or TCP_WINDOW_CLAMP): its SYN still offers the unscaled window of the buffer it started
+    /// with (RFC 7323 2.2), and every later window is the small one.
+    ///
+    /// The window field is rewritten on the way to the link, rounded down to the side's window
+    /// scale (at least one unit), and the checksum redone; the connection itself does not
+    /// know, and takes whatever arrives within the window it believes it offered.
+    pub fn set_window_clamp(&mut self, side: Side, bytes: Option<u32>) {
+        self.ends[side.index()].window_clamp = bytes;
     }
 
     /// Make one side's application read at most `limit.bytes` per `limit.every` (`None`: as fast
@@ -1063,10 +1080,16 @@ impl Pair {
                 self.fail(SimError::Livelock { at: now, what: "poll_transmit never returned None" });
                 return true;
             }
-            let Some(bytes) = tx_buf.get(..t.len) else {
+            let Some(bytes) = tx_buf.get_mut(..t.len) else {
                 self.fail(SimError::Oversized { side: from, len: t.len, capacity: TX_BUFFER });
                 return true;
             };
+            if let Some(limit) = end.window_clamp
+                && !t.flags.syn()
+            {
+                clamp_window(bytes, limit, end.conn.sequence_space().rcv_wscale, t.src.ip(), t.dst.ip());
+            }
+            let bytes = &*bytes;
             let seg = match Segment::parse(bytes, t.src.ip(), t.dst.ip()) {
                 Ok(seg) => seg,
                 Err(error) => {
@@ -1257,6 +1280,20 @@ impl Pair {
             }
         }
         progress
+    }
+}
+
+/// Lower the window field of the TCP segment `bytes` (header and payload, as `poll_transmit`
+/// writes it) to `limit` bytes at shift `wscale`, and redo the checksum; leave a smaller
+/// window alone. A checksum that cannot be redone shows as a bad segment when parsed.
+fn clamp_window(bytes: &mut [u8], limit: u32, wscale: u8, src: IpAddr, dst: IpAddr) {
+    let field = (limit >> wscale).clamp(1, 65535) as u16;
+    let Some(window) = bytes.get_mut(14..16) else { return };
+    if u16::from_be_bytes([window[0], window[1]]) > field {
+        window.copy_from_slice(&field.to_be_bytes());
+        if let Err(e) = crate::wire::set_checksum(bytes, src, dst) {
+            log::debug!("cannot redo the checksum of a clamped segment: {e}");
+        }
     }
 }
 

@@ -14,8 +14,18 @@ use crate::time::Instant;
 pub enum Timer {
     /// Retransmission timeout (RFC 6298).
     Retransmit,
-    /// Persist (zero-window probe) timer (RFC 9293 3.8.6.1).
+    /// Persist (zero-window probe) timer (RFC 9293 3.8.6.1): the RTO, backed off.
     Persist,
+    /// Override timeout of sender-side SWS avoidance (RFC 9293 3.8.6.2.1): the window is open
+    /// but too small to use; after [`Config::sws_override`](crate::Config::sws_override), send
+    /// what fits.
+    ///
+    /// A timer of its own rather than a mode of [`Timer::Persist`] (RFC 1122 4.2.3.4 allows
+    /// either): the two differ in every respect but the condition that arms them (data
+    /// waiting, nothing in flight). Persist waits the RTO with exponential backoff and, when
+    /// it fires, probes a closed window; the override waits a short fixed time and sends
+    /// data into an open one. At most one of them is armed.
+    SwsOverride,
     /// Delayed ACK (RFC 9293 3.8.6.3).
     DelayedAck,
     /// Keep-alive (RFC 9293 3.8.4).
@@ -26,8 +36,8 @@ pub enum Timer {
 
 impl Timer {
     /// Every timer, in the order they fire when due at the same instant.
-    pub const ALL: [Timer; 5] =
-        [Timer::TimeWait, Timer::Retransmit, Timer::Persist, Timer::KeepAlive, Timer::DelayedAck];
+    pub const ALL: [Timer; 6] =
+        [Timer::TimeWait, Timer::Retransmit, Timer::Persist, Timer::SwsOverride, Timer::KeepAlive, Timer::DelayedAck];
 
     const fn index(self) -> usize {
         match self {
@@ -36,14 +46,15 @@ impl Timer {
             Timer::DelayedAck => 2,
             Timer::KeepAlive => 3,
             Timer::TimeWait => 4,
+            Timer::SwsOverride => 5,
         }
     }
 }
 
-/// Deadlines of the five timers.
+/// Deadlines of the six timers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TimerTable {
-    deadlines: [Option<Instant>; 5],
+    deadlines: [Option<Instant>; Timer::ALL.len()],
 }
 
 impl TimerTable {
@@ -70,7 +81,7 @@ impl TimerTable {
 
     /// Disarm every timer.
     pub fn stop_all(&mut self) {
-        self.deadlines = [None; 5];
+        self.deadlines = [None; Timer::ALL.len()];
     }
 
     /// Return the deadline of `timer`.
@@ -121,6 +132,7 @@ impl Connection {
                         self.probe_due = true;
                         self.persist_backoff = self.persist_backoff.saturating_add(1);
                     }
+                    Timer::SwsOverride => self.sws_override_due = true,
                     Timer::DelayedAck => {
                         if self.ack_due == AckDue::Delayed {
                             self.ack_due = AckDue::Now;

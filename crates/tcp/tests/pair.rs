@@ -286,6 +286,57 @@ fn slow_reader_forces_zero_window_probes() {
     }
 }
 
+// --- Flow control: a small window after a large SYN window (RFC 9293 3.8.6.2.1) --------------
+
+#[test]
+fn small_window_after_a_large_syn_window_moves_every_round_trip() {
+    init_log();
+    // The client's SYN offers 65535 bytes, unscaled (RFC 7323 2.2), with window scale 3; every
+    // window after it is clamped to 512 bytes (field 64), as from a Linux peer whose receive
+    // buffer shrank before the handshake completed. The RFC's 1 s minimum RTO, as the echo
+    // server runs; the client acknowledges every segment, so the window alone sets the pace.
+    const WINDOW: u64 = 512;
+    const BYTES: u64 = 64 * KIB;
+    let server = Config { min_rto: Config::default().min_rto, ..config(12) };
+    let client = Config { delayed_ack: None, ..server.clone() };
+    let mut pair = Pair::new(&client, &server, clean(), clean(), 12);
+    pair.set_window_clamp(Side::Client, Some(WINDOW as u32));
+    let deadline = after(&pair, 30);
+    assert!(pair.run_until(Pair::both_established, deadline), "{:?}", pair.error());
+    let start = pair.now();
+    // Both ways at once, the server's half into the small window.
+    pair.stream(Side::Client, BYTES, true);
+    pair.stream(Side::Server, BYTES, true);
+    let deadline = after(&pair, 600);
+    let all_read = |p: &Pair| Side::BOTH.iter().all(|&s| p.progress(s).received == BYTES);
+    assert!(
+        pair.run_until(all_read, deadline),
+        "{} / {}; {:?}",
+        pair.progress(Side::Client),
+        pair.progress(Side::Server),
+        pair.error()
+    );
+    let elapsed = pair.now() - start;
+    // One window per 10 ms round trip: 128 of them take 1.28 s. Waiting for a timer before
+    // each would take 128 s at the 1 s RTO, 25.6 s at the 200 ms override.
+    let round_trips = BYTES.div_ceil(WINDOW) as u32;
+    let rtt = 10 * MS;
+    log::debug!("{round_trips} windows in {elapsed:?}; server {:?}", pair.server().stats());
+    assert!(elapsed >= rtt * (round_trips - 1), "faster than the window allows: {elapsed:?}");
+    assert!(
+        elapsed <= rtt * round_trips * 3 / 2,
+        "{round_trips} windows took {elapsed:?}: {:?}",
+        pair.server().stats()
+    );
+    let stats = pair.server().stats();
+    assert_eq!((stats.window_probes, stats.timeouts, stats.retransmits), (0, 0, 0), "{stats:?}");
+    let deadline = after(&pair, 600);
+    assert!(pair.run_until(Pair::streams_done, deadline), "{:?}", pair.error());
+    for side in Side::BOTH {
+        assert_closed_gracefully(&pair, side);
+    }
+}
+
 // --- Throughput: window scaling on a long fat path (RFC 7323) -----------------------------------
 
 #[test]

@@ -235,11 +235,36 @@ fn syn_sent_plain_syn_is_simultaneous_open() {
     // The peer's SYN-ACK: its SYN is old, its ACK completes the open.
     c.handle_segment(ms(2), &Segment { seq: REMOTE_ISN, ack: iss + 1u32, flags: Flags::SYN | Flags::ACK, ..TEMPLATE });
     assert_eq!(c.state(), State::Established);
+    assert_eq!(c.sequence_space().snd_wnd, 65535, "a SYN's window, unscaled");
     // An active opener does not go back to LISTEN on RST in SYN-RECEIVED.
     let (mut c, _) = syn_sent();
     c.handle_segment(ms(1), &Segment { seq: REMOTE_ISN, flags: Flags::SYN, ..TEMPLATE });
     c.handle_segment(ms(2), &Segment { seq: REMOTE_ISN + 1u32, flags: Flags::RST, ..TEMPLATE });
     assert_eq!(c.state(), State::Closed);
+}
+
+#[test]
+fn simultaneous_open_takes_the_syn_ack_window_unscaled() {
+    // Both SYNs offer window scaling, so windows are scaled from here on, except in a
+    // segment with SYN (RFC 7323 2.2): the peer's SYN-ACK offers 64240 bytes, not 64240 << 7.
+    let mut c = Connection::connect(&config(), tuple(), ms(0));
+    let iss = one(&mut c, ms(0)).seq;
+    let options = TcpOptions { mss: Some(1460), window_scale: Some(7), ..TcpOptions::NONE };
+    c.handle_segment(ms(1), &Segment { seq: REMOTE_ISN, flags: Flags::SYN, window: 64240, options, ..TEMPLATE });
+    assert_eq!(c.state(), State::SynReceived);
+    one(&mut c, ms(1));
+    let synack = Segment {
+        seq: REMOTE_ISN,
+        ack: iss + 1u32,
+        flags: Flags::SYN | Flags::ACK,
+        window: 64240,
+        options,
+        ..TEMPLATE
+    };
+    c.handle_segment(ms(2), &synack);
+    assert_eq!(c.state(), State::Established);
+    let wnd = c.sequence_space().snd_wnd;
+    assert!((64240 - 127..=64240).contains(&wnd), "SND.WND {wnd}, not the SYN-ACK's window scaled by 2^7");
 }
 
 #[test]
@@ -601,6 +626,142 @@ fn receive_window_closes_when_full_and_reopens_after_reading() {
     c.recv(&mut buf[..2000]).unwrap();
     let update = one(&mut c, ms(5));
     assert_eq!(update.window, 2100);
+}
+
+// ------------------------------------------------------------------------------------
+// ESTABLISHED: sender-side SWS avoidance and its override (RFC 9293 3.8.6.2.1,
+// RFC 1122 4.2.3.4)
+// ------------------------------------------------------------------------------------
+
+/// Open passively to a peer that offers what Linux does (window scale 7, an unscaled SYN
+/// window of 64240) and then completes the handshake with window field `window`, in units
+/// of 128 bytes; return the connection and our ISS.
+fn established_from_linux_syn(config: &Config, window: u16) -> (Connection, SeqNum) {
+    let mut c = Connection::listen(config, local());
+    let syn = Segment {
+        seq: REMOTE_ISN,
+        flags: Flags::SYN,
+        window: 64240,
+        options: TcpOptions { mss: Some(1460), window_scale: Some(7), sack_permitted: true, ..TcpOptions::NONE },
+        ..TEMPLATE
+    };
+    c.handle_segment_from(ms(0), remote().ip(), &syn);
+    let iss = one(&mut c, ms(0)).seq;
+    c.handle_segment(ms(1), &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, window, ..TEMPLATE });
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(c.stats().peer_window, u32::from(window) << 7);
+    events(&mut c);
+    (c, iss)
+}
+
+/// Return the peer's pure ACK of `acked` bytes of our data, with window field `window`.
+fn window_update(iss: SeqNum, acked: u32, window: u16) -> Segment<'static> {
+    Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32 + acked, window, ..TEMPLATE }
+}
+
+static QUEUED: [u8; 4096] = [9; 4096];
+
+#[test]
+fn small_window_after_a_large_syn_window_is_filled_at_once() {
+    // The SYN offered 64240 bytes, unscaled; every window since is 512 bytes (field 4).
+    // Half the SYN's window is no measure of this peer: the 512 bytes go at once.
+    let (mut c, iss) = established_from_linux_syn(&config(), 4);
+    assert_eq!(c.send(&QUEUED), Ok(4096));
+    let first = one(&mut c, ms(2));
+    assert_eq!((first.kind, first.seq, first.payload.len()), (TransmitKind::Data, iss + 1u32, 512));
+    // Each ACK that opens the next 512 bytes is answered at once too, not by a timer.
+    for round in 1..8u32 {
+        let now = ms(2 + u64::from(round));
+        c.handle_segment(now, &window_update(iss, 512 * round, 4));
+        let next = one(&mut c, now);
+        assert_eq!((next.seq, next.payload.len()), (iss + 1u32 + 512 * round, 512), "round {round}");
+    }
+    assert_eq!(c.send_queued(), 512, "the last 512 bytes are in flight");
+    assert_eq!(c.stats().window_probes, 0);
+}
+
+#[test]
+fn window_shrunk_below_half_its_largest_is_used_after_the_short_override() {
+    // The handshake offered 128 KiB (field 1024 at scale 7); the peer then offers 512 bytes.
+    // With 4096 bytes queued and nothing in flight, none of RFC 9293 3.8.6.2.1's conditions
+    // holds (no full segment, not all queued data, under half of 128 KiB): the segment
+    // waits, but only for the override timeout (200 ms), not for the 1 s RTO.
+    let cfg = config();
+    assert_eq!(cfg.initial_rto, Duration::from_secs(1));
+    let (mut c, iss) = established_passive(&cfg);
+    c.handle_segment(ms(2), &window_update(iss, 0, 4));
+    assert_eq!(c.stats().peer_window, 512);
+    c.send(&QUEUED).unwrap();
+    assert!(drain(&mut c, ms(3)).is_empty(), "SWS avoidance holds the 512-byte segment back");
+    assert_eq!(c.poll_timeout(), Some(ms(203)), "the override timeout, not the RTO");
+    // Polling again while it waits does not push the deadline back.
+    assert!(drain(&mut c, ms(100)).is_empty());
+    assert_eq!(c.poll_timeout(), Some(ms(203)));
+    c.handle_timeout(ms(203));
+    let forced = one(&mut c, ms(203));
+    assert_eq!((forced.kind, forced.seq, forced.payload.len()), (TransmitKind::Data, iss + 1u32, 512));
+    // The retransmission timer covers the segment now, not the override.
+    assert_eq!(c.poll_timeout(), Some(ms(1203)));
+    // The next small window waits the same short time again: no backoff.
+    c.handle_segment(ms(210), &window_update(iss, 512, 4));
+    assert!(drain(&mut c, ms(210)).is_empty());
+    assert_eq!(c.poll_timeout(), Some(ms(410)));
+    c.handle_timeout(ms(410));
+    assert_eq!(one(&mut c, ms(410)).seq, iss + 513u32);
+    assert_eq!(c.stats().window_probes, 0, "an open window is not probed");
+}
+
+#[test]
+fn sws_override_timeout_is_configurable() {
+    let cfg = Config { sws_override: Duration::from_millis(120), ..config() };
+    let (mut c, iss) = established_passive(&cfg);
+    c.handle_segment(ms(2), &window_update(iss, 0, 4));
+    c.send(&QUEUED).unwrap();
+    assert!(drain(&mut c, ms(3)).is_empty());
+    assert_eq!(c.poll_timeout(), Some(ms(123)));
+    assert_eq!(Config::default().sws_override, Duration::from_millis(200));
+}
+
+#[test]
+fn window_closing_while_the_override_waits_gets_the_persist_timer() {
+    // A guard on the split of the two timers: a small open window waits 200 ms; once the
+    // window shuts, probing follows the RTO with backoff as before (RFC 9293 3.8.6.1).
+    let (mut c, iss) = established_passive(&config());
+    c.handle_segment(ms(2), &window_update(iss, 0, 4));
+    c.send(&QUEUED).unwrap();
+    assert!(drain(&mut c, ms(3)).is_empty());
+    assert_eq!(c.poll_timeout(), Some(ms(203)));
+    c.handle_segment(ms(50), &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, window: 0, ..TEMPLATE });
+    assert!(drain(&mut c, ms(50)).is_empty());
+    assert_eq!(c.poll_timeout(), Some(ms(1050)), "the RTO, not the override timeout");
+    c.handle_timeout(ms(1050));
+    let probe = one(&mut c, ms(1050));
+    assert_eq!((probe.kind, probe.seq, probe.payload.len()), (TransmitKind::WindowProbe, iss, 0));
+    assert_eq!(c.poll_timeout(), Some(ms(3050)), "backed off to twice the RTO");
+    c.handle_segment(ms(1051), &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, window: 0, ..TEMPLATE });
+    assert!(drain(&mut c, ms(1051)).is_empty());
+    assert_eq!(c.poll_timeout(), Some(ms(3050)), "a still-shut window leaves the probe where it is");
+}
+
+#[test]
+fn the_syn_window_still_bounds_old_acks() {
+    // A guard on RFC 5961 5.2: MAX.SND.WND keeps the SYN's 64240 bytes, so an old ACK 1500
+    // bytes below SND.UNA is still acceptable although no window since exceeded 512 bytes.
+    let (mut c, iss) = established_from_linux_syn(&config(), 4);
+    c.send(&QUEUED[..2048]).unwrap();
+    for round in 0..4u32 {
+        let now = ms(2 + u64::from(round));
+        if round > 0 {
+            c.handle_segment(now, &window_update(iss, 512 * round, 4));
+        }
+        assert_eq!(one(&mut c, now).payload.len(), 512);
+    }
+    c.handle_segment(ms(6), &window_update(iss, 2048, 4));
+    assert!(drain(&mut c, ms(6)).is_empty());
+    c.handle_segment(ms(7), &Segment { ack: iss + 549u32, ..peer(iss, Flags::ACK, b"late") });
+    assert_eq!(c.last_drop(), None, "an old but acceptable ACK");
+    assert_eq!(c.recv_available(), 4);
+    assert_eq!(c.stats().challenge_acks, 0);
 }
 
 // ------------------------------------------------------------------------------------

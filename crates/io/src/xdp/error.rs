@@ -23,7 +23,9 @@ pub enum XdpError {
         source: io::Error,
     },
     /// The queue index is beyond the interface's queues.
-    #[error("cannot bind to queue {queue} of {iface}: use a queue below its queue count (`ethtool -l {iface}`)")]
+    #[error(
+        "cannot bind to queue {queue} of {iface}: use a queue below its queue count (`numrxqueues` in `ip -d link show {iface}`)"
+    )]
     NoSuchQueue {
         /// The interface name.
         iface: String,
