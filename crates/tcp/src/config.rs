@@ -67,6 +67,19 @@ pub struct Config {
     pub user_timeout: Option<Duration>,
     /// Keep-alive probing; `None` (the default) is off.
     pub keepalive: Option<Keepalive>,
+    /// How long a released connection (see [`Connection::release`](crate::Connection::release))
+    /// waits in FIN-WAIT-2 for the peer's FIN before it is removed; `None` waits for ever.
+    ///
+    /// RFC 9293 sets no limit: FIN-WAIT-2 ends when the peer closes. A peer that vanishes
+    /// after acknowledging our FIN would then hold the connection for ever, with nobody left
+    /// to notice. 60 s by default, as Linux's `net.ipv4.tcp_fin_timeout`; like Linux, only a
+    /// connection the application has let go of is timed out (one that only half-closed may
+    /// still be read from, and its owner decides).
+    pub fin_wait2_timeout: Option<Duration>,
+    /// Ignore RST in TIME-WAIT (RFC 1337 section 3, "TIME-WAIT assassination"): the wait then
+    /// runs its full 2 MSL whatever arrives. `false` (the default) follows RFC 9293 3.10.7.4,
+    /// which closes on an acceptable RST, as Linux does unless `net.ipv4.tcp_rfc1337` is set.
+    pub rfc1337: bool,
     /// Secret key for initial sequence numbers (RFC 6528). Fill it from a random source.
     pub isn_secret: [u8; 16],
     /// Most challenge ACKs sent per second (RFC 5961 section 7).
@@ -92,6 +105,8 @@ impl Default for Config {
             max_retransmissions: 12,
             user_timeout: Some(Duration::from_secs(300)),
             keepalive: None,
+            fin_wait2_timeout: Some(Duration::from_secs(60)),
+            rfc1337: false,
             isn_secret: [0; 16],
             challenge_ack_limit: 1000,
         }

@@ -265,6 +265,15 @@ pub struct Connection {
     /// The SWS override timeout passed: send what the window holds (RFC 9293 3.8.6.2.1).
     pub(crate) sws_override_due: bool,
     pub(crate) persist_backoff: u32,
+    /// Zero-window probes sent since the last acceptable ACK.
+    pub(crate) probes_unanswered: u32,
+    /// When the last acceptable ACK arrived (or the connection was synchronized).
+    pub(crate) last_ack_at: Instant,
+    /// The application let go of the connection ([`Connection::release`]).
+    pub(crate) released: bool,
+    /// The ISS of this connection must lie above this (a new incarnation from TIME-WAIT,
+    /// RFC 1122 4.2.2.13).
+    pub(crate) iss_floor: Option<SeqNum>,
     /// A keep-alive probe is due; `keepalive_sent` counts unanswered probes.
     pub(crate) keepalive_due: bool,
     pub(crate) keepalive_sent: u32,
@@ -341,6 +350,10 @@ impl Connection {
             probe_due: false,
             sws_override_due: false,
             persist_backoff: 0,
+            probes_unanswered: 0,
+            last_ack_at: Instant::ZERO,
+            released: false,
+            iss_floor: None,
             keepalive_due: false,
             keepalive_sent: 0,
             last_send: Instant::ZERO,
@@ -362,6 +375,11 @@ impl Connection {
     pub(crate) fn init_send_space(&mut self, now: Instant) {
         let tuple = self.tuple().expect("remote address is known when choosing an ISS");
         self.iss = IsnGenerator::new(self.config.isn_secret).isn(&tuple, now);
+        if let Some(floor) = self.iss_floor.take()
+            && !self.iss.after(floor)
+        {
+            self.iss = floor;
+        }
         self.snd_una = self.iss;
         self.snd_nxt = self.iss;
         self.snd_max = self.iss;
@@ -622,6 +640,80 @@ impl Connection {
         }
     }
 
+    /// Close the connection and let go of it: the application will neither read nor write
+    /// it again. What close(2) does to a socket; [`close`](Connection::close) alone is RFC
+    /// 9293's CLOSE, a half-close after which the receiving side stays open.
+    ///
+    /// With received data still unread, the connection is reset instead (RFC 9293 3.6.1,
+    /// RFC 1122 4.2.2.13: the peer learns that data was lost, rather than taking our FIN
+    /// for a clean end); so is it when data arrives later. Otherwise the FIN follows the
+    /// queued data, and the connection finishes on its own: FIN-WAIT-2 lasts at most
+    /// [`Config::fin_wait2_timeout`](crate::Config::fin_wait2_timeout), TIME-WAIT 2 MSL.
+    pub fn release(&mut self, now: Instant) {
+        if !self.recv_buf.is_empty() {
+            log::debug!("{:?}: released with {} bytes unread: reset", self.tuple(), self.recv_buf.len());
+            self.stats.resets_for_lost_data += 1;
+            return self.abort(now);
+        }
+        self.released = true;
+        self.close(now);
+        self.arm_fin_wait2(now);
+    }
+
+    /// Return whether the application let go of the connection ([`release`](Connection::release)).
+    pub fn is_released(&self) -> bool {
+        self.released
+    }
+
+    /// Start the FIN-WAIT-2 timeout of a released connection (see [`Connection::release`]).
+    pub(crate) fn arm_fin_wait2(&mut self, now: Instant) {
+        if self.state == State::FinWait2
+            && self.released
+            && let Some(limit) = self.config.fin_wait2_timeout
+        {
+            self.timers.set_if_idle(Timer::FinWait2, now + limit);
+        }
+    }
+
+    /// Return whether `seg`, arriving in TIME-WAIT, may open a new incarnation of this
+    /// connection ([`reopen`](Connection::reopen)) rather than being answered with an ACK.
+    ///
+    /// RFC 9293 3.10.7.4 lets TIME-WAIT accept a new SYN as RFC 6191 describes, and RFC
+    /// 1122 4.2.2.13 allows it when the new ISS lies above everything the old incarnation
+    /// sent. RFC 6191 decides by timestamps where both ends use them (we do not negotiate
+    /// them yet), and otherwise by sequence number: the SYN must start above the old
+    /// incarnation's RCV.NXT, so that no old duplicate of it can be mistaken for new data.
+    pub fn time_wait_accepts(&self, seg: &Segment<'_>) -> bool {
+        self.state == State::TimeWait
+            && seg.flags.syn()
+            && !seg.flags.intersects(Flags::ACK | Flags::RST | Flags::FIN)
+            && seg.seq.after(self.rcv_nxt)
+    }
+
+    /// Replace this TIME-WAIT connection with a new incarnation opened by the SYN `seg`
+    /// ([`time_wait_accepts`](Connection::time_wait_accepts) must hold): a passive open in
+    /// SYN-RECEIVED, its SYN-ACK ready, keeping this connection's buffers.
+    ///
+    /// The new ISS lies at least 64 KiB above the old SND.NXT (RFC 1122 4.2.2.13 (1); the
+    /// margin is Linux's `tcp_timewait_state_process`), so segments of the old incarnation
+    /// still in the network fall outside the new one's window.
+    pub fn reopen(&mut self, now: Instant, seg: &Segment<'_>) {
+        debug_assert!(self.time_wait_accepts(seg));
+        let Some(remote) = self.remote else { return };
+        let floor = self.snd_max + 65535u32 + 2u32;
+        let buffers = self.take_buffers();
+        let mut fresh = Connection::listen_with(&self.config, self.local, buffers);
+        fresh.stats = self.stats;
+        fresh.trace = std::mem::take(&mut self.trace);
+        fresh.iss_floor = Some(floor);
+        *self = fresh;
+        if self.trace.len() < TRACE_LIMIT {
+            let cause = crate::input::segment_cause(seg);
+            self.trace.push(Transition { at: now, from: State::TimeWait, to: State::Listen, cause });
+        }
+        self.handle_segment_from(now, remote.ip(), seg);
+    }
+
     /// Abort: send RST if synchronized and drop everything (RFC 9293 3.10.5).
     pub fn abort(&mut self, now: Instant) {
         if matches!(
@@ -738,6 +830,7 @@ impl Connection {
                 self.emit(Event::Writable);
                 self.arm_keepalive(now);
             }
+            State::FinWait2 => self.arm_fin_wait2(now),
             State::TimeWait => {
                 self.timers.stop_all();
                 self.timers.set(Timer::TimeWait, now + self.config.msl * 2);

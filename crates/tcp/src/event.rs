@@ -111,6 +111,9 @@ pub struct Stats {
     pub challenge_acks: u64,
     /// Zero-window probes sent.
     pub window_probes: u64,
+    /// Resets sent because received data was lost: the application let go of the
+    /// connection with data unread, or data arrived after it did (RFC 9293 3.6.1).
+    pub resets_for_lost_data: u64,
     /// Smoothed round-trip time, once measured.
     pub srtt: Option<Duration>,
     /// Current retransmission timeout (with backoff).

@@ -42,6 +42,11 @@ pub enum DropReason {
     SynReceivedBadAck,
     /// Out-of-order data beyond what the reassembly table can track.
     ReassemblyFull,
+    /// New data for a connection the application let go of: answered with RST (RFC 9293
+    /// 3.6.1).
+    DataAfterRelease,
+    /// An RST in TIME-WAIT, ignored as RFC 1337 asks ([`Config::rfc1337`](crate::Config::rfc1337)).
+    TimeWaitReset,
 }
 
 impl Connection {
@@ -231,6 +236,7 @@ impl Connection {
     /// SND.UNA moved past our SYN.
     fn take_ack_of_syn(&mut self, now: Instant, ack: SeqNum) {
         self.syn_acknowledged = true;
+        self.last_ack_at = now;
         self.advance_una(now, ack);
         if self.rto_count > 0 {
             // RFC 6298 5.7: after a SYN timed out, data starts with an RTO of 3 s.
@@ -354,7 +360,15 @@ impl Connection {
         // Sixth: URG. Urgent data is delivered in line like any other (RFC 6093); the
         // pointer is ignored.
 
-        // Seventh: segment text.
+        // Seventh: segment text. New data for a connection the application let go of can
+        // never be read: reset, so the peer learns it was lost (RFC 9293 3.6.1, RFC 1122
+        // 4.2.2.13; Linux counts these as TCPAbortOnData).
+        if self.released && (seg.seq + seg.payload.len()).after(self.rcv_nxt) && !seg.payload.is_empty() {
+            log::debug!("{:?}: data after release: reset", self.tuple());
+            self.stats.resets_for_lost_data += 1;
+            self.abort(now);
+            return self.drop_segment(&seg, DropReason::DataAfterRelease);
+        }
         let mut fin = seg.flags.fin();
         if !seg.payload.is_empty() || fin {
             if self.state.can_receive() && !self.fin_received {
@@ -387,6 +401,8 @@ impl Connection {
     fn on_reset(&mut self, now: Instant, seg: &Segment<'_>) {
         match self.state {
             State::SynReceived if self.passive => self.return_to_listen(now, seg),
+            // RFC 1337 section 3: an RST must not cut TIME-WAIT short, where so configured.
+            State::TimeWait if self.config.rfc1337 => self.drop_segment(seg, DropReason::TimeWaitReset),
             State::Closing | State::LastAck | State::TimeWait => {
                 self.emit(Event::Closed);
                 self.set_state(now, State::Closed, segment_cause(seg));
@@ -416,6 +432,9 @@ impl Connection {
             self.drop_segment(seg, DropReason::AckOutOfRange);
             return false;
         }
+        // The peer is alive: its zero-window probes are answered (RFC 9293 3.8.6.1).
+        self.probes_unanswered = 0;
+        self.last_ack_at = now;
         let window = (seg.window as u32) << self.snd_wscale;
         let old_window = self.snd_wnd;
         if seg.ack.after(self.snd_una) {

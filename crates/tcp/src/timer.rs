@@ -28,6 +28,8 @@ pub enum Timer {
     SwsOverride,
     /// Delayed ACK (RFC 9293 3.8.6.3).
     DelayedAck,
+    /// FIN-WAIT-2 of a released connection ([`Config::fin_wait2_timeout`](crate::Config::fin_wait2_timeout)).
+    FinWait2,
     /// Keep-alive (RFC 9293 3.8.4).
     KeepAlive,
     /// TIME-WAIT 2*MSL (RFC 9293 3.4.2).
@@ -36,8 +38,15 @@ pub enum Timer {
 
 impl Timer {
     /// Every timer, in the order they fire when due at the same instant.
-    pub const ALL: [Timer; 6] =
-        [Timer::TimeWait, Timer::Retransmit, Timer::Persist, Timer::SwsOverride, Timer::KeepAlive, Timer::DelayedAck];
+    pub const ALL: [Timer; 7] = [
+        Timer::TimeWait,
+        Timer::FinWait2,
+        Timer::Retransmit,
+        Timer::Persist,
+        Timer::SwsOverride,
+        Timer::KeepAlive,
+        Timer::DelayedAck,
+    ];
 
     const fn index(self) -> usize {
         match self {
@@ -47,11 +56,12 @@ impl Timer {
             Timer::KeepAlive => 3,
             Timer::TimeWait => 4,
             Timer::SwsOverride => 5,
+            Timer::FinWait2 => 6,
         }
     }
 }
 
-/// Deadlines of the six timers.
+/// Deadlines of the timers, one slot each.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TimerTable {
     deadlines: [Option<Instant>; Timer::ALL.len()],
@@ -128,10 +138,8 @@ impl Connection {
                 match timer {
                     Timer::TimeWait => self.on_time_wait_expiry(now),
                     Timer::Retransmit => self.on_retransmit_timeout(now),
-                    Timer::Persist => {
-                        self.probe_due = true;
-                        self.persist_backoff = self.persist_backoff.saturating_add(1);
-                    }
+                    Timer::Persist => self.on_persist_timeout(now),
+                    Timer::FinWait2 => self.on_fin_wait2_timeout(now),
                     Timer::SwsOverride => self.sws_override_due = true,
                     Timer::DelayedAck => {
                         if self.ack_due == AckDue::Delayed {
@@ -149,6 +157,41 @@ impl Connection {
         if self.state == State::TimeWait {
             self.emit(Event::Closed);
             self.set_state(now, State::Closed, Cause::Timer(Timer::TimeWait));
+        }
+    }
+
+    /// Persist timeout: probe the shut window again (RFC 9293 3.8.6.1), unless the peer has
+    /// stopped answering.
+    ///
+    /// RFC 9293 keeps probing a zero window for as long as the receiver keeps answering: a
+    /// slow reader is not a dead one. A receiver that answers nothing is: the probes count
+    /// as retransmissions, so the connection is aborted after
+    /// [`Config::max_retransmissions`](crate::Config::max_retransmissions) unanswered probes or
+    /// when nothing has been acknowledged for the user timeout (RFC 9293 3.8.3 R2, RFC 5482),
+    /// as Linux's `tcp_probe_timer` does with `tcp_retries2` and `TCP_USER_TIMEOUT`. Any
+    /// acceptable ACK, a zero-window one included, starts the count again.
+    fn on_persist_timeout(&mut self, now: Instant) {
+        let user_timeout =
+            self.config.user_timeout.is_some_and(|limit| now.saturating_duration_since(self.last_ack_at) >= limit);
+        if self.probes_unanswered >= self.config.max_retransmissions || user_timeout {
+            log::debug!("{:?}: giving up after {} unanswered window probes", self.tuple(), self.probes_unanswered);
+            return self.fail(now, Failure::TimedOut, Cause::Timer(Timer::Persist));
+        }
+        self.probes_unanswered += 1;
+        self.probe_due = true;
+        self.persist_backoff = self.persist_backoff.saturating_add(1);
+    }
+
+    /// FIN-WAIT-2 of a released connection lasted [`Config::fin_wait2_timeout`]: the peer
+    /// will not close, and nobody is left to wait for it. Remove the connection without a
+    /// word to the peer (as Linux; a peer that comes back gets RST from CLOSED).
+    ///
+    /// [`Config::fin_wait2_timeout`]: crate::Config::fin_wait2_timeout
+    fn on_fin_wait2_timeout(&mut self, now: Instant) {
+        if self.state == State::FinWait2 && self.released {
+            log::debug!("{:?}: FIN-WAIT-2 timed out", self.tuple());
+            self.emit(Event::Closed);
+            self.set_state(now, State::Closed, Cause::Timer(Timer::FinWait2));
         }
     }
 

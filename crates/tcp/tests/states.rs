@@ -900,8 +900,212 @@ fn closed_connection_answers_with_reset() {
 }
 
 // ------------------------------------------------------------------------------------
-// Giving up: user timeout, keep-alive (RFC 9293 3.8.3, 3.8.4)
+// Every connection ends: released connections, FIN-WAIT-2, TIME-WAIT (RFC 9293 3.6,
+// 3.10.7.4; RFC 1122 4.2.2.13; RFC 1337; RFC 6191)
 // ------------------------------------------------------------------------------------
+
+/// Our FIN sent and acknowledged by the peer: FIN-WAIT-2, released or only half-closed.
+fn in_fin_wait2(config: &Config, release: bool) -> (Connection, SeqNum) {
+    let (mut c, iss) = established_passive(config);
+    if release {
+        c.release(ms(2));
+        assert!(c.is_released());
+    } else {
+        c.close(ms(2));
+    }
+    assert!(one(&mut c, ms(2)).flags.fin());
+    c.handle_segment(ms(3), &Segment { ack: iss + 2u32, ..peer(iss, Flags::ACK, b"") });
+    assert_eq!(c.state(), State::FinWait2);
+    (c, iss)
+}
+
+#[test]
+fn released_connection_leaves_fin_wait2_after_the_timeout() {
+    let cfg = Config { fin_wait2_timeout: Some(Duration::from_secs(60)), ..config() };
+    let (mut c, _) = in_fin_wait2(&cfg, true);
+    assert_eq!(c.poll_timeout(), Some(ms(3) + Duration::from_secs(60)), "the FIN-WAIT-2 timer");
+    c.handle_timeout(ms(3) + Duration::from_secs(60));
+    assert_eq!(c.state(), State::Closed);
+    assert!(drain(&mut c, ms(60_003)).is_empty(), "removed without a word to the peer");
+    assert_eq!(c.poll_timeout(), None);
+    let last = c.trace().last().unwrap();
+    assert_eq!(last.cause, bypass_tcp::Cause::Timer(bypass_tcp::timer::Timer::FinWait2));
+}
+
+#[test]
+fn half_closed_connection_waits_in_fin_wait2_for_its_owner() {
+    // Only half-closed (RFC 9293's CLOSE): the application may still read, and decides.
+    let (c, _) = in_fin_wait2(&config(), false);
+    assert_eq!(c.poll_timeout(), None);
+    // And a released one with the timeout switched off waits too.
+    let (c, _) = in_fin_wait2(&Config { fin_wait2_timeout: None, ..config() }, true);
+    assert_eq!(c.poll_timeout(), None);
+}
+
+#[test]
+fn released_connection_that_gets_the_fin_goes_to_time_wait_as_usual() {
+    let cfg = Config { msl: Duration::from_secs(1), ..config() };
+    let (mut c, iss) = in_fin_wait2(&cfg, true);
+    c.handle_segment(ms(10), &Segment { ack: iss + 2u32, ..peer(iss, Flags::ACK | Flags::FIN, b"") });
+    assert_eq!(c.state(), State::TimeWait);
+    assert_eq!(c.poll_timeout(), Some(ms(2010)), "2 MSL, the FIN-WAIT-2 timer gone");
+}
+
+#[test]
+fn releasing_with_unread_data_resets() {
+    let (mut c, iss) = established_passive(&config());
+    c.handle_segment(ms(2), &peer(iss, Flags::ACK, b"unread"));
+    drain(&mut c, ms(2));
+    c.release(ms(3));
+    assert_eq!(c.state(), State::Closed);
+    let rst = one(&mut c, ms(3));
+    assert_eq!((rst.flags, rst.seq), (Flags::RST, iss + 1u32));
+    assert_eq!(c.stats().resets_for_lost_data, 1);
+}
+
+#[test]
+fn data_after_release_resets() {
+    let (mut c, iss) = in_fin_wait2(&config(), true);
+    c.handle_segment(ms(4), &Segment { ack: iss + 2u32, ..peer(iss, Flags::ACK, b"too late") });
+    assert_eq!(c.state(), State::Closed);
+    let rst = one(&mut c, ms(4));
+    assert_eq!((rst.flags, rst.seq), (Flags::RST, iss + 2u32), "in the peer's window: after our FIN");
+    assert_eq!(c.stats().resets_for_lost_data, 1);
+    assert_eq!(c.last_drop(), Some(bypass_tcp::DropReason::DataAfterRelease));
+    // Half-closed, the same data is taken: the application may still read it.
+    let (mut c, iss) = in_fin_wait2(&config(), false);
+    c.handle_segment(ms(4), &Segment { ack: iss + 2u32, ..peer(iss, Flags::ACK, b"still read") });
+    assert_eq!(c.state(), State::FinWait2);
+    assert_eq!(c.recv_available(), 10);
+}
+
+#[test]
+fn data_after_release_in_fin_wait1_resets_too() {
+    let (mut c, iss) = established_passive(&config());
+    c.send(b"pending").unwrap();
+    c.release(ms(2));
+    assert_eq!(c.state(), State::FinWait1);
+    drain(&mut c, ms(2));
+    // The peer has not seen our FIN yet and keeps sending.
+    c.handle_segment(ms(3), &peer(iss, Flags::ACK, b"more"));
+    assert_eq!(c.state(), State::Closed);
+    assert!(drain(&mut c, ms(3)).iter().any(|o| o.flags == Flags::RST));
+}
+
+#[test]
+fn rst_in_time_wait_closes_unless_rfc1337_is_on() {
+    for rfc1337 in [false, true] {
+        let cfg = Config { rfc1337, ..config() };
+        let (mut c, iss) = in_fin_wait2(&cfg, false);
+        c.handle_segment(ms(5), &Segment { ack: iss + 2u32, ..peer(iss, Flags::ACK | Flags::FIN, b"") });
+        assert_eq!(c.state(), State::TimeWait);
+        drain(&mut c, ms(5));
+        c.handle_segment(ms(6), &Segment { seq: REMOTE_ISN + 2u32, flags: Flags::RST, ..TEMPLATE });
+        if rfc1337 {
+            assert_eq!(c.state(), State::TimeWait, "RFC 1337: the RST is ignored");
+            assert_eq!(c.last_drop(), Some(bypass_tcp::DropReason::TimeWaitReset));
+        } else {
+            assert_eq!(c.state(), State::Closed, "RFC 9293 3.10.7.4: an acceptable RST closes");
+        }
+    }
+}
+
+#[test]
+fn time_wait_accepts_a_new_syn_above_the_old_sequence_space() {
+    let (mut c, iss) = in_fin_wait2(&config(), true);
+    c.handle_segment(ms(5), &Segment { ack: iss + 2u32, ..peer(iss, Flags::ACK | Flags::FIN, b"") });
+    assert_eq!(c.state(), State::TimeWait);
+    drain(&mut c, ms(5));
+    let old_snd_max = c.sequence_space().snd_max;
+    // An old duplicate SYN (at or below RCV.NXT) does not reopen; nor does a SYN with ACK.
+    let old = Segment { seq: REMOTE_ISN, flags: Flags::SYN, ..TEMPLATE };
+    assert!(!c.time_wait_accepts(&old));
+    let new_isn = REMOTE_ISN + 100_000u32;
+    assert!(!c.time_wait_accepts(&Segment { seq: new_isn, flags: Flags::SYN | Flags::ACK, ..TEMPLATE }));
+    // A new SYN above it does (RFC 6191 without timestamps, RFC 1122 4.2.2.13).
+    let syn = Segment {
+        seq: new_isn,
+        flags: Flags::SYN,
+        options: TcpOptions { mss: Some(1400), ..TcpOptions::NONE },
+        ..TEMPLATE
+    };
+    assert!(c.time_wait_accepts(&syn));
+    c.reopen(ms(6), &syn);
+    assert_eq!(c.state(), State::SynReceived);
+    let synack = one(&mut c, ms(6));
+    assert_eq!((synack.flags, synack.ack), (Flags::SYN | Flags::ACK, new_isn + 1u32));
+    assert!(
+        synack.seq.after(old_snd_max + 65535u32),
+        "the new ISS {:?} lies well above the old SND.NXT {old_snd_max:?}",
+        synack.seq
+    );
+    c.handle_segment(ms(7), &Segment { seq: new_isn + 1u32, ack: synack.seq + 1u32, ..TEMPLATE });
+    assert_eq!(c.state(), State::Established);
+    assert!(!c.is_released(), "a new incarnation, owned afresh");
+    let states: Vec<State> = c.trace().iter().map(|t| t.to).collect();
+    assert!(states.ends_with(&[State::TimeWait, State::Listen, State::SynReceived, State::Established]), "{states:?}");
+}
+
+// ------------------------------------------------------------------------------------
+// Giving up: user timeout, keep-alive, silent zero windows (RFC 9293 3.8.3, 3.8.4, 3.8.6.1)
+// ------------------------------------------------------------------------------------
+
+#[test]
+fn zero_window_probing_goes_on_while_the_probes_are_answered() {
+    // A live peer with a full buffer: every probe is answered, so probing never ends.
+    let cfg = Config { max_retransmissions: 3, ..config() };
+    let (mut c, iss) = established_passive(&cfg);
+    c.handle_segment(ms(2), &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, window: 0, ..TEMPLATE });
+    c.send(b"blocked").unwrap();
+    drain(&mut c, ms(2));
+    for _ in 0..10 {
+        let t = c.poll_timeout().expect("persist timer");
+        c.handle_timeout(t);
+        assert_eq!(one(&mut c, t).kind, TransmitKind::WindowProbe);
+        c.handle_segment(t, &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, window: 0, ..TEMPLATE });
+    }
+    assert_eq!(c.state(), State::Established, "10 answered probes, with the limit at 3");
+}
+
+#[test]
+fn unanswered_zero_window_probes_give_up_at_the_retransmission_limit() {
+    let cfg = Config { max_retransmissions: 3, user_timeout: None, ..config() };
+    let (mut c, iss) = established_passive(&cfg);
+    c.handle_segment(ms(2), &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, window: 0, ..TEMPLATE });
+    c.send(b"blocked").unwrap();
+    drain(&mut c, ms(2));
+    let mut probes = 0;
+    // Bounded: a connection that never gives up would probe for ever.
+    for _ in 0..100 {
+        let Some(t) = c.poll_timeout() else { break };
+        c.handle_timeout(t);
+        probes += drain(&mut c, t).iter().filter(|o| o.kind == TransmitKind::WindowProbe).count();
+    }
+    assert_eq!(probes, 3);
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(events(&mut c), vec![Event::TimedOut]);
+}
+
+#[test]
+fn unanswered_zero_window_probes_give_up_at_the_user_timeout() {
+    // The RFC 5482 user timeout bounds a silent zero window as it bounds unacknowledged data:
+    // with the default limit of 12 probes, backed off to 60 s, that would take half an hour.
+    let cfg = Config { user_timeout: Some(Duration::from_secs(300)), ..config() };
+    let (mut c, iss) = established_passive(&cfg);
+    c.handle_segment(ms(2), &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, window: 0, ..TEMPLATE });
+    c.send(&[7; 1000]).unwrap();
+    drain(&mut c, ms(2));
+    let mut end = ms(0);
+    for _ in 0..100 {
+        let Some(t) = c.poll_timeout() else { break };
+        c.handle_timeout(t);
+        drain(&mut c, t);
+        end = t;
+    }
+    assert_eq!(c.state(), State::Closed);
+    let lasted = end - ms(2);
+    assert!(lasted >= Duration::from_secs(300) && lasted < Duration::from_secs(360), "gave up after {lasted:?}");
+}
 
 #[test]
 fn unanswered_retransmissions_time_out() {
