@@ -33,6 +33,10 @@ pub struct Config {
     pub window_scaling: bool,
     /// Offer SACK-permitted and report out-of-order data in SACK blocks (RFC 2018).
     pub sack: bool,
+    /// Offer the timestamps option (RFC 7323 section 3): round-trip samples from every
+    /// acknowledgment (RTTM, section 4) and protection against wrapped sequence numbers
+    /// (PAWS, section 5), at 12 bytes of every segment. On by default, as in Linux.
+    pub timestamps: bool,
     /// Nagle's algorithm (RFC 9293 3.7.4); `false` is TCP_NODELAY.
     pub nagle: bool,
     /// Override timeout of sender-side SWS avoidance (RFC 9293 3.8.6.2.1, RFC 1122 4.2.3.4:
@@ -94,6 +98,7 @@ impl Default for Config {
             recv_buffer: 256 * 1024,
             window_scaling: true,
             sack: true,
+            timestamps: true,
             nagle: true,
             sws_override: Duration::from_millis(200),
             delayed_ack: Some(Duration::from_millis(40)),

@@ -247,6 +247,20 @@ pub struct Connection {
     pub(crate) fin_received: bool,
     pub(crate) sack_enabled: bool,
 
+    // Timestamps (RFC 7323).
+    /// Both SYNs carried the timestamps option: every segment carries it from now on.
+    pub(crate) ts_ok: bool,
+    /// TS.Recent: the peer's timestamp to echo (RFC 7323 4.3).
+    pub(crate) ts_recent: u32,
+    /// When TS.Recent was last set (it goes stale after 24 days idle, RFC 7323 5.5).
+    pub(crate) ts_recent_at: Instant,
+    /// Last.ACK.sent: the acknowledgment number of our last ACK (RFC 7323 4.3).
+    pub(crate) last_ack_sent: SeqNum,
+    /// Added to the clock in our TSval (RFC 7323 5.4).
+    pub(crate) ts_offset: u32,
+    /// The TSecr of the segment being processed, when it echoes one of ours (RTTM).
+    pub(crate) seg_tsecr: Option<u32>,
+
     // Reliability and congestion control.
     pub(crate) rtt: RttEstimator,
     /// The segment being timed: (sequence number whose ACK ends it, send time). Karn's rule
@@ -341,6 +355,12 @@ impl Connection {
             fin_pending: None,
             fin_received: false,
             sack_enabled: false,
+            ts_ok: false,
+            ts_recent: 0,
+            ts_recent_at: Instant::ZERO,
+            last_ack_sent: SeqNum(0),
+            ts_offset: 0,
+            seg_tsecr: None,
             rtt: RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto),
             rtt_probe: None,
             cc: NewReno::new(default_mss.min(config.mss) as u32),
@@ -374,7 +394,9 @@ impl Connection {
     /// Choose our ISS for the tuple (RFC 9293 3.4.1, RFC 6528) and set up the send space.
     pub(crate) fn init_send_space(&mut self, now: Instant) {
         let tuple = self.tuple().expect("remote address is known when choosing an ISS");
-        self.iss = IsnGenerator::new(self.config.isn_secret).isn(&tuple, now);
+        let generator = IsnGenerator::new(self.config.isn_secret);
+        self.iss = generator.isn(&tuple, now);
+        self.ts_offset = generator.timestamp_offset(&tuple);
         if let Some(floor) = self.iss_floor.take()
             && !self.iss.after(floor)
         {
@@ -680,14 +702,21 @@ impl Connection {
     ///
     /// RFC 9293 3.10.7.4 lets TIME-WAIT accept a new SYN as RFC 6191 describes, and RFC
     /// 1122 4.2.2.13 allows it when the new ISS lies above everything the old incarnation
-    /// sent. RFC 6191 decides by timestamps where both ends use them (we do not negotiate
-    /// them yet), and otherwise by sequence number: the SYN must start above the old
+    /// sent. RFC 6191 section 2 decides by timestamps where the old incarnation used them
+    /// and the SYN carries one: its TSval must be newer than TS.Recent (then any sequence
+    /// number will do). Otherwise by sequence number: the SYN must start above the old
     /// incarnation's RCV.NXT, so that no old duplicate of it can be mistaken for new data.
     pub fn time_wait_accepts(&self, seg: &Segment<'_>) -> bool {
-        self.state == State::TimeWait
-            && seg.flags.syn()
-            && !seg.flags.intersects(Flags::ACK | Flags::RST | Flags::FIN)
-            && seg.seq.after(self.rcv_nxt)
+        if self.state != State::TimeWait
+            || !seg.flags.syn()
+            || seg.flags.intersects(Flags::ACK | Flags::RST | Flags::FIN)
+        {
+            return false;
+        }
+        match seg.options.timestamps {
+            Some(ts) if self.ts_ok => (ts.tsval.wrapping_sub(self.ts_recent) as i32) > 0,
+            _ => seg.seq.after(self.rcv_nxt),
+        }
     }
 
     /// Replace this TIME-WAIT connection with a new incarnation opened by the SYN `seg`
@@ -800,6 +829,17 @@ impl Connection {
     // ---------------------------------------------------------------------------------
     // Shared helpers.
     // ---------------------------------------------------------------------------------
+
+    /// Return our timestamp clock (TSval) at `now`: milliseconds plus the connection's offset
+    /// (RFC 7323 5.4: a tick of 1 ms to 1 s; Linux ticks in milliseconds too).
+    pub(crate) fn ts_now(&self, now: Instant) -> u32 {
+        ((now.as_micros() / 1000) as u32).wrapping_add(self.ts_offset)
+    }
+
+    /// Return the bytes of options every data segment carries (the timestamps, padded).
+    pub(crate) fn fixed_options_len(&self) -> usize {
+        if self.ts_ok { 12 } else { 0 }
+    }
 
     /// Return the receive window we last advertised (RCV.WND), in bytes.
     pub(crate) fn receive_window(&self) -> u32 {

@@ -47,7 +47,14 @@ pub enum DropReason {
     DataAfterRelease,
     /// An RST in TIME-WAIT, ignored as RFC 1337 asks ([`Config::rfc1337`](crate::Config::rfc1337)).
     TimeWaitReset,
+    /// Timestamps are in use and the segment has none (RFC 7323 3.2).
+    NoTimestamp,
+    /// The timestamp is older than TS.Recent: an old duplicate (PAWS, RFC 7323 5.3); ACKed.
+    Paws,
 }
+
+/// How long TS.Recent stays a reference without being renewed (RFC 7323 5.5: 24 days).
+const PAWS_IDLE: std::time::Duration = std::time::Duration::from_secs(24 * 24 * 3600);
 
 impl Connection {
     /// Process a segment that arrived for this connection (RFC 9293 3.10.7).
@@ -64,6 +71,8 @@ impl Connection {
     pub fn handle_segment_from(&mut self, now: Instant, src: IpAddr, seg: &Segment<'_>) {
         self.stats.segs_in += 1;
         self.last_drop = None;
+        // TSecr is meaningful with ACK set (RFC 7323 3.2); used only once timestamps are on.
+        self.seg_tsecr = seg.options.timestamps.filter(|_| seg.flags.ack()).map(|ts| ts.tsecr);
         log::trace!("{:?} {}: in {:?}", self.tuple(), self.state, seg);
         if seg.dst_port != self.local.port() {
             return self.drop_segment(seg, DropReason::WrongPort);
@@ -128,7 +137,8 @@ impl Connection {
         self.irs = seg.seq;
         self.rcv_nxt = seg.seq + 1u32;
         self.rcv_adv = self.rcv_nxt;
-        self.negotiate_options(seg);
+        self.last_ack_sent = self.rcv_nxt;
+        self.negotiate_options(now, seg);
         self.init_send_space(now);
         // The window field of a SYN is never scaled (RFC 7323 2.2). It counts for RFC 5961's
         // MAX.SND.WND, not for SWS avoidance's Max(SND.WND) (see `sws_max_wnd`).
@@ -141,13 +151,26 @@ impl Connection {
     }
 
     /// Take the peer's SYN options: MSS (RFC 9293 3.7.1), window scale (RFC 7323 2.2),
-    /// SACK-permitted (RFC 2018).
-    fn negotiate_options(&mut self, seg: &Segment<'_>) {
+    /// SACK-permitted (RFC 2018), timestamps (RFC 7323 3.2).
+    fn negotiate_options(&mut self, now: Instant, seg: &Segment<'_>) {
         let peer_mss = seg.options.mss.unwrap_or(match self.local.ip() {
             IpAddr::V4(_) => 536,
             IpAddr::V6(_) => 1220,
         });
-        self.smss = peer_mss.min(self.config.mss).max(64);
+        // Timestamps are in use when we offer them (or offered, in SYN-SENT) and the peer's
+        // SYN carries them; TS.Recent starts at its TSval (RFC 7323 3.2, 4.3).
+        match seg.options.timestamps {
+            Some(ts) if self.config.timestamps => {
+                self.ts_ok = true;
+                self.ts_recent = ts.tsval;
+                self.ts_recent_at = now;
+            }
+            _ => self.ts_ok = false,
+        }
+        // The MSS bounds data and options together (RFC 6691): a full segment carries the
+        // timestamps and 12 bytes less data, as Linux's mss_cache.
+        let mss = peer_mss.min(self.config.mss).max(64);
+        self.smss = (mss - self.fixed_options_len() as u16).max(64);
         self.cc.set_mss(self.smss as u32);
         match seg.options.window_scale {
             Some(shift) if self.config.window_scaling => {
@@ -195,7 +218,8 @@ impl Connection {
         self.irs = seg.seq;
         self.rcv_nxt = seg.seq + 1u32;
         self.rcv_adv = self.rcv_nxt;
-        self.negotiate_options(seg);
+        self.last_ack_sent = self.rcv_nxt;
+        self.negotiate_options(now, seg);
         // Unscaled (RFC 7323 2.2); as in LISTEN, not a Max(SND.WND) for SWS avoidance.
         self.snd_wnd = seg.window as u32;
         self.max_snd_wnd = self.snd_wnd;
@@ -220,11 +244,21 @@ impl Connection {
 
     /// Move SND.UNA to `ack`, taking an RTT sample if the timed segment is now acknowledged
     /// (the probe is cleared on any retransmission: Karn's rule, RFC 6298 section 3).
+    ///
+    /// With timestamps the sample is the age of the TSval the ACK echoes (RTTM, RFC 7323
+    /// 4.1), which counts the time the peer held its ACK back; still one sample per timed
+    /// flight, so that RFC 6298's gains keep their meaning (RFC 7323 Appendix G).
     fn advance_una(&mut self, now: Instant, ack: SeqNum) {
         if let Some((end, sent)) = self.rtt_probe
             && ack.after_eq(end)
         {
-            self.rtt.sample(now.saturating_duration_since(sent));
+            // An echo from the future is not ours (or the clock wrapped): time it ourselves.
+            let age = self.seg_tsecr.filter(|_| self.ts_ok).map(|ecr| self.ts_now(now).wrapping_sub(ecr));
+            let sample = match age {
+                Some(ms) if ms < 1 << 31 => std::time::Duration::from_millis(u64::from(ms)),
+                _ => now.saturating_duration_since(sent),
+            };
+            self.rtt.sample(sample);
             self.rtt_probe = None;
         }
         self.snd_una = ack;
@@ -268,6 +302,21 @@ impl Connection {
                 seg.window = (seg.window >> self.snd_wscale).max(1);
             }
         }
+        // PAWS (RFC 7323 5.3, R1-R2), ahead of the acceptability test.
+        if self.ts_ok && !seg.flags.rst() {
+            let Some(ts) = seg.options.timestamps else {
+                // RFC 7323 3.2: once negotiated, every non-RST segment carries TSopt; one
+                // without it SHOULD be dropped silently.
+                return self.drop_segment(&seg, DropReason::NoTimestamp);
+            };
+            // TS.Recent idle for 24 days is no longer a reference (RFC 7323 5.5).
+            let fresh = now.saturating_duration_since(self.ts_recent_at) < PAWS_IDLE;
+            if fresh && (ts.tsval.wrapping_sub(self.ts_recent) as i32) < 0 {
+                // An old duplicate from a wrapped sequence space: acknowledge and drop.
+                self.ack_due = AckDue::Now;
+                return self.drop_segment(&seg, DropReason::Paws);
+            }
+        }
         if self.config.keepalive.is_some() {
             self.keepalive_sent = 0;
             self.arm_keepalive(now);
@@ -290,6 +339,18 @@ impl Connection {
                 self.process_ack(now, &seg);
             }
             return self.drop_segment(&seg, DropReason::OutOfWindow);
+        }
+
+        // RFC 7323 4.3 (2), and R3 of 5.3: an acceptable segment that starts at or before
+        // the last acknowledgment we sent updates TS.Recent, so we echo the timestamp of
+        // the oldest segment our next ACK acknowledges.
+        if self.ts_ok
+            && let Some(ts) = seg.options.timestamps
+            && !seg.seq.after(self.last_ack_sent)
+            && (ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0
+        {
+            self.ts_recent = ts.tsval;
+            self.ts_recent_at = now;
         }
 
         // Second: RST (RFC 5961 3.2: reset only on an exact match, challenge otherwise).

@@ -51,6 +51,18 @@ impl IsnGenerator {
         SeqNum(m.wrapping_add(self.f(tuple)))
     }
 
+    /// Return the offset of a connection's timestamp clock (RFC 7323 section 5.4 and
+    /// Appendix A: a per-connection random offset, so that TSval reveals neither the host's
+    /// uptime nor how it relates to other connections): F of the tuple with a label that
+    /// sets it apart from the ISN's.
+    pub fn timestamp_offset(&self, tuple: &FourTuple) -> u32 {
+        let mut hasher = SipHasher24::new_with_key(&self.key);
+        hasher.write(b"RFC 7323 TSval offset");
+        write_addr(&mut hasher, &tuple.local);
+        write_addr(&mut hasher, &tuple.remote);
+        hasher.finish() as u32
+    }
+
     /// Return F(localip, localport, remoteip, remoteport, secretkey) truncated to 32 bits.
     fn f(&self, tuple: &FourTuple) -> u32 {
         let mut hasher = SipHasher24::new_with_key(&self.key);

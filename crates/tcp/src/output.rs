@@ -6,7 +6,7 @@
 //! holds once the SWS override timeout passed; a zero-window or keep-alive probe; a pure ACK.
 
 use crate::connection::{AckDue, Connection, PendingReset, Transmit, TransmitKind, max_window};
-use crate::options::{SackBlock, TcpOptions};
+use crate::options::{SackBlock, TcpOptions, Timestamps};
 use crate::segment::{Flags, Segment};
 use crate::seq::SeqNum;
 use crate::state::State;
@@ -187,9 +187,10 @@ impl Connection {
     }
 
     /// Return the payload that fits in `buf` behind the header a data segment will carry:
-    /// no options, or SACK blocks while out-of-order data is held.
+    /// the timestamps where in use, and SACK blocks while out-of-order data is held.
     fn payload_room(&self, buf: &[u8]) -> usize {
-        let options = if self.sack_enabled && !self.assembler.is_empty() { MAX_OPTIONS } else { 0 };
+        let options =
+            if self.sack_enabled && !self.assembler.is_empty() { MAX_OPTIONS } else { self.fixed_options_len() };
         buf.len().saturating_sub(BASE_HEADER + options)
     }
 
@@ -202,6 +203,12 @@ impl Connection {
             options.window_scale = Some(self.rcv_wscale_offer);
         }
         options.sack_permitted = self.config.sack && (!passive_reply || self.sack_enabled);
+        // RFC 7323 3.2: offer timestamps in the SYN; in a SYN-ACK only if the SYN did, with
+        // its TSval echoed.
+        if self.config.timestamps && (!passive_reply || self.ts_ok) {
+            let tsecr = if passive_reply { self.ts_recent } else { 0 };
+            options.timestamps = Some(Timestamps { tsval: self.ts_now(now), tsecr });
+        }
         let mut flags = Flags::SYN;
         if passive_reply {
             flags |= Flags::ACK;
@@ -242,6 +249,10 @@ impl Connection {
         if flags.ack() && self.sack_enabled && !flags.syn() {
             self.sack_blocks(&mut options);
         }
+        // RFC 7323 3.2: once negotiated, on every segment but RST (the SYN's is set above).
+        if self.ts_ok && !flags.syn() {
+            options.timestamps = Some(Timestamps { tsval: self.ts_now(now), tsecr: self.ts_recent });
+        }
         let seg = Segment {
             src_port: self.local.port(),
             dst_port: remote.port(),
@@ -273,6 +284,7 @@ impl Connection {
         self.stats.bytes_out += payload_len as u64;
         self.last_send = now;
         if flags.ack() {
+            self.last_ack_sent = self.rcv_nxt;
             self.ack_due = AckDue::None;
             self.unacked_bytes = 0;
             self.timers.stop(Timer::DelayedAck);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bypass_tcp::{
     Config, Connection, Event, Flags, FourTuple, Instant, Keepalive, RecvError, Segment, SendError, SeqNum, State,
-    TcpOptions, TransmitKind,
+    TcpOptions, Timestamps, TransmitKind,
 };
 
 const REMOTE_ISN: SeqNum = SeqNum(0x1000_0000);
@@ -897,6 +897,152 @@ fn closed_connection_answers_with_reset() {
     c.handle_segment(ms(3), &peer(iss, Flags::ACK, b"x"));
     let rst = one(&mut c, ms(3));
     assert_eq!((rst.flags, rst.seq), (Flags::RST, iss + 1u32));
+}
+
+// ------------------------------------------------------------------------------------
+// Timestamps: negotiation, RTTM, PAWS (RFC 7323)
+// ------------------------------------------------------------------------------------
+
+/// The peer's timestamps option.
+fn ts(tsval: u32, tsecr: u32) -> TcpOptions {
+    TcpOptions { timestamps: Some(Timestamps { tsval, tsecr }), ..TcpOptions::NONE }
+}
+
+/// Passive open with timestamps: the peer's SYN carries TSval 1000; return the connection,
+/// our ISS and the TSval of our SYN-ACK.
+fn established_with_timestamps() -> (Connection, SeqNum, u32) {
+    let mut c = Connection::listen(&config(), local());
+    let syn = Segment {
+        seq: REMOTE_ISN,
+        flags: Flags::SYN,
+        options: TcpOptions { mss: Some(1460), ..ts(1000, 0) },
+        ..TEMPLATE
+    };
+    c.handle_segment_from(ms(0), remote().ip(), &syn);
+    let synack = one(&mut c, ms(0));
+    let ours = synack.options.timestamps.expect("the SYN-ACK answers timestamps with timestamps");
+    assert_eq!(ours.tsecr, 1000, "and echoes the SYN's TSval");
+    c.handle_segment(
+        ms(1),
+        &Segment { seq: REMOTE_ISN + 1u32, ack: synack.seq + 1u32, options: ts(1001, ours.tsval), ..TEMPLATE },
+    );
+    assert_eq!(c.state(), State::Established);
+    events(&mut c);
+    (c, synack.seq, ours.tsval)
+}
+
+#[test]
+fn timestamps_are_offered_and_then_carried_by_every_segment() {
+    let (mut c, iss, syn_tsval) = established_with_timestamps();
+    // The MSS bounds data and options together (RFC 6691): 1460 - 12.
+    assert_eq!(c.stats().mss, 1448);
+    c.set_nodelay(true);
+    c.send(&[1; 3000]).unwrap();
+    let out = drain(&mut c, ms(50));
+    assert_eq!(out.iter().map(|o| o.payload.len()).collect::<Vec<_>>(), vec![1448, 1448, 104]);
+    for o in &out {
+        let t = o.options.timestamps.expect("every segment carries TSopt (RFC 7323 3.2)");
+        assert_eq!(t.tsecr, 1001, "echoing TS.Recent");
+        assert_eq!(t.tsval.wrapping_sub(syn_tsval), 50, "a 1 ms clock");
+    }
+    // An active opener offers them in its SYN, with TSecr 0.
+    let mut a = Connection::connect(&config(), tuple(), ms(0));
+    let syn = one(&mut a, ms(0));
+    assert_eq!(syn.options.timestamps.map(|t| t.tsecr), Some(0));
+    let _ = iss;
+}
+
+#[test]
+fn timestamps_are_off_unless_both_offer_them() {
+    // The peer does not offer them: none in the SYN-ACK or after.
+    let (mut c, _) = established_passive(&config());
+    c.send(b"x").unwrap();
+    assert_eq!(one(&mut c, ms(5)).options.timestamps, None);
+    // We do not offer them: the peer's are ignored.
+    let cfg = Config { timestamps: false, ..config() };
+    let mut c = Connection::listen(&cfg, local());
+    let syn = Segment { seq: REMOTE_ISN, flags: Flags::SYN, options: ts(5, 0), ..TEMPLATE };
+    c.handle_segment_from(ms(0), remote().ip(), &syn);
+    assert_eq!(one(&mut c, ms(0)).options.timestamps, None);
+    let syn = one(&mut Connection::connect(&cfg, tuple(), ms(0)), ms(0));
+    assert_eq!(syn.options.timestamps, None);
+}
+
+#[test]
+fn rtt_is_measured_from_the_echoed_timestamp() {
+    let (mut c, iss, syn_tsval) = established_with_timestamps();
+    // The handshake's sample: the ACK at 1 ms echoed the SYN-ACK's TSval of 0 ms.
+    assert_eq!(c.stats().srtt, Some(Duration::from_millis(1)));
+    c.send(&[1; 100]).unwrap();
+    let data = one(&mut c, ms(100));
+    let sent = data.options.timestamps.unwrap().tsval;
+    assert_eq!(sent.wrapping_sub(syn_tsval), 100);
+    // The ACK comes 80 ms later but echoes a TSval 30 ms older than the data's: the peer
+    // held its ACK back for an earlier segment. RTTM counts from the echoed TSval.
+    c.handle_segment(
+        ms(180),
+        &Segment { ack: iss + 101u32, options: ts(1050, sent.wrapping_sub(30)), ..peer(iss, Flags::ACK, b"") },
+    );
+    // A sample of 110 ms, not 80: SRTT = 7/8 * 1 ms + 1/8 * 110 ms (RFC 6298 2.3).
+    assert_eq!(c.stats().srtt, Some(Duration::from_micros(875 + 13_750)));
+}
+
+#[test]
+fn paws_drops_old_duplicates_and_segments_without_timestamps() {
+    let (mut c, iss, _) = established_with_timestamps();
+    // In order, newer TSval: taken, and TS.Recent moves.
+    c.handle_segment(ms(10), &Segment { options: ts(2000, 0), ..peer(iss, Flags::ACK, b"abc") });
+    assert_eq!(c.recv_available(), 3);
+    // An old duplicate (TSval below TS.Recent), even though its sequence number fits: dropped
+    // and acknowledged (RFC 7323 5.3 R1).
+    let old = Segment { seq: REMOTE_ISN + 4u32, options: ts(1500, 0), ..peer(iss, Flags::ACK, b"old") };
+    c.handle_segment(ms(20), &old);
+    assert_eq!(c.last_drop(), Some(bypass_tcp::DropReason::Paws));
+    assert_eq!(c.recv_available(), 3);
+    let ack = one(&mut c, ms(20));
+    assert_eq!((ack.ack, ack.options.timestamps.unwrap().tsecr), (REMOTE_ISN + 4u32, 2000));
+    // No TSopt at all: dropped silently (RFC 7323 3.2).
+    let bare = Segment { seq: REMOTE_ISN + 4u32, ..peer(iss, Flags::ACK, b"bare") };
+    c.handle_segment(ms(30), &bare);
+    assert_eq!(c.last_drop(), Some(bypass_tcp::DropReason::NoTimestamp));
+    assert!(drain(&mut c, ms(30)).is_empty());
+    // An RST needs none.
+    c.handle_segment(ms(40), &Segment { seq: REMOTE_ISN + 4u32, flags: Flags::RST, ..TEMPLATE });
+    assert_eq!(c.state(), State::Closed);
+}
+
+#[test]
+fn ts_recent_follows_the_segment_our_ack_covers() {
+    let (mut c, iss, _) = established_with_timestamps();
+    // Out of order first (after Last.ACK.sent): its TSval is not taken.
+    c.handle_segment(
+        ms(10),
+        &Segment { seq: REMOTE_ISN + 4u32, options: ts(3000, 0), ..peer(iss, Flags::ACK, b"def") },
+    );
+    let ack = one(&mut c, ms(10));
+    assert_eq!(ack.options.timestamps.unwrap().tsecr, 1001, "RFC 7323 4.3 (2): SEG.SEQ > Last.ACK.sent");
+    // The hole filled (at Last.ACK.sent): its TSval is.
+    c.handle_segment(ms(20), &Segment { options: ts(2000, 0), ..peer(iss, Flags::ACK, b"abc") });
+    let ack = one(&mut c, ms(20));
+    assert_eq!((ack.ack, ack.options.timestamps.unwrap().tsecr), (REMOTE_ISN + 7u32, 2000));
+}
+
+#[test]
+fn time_wait_takes_a_newer_timestamp_whatever_the_sequence_number() {
+    let (mut c, iss, _) = established_with_timestamps();
+    c.close(ms(2));
+    one(&mut c, ms(2));
+    c.handle_segment(
+        ms(3),
+        &Segment { ack: iss + 2u32, options: ts(1100, 0), ..peer(iss, Flags::ACK | Flags::FIN, b"") },
+    );
+    assert_eq!(c.state(), State::TimeWait);
+    // RFC 6191: with timestamps, a SYN whose TSval is newer opens, even below RCV.NXT...
+    let newer = Segment { seq: REMOTE_ISN, flags: Flags::SYN, options: ts(1200, 0), ..TEMPLATE };
+    assert!(c.time_wait_accepts(&newer));
+    // ...and one whose TSval is older does not, even above it.
+    let older = Segment { seq: REMOTE_ISN + 1_000_000u32, flags: Flags::SYN, options: ts(1050, 0), ..TEMPLATE };
+    assert!(!c.time_wait_accepts(&older));
 }
 
 // ------------------------------------------------------------------------------------
