@@ -297,6 +297,10 @@ pub struct Connection {
     pub(crate) ack_due: AckDue,
     /// In-order bytes received since we last sent an ACK (RFC 9293 3.8.6.3).
     pub(crate) unacked_bytes: u32,
+    /// The peer's full-sized segment, as measured: the largest payload it has sent, up to
+    /// our MSS (Linux's `rcv_mss`). A peer with timestamps sends 1448 bytes under an MSS
+    /// of 1460, one behind a tunnel less: "every second full-sized segment" counts these.
+    pub(crate) rcv_mss: u32,
     pub(crate) challenge_window: Instant,
     pub(crate) challenge_count: u32,
     pub(crate) pending_reset: Option<PendingReset>,
@@ -379,6 +383,7 @@ impl Connection {
             last_send: Instant::ZERO,
             ack_due: AckDue::None,
             unacked_bytes: 0,
+            rcv_mss: u32::from(config.mss.min(536)),
             challenge_window: Instant::ZERO,
             challenge_count: 0,
             pending_reset: None,

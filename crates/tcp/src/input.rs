@@ -623,6 +623,7 @@ impl Connection {
                 self.ack_due = AckDue::Now;
             } else {
                 self.unacked_bytes += ready;
+                self.rcv_mss = self.rcv_mss.max((data.len() as u32).min(u32::from(self.config.mss)));
                 self.ack_in_order(now);
             }
         }
@@ -645,10 +646,12 @@ impl Connection {
     }
 
     /// Decide when to ACK in-order data: at least every second full-sized segment, else
-    /// within the delayed-ACK timeout (RFC 9293 3.8.6.3, RFC 5681 4.2).
+    /// within the delayed-ACK timeout (RFC 9293 3.8.6.3, RFC 5681 4.2). Full-sized is the
+    /// peer's segment size as measured ([`rcv_mss`](Connection::rcv_mss)), not our MSS:
+    /// 1448-byte segments under timestamps are full-sized.
     fn ack_in_order(&mut self, now: Instant) {
         match self.config.delayed_ack {
-            Some(delay) if self.unacked_bytes < 2 * self.config.mss as u32 => {
+            Some(delay) if self.unacked_bytes < 2 * self.rcv_mss => {
                 if self.ack_due < AckDue::Delayed {
                     self.ack_due = AckDue::Delayed;
                 }

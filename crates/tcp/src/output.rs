@@ -304,14 +304,39 @@ impl Connection {
 
     /// Return the window field to send, moving the right edge only by worthwhile amounts
     /// (receiver-side SWS avoidance, RFC 9293 3.8.6.2.2) and never to the left.
+    ///
+    /// With window scaling the field counts units of 2^shift bytes (RFC 7323 2.3), so the
+    /// edge the peer computes, RCV.NXT + (field << shift), falls on a grid that moves with
+    /// RCV.NXT. Rounding the window down would move that edge left by up to 2^shift - 1
+    /// bytes whenever RCV.NXT moves by other than a multiple of the unit; the window is
+    /// rounded up instead, as Linux and FreeBSD do ("avoid shrinking window with window
+    /// scaling"), and RCV.ADV follows what was advertised. Each rounding may promise a few
+    /// bytes more, a creep that a peer sending tiny segments can repeat at every ACK (RFC
+    /// 7323 Appendix F; Linux's tcp_shrink_window): the receive buffer keeps a reserve for
+    /// it, and only where the reserve is spent and the buffer could not hold the rounded
+    /// edge is the window rounded down, retracting by less than one unit.
     pub(crate) fn advertise_window(&mut self) -> u16 {
-        let free = (self.recv_buf.free() as u32).min(max_window(self.rcv_wscale));
+        let capacity = self.recv_buf.capacity() as u32;
+        let unit = 1u32 << self.rcv_wscale;
+        // What the buffer can still take, and the part of it that SWS avoidance may offer.
+        let room = (self.recv_buf.free() as u32).min(max_window(self.rcv_wscale));
+        // A sixty-fourth of the buffer: hundreds of creeping ACKs even with 8-byte units.
+        let reserve = if unit > 1 { (capacity / 64).max(unit - 1) } else { 0 };
+        let free = room.saturating_sub(reserve);
         let edge = self.rcv_nxt + free;
-        let threshold = (self.recv_buf.capacity() as u32 / 2).min(self.config.mss as u32);
-        if edge.after(self.rcv_adv) && (edge - self.rcv_adv >= threshold || free == self.recv_buf.capacity() as u32) {
+        let threshold = (capacity / 2).min(self.config.mss as u32);
+        if edge.after(self.rcv_adv) && (edge - self.rcv_adv >= threshold || room == capacity) {
             self.rcv_adv = edge;
         }
-        (self.receive_window() >> self.rcv_wscale).min(65535) as u16
+        let window = self.receive_window();
+        let rounded = window.div_ceil(unit).saturating_mul(unit);
+        let field = if rounded <= room { rounded / unit } else { room / unit };
+        if rounded <= room {
+            self.rcv_adv = self.rcv_nxt + rounded;
+        } else if field * unit < window {
+            log::debug!("{:?}: receive buffer full to within a window unit: window retracted", self.tuple());
+        }
+        field.min(65535) as u16
     }
 
     /// Fill SACK blocks: the most recent first, then the others (RFC 2018 section 4).

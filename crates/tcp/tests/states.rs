@@ -388,6 +388,47 @@ fn delayed_ack_waits_then_fires_and_every_second_full_segment_is_acked() {
 }
 
 #[test]
+fn every_second_segment_of_the_peers_full_size_is_acked_at_once() {
+    // Full-sized is what the peer sends: 1448 bytes beside timestamps, 1360 behind a tunnel.
+    for size in [1448usize, 1360] {
+        let cfg = Config { delayed_ack: Some(Duration::from_millis(40)), timestamps: false, ..config() };
+        let (mut c, iss) = established_passive(&cfg);
+        let data = vec![7u8; 2 * size];
+        let first = Segment { payload: &data[..size], ..peer(iss, Flags::ACK, b"") };
+        c.handle_segment(ms(10), &first);
+        assert!(drain(&mut c, ms(10)).is_empty(), "{size}: the first waits for the delayed-ACK timer");
+        let second = Segment { seq: REMOTE_ISN + 1u32 + size as u32, payload: &data[size..], ..first };
+        c.handle_segment(ms(11), &second);
+        let ack = one(&mut c, ms(11));
+        assert_eq!(ack.ack, REMOTE_ISN + 1u32 + 2 * size as u32, "{size}: the second is ACKed at once");
+    }
+}
+
+#[test]
+fn window_rounding_never_moves_the_right_edge_left() {
+    // Our window scale is 3 (a 256 KiB buffer): the field counts 8-byte units. Odd-sized
+    // segments move RCV.NXT off the unit grid; the edge the peer computes from each ACK,
+    // SEG.ACK + (SEG.WND << 3), must never move left (RFC 9293 3.8.6.2.2, RFC 7323 2.4).
+    let (mut c, iss) = established_passive(&config());
+    assert_eq!(c.sequence_space().rcv_wscale, 3);
+    let mut seq = REMOTE_ISN + 1u32;
+    let mut last_edge: Option<SeqNum> = None;
+    for (i, len) in [5usize, 7, 13, 1, 100, 3, 1000, 9, 2, 1447].into_iter().cycle().take(200).enumerate() {
+        let data = vec![1u8; len];
+        c.handle_segment(ms(10 + i as u64), &Segment { seq, payload: &data, ..peer(iss, Flags::ACK, b"") });
+        seq += len as u32;
+        let ack = one(&mut c, ms(10 + i as u64));
+        assert_eq!(ack.ack, seq);
+        let edge = ack.ack + (u32::from(ack.window) << 3);
+        if let Some(last) = last_edge {
+            assert!(!edge.before(last), "segment {i}: the edge moved left from {last:?} to {edge:?}");
+        }
+        last_edge = Some(edge);
+    }
+    assert!(c.recv_available() > 40_000, "nothing was read: the window only closes");
+}
+
+#[test]
 fn out_of_order_data_is_sacked_and_reassembled() {
     let (mut c, iss) = established_passive(&config());
     let base = REMOTE_ISN + 1u32;
