@@ -23,6 +23,10 @@ pub enum Drop {
     Ipv4Fragment,
     /// IPv4 addressed to another host.
     WrongIpAddress,
+    /// IPv4 from a source no host may send from: broadcast (limited or our subnet's),
+    /// this network (0/8), loopback (127/8), multicast (224/4), or our own address
+    /// (RFC 1122 3.2.1.3).
+    MartianSource,
     /// An IP protocol we do not speak.
     UnknownProtocol,
     /// ICMP malformed or with a bad checksum.
@@ -37,6 +41,9 @@ pub enum Drop {
     BacklogFull,
     /// ACK that did not match a SYN cookie (answered with RST).
     BadSynCookie,
+    /// ACK to a listener that sent no SYN cookie within `StackConfig::syn_cookie_valid`,
+    /// so none was checked (answered with RST, RFC 9293 3.10.7.2).
+    StrayAck,
     /// The connection table is full.
     TableFull,
     /// A frame waiting for ARP resolution was dropped (queue full or resolution failed).
@@ -47,7 +54,7 @@ pub enum Drop {
 
 impl Drop {
     /// Every reason, in display order.
-    pub const ALL: [Drop; 19] = [
+    pub const ALL: [Drop; 21] = [
         Drop::Truncated,
         Drop::WrongMac,
         Drop::UnknownEthertype,
@@ -57,6 +64,7 @@ impl Drop {
         Drop::BadIpv4Checksum,
         Drop::Ipv4Fragment,
         Drop::WrongIpAddress,
+        Drop::MartianSource,
         Drop::UnknownProtocol,
         Drop::BadIcmp,
         Drop::IcmpIgnored,
@@ -64,6 +72,7 @@ impl Drop {
         Drop::NoListener,
         Drop::BacklogFull,
         Drop::BadSynCookie,
+        Drop::StrayAck,
         Drop::TableFull,
         Drop::ArpQueueDrop,
         Drop::TxRingFull,
@@ -81,6 +90,7 @@ impl Drop {
             Drop::BadIpv4Checksum => "bad_ipv4_checksum",
             Drop::Ipv4Fragment => "ipv4_fragment",
             Drop::WrongIpAddress => "wrong_ip_address",
+            Drop::MartianSource => "martian_source",
             Drop::UnknownProtocol => "unknown_protocol",
             Drop::BadIcmp => "bad_icmp",
             Drop::IcmpIgnored => "icmp_ignored",
@@ -88,6 +98,7 @@ impl Drop {
             Drop::NoListener => "no_listener",
             Drop::BacklogFull => "backlog_full",
             Drop::BadSynCookie => "bad_syn_cookie",
+            Drop::StrayAck => "stray_ack",
             Drop::TableFull => "table_full",
             Drop::ArpQueueDrop => "arp_queue_drop",
             Drop::TxRingFull => "tx_ring_full",
@@ -110,6 +121,9 @@ pub struct Counters {
     pub arp_replies: u64,
     /// ARP requests sent.
     pub arp_requests: u64,
+    /// ARP requests held back because the address was asked for less than
+    /// `ArpConfig::retry` before (each sent later, when the interval has passed).
+    pub arp_requests_suppressed: u64,
     /// ICMP echo requests answered.
     pub icmp_echo_replies: u64,
     /// TCP segments delivered to connections or listeners.
@@ -163,6 +177,7 @@ impl fmt::Display for Counters {
             ("tx_bytes", self.tx_bytes),
             ("arp_replies", self.arp_replies),
             ("arp_requests", self.arp_requests),
+            ("arp_requests_suppressed", self.arp_requests_suppressed),
             ("icmp_echo_replies", self.icmp_echo_replies),
             ("tcp_segments_in", self.tcp_segments_in),
             ("tcp_segments_out", self.tcp_segments_out),

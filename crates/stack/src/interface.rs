@@ -7,10 +7,13 @@
 //! segment straight into the device's frame buffer behind the Ethernet and IPv4 headers.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::Hasher as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::Duration;
 
 use bypass_tcp::{Buffers, Config as TcpConfig, Connection, Event, FourTuple, Instant, Segment, State};
 use etherparse::{ArpOperation, EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv4HeaderSlice};
+use siphasher::sip::SipHasher24;
 
 use std::fmt::Write as _;
 
@@ -18,7 +21,7 @@ use crate::arp::{self, ArpCache, ArpConfig};
 use crate::capture::{Capture, Direction};
 use crate::counters::{Counters, Drop};
 use crate::device::Device;
-use crate::syncookie::SynCookies;
+use crate::syncookie::{RecentOverflow, SynCookies};
 
 const ETH_LEN: usize = 14;
 const IPV4_LEN: usize = 20;
@@ -34,17 +37,26 @@ pub struct StackConfig {
     pub prefix_len: u8,
     /// Next hop for destinations outside the subnet.
     pub gateway: Option<Ipv4Addr>,
-    /// Settings for every TCP connection (its `isn_secret` is also the SYN cookie key).
+    /// Settings for every TCP connection (its `isn_secret` also keys, through keys derived
+    /// from it, the SYN cookies and the ephemeral port choice).
     pub tcp: TcpConfig,
     /// ARP settings.
     pub arp: ArpConfig,
     /// Half-open connections (SYN-RECEIVED) per listener before SYN cookies take over.
     pub syn_queue: usize,
+    /// How long after a listener last answered a SYN with a cookie it still checks the ACKs
+    /// it gets as cookies (Linux: TCP_SYNCOOKIE_VALID, 2 minutes, the default). Outside this
+    /// window an ACK to a listener is answered with RST unchecked, so blind forgery needs a
+    /// recent SYN flood. Each listener keeps its own window: a flood against one port opens
+    /// none on the others. The window runs from the latest cookie, and a cookie itself
+    /// lives 64 to 128 s, so the default refuses only a handshake's ACK more than 120 s late.
+    pub syn_cookie_valid: Duration,
     /// Established connections per listener waiting for `accept`.
     pub accept_backlog: usize,
     /// Most connections in the table.
     pub max_connections: usize,
-    /// Ports for active opens.
+    /// Ports for active opens, inclusive. Chosen per destination by RFC 6056 algorithm 4
+    /// (double-hash): neither sequential across destinations nor predictable without the key.
     pub ephemeral_ports: (u16, u16),
     /// Buffers of finished connections kept for new ones, so opening a connection does not
     /// allocate (each is `tcp.send_buffer + tcp.recv_buffer` bytes: 512 KiB by default).
@@ -62,6 +74,7 @@ impl StackConfig {
             tcp: TcpConfig { isn_secret: secret, ..TcpConfig::default() },
             arp: ArpConfig::default(),
             syn_queue: 256,
+            syn_cookie_valid: Duration::from_secs(120),
             accept_backlog: 1024,
             max_connections: 65536,
             ephemeral_ports: (49152, 65535),
@@ -110,6 +123,9 @@ struct Slot {
 struct Listener {
     half_open: usize,
     ready: VecDeque<SocketId>,
+    /// When the SYN queue last overflowed (a cookie was sent): cookies are checked only
+    /// within `StackConfig::syn_cookie_valid` of it.
+    overflow: RecentOverflow,
 }
 
 /// Errors of `listen`.
@@ -162,7 +178,7 @@ pub struct Interface {
     /// Buffers of removed connections, zeroed, for the next ones (at most `buffer_pool`).
     buffers: Vec<Buffers>,
     counters: Counters,
-    next_port: u16,
+    ports: EphemeralPorts,
     timer_due: Option<Instant>,
 }
 
@@ -172,9 +188,10 @@ impl Interface {
         let mut tcp = config.tcp.clone();
         // Our segments must fit the MTU with IPv4 and TCP headers.
         tcp.mss = tcp.mss.min((mtu - IPV4_LEN - 20) as u16);
-        let cookies = SynCookies::new(tcp.isn_secret);
-        let span = config.ephemeral_ports.1.saturating_sub(config.ephemeral_ports.0).max(1);
-        let start = config.ephemeral_ports.0 + (u16::from_le_bytes([tcp.isn_secret[0], tcp.isn_secret[1]]) % span);
+        // One secret, separate keys: what one use reveals says nothing about another's.
+        let cookies = SynCookies::new(derive_key(&tcp.isn_secret, b"bypass SYN cookie key"));
+        let ports =
+            EphemeralPorts::new(derive_key(&tcp.isn_secret, b"bypass RFC 6056 port key"), config.ephemeral_ports);
         Interface {
             arp: ArpCache::new(config.arp),
             config: StackConfig { tcp, ..config },
@@ -193,7 +210,7 @@ impl Interface {
             events: VecDeque::new(),
             buffers: Vec::new(),
             counters: Counters::default(),
-            next_port: start,
+            ports,
             timer_due: None,
         }
     }
@@ -247,7 +264,8 @@ impl Interface {
         if self.listeners.contains_key(&port) {
             return Err(ListenError::AddrInUse(port));
         }
-        self.listeners.insert(port, Listener { half_open: 0, ready: VecDeque::new() });
+        self.listeners
+            .insert(port, Listener { half_open: 0, ready: VecDeque::new(), overflow: RecentOverflow::default() });
         Ok(ListenerId(port))
     }
 
@@ -317,22 +335,20 @@ impl Interface {
             self.counters.connections_opened += 1;
             return Ok(self.insert(tuple, conn, Owner::User, None));
         }
-        let (lo, hi) = self.config.ephemeral_ports;
-        let span = (hi - lo) as u32 + 1;
-        for _ in 0..span {
-            let port = self.next_port;
-            self.next_port = if self.next_port >= hi { lo } else { self.next_port + 1 };
-            let tuple =
-                FourTuple { local: SocketAddr::new(IpAddr::V4(self.config.ip), port), remote: SocketAddr::V4(remote) };
-            if self.table.contains_key(&tuple) || self.listeners.contains_key(&port) {
-                continue;
-            }
-            let buffers = self.take_buffers();
-            let conn = Connection::connect_with(&self.config.tcp, tuple, now, buffers);
-            self.counters.connections_opened += 1;
-            return Ok(self.insert(tuple, conn, Owner::User, None));
-        }
-        Err(ConnectError::NoFreePort(remote))
+        let ip = self.config.ip;
+        let (table, listeners) = (&self.table, &self.listeners);
+        let tuple = |port| FourTuple { local: SocketAddr::new(IpAddr::V4(ip), port), remote: SocketAddr::V4(remote) };
+        // RFC 6056 section 3.3.4: a port is suitable if no connection uses the 4-tuple
+        // (several destinations may share a local port) and no listener holds it.
+        let suitable = |port| port != 0 && !table.contains_key(&tuple(port)) && !listeners.contains_key(&port);
+        let Some(port) = self.ports.select(ip, remote, suitable) else {
+            return Err(ConnectError::NoFreePort(remote));
+        };
+        let tuple = tuple(port);
+        let buffers = self.take_buffers();
+        let conn = Connection::connect_with(&self.config.tcp, tuple, now, buffers);
+        self.counters.connections_opened += 1;
+        Ok(self.insert(tuple, conn, Owner::User, None))
     }
 
     /// Return the connection behind `id`, if it still exists.
@@ -479,16 +495,59 @@ impl Interface {
         if ip.destination_addr() != self.config.ip {
             return self.drop(Drop::WrongIpAddress, "IPv4 for another host");
         }
+        let src = ip.source_addr();
+        if let Some(why) = self.martian(src) {
+            // RFC 1122 3.2.1.3: a host MUST silently discard a datagram from a source
+            // address that is invalid by the rules of that section.
+            self.counters.drop(Drop::MartianSource);
+            let proto = ip.protocol().0;
+            log::debug!(
+                "drop {}: {src} -> {} (IP protocol {proto}): source is {why}",
+                Drop::MartianSource.name(),
+                self.config.ip
+            );
+            if self.capture.is_some() {
+                let _ = write!(self.note, "dropped: {} (source {src} is {why})", Drop::MartianSource.name());
+            }
+            return;
+        }
         let total = ip.total_len() as usize;
         if total < header.len() || total > payload.len() {
             return self.drop(Drop::BadIpv4Header, "IPv4 total length");
         }
         let body = &payload[header.len()..total];
-        let src = ip.source_addr();
         match ip.protocol() {
             IpNumber::TCP => self.receive_tcp(now, src_mac, src, body),
             IpNumber::ICMP => self.receive_icmp(src_mac, src, body),
             _ => self.drop(Drop::UnknownProtocol, "IP protocol"),
+        }
+    }
+
+    /// Return why no datagram may come from `src`, if none may: RFC 1122 3.2.1.3 allows
+    /// no broadcast or multicast source ("the IP source address ... MUST be one of its own
+    /// IP addresses (but not a broadcast or multicast address)"), {0, 0} and {0, host}
+    /// only while a host learns its address (BOOTP/DHCP, which we do not serve), and no
+    /// 127/8 outside a host. Our own address from the wire is spoofed or a loop (Linux's
+    /// `fib_validate_source` treats a local source as martian unless `accept_local`).
+    fn martian(&self, src: Ipv4Addr) -> Option<&'static str> {
+        let prefix = self.config.prefix_len.min(32);
+        let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
+        // A /31 has no broadcast address (RFC 3021), and a /32 has no other host.
+        let directed = (prefix <= 30).then(|| Ipv4Addr::from((u32::from(self.config.ip) & mask) | !mask));
+        if src == self.config.ip {
+            Some("our own address")
+        } else if src.is_broadcast() {
+            Some("the limited broadcast address (RFC 1122 3.2.1.3 (c))")
+        } else if directed == Some(src) {
+            Some("our subnet's directed broadcast address (RFC 1122 3.2.1.3 (d), (e))")
+        } else if src.octets()[0] == 0 {
+            Some("in this network, 0.0.0.0/8 (RFC 1122 3.2.1.3 (a), (b))")
+        } else if src.is_loopback() {
+            Some("loopback, 127.0.0.0/8 (RFC 1122 3.2.1.3 (g))")
+        } else if src.is_multicast() {
+            Some("multicast, 224.0.0.0/4")
+        } else {
+            None
         }
     }
 
@@ -576,6 +635,9 @@ impl Interface {
                 return self.drop(Drop::TableFull, "connection table full");
             }
             if listener.half_open >= self.config.syn_queue {
+                // The overflow opens (or extends) the window in which ACKs are checked as
+                // cookies (Linux: `tcp_synq_overflow`).
+                self.listeners.get_mut(&port).expect("listener").overflow.record(now);
                 let iss = self.cookies.make(&tuple, seg.seq, seg.options.mss, now);
                 let reply = Connection::syn_cookie_reply(&self.config.tcp, seg, iss);
                 self.queue_segment(src_mac, src, &reply, || "SYN-ACK carrying a SYN cookie (RFC 4987)".into());
@@ -596,6 +658,13 @@ impl Interface {
             return;
         }
         if flags.ack() && !flags.syn() {
+            if !listener.overflow.recent(now, self.config.syn_cookie_valid) {
+                // No cookie can be outstanding, so this ACK is no handshake's last step:
+                // RFC 9293 3.10.7.2 (LISTEN, second: an ACK is bad, send <SEQ=SEG.ACK><CTL=RST>).
+                // Linux checks cookies only after a recent overflow likewise
+                // (`tcp_synq_no_recent_overflow`), or every stray ACK would be a guess.
+                return self.reply_reset(src_mac, src, seg, Drop::StrayAck);
+            }
             if let Some((iss, mss)) = self.cookies.check(&tuple, seg.seq, seg.ack, now) {
                 if listener.ready.len() >= self.config.accept_backlog || self.table.len() >= self.config.max_connections
                 {
@@ -782,10 +851,11 @@ impl Interface {
             self.timer_due = next;
         }
         let hosts: &mut Vec<Ipv4Addr> = &mut Vec::new();
-        let dropped = self.arp.due_requests(now, |ip| hosts.push(ip));
-        for _ in 0..dropped {
+        let due = self.arp.due_requests(now, |ip| hosts.push(ip));
+        for _ in 0..due.dropped {
             self.counters.drop(Drop::ArpQueueDrop);
         }
+        self.counters.arp_requests_suppressed += due.suppressed as u64;
         for ip in hosts.drain(..) {
             let mut buf = self.buffer();
             buf.resize(arp::ARP_FRAME_LEN, 0);
@@ -980,6 +1050,87 @@ impl Interface {
             Owner::Released => self.remove(index),
             Owner::User => {}
         }
+    }
+}
+
+/// Return a 128-bit key for one use of `secret`, named by `label`: SipHash-2-4 keyed with
+/// the secret over the label (and a block number), so keys for different uses are
+/// independent and none reveals the secret.
+fn derive_key(secret: &[u8; 16], label: &[u8]) -> [u8; 16] {
+    let mut key = [0u8; 16];
+    for (block, half) in key.chunks_exact_mut(8).enumerate() {
+        let mut h = SipHasher24::new_with_key(secret);
+        h.write(label);
+        h.write_u8(block as u8);
+        half.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    key
+}
+
+/// Slots of the RFC 6056 algorithm 4 counter table (2 KiB).
+const PORT_TABLE_LEN: usize = 1024;
+
+/// Ephemeral port selection by RFC 6056 section 3.3.4, algorithm 4 ("double-hash port
+/// selection"), as Linux's `__inet_hash_connect` does. The search towards a destination
+/// starts at `offset + table[index]`: `offset` and `index` are keyed hashes of (local
+/// address, remote address, remote port), and `table[index]` advances with each port
+/// tried for the destinations sharing that slot. So ports to different destinations are
+/// unrelated, the port towards one destination cannot be predicted without the key, and
+/// connections elsewhere do not move it (an observer cannot count them), unlike one global
+/// counter; successive connections to one destination still walk the range in order, which
+/// keeps a freed port from being reused soon (RFC 6056 section 3.3.4's aim).
+struct EphemeralPorts {
+    key: [u8; 16],
+    /// The first ephemeral port.
+    low: u16,
+    /// How many ports the range has (1 to 65536).
+    count: u32,
+    /// The per-slot counters, kept modulo `count` (RFC 6056: `table[index]++`; the residue
+    /// is all that selects a port, and keeping it bounded means no wrap skips a port).
+    table: Box<[u16]>,
+}
+
+impl EphemeralPorts {
+    /// Return a selector over `range` (inclusive, either order), its counters started at
+    /// values derived from `key` (RFC 6056: random at boot, so they reveal no count).
+    fn new(key: [u8; 16], range: (u16, u16)) -> Self {
+        let (low, high) = (range.0.min(range.1), range.0.max(range.1));
+        let count = u32::from(high - low) + 1;
+        let mut table = vec![0u16; PORT_TABLE_LEN].into_boxed_slice();
+        for (block, slots) in table.chunks_mut(4).enumerate() {
+            let mut h = SipHasher24::new_with_key(&key);
+            h.write(b"table");
+            h.write_u32(block as u32);
+            let bits = h.finish();
+            for (i, slot) in slots.iter_mut().enumerate() {
+                *slot = ((bits >> (16 * i)) as u16 as u32 % count) as u16;
+            }
+        }
+        EphemeralPorts { key, low, count, table }
+    }
+
+    /// Return the first port from `local` towards `remote` that `suitable` accepts, trying
+    /// each port of the range at most once; `None` if it accepts none.
+    fn select(&mut self, local: Ipv4Addr, remote: SocketAddrV4, mut suitable: impl FnMut(u16) -> bool) -> Option<u16> {
+        // F and G of RFC 6056 3.3.4 as the two halves of one 64-bit keyed hash (as Linux
+        // takes both from `secure_ipv4_port_ephemeral`): a PRF's output halves are
+        // independent, as two hashes under two keys would be.
+        let mut h = SipHasher24::new_with_key(&self.key);
+        h.write(&local.octets());
+        h.write(&remote.ip().octets());
+        h.write_u16(remote.port());
+        let bits = h.finish();
+        let offset = (bits as u32) % self.count;
+        let index = ((bits >> 32) as usize) % PORT_TABLE_LEN;
+        for _ in 0..self.count {
+            let next = u32::from(self.table[index]);
+            self.table[index] = ((next + 1) % self.count) as u16;
+            let port = self.low + ((offset + next) % self.count) as u16;
+            if suitable(port) {
+                return Some(port);
+            }
+        }
+        None
     }
 }
 

@@ -7,15 +7,25 @@
 //!  31      27 26  24 23                          0
 //! +----------+------+-----------------------------+
 //! | t mod 32 | mss  | SipHash(secret, 4-tuple,     |
-//! | (64 s)   | index|   peer ISN, t) & 0xffffff    |
+//! | (64 s)   | index|   peer ISN, t, mss index)    |
+//! |          |      |   & 0xffffff                 |
 //! +----------+------+-----------------------------+
 //! ```
 //!
 //! `t` counts 64-second periods, so a cookie is valid for one to two periods; the MSS is
-//! rounded down to one of eight common values. Window scaling and SACK are lost, the
-//! price RFC 4987 names for keeping no state.
+//! rounded down to one of eight common values. The MAC covers every bit the cookie
+//! encodes (the period and the MSS index as well as the 4-tuple and the peer's ISN), and
+//! [`SynCookies::check`] rebuilds the whole cookie and compares all 32 bits, so changing
+//! any field invalidates it: a blind guess succeeds with probability 2^-24 for each of
+//! the two live periods. Window scaling and SACK are lost, the price RFC 4987 names for
+//! keeping no state.
+//!
+//! The codec alone would accept a valid cookie at any time. A host checks cookies only
+//! for a listener that sent one recently ([`RecentOverflow`]), as Linux does: otherwise
+//! every stray ACK would be a 2^-28 lottery ticket for an established connection.
 
 use core::hash::Hasher;
+use std::time::Duration;
 
 use bypass_tcp::{FourTuple, Instant, SeqNum};
 use siphasher::sip::SipHasher24;
@@ -25,6 +35,9 @@ const MSS_TABLE: [u16; 8] = [536, 1200, 1220, 1360, 1400, 1440, 1460, 8960];
 
 /// Seconds per cookie period.
 const PERIOD_SECS: u64 = 64;
+
+/// Bits of the MAC: the low 24 bits of the cookie.
+const MAC_MASK: u32 = 0x00ff_ffff;
 
 /// The cookie secret and codec.
 #[derive(Clone)]
@@ -48,7 +61,9 @@ impl SynCookies {
         ((now.as_micros() / 1_000_000 / PERIOD_SECS) % 32) as u32
     }
 
-    fn hash(&self, tuple: &FourTuple, peer_isn: SeqNum, t: u32) -> u32 {
+    /// Return the cookie for `tuple`, `peer_isn`, period `t` and MSS index `index`: both
+    /// encoded fields and their MAC.
+    fn cookie(&self, tuple: &FourTuple, peer_isn: SeqNum, t: u32, index: u32) -> u32 {
         let mut h = SipHasher24::new_with_key(&self.key);
         for addr in [tuple.local, tuple.remote] {
             match addr.ip() {
@@ -59,7 +74,8 @@ impl SynCookies {
         }
         h.write_u32(peer_isn.0);
         h.write_u32(t);
-        (h.finish() as u32) & 0x00ff_ffff
+        h.write_u32(index);
+        (t << 27) | (index << 24) | ((h.finish() as u32) & MAC_MASK)
     }
 
     /// Return the ISS to send in answer to a SYN with sequence number `peer_isn` and MSS
@@ -67,24 +83,45 @@ impl SynCookies {
     pub fn make(&self, tuple: &FourTuple, peer_isn: SeqNum, peer_mss: Option<u16>, now: Instant) -> SeqNum {
         let mss = peer_mss.unwrap_or(536);
         let index = MSS_TABLE.iter().rposition(|&m| m <= mss).unwrap_or(0) as u32;
-        let t = Self::period(now);
-        SeqNum((t << 27) | (index << 24) | self.hash(tuple, peer_isn, t))
+        SeqNum(self.cookie(tuple, peer_isn, Self::period(now), index))
     }
 
-    /// Check the ACK number of a segment completing a cookie handshake: `ack - 1` must be a
-    /// cookie we made for this tuple and `seq - 1` within the last two periods. Return the
-    /// ISS and the MSS it encodes.
+    /// Check the ACK number of a segment completing a cookie handshake: `ack - 1` must be,
+    /// bit for bit, a cookie we made for this tuple and `seq - 1` within the last two
+    /// periods. Return the ISS and the MSS it encodes.
     pub fn check(&self, tuple: &FourTuple, seq: SeqNum, ack: SeqNum, now: Instant) -> Option<(SeqNum, u16)> {
         let cookie = ack - 1u32;
         let t = cookie.0 >> 27;
+        let index = (cookie.0 >> 24) & 7;
         let age = (Self::period(now) + 32 - t) % 32;
         if age > 1 {
             return None;
         }
-        if cookie.0 & 0x00ff_ffff != self.hash(tuple, seq - 1u32, t) {
+        if self.cookie(tuple, seq - 1u32, t, index) != cookie.0 {
             return None;
         }
-        Some((cookie, MSS_TABLE[((cookie.0 >> 24) & 7) as usize]))
+        Some((cookie, MSS_TABLE[index as usize]))
+    }
+}
+
+/// When a listener last answered a SYN with a cookie. Cookies are checked only within a
+/// validity window after that (Linux: `tcp_synq_no_recent_overflow`, TCP_SYNCOOKIE_VALID
+/// of 2 minutes): with no recent overflow no cookie can be outstanding, so an ACK to the
+/// listener is not a handshake's last step, whatever its acknowledgment number.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecentOverflow {
+    last: Option<Instant>,
+}
+
+impl RecentOverflow {
+    /// Note that a cookie was sent at `now`.
+    pub fn record(&mut self, now: Instant) {
+        self.last = Some(self.last.map_or(now, |last| last.max(now)));
+    }
+
+    /// Return whether a cookie was sent within `valid` before `now` (inclusive).
+    pub fn recent(&self, now: Instant, valid: Duration) -> bool {
+        self.last.is_some_and(|last| now.saturating_duration_since(last) <= valid)
     }
 }
 
@@ -95,6 +132,10 @@ mod tests {
     fn tuple() -> FourTuple {
         FourTuple { local: "10.0.0.1:7".parse().unwrap(), remote: "10.0.0.2:50000".parse().unwrap() }
     }
+
+    // ---------------------------------------------------------------------------------
+    // The codec.
+    // ---------------------------------------------------------------------------------
 
     #[test]
     fn cookie_round_trips_and_encodes_mss() {
@@ -118,9 +159,70 @@ mod tests {
         let other = FourTuple { remote: "10.0.0.3:50000".parse().unwrap(), ..tuple() };
         assert_eq!(c.check(&other, SeqNum(78), iss + 1u32, now), None, "other tuple");
         assert_eq!(SynCookies::new([8; 16]).check(&tuple(), SeqNum(78), iss + 1u32, now), None, "other key");
-        let later = now + std::time::Duration::from_secs(64);
+        let later = now + Duration::from_secs(64);
         assert!(c.check(&tuple(), SeqNum(78), iss + 1u32, later).is_some(), "next period still valid");
-        let stale = now + std::time::Duration::from_secs(3 * 64);
+        let stale = now + Duration::from_secs(3 * 64);
         assert_eq!(c.check(&tuple(), SeqNum(78), iss + 1u32, stale), None, "expired");
+    }
+
+    #[test]
+    fn every_flipped_bit_fails() {
+        // The MAC covers the MSS index and the period too: a peer that flips them (to
+        // claim a larger MSS, or to stretch the cookie's life) gets nothing.
+        let c = SynCookies::new([9; 16]);
+        // In the middle of a period, so flipping the lowest period bit names a period
+        // that is still live (one later or one earlier) and only the MAC can catch it.
+        let now = Instant::from_millis(1_000_000);
+        let iss = c.make(&tuple(), SeqNum(77), Some(1200), now);
+        for bit in 0..32 {
+            let forged = SeqNum(iss.0 ^ (1 << bit));
+            for when in [now, now + Duration::from_secs(64)] {
+                assert_eq!(c.check(&tuple(), SeqNum(78), forged + 1u32, when), None, "bit {bit} flipped");
+            }
+        }
+    }
+
+    #[test]
+    fn flipped_mss_index_or_period_bit_fails_while_the_original_holds() {
+        let c = SynCookies::new([9; 16]);
+        let now = Instant::from_millis(1_000_000);
+        let iss = c.make(&tuple(), SeqNum(77), Some(536), now);
+        assert_eq!(c.check(&tuple(), SeqNum(78), iss + 1u32, now), Some((iss, 536)));
+        // Index 7 (8960) from index 0: every MSS bit set.
+        let bigger = SeqNum(iss.0 | (7 << 24));
+        assert_eq!(c.check(&tuple(), SeqNum(78), bigger + 1u32, now), None, "MSS index raised");
+        // The period one later: live at `now + 64 s`, but not the one the MAC covers.
+        let t = iss.0 >> 27;
+        let shifted = SeqNum((iss.0 & !(0x1f << 27)) | (((t + 1) % 32) << 27));
+        let later = now + Duration::from_secs(64);
+        assert!(c.check(&tuple(), SeqNum(78), iss + 1u32, later).is_some());
+        assert_eq!(c.check(&tuple(), SeqNum(78), shifted + 1u32, later), None, "period moved");
+    }
+
+    // ---------------------------------------------------------------------------------
+    // The validity window after an overflow.
+    // ---------------------------------------------------------------------------------
+
+    #[test]
+    fn no_overflow_means_no_cookie_is_recent() {
+        let o = RecentOverflow::default();
+        assert!(!o.recent(Instant::ZERO, Duration::from_secs(120)));
+        assert!(!o.recent(Instant::from_millis(10_000_000), Duration::MAX));
+    }
+
+    #[test]
+    fn an_overflow_opens_the_window_for_its_length() {
+        let valid = Duration::from_secs(120);
+        let mut o = RecentOverflow::default();
+        let t0 = Instant::from_millis(5_000);
+        o.record(t0);
+        assert!(o.recent(t0, valid));
+        assert!(o.recent(t0 + valid, valid), "the window's end is inside");
+        assert!(!o.recent(t0 + valid + Duration::from_micros(1), valid));
+        // Another cookie extends it; an older time never shortens it.
+        o.record(t0 + Duration::from_secs(100));
+        o.record(t0);
+        assert!(o.recent(t0 + Duration::from_secs(219), valid));
+        assert!(!o.recent(t0 + Duration::from_secs(221), valid));
     }
 }

@@ -387,6 +387,101 @@ fn rst_in_syn_received_frees_the_table_entry() {
     net.run_until(|n| n.a.state(client) == State::Established);
 }
 
+// -------------------------------------------------------------------------------------
+// Martian sources (RFC 1122 3.2.1.3): dropped before any protocol sees them.
+// -------------------------------------------------------------------------------------
+
+/// Return a frame from A's MAC to B's carrying a TCP SYN to port 7, and one carrying an
+/// ICMP echo request, both from `src` (checksums valid for that source).
+fn syn_and_ping_from(net: &Net, src: Ipv4Addr) -> [Vec<u8>; 2] {
+    let (mac_a, mac_b) = (net.a.device().info().mac, net.b.device().info().mac);
+    let syn = bypass_tcp::Segment {
+        src_port: 40_000,
+        dst_port: 7,
+        seq: bypass_tcp::SeqNum(1),
+        flags: bypass_tcp::Flags::SYN,
+        window: 1000,
+        ..bypass_tcp::Segment::EMPTY
+    };
+    let mut tcp = [0u8; 20];
+    syn.emit(src.into(), B.into(), &mut tcp).unwrap();
+    let mut icmp = vec![8u8, 0, 0, 0, 0x12, 0x34, 0, 1];
+    let sum = internet_checksum(&icmp);
+    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    [(6u8, tcp.to_vec()), (1u8, icmp)].map(|(proto, body)| {
+        let mut f = Vec::new();
+        f.extend_from_slice(&mac_b);
+        f.extend_from_slice(&mac_a);
+        f.extend_from_slice(&[0x08, 0x00]);
+        let ip = etherparse::Ipv4Header::new(body.len() as u16, 64, proto.into(), src.octets(), B.octets()).unwrap();
+        let ip = etherparse::Ipv4Header { header_checksum: ip.calc_header_checksum(), ..ip };
+        f.extend_from_slice(&ip.to_bytes());
+        f.extend_from_slice(&body);
+        f
+    })
+}
+
+fn send_raw(net: &mut Net, frames: &[Vec<u8>]) {
+    for f in frames {
+        net.a
+            .device_mut()
+            .send(&mut |buf| {
+                buf[..f.len()].copy_from_slice(f);
+                f.len()
+            })
+            .unwrap();
+    }
+    net.a.device_mut().flush().unwrap();
+    for _ in 0..5 {
+        net.step();
+    }
+}
+
+#[test]
+fn martian_sources_are_counted_and_dropped() {
+    let mut net = Net::new(LinkConfig::default(), |_| {});
+    net.b.listen(7).unwrap();
+    let martians = [
+        Ipv4Addr::BROADCAST,
+        Ipv4Addr::new(10, 9, 0, 255), // B's subnet, 10.9.0.0/24: its directed broadcast
+        Ipv4Addr::UNSPECIFIED,        // only while learning an address (DHCP), which we don't do
+        Ipv4Addr::new(0, 1, 2, 3),
+        Ipv4Addr::new(224, 0, 0, 1),
+        Ipv4Addr::new(239, 255, 255, 250),
+        Ipv4Addr::LOCALHOST,
+        Ipv4Addr::new(127, 200, 0, 9),
+        B, // our own address
+    ];
+    let frames: Vec<Vec<u8>> = martians.iter().flat_map(|&src| syn_and_ping_from(&net, src)).collect();
+    send_raw(&mut net, &frames);
+    let c = net.b.counters().clone();
+    assert_eq!(c.drops(Drop::MartianSource), 2 * martians.len() as u64, "{c}");
+    assert_eq!(c.icmp_echo_replies, 0, "no echo reply to a broadcast, multicast or own address");
+    assert_eq!((c.tcp_segments_in, c.tcp_resets_out, c.syn_cookies_sent), (0, 0, 0), "{c}");
+    assert_eq!(net.b.interface().connection_count(), 0);
+    assert!(c.to_string().contains("drop.martian_source"), "{c}");
+    // An ordinary source on the same link is served.
+    let [syn, ping] = syn_and_ping_from(&net, Ipv4Addr::new(10, 9, 0, 77));
+    send_raw(&mut net, &[syn, ping]);
+    let c = net.b.counters();
+    assert_eq!((c.icmp_echo_replies, c.drops(Drop::MartianSource)), (1, 2 * martians.len() as u64));
+    assert_eq!(c.tcp_segments_in, 1, "the SYN reached the listener");
+}
+
+#[test]
+fn the_directed_broadcast_follows_the_prefix() {
+    // 10.9.0.3 is the broadcast address of B's /30, but on a /31 (RFC 3021: no broadcast)
+    // it is the other end of the link.
+    for (prefix, martian) in [(30, true), (31, false), (24, false)] {
+        let mut net = Net::new(LinkConfig::default(), |c| c.prefix_len = prefix);
+        let [_, ping] = syn_and_ping_from(&net, Ipv4Addr::new(10, 9, 0, 3));
+        send_raw(&mut net, &[ping]);
+        let c = net.b.counters();
+        assert_eq!(c.drops(Drop::MartianSource), u64::from(martian), "/{prefix}: {c}");
+        assert_eq!(c.icmp_echo_replies, u64::from(!martian), "/{prefix}: {c}");
+    }
+}
+
 /// Collects the frames a host sends.
 struct Collector(std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>);
 
