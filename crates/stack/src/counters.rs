@@ -143,6 +143,21 @@ pub struct Counters {
     /// Connections opened with the buffers of finished ones instead of new ones (see
     /// `StackConfig::buffer_pool`).
     pub buffers_recycled: u64,
+    /// Sets of connection buffers allocated (not taken from the pool).
+    pub buffers_allocated: u64,
+    /// Connections that timed out: retransmissions, unanswered window probes or keep-alives,
+    /// or the user timeout ran out.
+    pub connections_timed_out: u64,
+    /// Connections the peer reset.
+    pub connections_reset: u64,
+    /// Resets sent because received data was lost: a connection closed with data unread, or
+    /// data arriving after the close (RFC 9293 3.6.1); counted as connections are removed.
+    pub resets_for_lost_data: u64,
+    /// Connections reset on close because the orphans were at their bound
+    /// (`StackConfig::max_orphans`, `max_orphan_memory`).
+    pub orphans_reset: u64,
+    /// SYNs that found a closed connection in TIME-WAIT and opened a new one (RFC 6191).
+    pub time_wait_reopened: u64,
     /// Bytes copied by the CPU on the data path (payload into and out of connection
     /// buffers), for the demo's copies-per-byte figure.
     pub bytes_copied: u64,
@@ -187,6 +202,12 @@ impl fmt::Display for Counters {
             ("connections_accepted", self.connections_accepted),
             ("connections_opened", self.connections_opened),
             ("buffers_recycled", self.buffers_recycled),
+            ("buffers_allocated", self.buffers_allocated),
+            ("connections_timed_out", self.connections_timed_out),
+            ("connections_reset", self.connections_reset),
+            ("resets_for_lost_data", self.resets_for_lost_data),
+            ("orphans_reset", self.orphans_reset),
+            ("time_wait_reopened", self.time_wait_reopened),
             ("bytes_copied", self.bytes_copied),
         ];
         for (name, value) in plain {

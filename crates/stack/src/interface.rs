@@ -7,13 +7,11 @@
 //! segment straight into the device's frame buffer behind the Ethernet and IPv4 headers.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::Hasher as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use bypass_tcp::{Buffers, Config as TcpConfig, Connection, Event, FourTuple, Instant, Segment, State};
 use etherparse::{ArpOperation, EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv4HeaderSlice};
-use siphasher::sip::SipHasher24;
 
 use std::fmt::Write as _;
 
@@ -21,6 +19,7 @@ use crate::arp::{self, ArpCache, ArpConfig};
 use crate::capture::{Capture, Direction};
 use crate::counters::{Counters, Drop};
 use crate::device::Device;
+use crate::ports::{EphemeralPorts, derive_key};
 use crate::syncookie::{RecentOverflow, SynCookies};
 
 const ETH_LEN: usize = 14;
@@ -61,6 +60,15 @@ pub struct StackConfig {
     /// Buffers of finished connections kept for new ones, so opening a connection does not
     /// allocate (each is `tcp.send_buffer + tcp.recv_buffer` bytes: 512 KiB by default).
     pub buffer_pool: usize,
+    /// Most connections the application has closed that are still finishing in the
+    /// background (orphans: FIN-WAIT, CLOSING, LAST-ACK, TIME-WAIT). Past it, a closed
+    /// connection is reset at once instead (Linux: `net.ipv4.tcp_max_orphans`, "too many
+    /// orphaned sockets"), so peers that vanish cannot make the host hold unbounded state.
+    pub max_orphans: usize,
+    /// Most bytes of unacknowledged data the orphans may hold between them, counted when
+    /// each is closed; a close that would go past it resets the connection instead (Linux
+    /// resets orphans under memory pressure likewise, `tcp_out_of_resources`).
+    pub max_orphan_memory: usize,
 }
 
 impl StackConfig {
@@ -79,6 +87,8 @@ impl StackConfig {
             max_connections: 65536,
             ephemeral_ports: (49152, 65535),
             buffer_pool: 16,
+            max_orphans: 16_384,
+            max_orphan_memory: 64 << 20,
         }
     }
 }
@@ -100,7 +110,7 @@ enum Owner {
     Listener(u16),
     /// Handed to the user (accepted or connected).
     User,
-    /// The user let go (`close`); removed once the connection is CLOSED.
+    /// The user let go (`close`, `abort`); removed once the connection is CLOSED.
     Released,
 }
 
@@ -113,6 +123,8 @@ struct Sock {
     /// The MAC the peer's frames came from: used if ARP has no entry.
     peer_mac: Option<[u8; 6]>,
     dirty: bool,
+    /// Counted among the orphans, holding this many bytes of their memory bound.
+    orphan: Option<usize>,
 }
 
 struct Slot {
@@ -180,6 +192,10 @@ pub struct Interface {
     counters: Counters,
     ports: EphemeralPorts,
     timer_due: Option<Instant>,
+    /// Connections the application closed that are still finishing, and the bytes they
+    /// were charged when closed (see `StackConfig::max_orphans`).
+    orphans: usize,
+    orphan_bytes: usize,
 }
 
 impl Interface {
@@ -212,6 +228,8 @@ impl Interface {
             counters: Counters::default(),
             ports,
             timer_due: None,
+            orphans: 0,
+            orphan_bytes: 0,
         }
     }
 
@@ -250,6 +268,17 @@ impl Interface {
     /// Return how many connections are in the table.
     pub fn connection_count(&self) -> usize {
         self.table.len()
+    }
+
+    /// Return how many connections the application closed are still finishing in the
+    /// background (see [`StackConfig::max_orphans`]).
+    pub fn orphan_count(&self) -> usize {
+        self.orphans
+    }
+
+    /// Return how many sets of connection buffers wait in the pool for new connections.
+    pub fn pooled_buffers(&self) -> usize {
+        self.buffers.len()
     }
 
     // ---------------------------------------------------------------------------------
@@ -363,10 +392,30 @@ impl Interface {
         self.slots[id.index as usize].sock.as_mut().map(|s| &mut s.conn)
     }
 
-    /// Close `id` gracefully (FIN after queued data) and give up the handle.
+    /// Close `id` and give up the handle, as close(2) does: FIN after the queued data, and
+    /// the connection finishes in the background (an orphan). It is reset instead when data
+    /// it received is still unread or arrives later ([`Connection::release`]), and when the
+    /// orphans are at their bound in number or memory ([`StackConfig::max_orphans`]).
     pub fn close(&mut self, now: Instant, id: SocketId) {
-        if let Some(conn) = self.connection_mut(id) {
-            conn.close(now);
+        let (orphans, orphan_bytes) = (self.orphans, self.orphan_bytes);
+        let (max_orphans, max_memory) = (self.config.max_orphans, self.config.max_orphan_memory);
+        let Some(sock) = self.sock_mut(id) else { return };
+        if sock.owner != Owner::User {
+            return;
+        }
+        let queued = sock.conn.send_queued();
+        let synchronized = !matches!(sock.conn.state(), State::Closed | State::Listen | State::SynSent);
+        if synchronized && (orphans >= max_orphans || orphan_bytes + queued > max_memory) {
+            log::debug!("{}: too many orphans ({orphans}, {orphan_bytes} bytes): reset on close", sock.tuple);
+            sock.conn.abort(now);
+            self.counters.orphans_reset += 1;
+        } else {
+            sock.conn.release(now);
+            if sock.conn.state() != State::Closed {
+                sock.orphan = Some(queued);
+                self.orphans += 1;
+                self.orphan_bytes += queued;
+            }
         }
         self.release(id);
     }
@@ -595,6 +644,9 @@ impl Interface {
             remote: SocketAddr::new(IpAddr::V4(src), seg.src_port),
         };
         if let Some(&index) = self.table.get(&tuple) {
+            if self.reopen_time_wait(now, index, &seg) {
+                return;
+            }
             let sock = self.slots[index as usize].sock.as_mut().expect("table points at live slots");
             let before = sock.conn.state();
             sock.conn.handle_segment(now, &seg);
@@ -612,6 +664,42 @@ impl Interface {
             return self.receive_for_listener(now, src_mac, tuple, &seg);
         }
         self.reply_reset(src_mac, src, &seg, Drop::NoListener);
+    }
+
+    /// Let a SYN that finds a closed connection in TIME-WAIT open a new one through the port's
+    /// listener (RFC 9293 3.10.7.4, RFC 6191, RFC 1122 4.2.2.13; see
+    /// [`Connection::time_wait_accepts`]); return whether it did.
+    ///
+    /// Only a connection the application has let go of is reused: one it still holds keeps
+    /// its handle's meaning, and the SYN is only acknowledged, as RFC 9293 also allows.
+    fn reopen_time_wait(&mut self, now: Instant, index: u32, seg: &Segment<'_>) -> bool {
+        let sock = self.slots[index as usize].sock.as_ref().expect("table points at live slots");
+        if sock.owner != Owner::Released || !sock.conn.time_wait_accepts(seg) {
+            return false;
+        }
+        let Some(listener) = self.listeners.get(&seg.dst_port) else { return false };
+        if listener.ready.len() >= self.config.accept_backlog || listener.half_open >= self.config.syn_queue {
+            return false;
+        }
+        let sock = self.slots[index as usize].sock.as_mut().expect("live");
+        let before = sock.conn.state();
+        sock.conn.reopen(now, seg);
+        if sock.conn.state() != State::SynReceived {
+            return false;
+        }
+        sock.owner = Owner::Listener(seg.dst_port);
+        if let Some(bytes) = sock.orphan.take() {
+            self.orphans -= 1;
+            self.orphan_bytes -= bytes;
+        }
+        if self.capture.is_some() {
+            let _ = write!(self.note, "new SYN in TIME-WAIT: a new connection (RFC 6191) | ");
+            note_segment(&mut self.note, seg, &sock.conn, Direction::In, before);
+        }
+        self.listeners.get_mut(&seg.dst_port).expect("listener").half_open += 1;
+        self.counters.time_wait_reopened += 1;
+        self.mark_dirty(index);
+        true
     }
 
     /// A segment for a listening port with no connection (RFC 9293 3.10.7.2, RFC 4987).
@@ -741,7 +829,7 @@ impl Interface {
             }
         };
         let slot = &mut self.slots[index as usize];
-        slot.sock = Some(Sock { conn, tuple, owner, peer_mac, dirty: false });
+        slot.sock = Some(Sock { conn, tuple, owner, peer_mac, dirty: false, orphan: None });
         let id = SocketId { index, generation: slot.generation };
         self.table.insert(tuple, index);
         self.mark_dirty(index);
@@ -783,6 +871,11 @@ impl Interface {
             self.table.remove(&sock.tuple);
             slot.generation = slot.generation.wrapping_add(1);
             self.free.push(index);
+            if let Some(bytes) = sock.orphan {
+                self.orphans -= 1;
+                self.orphan_bytes -= bytes;
+            }
+            self.counters.resets_for_lost_data += sock.conn.stats().resets_for_lost_data;
             if self.buffers.len() < self.config.buffer_pool {
                 self.buffers.push(sock.conn.into_buffers());
             }
@@ -796,7 +889,10 @@ impl Interface {
                 self.counters.buffers_recycled += 1;
                 b
             }
-            _ => Buffers::new(&self.config.tcp),
+            _ => {
+                self.counters.buffers_allocated += 1;
+                Buffers::new(&self.config.tcp)
+            }
         }
     }
 
@@ -1007,8 +1103,11 @@ impl Interface {
         let owner = sock.owner;
         let mut established = false;
         while let Some(event) = sock.conn.poll_event() {
-            if event == Event::Established {
-                established = true;
+            match event {
+                Event::Established => established = true,
+                Event::TimedOut => self.counters.connections_timed_out += 1,
+                Event::Reset => self.counters.connections_reset += 1,
+                _ => {}
             }
             if owner == Owner::User {
                 self.events.push_back((id, event));
@@ -1050,87 +1149,6 @@ impl Interface {
             Owner::Released => self.remove(index),
             Owner::User => {}
         }
-    }
-}
-
-/// Return a 128-bit key for one use of `secret`, named by `label`: SipHash-2-4 keyed with
-/// the secret over the label (and a block number), so keys for different uses are
-/// independent and none reveals the secret.
-fn derive_key(secret: &[u8; 16], label: &[u8]) -> [u8; 16] {
-    let mut key = [0u8; 16];
-    for (block, half) in key.chunks_exact_mut(8).enumerate() {
-        let mut h = SipHasher24::new_with_key(secret);
-        h.write(label);
-        h.write_u8(block as u8);
-        half.copy_from_slice(&h.finish().to_le_bytes());
-    }
-    key
-}
-
-/// Slots of the RFC 6056 algorithm 4 counter table (2 KiB).
-const PORT_TABLE_LEN: usize = 1024;
-
-/// Ephemeral port selection by RFC 6056 section 3.3.4, algorithm 4 ("double-hash port
-/// selection"), as Linux's `__inet_hash_connect` does. The search towards a destination
-/// starts at `offset + table[index]`: `offset` and `index` are keyed hashes of (local
-/// address, remote address, remote port), and `table[index]` advances with each port
-/// tried for the destinations sharing that slot. So ports to different destinations are
-/// unrelated, the port towards one destination cannot be predicted without the key, and
-/// connections elsewhere do not move it (an observer cannot count them), unlike one global
-/// counter; successive connections to one destination still walk the range in order, which
-/// keeps a freed port from being reused soon (RFC 6056 section 3.3.4's aim).
-struct EphemeralPorts {
-    key: [u8; 16],
-    /// The first ephemeral port.
-    low: u16,
-    /// How many ports the range has (1 to 65536).
-    count: u32,
-    /// The per-slot counters, kept modulo `count` (RFC 6056: `table[index]++`; the residue
-    /// is all that selects a port, and keeping it bounded means no wrap skips a port).
-    table: Box<[u16]>,
-}
-
-impl EphemeralPorts {
-    /// Return a selector over `range` (inclusive, either order), its counters started at
-    /// values derived from `key` (RFC 6056: random at boot, so they reveal no count).
-    fn new(key: [u8; 16], range: (u16, u16)) -> Self {
-        let (low, high) = (range.0.min(range.1), range.0.max(range.1));
-        let count = u32::from(high - low) + 1;
-        let mut table = vec![0u16; PORT_TABLE_LEN].into_boxed_slice();
-        for (block, slots) in table.chunks_mut(4).enumerate() {
-            let mut h = SipHasher24::new_with_key(&key);
-            h.write(b"table");
-            h.write_u32(block as u32);
-            let bits = h.finish();
-            for (i, slot) in slots.iter_mut().enumerate() {
-                *slot = ((bits >> (16 * i)) as u16 as u32 % count) as u16;
-            }
-        }
-        EphemeralPorts { key, low, count, table }
-    }
-
-    /// Return the first port from `local` towards `remote` that `suitable` accepts, trying
-    /// each port of the range at most once; `None` if it accepts none.
-    fn select(&mut self, local: Ipv4Addr, remote: SocketAddrV4, mut suitable: impl FnMut(u16) -> bool) -> Option<u16> {
-        // F and G of RFC 6056 3.3.4 as the two halves of one 64-bit keyed hash (as Linux
-        // takes both from `secure_ipv4_port_ephemeral`): a PRF's output halves are
-        // independent, as two hashes under two keys would be.
-        let mut h = SipHasher24::new_with_key(&self.key);
-        h.write(&local.octets());
-        h.write(&remote.ip().octets());
-        h.write_u16(remote.port());
-        let bits = h.finish();
-        let offset = (bits as u32) % self.count;
-        let index = ((bits >> 32) as usize) % PORT_TABLE_LEN;
-        for _ in 0..self.count {
-            let next = u32::from(self.table[index]);
-            self.table[index] = ((next + 1) % self.count) as u16;
-            let port = self.low + ((offset + next) % self.count) as u16;
-            if suitable(port) {
-                return Some(port);
-            }
-        }
-        None
     }
 }
 

@@ -13,6 +13,7 @@ pub mod capture;
 pub mod counters;
 pub mod device;
 pub mod interface;
+mod ports;
 pub mod stack;
 pub mod syncookie;
 

@@ -245,7 +245,10 @@ impl<D: Device> Stack<D> {
         }
     }
 
-    /// Close gracefully and give up the handle; the connection finishes in the background.
+    /// Close and give up the handle, as close(2): FIN after the queued data, and the
+    /// connection finishes in the background; reset instead if received data is left unread
+    /// or arrives later, or if too many closed connections are still finishing (see
+    /// [`Interface::close`]). To stop sending but go on reading, use [`shutdown`](Stack::shutdown).
     pub fn close(&mut self, id: SocketId) {
         let now = self.now();
         self.iface.close(now, id);
