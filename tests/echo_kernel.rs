@@ -388,9 +388,11 @@ fn small_receive_window(backend: Backend) {
     let elapsed = start.elapsed();
     eprintln!("{backend:?}: 64 KiB echoed through a ~1 KiB window in {elapsed:?}");
     echoed.unwrap_or_else(|e| panic!("{backend:?}: {e} (after {elapsed:?})"));
-    // Round trips only: some fifty take milliseconds (more on a loaded machine); a timer
-    // per window would take 11 s even at the 200 ms override timeout, 56 s at the RTO.
-    assert!(elapsed < Duration::from_millis(500), "{backend:?}: the echo took {elapsed:?}");
+    // Round trips only: some fifty take milliseconds. A timer per window would take 11 s
+    // even at the 200 ms override timeout, 56 s at the RTO. The bound leaves room for a
+    // frame or two lost on a loaded machine (each costs one 1 s retransmission timeout:
+    // seen once when the whole suite ran at once, AF_PACKET's ring overflowing).
+    assert!(elapsed < Duration::from_secs(4), "{backend:?}: the echo took {elapsed:?}");
     // No reset; and no retransmission by the kernel during the echo (not `Check::Lossless`,
     // which also counts frames the interface took in before the server ran: the first SYN).
     judge(&lab, &before, server, backend, Check::Echo);

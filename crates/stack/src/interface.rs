@@ -727,7 +727,7 @@ impl Interface {
                 // cookies (Linux: `tcp_synq_overflow`).
                 self.listeners.get_mut(&port).expect("listener").overflow.record(now);
                 let iss = self.cookies.make(&tuple, seg.seq, seg.options.mss, now);
-                let reply = Connection::syn_cookie_reply(&self.config.tcp, seg, iss);
+                let reply = Connection::syn_cookie_reply(&self.config.tcp, &tuple, seg, iss, now);
                 self.queue_segment(src_mac, src, &reply, || "SYN-ACK carrying a SYN cookie (RFC 4987)".into());
                 if self.capture.is_some() {
                     let _ = write!(self.note, "SYN to port {port}: SYN queue full, answered with a SYN cookie");

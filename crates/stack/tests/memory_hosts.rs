@@ -196,6 +196,13 @@ fn syn_cookies_take_over_when_the_syn_queue_is_full() {
         got == 4
     });
     assert_eq!(&buf[..4], b"ping");
+    // The cookie carried the SYN's window scale and SACK-permitted in its timestamp: the
+    // connection made during the "flood" has them all, as a stateful one would.
+    let conn = net.b.interface().connection(accepted[0]).unwrap();
+    let space = conn.sequence_space();
+    assert!(space.snd_wscale > 0 && space.rcv_wscale > 0, "window scaling kept: {space:?}");
+    assert!(conn.sack_enabled() && conn.timestamps_enabled());
+    assert_eq!(conn.stats().mss, 1448, "1460 less the timestamps");
 }
 
 #[test]

@@ -184,6 +184,44 @@ impl Buffers {
     }
 }
 
+/// The SYN's options a SYN cookie carries in the low six bits of the cookie SYN-ACK's TSval,
+/// as Linux does (`cookie_init_timestamp`): bits 0-3 the peer's window scale (15 for none),
+/// bit 4 SACK-permitted, bit 5 reserved (zero). The peer echoes the TSval in the TSecr of
+/// its ACK, so the listener keeps nothing and still learns them.
+///
+/// The bits are not under the cookie's MAC: whoever completes a handshake with a valid
+/// cookie chooses options for its own connection only, as it could in its SYN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CookieOptions {
+    /// The window scale the SYN offered.
+    pub window_scale: Option<u8>,
+    /// The SYN offered SACK.
+    pub sack_permitted: bool,
+}
+
+impl CookieOptions {
+    const NO_SCALE: u32 = 0xf;
+
+    /// Return `clock` with its low six bits replaced by these options.
+    pub fn encode(self, clock: u32) -> u32 {
+        let scale = self.window_scale.map_or(Self::NO_SCALE, |s| u32::from(s.min(14)));
+        (clock & !0x3f) | scale | (u32::from(self.sack_permitted) << 4)
+    }
+
+    /// Return the options in an echoed TSval, or `None` where the bits cannot be ours (a
+    /// scale above 14 other than "none", or the reserved bit set).
+    pub fn decode(tsecr: u32) -> Option<CookieOptions> {
+        let scale = tsecr & 0xf;
+        if tsecr & 0x20 != 0 || (scale > 14 && scale != Self::NO_SCALE) {
+            return None;
+        }
+        Some(CookieOptions {
+            window_scale: (scale != Self::NO_SCALE).then_some(scale as u8),
+            sack_permitted: tsecr & 0x10 != 0,
+        })
+    }
+}
+
 /// One TCP connection (a TCB), sans-IO. See the module docs for the call order.
 pub struct Connection {
     pub(crate) config: Config,
@@ -473,12 +511,14 @@ impl Connection {
 
     /// Return an ESTABLISHED connection rebuilt from a SYN cookie (RFC 4987 section 3.6).
     ///
-    /// A listener whose SYN queue was full answered a SYN statelessly, with ISS `iss` and
-    /// only the MSS option; `ack` is the peer's segment completing the handshake, whose
-    /// acknowledgment number the caller has already checked against the cookie. Window
-    /// scaling and SACK are not in effect (the cookie cannot carry them); `peer_mss` is the
-    /// MSS the cookie encoded. The segment is then processed like any other (its window,
-    /// and any data it carries).
+    /// A listener whose SYN queue was full answered a SYN statelessly with
+    /// [`syn_cookie_reply`](Connection::syn_cookie_reply), ISS `iss`; `ack` is the peer's
+    /// segment completing the handshake, whose acknowledgment number the caller has already
+    /// checked against the cookie, and `peer_mss` the MSS the cookie encoded. Where the SYN
+    /// had timestamps, the reply hid the window scale and SACK-permitted of the SYN in the
+    /// low bits of its TSval ([`CookieOptions`]), and the ACK's TSecr brings them back: the
+    /// connection then has them all, as Linux's cookies do. Without timestamps they are lost,
+    /// the price RFC 4987 names. The segment is then processed like any other.
     pub fn from_syn_cookie(
         config: &Config,
         tuple: FourTuple,
@@ -512,9 +552,28 @@ impl Connection {
         c.cc.set_recover(iss);
         c.irs = ack.seq - 1u32;
         c.rcv_nxt = ack.seq;
+        c.last_ack_sent = c.rcv_nxt;
+        c.ts_offset = IsnGenerator::new(config.isn_secret).timestamp_offset(&tuple);
+        // The options the cookie carried in our TSval, if the peer echoes one.
+        let carried = match ack.options.timestamps {
+            Some(ts) if config.timestamps => CookieOptions::decode(ts.tsecr),
+            _ => None,
+        };
+        if let (Some(options), Some(ts)) = (carried, ack.options.timestamps) {
+            c.ts_ok = true;
+            c.ts_recent = ts.tsval;
+            c.ts_recent_at = now;
+            if let Some(shift) = options.window_scale.filter(|_| config.window_scaling) {
+                c.snd_wscale = shift.min(14);
+                c.rcv_wscale = c.rcv_wscale_offer;
+                c.wscale_ok = true;
+            }
+            c.sack_enabled = config.sack && options.sack_permitted;
+        }
         // The cookie SYN-ACK advertised an unscaled window of this size.
         c.rcv_adv = c.rcv_nxt + (c.recv_buf.free() as u32).min(65535);
-        c.smss = peer_mss.min(config.mss).max(64);
+        let mss = peer_mss.min(config.mss).max(64);
+        c.smss = (mss - c.fixed_options_len() as u16).max(64);
         c.cc.set_mss(c.smss as u32);
         c.snd_wl1 = c.irs;
         c.snd_wl2 = iss;
@@ -523,9 +582,36 @@ impl Connection {
         c
     }
 
-    /// Return the SYN-ACK a listener sends in answer to `syn` when it keeps no state: ISS
-    /// `iss` (a SYN cookie), our MSS only, an unscaled window (RFC 4987 section 3.6).
-    pub fn syn_cookie_reply(config: &Config, syn: &Segment<'_>, iss: SeqNum) -> Segment<'static> {
+    /// Return the SYN-ACK a listener sends in answer to `syn` on `tuple` when it keeps no
+    /// state: ISS `iss` (a SYN cookie), an unscaled window (RFC 4987 section 3.6), and our
+    /// MSS. Where the SYN carries timestamps, so does the reply, its TSval's low six bits
+    /// holding the SYN's window scale and SACK-permitted ([`CookieOptions`]), and the reply
+    /// offers both options as a stateful SYN-ACK would.
+    pub fn syn_cookie_reply(
+        config: &Config,
+        tuple: &FourTuple,
+        syn: &Segment<'_>,
+        iss: SeqNum,
+        now: Instant,
+    ) -> Segment<'static> {
+        let mut options = crate::options::TcpOptions { mss: Some(config.mss), ..crate::options::TcpOptions::NONE };
+        if let Some(ts) = syn.options.timestamps.filter(|_| config.timestamps) {
+            let carried = CookieOptions {
+                window_scale: syn.options.window_scale.filter(|_| config.window_scaling),
+                sack_permitted: config.sack && syn.options.sack_permitted,
+            };
+            let clock = ((now.as_micros() / 1000) as u32)
+                .wrapping_add(IsnGenerator::new(config.isn_secret).timestamp_offset(tuple));
+            options.timestamps = Some(crate::options::Timestamps { tsval: carried.encode(clock), tsecr: ts.tsval });
+            if carried.window_scale.is_some() {
+                let mut offer = 0;
+                while offer < 14 && max_window(offer) < config.recv_buffer as u32 {
+                    offer += 1;
+                }
+                options.window_scale = Some(offer);
+            }
+            options.sack_permitted = carried.sack_permitted;
+        }
         Segment {
             src_port: syn.dst_port,
             dst_port: syn.src_port,
@@ -533,7 +619,7 @@ impl Connection {
             ack: syn.seq + 1u32,
             flags: Flags::SYN | Flags::ACK,
             window: config.recv_buffer.min(65535) as u16,
-            options: crate::options::TcpOptions { mss: Some(config.mss), ..crate::options::TcpOptions::NONE },
+            options,
             ..Segment::EMPTY
         }
     }
@@ -783,6 +869,16 @@ impl Connection {
     /// Return bytes that `recv` would return now.
     pub fn recv_available(&self) -> usize {
         self.recv_buf.len()
+    }
+
+    /// Return whether SACK was negotiated (both SYNs offered it, RFC 2018).
+    pub fn sack_enabled(&self) -> bool {
+        self.sack_enabled
+    }
+
+    /// Return whether timestamps are in use (both SYNs carried them, RFC 7323 3.2).
+    pub fn timestamps_enabled(&self) -> bool {
+        self.ts_ok
     }
 
     /// Return whether the peer's FIN has been received.

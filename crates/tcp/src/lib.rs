@@ -70,7 +70,7 @@ pub mod timer;
 pub mod tuple;
 
 pub use config::{Config, Keepalive};
-pub use connection::{Buffers, Connection, RecvError, SendError, Transmit, TransmitKind};
+pub use connection::{Buffers, Connection, CookieOptions, RecvError, SendError, Transmit, TransmitKind};
 pub use event::{Cause, Event, Stats, Transition, UserCall};
 pub use options::{SackBlock, SackBlocks, TcpOptions, Timestamps};
 pub use segment::{Flags, Segment};

@@ -1360,7 +1360,7 @@ fn syn_cookie_reply_and_rebuilt_connection() {
         ..TEMPLATE
     };
     let cookie = SeqNum(0xdead_beef);
-    let reply = Connection::syn_cookie_reply(&config(), &syn, cookie);
+    let reply = Connection::syn_cookie_reply(&config(), &tuple(), &syn, cookie, ms(0));
     assert_eq!((reply.flags, reply.seq, reply.ack), (Flags::SYN | Flags::ACK, cookie, REMOTE_ISN + 1u32));
     assert_eq!((reply.src_port, reply.dst_port), (80, 40000));
     assert_eq!(reply.options.window_scale, None);
@@ -1374,6 +1374,68 @@ fn syn_cookie_reply_and_rebuilt_connection() {
     c.send(b"ok").unwrap();
     let out = drain(&mut c, ms(6));
     assert_eq!((out[0].seq, out[0].ack), (cookie + 1u32, REMOTE_ISN + 3u32));
+}
+
+#[test]
+fn syn_cookie_carries_window_scale_and_sack_in_the_timestamp() {
+    // A SYN as Linux sends it: MSS, SACK-permitted, timestamps, window scale 7.
+    let syn = Segment {
+        seq: REMOTE_ISN,
+        flags: Flags::SYN,
+        window: 64240,
+        options: TcpOptions {
+            mss: Some(1460),
+            window_scale: Some(7),
+            sack_permitted: true,
+            timestamps: Some(Timestamps { tsval: 4000, tsecr: 0 }),
+            ..TcpOptions::NONE
+        },
+        ..TEMPLATE
+    };
+    let cookie = SeqNum(0x1234_5678);
+    let reply = Connection::syn_cookie_reply(&config(), &tuple(), &syn, cookie, ms(1000));
+    assert_eq!(reply.options.window_scale, Some(3), "offered as a stateful SYN-ACK would");
+    assert!(reply.options.sack_permitted);
+    let ts = reply.options.timestamps.expect("timestamps answered");
+    assert_eq!(ts.tsecr, 4000);
+    assert_eq!(
+        bypass_tcp::CookieOptions::decode(ts.tsval),
+        Some(bypass_tcp::CookieOptions { window_scale: Some(7), sack_permitted: true })
+    );
+    // The ACK echoes the TSval: the rebuilt connection has scaling, SACK and timestamps.
+    let ack = Segment {
+        seq: REMOTE_ISN + 1u32,
+        ack: cookie + 1u32,
+        window: 500,
+        options: TcpOptions { timestamps: Some(Timestamps { tsval: 4001, tsecr: ts.tsval }), ..TcpOptions::NONE },
+        ..TEMPLATE
+    };
+    let mut c = Connection::from_syn_cookie(&config(), tuple(), cookie, 1460, &ack, ms(1001));
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(c.stats().peer_window, 500 << 7, "the window is scaled");
+    assert_eq!(c.stats().mss, 1448, "timestamps in use");
+    let space = c.sequence_space();
+    assert_eq!((space.snd_wscale, space.rcv_wscale), (7, 3));
+    // Out-of-order data is SACKed, and every segment carries timestamps.
+    c.handle_segment(
+        ms(1002),
+        &Segment {
+            seq: REMOTE_ISN + 11u32,
+            ack: cookie + 1u32,
+            payload: b"later",
+            options: TcpOptions { timestamps: Some(Timestamps { tsval: 4002, tsecr: 0 }), ..TcpOptions::NONE },
+            ..TEMPLATE
+        },
+    );
+    let dup = one(&mut c, ms(1002));
+    assert_eq!(dup.options.sack_blocks.len(), 1, "SACK is on");
+    assert_eq!(dup.options.timestamps.map(|t| t.tsecr), Some(4001));
+    // Bits that cannot be ours carry nothing.
+    assert_eq!(bypass_tcp::CookieOptions::decode(0x20), None);
+    assert_eq!(
+        bypass_tcp::CookieOptions::decode(0x0e | 0x01 << 8),
+        Some(bypass_tcp::CookieOptions { window_scale: Some(14), sack_permitted: false })
+    );
 }
 
 #[test]
