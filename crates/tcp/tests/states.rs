@@ -26,8 +26,10 @@ fn tuple() -> FourTuple {
 const TEMPLATE: Segment<'static> =
     Segment { src_port: 40000, dst_port: 80, window: 65535, flags: Flags::ACK, ..Segment::EMPTY };
 
+/// Defaults, with ACKs at once and RFC 6298's 1 s minimum RTO, so that the timers these tests
+/// tell apart (RTO, persist, SWS override) are far from each other.
 fn config() -> Config {
-    Config { delayed_ack: None, isn_secret: [7; 16], ..Config::default() }
+    Config { delayed_ack: None, isn_secret: [7; 16], min_rto: Duration::from_secs(1), ..Config::default() }
 }
 
 fn ms(n: u64) -> Instant {
@@ -1292,6 +1294,18 @@ fn unanswered_zero_window_probes_give_up_at_the_user_timeout() {
     assert_eq!(c.state(), State::Closed);
     let lasted = end - ms(2);
     assert!(lasted >= Duration::from_secs(300) && lasted < Duration::from_secs(360), "gave up after {lasted:?}");
+}
+
+#[test]
+fn the_minimum_rto_is_200_ms_by_default_as_linux() {
+    assert_eq!(Config::default().min_rto, Duration::from_millis(200));
+    let cfg = Config { min_rto: Config::default().min_rto, ..config() };
+    let (mut c, _) = established_passive(&cfg);
+    // A 1 ms round trip measured: the RTO is the floor, not RFC 6298's 1 s.
+    assert_eq!(c.stats().rto, Duration::from_millis(200));
+    c.send(b"lost").unwrap();
+    drain(&mut c, ms(2));
+    assert_eq!(c.poll_timeout(), Some(ms(202)));
 }
 
 #[test]
