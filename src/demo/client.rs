@@ -177,8 +177,9 @@ fn request_response<E: Endpoint>(
                     requests += 1;
                 }
                 (got[i], sent[i]) = (0, 0);
-                client.write_some(ids[i], &msg, &mut sent[i])?;
+                // From before the write, as the kernel client: sending is part of the trip.
                 sent_at[i] = Instant::now();
+                client.write_some(ids[i], &msg, &mut sent[i])?;
                 last_progress = now;
             }
         }

@@ -335,8 +335,8 @@ fn request_response(
     if plan.busy {
         // Every connection keeps one request in flight; sweep them, spinning.
         for (i, f) in files.iter_mut().enumerate() {
-            write_all(f, &msg).map_err(|e| io("write", e))?;
             sent_at[i] = Instant::now();
+            write_all(f, &msg).map_err(|e| io("write", e))?;
         }
         let mut last_progress = Instant::now();
         while now < end && !interrupted.load(Ordering::Relaxed) {
@@ -354,8 +354,10 @@ fn request_response(
                         latency.saturating_record((now - sent_at[i]).as_nanos() as u64);
                         requests += 1;
                     }
-                    write_all(&mut files[i], &msg).map_err(|e| io("write", e))?;
+                    // The clock starts before write(2): on a veth the send can run the whole
+                    // path to the server, and even its answer, before write returns.
                     sent_at[i] = Instant::now();
+                    write_all(&mut files[i], &msg).map_err(|e| io("write", e))?;
                     last_progress = now;
                 }
             }
@@ -377,8 +379,8 @@ fn request_response(
     // Blocking: a request on every connection, then every echo, round after round.
     let mut round = |files: &mut [File], record: bool, latency: &mut Histogram<u64>| -> Result<u64, String> {
         for (i, f) in files.iter_mut().enumerate() {
-            write_all(f, &msg).map_err(|e| io("write", e))?;
             sent_at[i] = Instant::now();
+            write_all(f, &msg).map_err(|e| io("write", e))?;
         }
         for (i, f) in files.iter_mut().enumerate() {
             f.read_exact(&mut bufs[i]).map_err(|e| io("read the echo", e))?;

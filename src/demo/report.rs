@@ -452,12 +452,9 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
             r.transport.kernel_copies(),
         );
         let [vs_2, vs_2d] = ratios(rows, r);
-        let _ = write!(
-            o,
-            ", \"vs_row_2\": {}, \"vs_row_2d\": {}",
-            vs_2.map_or("null".into(), jn),
-            vs_2d.map_or("null".into(), jn)
-        );
+        // Ratios in full: a row far off the baseline must not print as 0.0000.
+        let ratio = |x: Option<f64>| x.filter(|x| x.is_finite()).map_or("null".into(), |x| format!("{x}"));
+        let _ = write!(o, ", \"vs_row_2\": {}, \"vs_row_2d\": {}", ratio(vs_2), ratio(vs_2d));
         if let Some(f) = &r.figures {
             let _ = write!(
                 o,

@@ -39,6 +39,8 @@ pub struct Config {
     pub timestamps: bool,
     /// Nagle's algorithm (RFC 9293 3.7.4); `false` is TCP_NODELAY.
     pub nagle: bool,
+    /// The congestion controller ([`Algorithm`](crate::Algorithm)).
+    pub congestion: crate::Algorithm,
     /// Override timeout of sender-side SWS avoidance (RFC 9293 3.8.6.2.1, RFC 1122 4.2.3.4:
     /// 0.1 to 1 s): how long queued data waits, with nothing in flight, for a window that is
     /// open but too small to use (under a full segment and under half the largest window the
@@ -105,6 +107,7 @@ impl Default for Config {
             sack: true,
             timestamps: true,
             nagle: true,
+            congestion: crate::Algorithm::default(),
             sws_override: Duration::from_millis(200),
             delayed_ack: Some(Duration::from_millis(40)),
             initial_rto: Duration::from_secs(1),

@@ -23,12 +23,15 @@ use std::time::Duration;
 
 use crate::buffer::{RingBuffer, Storage};
 use crate::config::Config;
-use crate::congestion::NewReno;
+use crate::congestion::CongestionControl;
+use crate::controller::Controller;
 use crate::event::{Cause, Event, Stats, Transition, UserCall};
 use crate::isn::IsnGenerator;
 use crate::reassembly::Assembler;
+use crate::recovery::Recovery;
 use crate::rtt::RttEstimator;
 use crate::segment::{Flags, Segment};
+use crate::sent::SentQueue;
 use crate::seq::SeqNum;
 use crate::state::State;
 use crate::time::Instant;
@@ -284,6 +287,9 @@ pub struct Connection {
     pub(crate) fin_pending: Option<SeqNum>,
     pub(crate) fin_received: bool,
     pub(crate) sack_enabled: bool,
+    /// A duplicate segment received, to report in the first SACK block of the next ACK
+    /// (D-SACK, RFC 2883 section 4).
+    pub(crate) dsack: Option<(SeqNum, SeqNum)>,
 
     // Timestamps (RFC 7323).
     /// Both SYNs carried the timestamps option: every segment carries it from now on.
@@ -304,14 +310,21 @@ pub struct Connection {
     /// The segment being timed: (sequence number whose ACK ends it, send time). Karn's rule
     /// clears it on any retransmission (RFC 6298 section 3).
     pub(crate) rtt_probe: Option<(SeqNum, Instant)>,
-    pub(crate) cc: NewReno,
+    pub(crate) cc: CongestionControl,
+    /// The segments in flight: the SACK scoreboard and RACK's transmit record.
+    pub(crate) sent: SentQueue,
+    /// Loss detection and recovery (RACK-TLP, duplicate ACKs, PRR).
+    pub(crate) recovery: Recovery,
+    /// The RTT sample the ACK being processed gave, for the controller.
+    pub(crate) last_rtt_sample: Option<Duration>,
+    /// A tail-loss probe is due (RFC 8985 7.3).
+    pub(crate) tlp_due: bool,
+    /// When data was last sent (RFC 5681 4.1's idle test).
+    pub(crate) last_data_at: Option<Instant>,
     /// Consecutive retransmission timeouts without progress.
     pub(crate) rto_count: u32,
     /// When the oldest unacknowledged octet was first sent (user timeout, RFC 5482).
     pub(crate) unacked_since: Option<Instant>,
-    /// Send one segment from SND.UNA at the next poll, whatever the windows (RTO, fast
-    /// retransmit, partial ACK).
-    pub(crate) retransmit_una: bool,
     /// A zero-window probe is due.
     pub(crate) probe_due: bool,
     /// The SWS override timeout passed: send what the window holds (RFC 9293 3.8.6.2.1).
@@ -397,6 +410,7 @@ impl Connection {
             fin_pending: None,
             fin_received: false,
             sack_enabled: false,
+            dsack: None,
             ts_ok: false,
             ts_recent: 0,
             ts_recent_at: Instant::ZERO,
@@ -405,10 +419,14 @@ impl Connection {
             seg_tsecr: None,
             rtt: RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto),
             rtt_probe: None,
-            cc: NewReno::new(default_mss.min(config.mss) as u32),
+            cc: CongestionControl::new(config.congestion, default_mss.min(config.mss) as u32),
+            sent: SentQueue::with_capacity(16),
+            recovery: Recovery::default(),
+            last_rtt_sample: None,
+            tlp_due: false,
+            last_data_at: None,
             rto_count: 0,
             unacked_since: None,
-            retransmit_una: false,
             probe_due: false,
             sws_override_due: false,
             persist_backoff: 0,
@@ -449,7 +467,6 @@ impl Connection {
         self.snd_nxt = self.iss;
         self.snd_max = self.iss;
         self.send_buf_seq = self.iss + 1u32;
-        self.cc.set_recover(self.iss);
     }
 
     /// Active open: return a connection in SYN-SENT whose SYN `poll_transmit` will send
@@ -549,7 +566,6 @@ impl Connection {
         c.snd_max = c.snd_una;
         c.send_buf_seq = c.snd_una;
         c.syn_acknowledged = true;
-        c.cc.set_recover(iss);
         c.irs = ack.seq - 1u32;
         c.rcv_nxt = ack.seq;
         c.last_ack_sent = c.rcv_nxt;
@@ -979,8 +995,8 @@ impl Connection {
             State::Closed => {
                 self.timers.stop_all();
                 self.fin_queued = false;
-                self.retransmit_una = false;
                 self.probe_due = false;
+                self.tlp_due = false;
                 self.sws_override_due = false;
                 self.keepalive_due = false;
                 self.ack_due = AckDue::None;

@@ -101,7 +101,7 @@ pub struct Stats {
     pub retransmits: u64,
     /// Retransmission timeouts that fired.
     pub timeouts: u64,
-    /// Fast retransmits (three duplicate ACKs).
+    /// Fast recoveries begun (loss detected by RACK or three duplicate ACKs).
     pub fast_retransmits: u64,
     /// Duplicate ACKs received.
     pub dup_acks: u64,
@@ -111,6 +111,8 @@ pub struct Stats {
     pub challenge_acks: u64,
     /// Zero-window probes sent.
     pub window_probes: u64,
+    /// Tail-loss probes sent (RFC 8985 7).
+    pub loss_probes: u64,
     /// Resets sent because received data was lost: the application let go of the
     /// connection with data unread, or data arrived after it did (RFC 9293 3.6.1).
     pub resets_for_lost_data: u64,

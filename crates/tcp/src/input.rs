@@ -2,9 +2,11 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use crate::congestion::{AckOutcome, DupAckOutcome};
 use crate::connection::{AckDue, Connection, Failure, PendingReset, max_window};
+use crate::controller::Controller;
 use crate::event::{Cause, Event};
+use crate::options::SackBlock;
+use crate::recovery::AckContext;
 use crate::segment::{Flags, Segment};
 use crate::seq::SeqNum;
 use crate::state::State;
@@ -172,6 +174,7 @@ impl Connection {
         let mss = peer_mss.min(self.config.mss).max(64);
         self.smss = (mss - self.fixed_options_len() as u16).max(64);
         self.cc.set_mss(self.smss as u32);
+
         match seg.options.window_scale {
             Some(shift) if self.config.window_scaling => {
                 // RFC 7323 2.3: a shift above 14 is used as 14.
@@ -259,6 +262,7 @@ impl Connection {
                 _ => now.saturating_duration_since(sent),
             };
             self.rtt.sample(sample);
+            self.last_rtt_sample = Some(sample);
             self.rtt_probe = None;
         }
         self.snd_una = ack;
@@ -335,6 +339,10 @@ impl Connection {
                 self.timers.set(Timer::TimeWait, now + self.config.msl * 2);
             }
             self.ack_due = AckDue::Now;
+            // Data we already have: a duplicate, reported as a D-SACK (RFC 2883 4.1).
+            if self.sack_enabled && !seg.payload.is_empty() && !(seg.seq + seg.payload.len()).after(self.rcv_nxt) {
+                self.dsack = Some((seg.seq, seg.seq + seg.payload.len()));
+            }
             if zero_window_ack {
                 self.process_ack(now, &seg);
             }
@@ -498,25 +506,27 @@ impl Connection {
         self.last_ack_at = now;
         let window = (seg.window as u32) << self.snd_wscale;
         let old_window = self.snd_wnd;
-        if seg.ack.after(self.snd_una) {
-            self.on_new_ack(now, seg.ack);
-        } else if seg.ack == self.snd_una
+        let flight_before = self.snd_max - self.snd_una;
+        let advanced = seg.ack.after(self.snd_una);
+        // A duplicate ACK by RFC 5681 section 2's definition.
+        let duplicate = !advanced
+            && seg.ack == self.snd_una
             && self.snd_max != self.snd_una
             && seg.payload.is_empty()
             && !seg.flags.intersects(Flags::SYN | Flags::FIN)
-            && window == old_window
-        {
-            // A duplicate ACK by RFC 5681 section 2's definition.
+            && window == old_window;
+        let syn_was_acked = self.syn_acked();
+        if advanced {
+            self.on_new_ack(now, seg.ack);
+        }
+        if duplicate {
             self.stats.dup_acks += 1;
-            let flight = self.snd_max - self.snd_una;
-            match self.cc.on_dup_ack(self.snd_una, self.snd_max, flight) {
-                DupAckOutcome::FastRetransmit => {
-                    self.stats.fast_retransmits += 1;
-                    self.retransmit_una = true;
-                    self.rtt_probe = None;
-                }
-                DupAckOutcome::WindowInflated | DupAckOutcome::None => {}
-            }
+        }
+        // The scoreboard and loss recovery (RFC 6675, RFC 8985, RFC 6937), for data: the
+        // ACK of our SYN is the handshake's business.
+        let blocks: &[SackBlock] = if self.sack_enabled { seg.options.sack_blocks.as_slice() } else { &[] };
+        if syn_was_acked && (advanced || duplicate || !blocks.is_empty()) {
+            self.on_data_ack(now, flight_before, advanced, duplicate, blocks);
         }
         // Window update (RFC 9293 3.10.7.4): SND.WL1 < SEG.SEQ, or equal and SND.WL2 =< SEG.ACK.
         if seg.ack.after_eq(self.snd_una)
@@ -539,14 +549,37 @@ impl Connection {
         true
     }
 
+    /// Apply an ACK of data to the scoreboard and let loss recovery act on it.
+    fn on_data_ack(&mut self, now: Instant, flight_before: u32, advanced: bool, duplicate: bool, blocks: &[SackBlock]) {
+        let delivery = self.sent.on_ack(self.snd_una, blocks);
+        let ctx = AckContext {
+            now,
+            snd_una: self.snd_una,
+            snd_max: self.snd_max,
+            flight_before,
+            advanced,
+            duplicate,
+            sack: self.sack_enabled,
+            smss: self.smss as u32,
+            rtt: self.last_rtt_sample.take(),
+        };
+        let decision = self.recovery.on_ack(&ctx, &delivery, &mut self.sent, &mut self.cc);
+        if decision.entered_recovery {
+            self.stats.fast_retransmits += 1;
+        }
+        match decision.reorder_timer {
+            Some(at) => self.timers.set(Timer::Reorder, at),
+            None => self.timers.stop(Timer::Reorder),
+        }
+        // A tail-loss probe waits for two round trips of silence after the last progress
+        // (RFC 8985 7.2).
+        if advanced {
+            self.arm_loss_probe(now);
+        }
+    }
+
     /// SND.UNA < SEG.ACK =< SND.NXT: new data acknowledged.
     fn on_new_ack(&mut self, now: Instant, ack: SeqNum) {
-        let flight_before = self.snd_max - self.snd_una;
-        let mut acked = ack - self.snd_una;
-        // Our SYN, if still unacknowledged, takes one sequence number.
-        if !self.syn_acked() {
-            acked -= 1;
-        }
         // Remove acknowledged data from the send buffer; what is left may be the FIN.
         let data_acked = (ack - self.send_buf_seq).min(self.send_buf.len() as u32);
         if ack.after(self.send_buf_seq) {
@@ -557,15 +590,12 @@ impl Connection {
             }
         }
         self.advance_una(now, ack);
-        match self.cc.on_ack(ack, acked, flight_before) {
-            // RFC 6582 3.2 step 5: retransmit the first unacknowledged segment.
-            AckOutcome::PartialAck => self.retransmit_una = true,
-            AckOutcome::Normal | AckOutcome::RecoveryExited => {}
-        }
         self.rto_count = 0;
         // RFC 6298 5.2/5.3: stop the timer when all is acknowledged, else restart it.
         if self.snd_una == self.snd_max {
             self.timers.stop(Timer::Retransmit);
+            self.timers.stop(Timer::LossProbe);
+            self.timers.stop(Timer::Reorder);
             self.unacked_since = None;
         } else {
             self.timers.set(Timer::Retransmit, now + self.rtt.rto());
@@ -580,9 +610,12 @@ impl Connection {
         let mut seq = seg.seq;
         let mut data = seg.payload;
         let mut fin = seg.flags.fin();
-        // Trim what we already have.
+        // Trim what we already have, and report it as a D-SACK (RFC 2883 4.1).
         if seq.before(self.rcv_nxt) {
             let dup = (self.rcv_nxt - seq) as usize;
+            if self.sack_enabled && dup > 0 && !data.is_empty() {
+                self.dsack = Some((seq, seq + dup.min(data.len())));
+            }
             if dup > data.len() {
                 // Only an old FIN remains.
                 data = &[];

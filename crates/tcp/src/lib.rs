@@ -71,6 +71,7 @@ pub mod tuple;
 
 pub use config::{Config, Keepalive};
 pub use connection::{Buffers, Connection, CookieOptions, RecvError, SendError, Transmit, TransmitKind};
+pub use controller::Algorithm;
 pub use event::{Cause, Event, Stats, Transition, UserCall};
 pub use options::{SackBlock, SackBlocks, TcpOptions, Timestamps};
 pub use segment::{Flags, Segment};
@@ -81,11 +82,14 @@ pub use tuple::FourTuple;
 pub mod buffer;
 pub mod closed;
 pub mod congestion;
+pub mod controller;
 mod input;
 pub mod isn;
 mod output;
 pub mod reassembly;
+mod recovery;
 pub mod rtt;
+mod sent;
 pub mod wire;
 
 pub use closed::reset_for;

@@ -6,6 +6,7 @@
 //! holds once the SWS override timeout passed; a zero-window or keep-alive probe; a pure ACK.
 
 use crate::connection::{AckDue, Connection, PendingReset, Transmit, TransmitKind, max_window};
+use crate::controller::Controller;
 use crate::options::{SackBlock, TcpOptions, Timestamps};
 use crate::segment::{Flags, Segment};
 use crate::seq::SeqNum;
@@ -56,15 +57,9 @@ impl Connection {
             }
             _ => {}
         }
-        if self.retransmit_una {
-            self.retransmit_una = false;
-            // Resend from SND.UNA, but never past the peer's window (RFC 9293 3.8.6); with
-            // the window shut, a probe asks for it instead.
-            if self.snd_wnd == 0 {
-                self.probe_due = true;
-            } else if let Some(t) = self.send_from(now, self.snd_una, self.snd_wnd as usize, buf) {
-                return Some(t);
-            }
+        // Segments detected lost go first (RFC 6675 5, NextSeg rule 1; RFC 8985 6.3).
+        if let Some(t) = self.retransmit_lost(now, buf) {
+            return Some(t);
         }
         if let Some(t) = self.send_new(now, buf, false) {
             return Some(t);
@@ -76,6 +71,12 @@ impl Connection {
             if self.snd_max == self.snd_una
                 && let Some(t) = self.send_new(now, buf, true)
             {
+                return Some(t);
+            }
+        }
+        if self.tlp_due {
+            self.tlp_due = false;
+            if let Some(t) = self.send_loss_probe(now, buf) {
                 return Some(t);
             }
         }
@@ -101,7 +102,60 @@ impl Connection {
         None
     }
 
-    /// Send new data (and FIN) from SND.NXT as the windows, Nagle (RFC 9293 3.7.4) and
+    /// Resend the first segment marked lost, if the congestion window has room for it
+    /// (RFC 6675's `pipe` below cwnd) and the peer's window is open; with the window shut,
+    /// a probe asks for it instead.
+    fn retransmit_lost(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let lost = self.sent.first_lost()?;
+        if self.snd_wnd == 0 {
+            self.probe_due = true;
+            return None;
+        }
+        if self.recovery.pipe(&self.sent, self.smss as u32) >= self.cc.cwnd() {
+            return None;
+        }
+        let with_fin = self.fin_seq().is_some_and(|f| lost.end == f + 1u32);
+        self.send_from(now, lost.start, (lost.len() - u32::from(with_fin)) as usize, with_fin, buf)
+    }
+
+    /// Send the tail-loss probe (RFC 8985 7.3): one new segment if there is one and the
+    /// peer's window takes it, whatever cwnd says; else the last segment again.
+    fn send_loss_probe(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if self.snd_una == self.snd_max || self.recovery.probe_outstanding() {
+            return None;
+        }
+        self.stats.loss_probes += 1;
+        let data_end = self.send_buf_seq + self.send_buf.len();
+        let window_room = (self.snd_una + self.snd_wnd).after(self.snd_max);
+        let t = if self.snd_max.before(data_end) && window_room {
+            let room = (self.snd_una + self.snd_wnd) - self.snd_max;
+            let len = (data_end - self.snd_max).min(room);
+            let t = self.send_from(now, self.snd_max, len as usize, true, buf)?;
+            self.recovery.on_probe_sent(self.snd_max, false);
+            t
+        } else {
+            let last = *self.sent.last()?;
+            let with_fin = self.fin_seq().is_some_and(|f| last.end == f + 1u32);
+            let t = self.send_from(now, last.start, (last.len() - u32::from(with_fin)) as usize, with_fin, buf)?;
+            self.recovery.on_probe_sent(last.end, true);
+            t
+        };
+        // The retransmission timer runs from the probe (RFC 8985 7.3).
+        self.timers.set(Timer::Retransmit, now + self.rtt.rto());
+        Some(t)
+    }
+
+    /// Arm the tail-loss probe after progress or a transmission (RFC 8985 7.2).
+    pub(crate) fn arm_loss_probe(&mut self, now: Instant) {
+        let flight = self.snd_max - self.snd_una;
+        let rto_at = self.timers.get(Timer::Retransmit);
+        match self.recovery.probe_deadline(now, self.sack_enabled, self.rtt.srtt(), flight, self.smss as u32, rto_at) {
+            Some(at) => self.timers.set(Timer::LossProbe, at),
+            None => self.timers.stop(Timer::LossProbe),
+        }
+    }
+
+    /// Send new data (and FIN) from SND.MAX as the windows, Nagle (RFC 9293 3.7.4) and
     /// sender-side SWS avoidance (RFC 9293 3.8.6.2.1) allow. `forced` is the SWS override
     /// timeout (or a zero-window probe finding the window open): send whatever the window
     /// holds.
@@ -109,30 +163,40 @@ impl Connection {
         if !self.syn_acked() {
             return None;
         }
+        let next = self.snd_max;
         let data_end = self.send_buf_seq + self.send_buf.len();
-        let fin_unsent = self.fin_seq().is_some_and(|f| self.snd_nxt.before_eq(f));
-        let unsent = if self.snd_nxt.before(data_end) { data_end - self.snd_nxt } else { 0 };
+        let fin_unsent = self.fin_seq().is_some_and(|f| next.before_eq(f));
+        let unsent = if next.before(data_end) { data_end - next } else { 0 };
         if unsent == 0 && !fin_unsent {
             return None;
         }
-        let flight = self.snd_nxt - self.snd_una;
-        let window = self.snd_wnd.min(self.cc.cwnd());
-        let usable = window.saturating_sub(flight);
+        // RFC 5681 4.1: after an idle period longer than the RTO, restart from the restart
+        // window rather than send a window's worth into a network that may have changed.
+        if self.snd_una == self.snd_max
+            && self.last_data_at.is_some_and(|at| now.saturating_duration_since(at) > self.rtt.rto())
+        {
+            self.cc.on_idle_restart(now);
+            self.last_data_at = Some(now);
+        }
+        // The peer's window counts from SND.UNA; the congestion window limits what is in the
+        // network (RFC 6675's pipe: not what is SACKed or lost).
+        let flight = next - self.snd_una;
+        let peer_room = self.snd_wnd.saturating_sub(flight);
+        let cc_room = self.cc.cwnd().saturating_sub(self.recovery.pipe(&self.sent, self.smss as u32));
+        let usable = peer_room.min(cc_room);
         // A segment is full when it fills the MSS or the caller's buffer, whichever is less.
         let full = (self.smss as usize).min(self.payload_room(buf)) as u32;
         let len = unsent.min(full).min(usable);
-        let with_fin = fin_unsent && self.snd_nxt + len == data_end;
+        let with_fin = fin_unsent && next + len == data_end;
         if len == 0 && !(with_fin && usable > 0) {
             return None;
         }
-        let retransmitting = self.snd_nxt.before(self.snd_max);
         // RFC 9293 3.8.6.2.1 (3) and RFC 1122 4.2.3.4: Fs = 1/2 of Max(SND.WND), the largest
         // window offered after the SYN; until the peer has sent one, the SYN's own.
         let max_wnd = if self.sws_max_wnd > 0 { self.sws_max_wnd } else { self.snd_wnd };
         // (1) a full segment, (2) all queued data (with Nagle's condition), (3) half the
         // largest window; (4), the override, is `forced`.
         let send = forced
-            || retransmitting
             || with_fin
             || len == full
             || (max_wnd > 0 && len >= max_wnd / 2)
@@ -140,16 +204,24 @@ impl Connection {
         if !send {
             return None;
         }
-        self.send_from(now, self.snd_nxt, len as usize, buf)
+        self.send_from(now, next, len as usize, true, buf)
     }
 
     /// Write the segment starting at `seq` with up to `max_len` bytes of data (and the FIN
-    /// if it falls at the end), then advance SND.NXT/SND.MAX past it.
-    fn send_from(&mut self, now: Instant, seq: SeqNum, max_len: usize, buf: &mut [u8]) -> Option<Transmit> {
+    /// if it falls at the end and `fin_allowed`), record it in the scoreboard (new, or
+    /// resent), and advance SND.MAX past it.
+    fn send_from(
+        &mut self,
+        now: Instant,
+        seq: SeqNum,
+        max_len: usize,
+        fin_allowed: bool,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
         let data_end = self.send_buf_seq + self.send_buf.len();
         let available = if seq.before(data_end) { (data_end - seq) as usize } else { 0 };
         let len = available.min(self.smss as usize).min(max_len).min(self.payload_room(buf));
-        let fin = self.fin_seq().is_some_and(|f| seq + len == f);
+        let fin = fin_allowed && self.fin_seq().is_some_and(|f| seq + len == f);
         if len == 0 && !fin {
             return None;
         }
@@ -164,33 +236,43 @@ impl Connection {
         }
         let offset = (seq - self.send_buf_seq) as usize;
         let t = self.write_segment(now, buf, seq, flags, TcpOptions::NONE, Some((offset, len)))?;
-        if self.snd_nxt.before(end) {
-            self.snd_nxt = end;
-        }
+        let seg_len = (len + fin as usize) as u32;
         if retransmission {
             self.stats.retransmits += 1;
             // Karn's rule (RFC 6298 3): no sample from a retransmitted range.
             self.rtt_probe = None;
-        } else if self.rtt_probe.is_none() {
-            self.rtt_probe = Some((end, now));
-        }
-        // A resent range may reach past anything sent before (segments cut differently).
-        if end.after(self.snd_max) {
+            self.sent.resent(seq, seg_len, now);
+        } else {
+            if self.rtt_probe.is_none() {
+                self.rtt_probe = Some((end, now));
+            }
+            // Application-limited (RFC 7661): nothing left to send, room left in cwnd.
+            let pipe_after = self.recovery.pipe(&self.sent, self.smss as u32) + seg_len;
+            let app_limited = end == data_end + u32::from(self.fin_queued) && pipe_after < self.cc.cwnd();
+            self.sent.push(seq, end, now, app_limited);
             self.snd_max = end;
         }
+        self.recovery.on_sent(seg_len, retransmission);
+        if self.snd_nxt.before(self.snd_max) {
+            self.snd_nxt = self.snd_max;
+        }
+        self.last_data_at = Some(now);
         if self.unacked_since.is_none() {
             self.unacked_since = Some(now);
         }
         // RFC 6298 5.1: start the timer if it is not running.
         self.timers.set_if_idle(Timer::Retransmit, now + self.rtt.rto());
+        if !self.timers.is_armed(Timer::LossProbe) {
+            self.arm_loss_probe(now);
+        }
         Some(Transmit { kind: if retransmission { TransmitKind::Retransmission } else { TransmitKind::Data }, ..t })
     }
 
     /// Return the payload that fits in `buf` behind the header a data segment will carry:
     /// the timestamps where in use, and SACK blocks while out-of-order data is held.
     fn payload_room(&self, buf: &[u8]) -> usize {
-        let options =
-            if self.sack_enabled && !self.assembler.is_empty() { MAX_OPTIONS } else { self.fixed_options_len() };
+        let blocks = self.sack_enabled && (!self.assembler.is_empty() || self.dsack.is_some());
+        let options = if blocks { MAX_OPTIONS } else { self.fixed_options_len() };
         buf.len().saturating_sub(BASE_HEADER + options)
     }
 
@@ -340,7 +422,11 @@ impl Connection {
     }
 
     /// Fill SACK blocks: the most recent first, then the others (RFC 2018 section 4).
-    fn sack_blocks(&self, options: &mut TcpOptions) {
+    fn sack_blocks(&mut self, options: &mut TcpOptions) {
+        // A duplicate received goes first, once (D-SACK, RFC 2883 section 4).
+        if let Some((left, right)) = self.dsack.take() {
+            options.sack_blocks.push(SackBlock { left, right });
+        }
         let base = self.rcv_nxt;
         let recent = self.assembler.recent();
         if let Some((start, end)) = recent {

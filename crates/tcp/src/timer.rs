@@ -5,6 +5,7 @@
 //! every timer whose deadline has passed.
 
 use crate::connection::{AckDue, Connection, Failure};
+use crate::controller::Controller;
 use crate::event::{Cause, Event};
 use crate::state::State;
 use crate::time::Instant;
@@ -28,6 +29,10 @@ pub enum Timer {
     SwsOverride,
     /// Delayed ACK (RFC 9293 3.8.6.3).
     DelayedAck,
+    /// RACK's reordering window ran out for a segment (RFC 8985 6.2 step 5).
+    Reorder,
+    /// Tail-loss probe timeout (RFC 8985 7.2).
+    LossProbe,
     /// FIN-WAIT-2 of a released connection ([`Config::fin_wait2_timeout`](crate::Config::fin_wait2_timeout)).
     FinWait2,
     /// Keep-alive (RFC 9293 3.8.4).
@@ -38,10 +43,13 @@ pub enum Timer {
 
 impl Timer {
     /// Every timer, in the order they fire when due at the same instant.
-    pub const ALL: [Timer; 7] = [
+    pub const ALL: [Timer; 9] = [
         Timer::TimeWait,
         Timer::FinWait2,
+        // A probe capped at the RTO's expiry is sent instead of the RTO (RFC 8985 7.2).
+        Timer::LossProbe,
         Timer::Retransmit,
+        Timer::Reorder,
         Timer::Persist,
         Timer::SwsOverride,
         Timer::KeepAlive,
@@ -57,6 +65,8 @@ impl Timer {
             Timer::TimeWait => 4,
             Timer::SwsOverride => 5,
             Timer::FinWait2 => 6,
+            Timer::Reorder => 7,
+            Timer::LossProbe => 8,
         }
     }
 }
@@ -139,6 +149,14 @@ impl Connection {
                     Timer::TimeWait => self.on_time_wait_expiry(now),
                     Timer::Retransmit => self.on_retransmit_timeout(now),
                     Timer::Persist => self.on_persist_timeout(now),
+                    Timer::Reorder => self.on_reorder_timeout(now),
+                    Timer::LossProbe => {
+                        // The probe restarts the retransmission timer (RFC 8985 7.3).
+                        self.tlp_due = true;
+                        if self.timers.is_armed(Timer::Retransmit) {
+                            self.timers.set(Timer::Retransmit, now + self.rtt.rto());
+                        }
+                    }
                     Timer::FinWait2 => self.on_fin_wait2_timeout(now),
                     Timer::SwsOverride => self.sws_override_due = true,
                     Timer::DelayedAck => {
@@ -157,6 +175,20 @@ impl Connection {
         if self.state == State::TimeWait {
             self.emit(Event::Closed);
             self.set_state(now, State::Closed, Cause::Timer(Timer::TimeWait));
+        }
+    }
+
+    /// RACK's reordering timer: segments that were waiting out the reordering window may be
+    /// lost by now (RFC 8985 6.2 step 5).
+    fn on_reorder_timeout(&mut self, now: Instant) {
+        let flight = self.snd_max - self.snd_una;
+        let (next, entered) =
+            self.recovery.on_reorder_timeout(now, self.snd_max, flight, self.smss as u32, &mut self.sent, &mut self.cc);
+        if entered {
+            self.stats.fast_retransmits += 1;
+        }
+        if let Some(at) = next {
+            self.timers.set(Timer::Reorder, at);
         }
     }
 
@@ -214,19 +246,19 @@ impl Connection {
         }
         self.rto_count += 1;
         if self.syn_acked() {
+            // Everything not SACKed is lost; slow start resends it in order.
             let flight = self.snd_max - self.snd_una;
-            self.cc.on_timeout(self.snd_max, flight);
+            self.recovery.on_rto(now, self.snd_max, flight, &mut self.sent, &mut self.cc);
+            self.timers.stop(Timer::Reorder);
+            self.timers.stop(Timer::LossProbe);
         } else {
-            // RFC 5681 3.1: a lost SYN or SYN-ACK leaves a one-segment initial window.
+            // RFC 5681 3.1: a lost SYN or SYN-ACK leaves a one-segment initial window; send
+            // it again.
             self.cc.on_syn_timeout();
+            self.snd_nxt = self.snd_una;
         }
         self.rtt.backoff();
         self.rtt_probe = None;
-        // Go back to SND.UNA and resend from there as the (now one-segment) window allows.
-        self.snd_nxt = self.snd_una;
-        if self.syn_acked() {
-            self.retransmit_una = true;
-        }
         self.timers.set(Timer::Retransmit, now + self.rtt.rto());
     }
 

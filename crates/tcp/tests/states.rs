@@ -566,7 +566,8 @@ fn window_update_follows_wl1_wl2() {
 
 #[test]
 fn data_is_retransmitted_after_rto_with_karns_rule() {
-    let cfg = Config { min_rto: Duration::from_millis(200), ..config() };
+    // Without SACK there is no tail-loss probe: the RTO is the first timer to fire.
+    let cfg = Config { min_rto: Duration::from_millis(200), sack: false, ..config() };
     let (mut c, iss) = established_passive(&cfg);
     c.send(b"payload").unwrap();
     let first = one(&mut c, ms(10));
@@ -588,7 +589,8 @@ fn data_is_retransmitted_after_rto_with_karns_rule() {
 
 #[test]
 fn three_duplicate_acks_trigger_fast_retransmit() {
-    let cfg = Config { send_buffer: 64 * 1024, ..config() };
+    // Without SACK, duplicate ACKs are all a sender learns (RFC 5681 3.2).
+    let cfg = Config { send_buffer: 64 * 1024, sack: false, ..config() };
     let (mut c, iss) = established_passive(&cfg);
     // Open the congestion window first.
     let data = vec![7u8; 20_000];
@@ -605,6 +607,162 @@ fn three_duplicate_acks_trigger_fast_retransmit() {
     assert_eq!(out[0].kind, TransmitKind::Retransmission);
     assert_eq!(c.stats().fast_retransmits, 1);
     assert!(c.stats().ssthresh < u32::MAX);
+}
+
+/// An established connection with SACK, `n` full segments of 1000 bytes in flight (MSS
+/// 1000, no timestamps), the first RTT measured at 10 ms.
+fn sack_flight(n: u32) -> (Connection, SeqNum) {
+    let mut c = Connection::listen(&config(), local());
+    let syn = Segment {
+        seq: REMOTE_ISN,
+        flags: Flags::SYN,
+        options: TcpOptions { mss: Some(1000), sack_permitted: true, ..TcpOptions::NONE },
+        ..TEMPLATE
+    };
+    c.handle_segment_from(ms(0), remote().ip(), &syn);
+    let iss = one(&mut c, ms(0)).seq;
+    c.handle_segment(ms(10), &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, window: 65535, ..TEMPLATE });
+    c.set_nodelay(true);
+    c.send(&vec![1u8; (n * 1000) as usize]).unwrap();
+    assert_eq!(drain(&mut c, ms(20)).len(), n as usize);
+    (c, iss)
+}
+
+/// The peer's ACK at SND.UNA with SACK blocks.
+fn sack(iss: SeqNum, ack: u32, blocks: &[(u32, u32)]) -> Segment<'static> {
+    let mut options = TcpOptions::NONE;
+    for &(l, r) in blocks {
+        options.sack_blocks.push(bypass_tcp::SackBlock { left: iss + 1u32 + l, right: iss + 1u32 + r });
+    }
+    Segment { ack: iss + 1u32 + ack, window: 65535, options, ..peer(iss, Flags::ACK, b"") }
+}
+
+#[test]
+fn sacked_segments_sent_later_mark_a_hole_lost_at_once_and_only_it_is_resent() {
+    // RACK (RFC 8985 6.2): segments sent after the first were delivered and the first was
+    // not; with no reordering seen and three segments SACKed, the reordering window is 0.
+    let (mut c, iss) = sack_flight(6);
+    c.handle_segment(ms(31), &sack(iss, 0, &[(1000, 4000)]));
+    let out = drain(&mut c, ms(31));
+    assert_eq!(out[0].kind, TransmitKind::Retransmission);
+    assert_eq!((out[0].seq, out[0].payload.len()), (iss + 1u32, 1000), "only the hole");
+    assert!(out.iter().skip(1).all(|o| o.kind != TransmitKind::Retransmission), "{out:?}");
+    assert_eq!(c.stats().fast_retransmits, 1);
+    // PRR (RFC 6937): the reduction is spread; the recovery ends when the hole is filled.
+    let ssthresh = c.stats().ssthresh;
+    assert_eq!(ssthresh, 3000, "half of the 6000 in flight");
+    c.handle_segment(ms(45), &sack(iss, 6000, &[]));
+    assert_eq!(c.stats().cwnd, ssthresh, "cwnd = ssthresh when the recovery ends");
+}
+
+#[test]
+fn a_single_sacked_segment_waits_out_the_reordering_window() {
+    // One segment SACKed above a hole: reordering is possible, so RACK waits min_RTT / 4
+    // beyond the RTT before it calls the hole lost (RFC 8985 6.2 step 4-5).
+    let (mut c, iss) = sack_flight(3);
+    c.handle_segment(ms(31), &sack(iss, 0, &[(1000, 2000)]));
+    assert!(drain(&mut c, ms(31)).is_empty(), "not yet");
+    let timer = c.poll_timeout().expect("the reordering timer");
+    // Sent at 20 ms, RACK.rtt 11 ms (the SACKed one, sent at 20, delivered at 31),
+    // reo_wnd = 10 ms / 4.
+    assert_eq!(timer, ms(20 + 11) + Duration::from_micros(2500));
+    c.handle_timeout(timer);
+    let out = drain(&mut c, timer);
+    assert_eq!((out[0].kind, out[0].seq), (TransmitKind::Retransmission, iss + 1u32));
+}
+
+#[test]
+fn a_lost_tail_is_repaired_by_a_probe_before_the_rto() {
+    // The last segments are lost and nothing comes back: the tail-loss probe resends the
+    // last one after two round trips (RFC 8985 7), long before the 1 s RTO.
+    let (mut c, iss) = sack_flight(4);
+    c.handle_segment(ms(31), &sack(iss, 2000, &[]));
+    assert!(drain(&mut c, ms(31)).is_empty());
+    let pto = c.poll_timeout().unwrap();
+    assert!(pto < ms(31) + Duration::from_millis(100), "PTO at {pto}, not the RTO");
+    c.handle_timeout(pto);
+    let probe = one(&mut c, pto);
+    assert_eq!((probe.kind, probe.seq), (TransmitKind::Retransmission, iss + 3001u32), "the last segment");
+    assert_eq!(c.stats().loss_probes, 1);
+    // Its SACK shows the one before it lost: RACK repairs it in a round trip.
+    c.handle_segment(pto + Duration::from_millis(11), &sack(iss, 2000, &[(3000, 4000)]));
+    let out = drain(&mut c, pto + Duration::from_millis(11));
+    assert_eq!((out[0].kind, out[0].seq), (TransmitKind::Retransmission, iss + 2001u32));
+}
+
+#[test]
+fn a_timeout_resends_what_was_not_sacked_in_order() {
+    let (mut c, iss) = sack_flight(4);
+    c.handle_segment(ms(31), &sack(iss, 0, &[(2000, 3000)]));
+    drain(&mut c, ms(31));
+    // Nothing more arrives: after the probe, the RTO fires.
+    let mut now = ms(31);
+    for _ in 0..10 {
+        let t = c.poll_timeout().unwrap();
+        c.handle_timeout(t);
+        drain(&mut c, t);
+        now = t;
+        if c.stats().timeouts > 0 {
+            break;
+        }
+    }
+    assert_eq!(c.stats().timeouts, 1);
+    let _ = now;
+    // Slow start from one segment: the ACK of the first lets two more out, never the
+    // SACKed one.
+    c.handle_segment(now + Duration::from_millis(10), &sack(iss, 1000, &[(2000, 3000)]));
+    let out = drain(&mut c, now + Duration::from_millis(10));
+    let seqs: Vec<u32> = out.iter().map(|o| o.seq - (iss + 1u32)).collect();
+    assert!(seqs.contains(&1000) && !seqs.contains(&2000), "resent {seqs:?}");
+}
+
+#[test]
+fn a_duplicate_segment_is_reported_in_a_d_sack() {
+    // RFC 2883 4.1: the first SACK block of the ACK reports the duplicate, once.
+    let (mut c, iss) = established_passive(&config());
+    c.handle_segment(ms(2), &peer(iss, Flags::ACK, b"abcdef"));
+    drain(&mut c, ms(2));
+    c.handle_segment(ms(3), &peer(iss, Flags::ACK, b"abcdef"));
+    let ack = one(&mut c, ms(3));
+    let blocks = ack.options.sack_blocks.as_slice();
+    assert_eq!(blocks.len(), 1);
+    assert_eq!((blocks[0].left, blocks[0].right), (REMOTE_ISN + 1u32, REMOTE_ISN + 7u32));
+    // A partly new segment: only its old part is reported.
+    c.handle_segment(ms(4), &Segment { seq: REMOTE_ISN + 5u32, ..peer(iss, Flags::ACK, b"efgh") });
+    let ack = one(&mut c, ms(4));
+    let blocks = ack.options.sack_blocks.as_slice();
+    assert_eq!((blocks[0].left, blocks[0].right), (REMOTE_ISN + 5u32, REMOTE_ISN + 7u32));
+    assert_eq!(ack.ack, REMOTE_ISN + 9u32);
+    // And not again.
+    c.handle_segment(ms(5), &Segment { seq: REMOTE_ISN + 9u32, ..peer(iss, Flags::ACK, b"i") });
+    c.handle_timeout(ms(300));
+    assert!(drain(&mut c, ms(300)).iter().all(|o| o.options.sack_blocks.is_empty()));
+}
+
+#[test]
+fn a_d_sack_of_every_resend_undoes_the_timeout() {
+    // The RTO resent the first segment, but the original had only been delayed: the peer
+    // reports the resend as a duplicate (RFC 2883), so the reduction was needless and cwnd
+    // and ssthresh come back (Linux's undo; RFC 2883 section 5).
+    let (mut c, iss) = sack_flight(6);
+    let before = (c.stats().cwnd, c.stats().ssthresh);
+    let rto = c.poll_timeout().unwrap();
+    // The probe first, then the timeout.
+    let mut t = rto;
+    for _ in 0..4 {
+        c.handle_timeout(t);
+        drain(&mut c, t);
+        if c.stats().timeouts == 1 {
+            break;
+        }
+        t = c.poll_timeout().unwrap();
+    }
+    assert_eq!(c.stats().timeouts, 1);
+    assert_eq!(c.stats().cwnd, 1000, "the loss window");
+    // Everything arrives: the originals, and the resend of the first as a duplicate.
+    c.handle_segment(t + Duration::from_millis(5), &sack(iss, 6000, &[(0, 1000)]));
+    assert_eq!(c.stats().ssthresh, before.1, "undone");
+    assert!(c.stats().cwnd >= before.0, "cwnd {} back to at least {} (and growing on)", c.stats().cwnd, before.0);
 }
 
 #[test]
@@ -743,8 +901,9 @@ fn window_shrunk_below_half_its_largest_is_used_after_the_short_override() {
     c.handle_timeout(ms(203));
     let forced = one(&mut c, ms(203));
     assert_eq!((forced.kind, forced.seq, forced.payload.len()), (TransmitKind::Data, iss + 1u32, 512));
-    // The retransmission timer covers the segment now, not the override.
-    assert_eq!(c.poll_timeout(), Some(ms(1203)));
+    // A timer covering the segment now, not the override: the tail-loss probe, two round
+    // trips (of 1 ms) and a delayed ACK's worth after it (RFC 8985 7.2), before the RTO.
+    assert_eq!(c.poll_timeout(), Some(ms(203 + 2 + 200)));
     // The next small window waits the same short time again: no backoff.
     c.handle_segment(ms(210), &window_update(iss, 512, 4));
     assert!(drain(&mut c, ms(210)).is_empty());
@@ -1310,7 +1469,8 @@ fn the_minimum_rto_is_200_ms_by_default_as_linux() {
 
 #[test]
 fn unanswered_retransmissions_time_out() {
-    let cfg = Config { max_retransmissions: 3, min_rto: Duration::from_millis(200), ..config() };
+    // Without SACK (no tail-loss probe): three RTO retransmissions, then the end.
+    let cfg = Config { max_retransmissions: 3, min_rto: Duration::from_millis(200), sack: false, ..config() };
     let (mut c, _) = established_passive(&cfg);
     c.send(b"lost").unwrap();
     drain(&mut c, ms(2));
@@ -1463,7 +1623,7 @@ fn a_buffer_smaller_than_the_mss_bounds_full_segments() {
     while let Some(t) = c.poll_transmit(ms(2), &mut buf) {
         sizes.push(t.payload_len);
     }
-    // Four buffer-sized segments go out back to back (Nagle does not hold them); the
-    // initial window (4380 bytes, RFC 5681 3.1) then leaves room for only 460 more.
-    assert_eq!(sizes, vec![980, 980, 980, 980]);
+    // Buffer-sized segments go out back to back (Nagle does not hold them, the initial
+    // window of RFC 6928 takes ten); Nagle holds the last 100 bytes while data is in flight.
+    assert_eq!(sizes, vec![980, 980, 980, 980, 980]);
 }

@@ -1,0 +1,391 @@
+//! Loss detection and recovery: which segments are lost, when a recovery begins and ends,
+//! how fast cwnd comes down meanwhile, and the probe that repairs a lost tail.
+//!
+//! - **RACK** (RFC 8985 section 6), where the peer SACKs: a segment is lost when one sent
+//!   after it has been delivered and it is still missing a reordering window later
+//!   (`RACK.rtt + RACK.reo_wnd` after it was sent). Time, not counts of duplicate ACKs,
+//!   decides, so a retransmission that is lost again is found too, and a short flight needs
+//!   no three duplicates.
+//! - **Duplicate ACKs** (RFC 5681 section 3.2 with RFC 6582), where it does not: the third
+//!   marks the first unacknowledged segment lost, and in the recovery each partial ACK marks
+//!   the next. Each duplicate stands for a segment that left the network (RFC 6675's `pipe`
+//!   without SACK, as Linux counts them), which is also limited transmit (RFC 3042).
+//! - **PRR** (RFC 6937) during the recovery: cwnd follows `pipe + sndcnt`, so the reduction
+//!   to ssthresh is spread over the round trip instead of stopping the sender.
+//! - **TLP** (RFC 8985 section 7), where the peer SACKs: when nothing has been heard for
+//!   about two round trips, one segment is sent (new data, or the last one again) so that a
+//!   lost tail gets SACK feedback instead of waiting for the retransmission timeout.
+//! - The **retransmission timeout** marks everything not SACKed lost (RFC 6675 section 5.1,
+//!   RFC 8985 section 6.3); slow start then resends it in order.
+//!
+//! The connection applies each ACK to its [`SentQueue`](crate::sent::SentQueue) and then
+//! calls [`Recovery::on_ack`]; transmissions report to [`Recovery::on_sent`].
+
+use std::time::Duration;
+
+use crate::congestion::CongestionControl;
+use crate::controller::{AckInfo, Controller};
+use crate::sent::{Delivery, Mark, SentQueue};
+use crate::seq::SeqNum;
+use crate::time::Instant;
+
+/// Duplicate ACKs that start a recovery without SACK (RFC 5681 section 3.2).
+const DUP_THRESH: u32 = 3;
+
+/// The worst-case delayed-ACK time a probe must outwait when one segment is in flight (RFC
+/// 8985 section 7.2: WCDelAckT, 200 ms).
+const WORST_DELAYED_ACK: Duration = Duration::from_millis(200);
+
+/// What the connection should do after an ACK or a timer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Decision {
+    /// Arm the RACK reordering timer for this instant (a segment may be lost then).
+    pub reorder_timer: Option<Instant>,
+    /// A recovery began.
+    pub entered_recovery: bool,
+    /// D-SACKs showed the last reduction needless, and it was undone.
+    pub undone: bool,
+}
+
+/// Loss-recovery state of one connection.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Recovery {
+    /// RACK.xmit_ts and RACK.end_seq: the most recently sent segment delivered.
+    rack_xmit: Option<(Instant, SeqNum)>,
+    /// RACK.rtt: the RTT of that segment.
+    rack_rtt: Option<Duration>,
+    /// The smallest RTT seen (RACK's min_RTT).
+    min_rtt: Option<Duration>,
+    /// Reordering has been seen on this connection (RFC 8985 6.2 step 4).
+    reordering_seen: bool,
+    /// In a fast recovery, until SND.UNA reaches this (RecoveryPoint, RFC 6675).
+    recovery_point: Option<SeqNum>,
+    /// After a retransmission timeout, until SND.UNA reaches this: no fast recovery, the
+    /// timeout already reduced the window.
+    rto_point: Option<SeqNum>,
+    /// PRR's counters (RFC 6937 section 3).
+    prr_delivered: u32,
+    prr_out: u32,
+    recover_fs: u32,
+    ssthresh: u32,
+    /// Duplicate ACKs in a row (without SACK).
+    dup_acks: u32,
+    /// The end of the last tail-loss probe, while it is unacknowledged, and whether it was
+    /// a retransmission (RFC 8985 7.3: TLP.end_seq, TLP.is_retrans).
+    tlp: Option<(SeqNum, bool)>,
+    /// Segments resent since the last reduction (recovery or timeout) that no D-SACK has
+    /// shown needless yet; when D-SACKs account for all of them, the reduction is undone.
+    undo_retrans: u32,
+    /// A reduction that D-SACKs may still show needless.
+    undo_possible: bool,
+}
+
+/// What the connection knows when it hands an ACK to [`Recovery::on_ack`].
+pub(crate) struct AckContext {
+    pub now: Instant,
+    /// SND.UNA after the ACK, and SND.MAX.
+    pub snd_una: SeqNum,
+    pub snd_max: SeqNum,
+    /// Bytes in flight before the ACK (SND.MAX - SND.UNA).
+    pub flight_before: u32,
+    /// The ACK moved SND.UNA.
+    pub advanced: bool,
+    /// It was a duplicate ACK by RFC 5681 section 2's definition.
+    pub duplicate: bool,
+    /// SACK is in use.
+    pub sack: bool,
+    /// The sender's full segment size.
+    pub smss: u32,
+    /// An RTT sample this ACK gave (RTTM or the timed segment).
+    pub rtt: Option<Duration>,
+}
+
+impl Recovery {
+    /// Return whether a fast recovery is in progress.
+    pub fn in_recovery(&self) -> bool {
+        self.recovery_point.is_some()
+    }
+
+    /// Return RFC 6675's `pipe`, with duplicate ACKs counted as segments that left the
+    /// network where there is no SACK.
+    pub fn pipe(&self, sent: &SentQueue, smss: u32) -> u32 {
+        sent.pipe().saturating_sub(self.dup_acks.saturating_mul(smss))
+    }
+
+    /// Take in one ACK, already applied to `sent` as `d`: detect losses, begin, pace and end
+    /// a recovery, and let the controller grow the window otherwise.
+    pub fn on_ack(
+        &mut self,
+        ctx: &AckContext,
+        d: &Delivery,
+        sent: &mut SentQueue,
+        cc: &mut CongestionControl,
+    ) -> Decision {
+        let mut decision = Decision::default();
+        if let Some(rtt) = ctx.rtt {
+            self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
+        }
+        self.rack_update(ctx.now, d);
+        self.reordering_seen |= d.reordered;
+        // A D-SACK says a segment arrived twice: if it was one of ours resent, the resend was
+        // needless (the network reordered or delayed the original). When every resend of
+        // the last reduction proves needless, undo it (RFC 2883 section 5; Linux's
+        // undo_retrans; RFC 8985 6.2 step 4 widens the reordering window on D-SACK).
+        if let Some(block) = d.dsack {
+            self.reordering_seen = true;
+            let segments = (block.right - block.left).div_ceil(ctx.smss.max(1)).max(1);
+            if self.undo_possible && self.undo_retrans > 0 {
+                self.undo_retrans = self.undo_retrans.saturating_sub(segments);
+                if self.undo_retrans == 0 {
+                    self.undo_possible = false;
+                    self.recovery_point = None;
+                    self.rto_point = None;
+                    cc.on_spurious(ctx.now);
+                    decision.undone = true;
+                }
+            }
+        }
+
+        // Duplicate ACKs without SACK (RFC 5681 3.2, RFC 6582 3.2): count, and mark.
+        let mut delivered = d.delivered;
+        if !ctx.sack {
+            if ctx.duplicate {
+                self.dup_acks += 1;
+                delivered += ctx.smss;
+                if self.dup_acks == DUP_THRESH && !self.in_recovery() && self.rto_point.is_none() {
+                    sent.mark_first_lost();
+                }
+            } else if ctx.advanced {
+                self.dup_acks = 0;
+                // A partial ACK: the next segment is lost too (RFC 6582 3.2 step 5).
+                if self.recovery_point.is_some_and(|point| ctx.snd_una.before(point)) {
+                    sent.mark_first_lost();
+                }
+            }
+        } else {
+            decision.reorder_timer = self.rack_detect(ctx.now, sent, ctx.smss);
+        }
+
+        // A tail-loss probe acknowledged (RFC 8985 7.4): a retransmitted probe that was not
+        // reported as a duplicate repaired a loss, which the window must answer for.
+        if let Some((end, retransmission)) = self.tlp
+            && !ctx.snd_una.before(end)
+        {
+            self.tlp = None;
+            let duplicate = d.dsack.is_some_and(|b| !b.right.before(end));
+            if retransmission && !duplicate && !self.in_recovery() {
+                cc.on_loss(ctx.now, ctx.flight_before);
+                cc.on_recovery_end(ctx.now);
+            }
+        }
+
+        // Begin a recovery on the first loss (RFC 6675 5 step 4, RFC 6937 on entry).
+        decision.entered_recovery = self.begin_if_lost(ctx.now, ctx.snd_max, ctx.flight_before, sent, cc);
+        // End it once the cumulative ACK passes the recovery point (RFC 6675, RFC 6582);
+        // what this ACK delivered belongs to the recovery, not to growth.
+        let mut ended = false;
+        if let Some(point) = self.recovery_point
+            && !ctx.snd_una.before(point)
+        {
+            self.recovery_point = None;
+            self.dup_acks = 0;
+            cc.on_recovery_end(ctx.now);
+            ended = true;
+        }
+        if self.rto_point.is_some_and(|point| !ctx.snd_una.before(point)) {
+            self.rto_point = None;
+        }
+
+        if self.in_recovery() {
+            // PRR (RFC 6937 section 3): DeliveredData, then sndcnt.
+            self.prr_delivered += delivered;
+            let pipe = self.pipe(sent, ctx.smss);
+            let sndcnt = if pipe > self.ssthresh {
+                // Proportional: send as the recovery delivers, scaled to ssthresh.
+                let target = (u64::from(self.prr_delivered) * u64::from(self.ssthresh))
+                    .div_ceil(u64::from(self.recover_fs.max(1)));
+                (target as u32).saturating_sub(self.prr_out)
+            } else {
+                // PRR-SSRB: grow back to ssthresh, at most one segment beyond what was delivered.
+                let limit = self.prr_delivered.saturating_sub(self.prr_out).max(delivered) + ctx.smss;
+                (self.ssthresh - pipe).min(limit)
+            };
+            cc.set_cwnd(pipe + sndcnt);
+        } else if delivered > 0 && !ended {
+            cc.on_ack(&AckInfo {
+                now: ctx.now,
+                delivered,
+                in_flight: ctx.flight_before,
+                rtt: ctx.rtt,
+                min_rtt: self.min_rtt,
+                app_limited: d.app_limited,
+            });
+        }
+        decision
+    }
+
+    /// Count `len` bytes sent (new or resent), for PRR and the undo of a needless reduction.
+    pub fn on_sent(&mut self, len: u32, retransmission: bool) {
+        if self.in_recovery() {
+            self.prr_out += len;
+        }
+        if retransmission && self.undo_possible {
+            self.undo_retrans += 1;
+        }
+    }
+
+    /// The RACK reordering timer fired: look again at what may be lost by now, and begin a
+    /// recovery if something is. Return the next deadline, and whether a recovery began.
+    pub fn on_reorder_timeout(
+        &mut self,
+        now: Instant,
+        snd_max: SeqNum,
+        flight: u32,
+        smss: u32,
+        sent: &mut SentQueue,
+        cc: &mut CongestionControl,
+    ) -> (Option<Instant>, bool) {
+        let next = self.rack_detect(now, sent, smss);
+        let entered = self.begin_if_lost(now, snd_max, flight, sent, cc);
+        (next, entered)
+    }
+
+    /// Begin a recovery if something is marked lost and none (nor a timeout's) is under way
+    /// (RFC 6675 5 step 4; RFC 6937's initialisation). Return whether one began.
+    fn begin_if_lost(
+        &mut self,
+        now: Instant,
+        snd_max: SeqNum,
+        flight: u32,
+        sent: &SentQueue,
+        cc: &mut CongestionControl,
+    ) -> bool {
+        if sent.lost() == 0 || self.in_recovery() || self.rto_point.is_some() {
+            return false;
+        }
+        self.ssthresh = cc.on_loss(now, flight);
+        self.recovery_point = Some(snd_max);
+        self.recover_fs = flight;
+        self.prr_delivered = 0;
+        self.prr_out = 0;
+        self.tlp = None;
+        self.undo_possible = true;
+        self.undo_retrans = 0;
+        true
+    }
+
+    /// The retransmission timer fired for data: everything not SACKed is lost (RFC 6675
+    /// 5.1, RFC 8985 6.3), the controller takes the timeout, and the recovery, if any, ends.
+    pub fn on_rto(
+        &mut self,
+        now: Instant,
+        snd_max: SeqNum,
+        flight: u32,
+        sent: &mut SentQueue,
+        cc: &mut CongestionControl,
+    ) {
+        sent.mark_all_lost();
+        cc.on_rto(now, flight);
+        // A series of timeouts is one reduction (RFC 5681 3.1): count its resends together.
+        if self.rto_point.is_none() {
+            self.undo_retrans = 0;
+        }
+        self.undo_possible = true;
+        self.recovery_point = None;
+        self.rto_point = Some(snd_max);
+        self.dup_acks = 0;
+        self.tlp = None;
+    }
+
+    /// Return when to send a tail-loss probe after a transmission at `now` (RFC 8985 7.2),
+    /// or `None` when none may be sent: SACK is needed, no probe may be outstanding, and no
+    /// recovery in progress. `rto_at` is when the retransmission timer would fire.
+    pub fn probe_deadline(
+        &self,
+        now: Instant,
+        sack: bool,
+        srtt: Option<Duration>,
+        flight: u32,
+        smss: u32,
+        rto_at: Option<Instant>,
+    ) -> Option<Instant> {
+        if !sack || flight == 0 || self.tlp.is_some() || self.in_recovery() || self.rto_point.is_some() {
+            return None;
+        }
+        let mut pto = srtt.map_or(Duration::from_secs(1), |s| s * 2);
+        if flight <= smss {
+            pto += WORST_DELAYED_ACK;
+        }
+        let at = now + pto;
+        Some(rto_at.map_or(at, |rto| at.min(rto)))
+    }
+
+    /// Note a tail-loss probe sent up to `end` (a retransmission or new data).
+    pub fn on_probe_sent(&mut self, end: SeqNum, retransmission: bool) {
+        self.tlp = Some((end, retransmission));
+    }
+
+    /// Return whether a tail-loss probe is outstanding.
+    pub fn probe_outstanding(&self) -> bool {
+        self.tlp.is_some()
+    }
+
+    /// RFC 8985 6.2 step 2: RACK.xmit_ts, RACK.end_seq and RACK.rtt from the newest
+    /// delivered segment. A retransmitted one counts only when its RTT sample is at least
+    /// min_RTT, so the delivery cannot be of the original (RFC 8985 6.2 step 1).
+    fn rack_update(&mut self, now: Instant, d: &Delivery) {
+        let candidate = match (d.newest, d.newest_any) {
+            (Some(n), _) => Some(n),
+            (None, Some((at, end))) => {
+                let rtt = now.saturating_duration_since(at);
+                self.min_rtt.is_some_and(|m| rtt >= m).then_some((at, end))
+            }
+            _ => None,
+        };
+        let Some((at, end)) = candidate else { return };
+        self.rack_rtt = Some(now.saturating_duration_since(at));
+        let newer = match self.rack_xmit {
+            None => true,
+            Some((t, e)) => at > t || (at == t && end.after(e)),
+        };
+        if newer {
+            self.rack_xmit = Some((at, end));
+        }
+    }
+
+    /// RFC 8985 6.2 step 4: the reordering window, min_RTT / 4, or 0 before any reordering
+    /// was seen while a recovery is on or enough has been SACKed (as Linux's
+    /// `tcp_rack_reo_wnd`), so that losses are found at once when reordering is unlikely.
+    fn reo_wnd(&self, sent: &SentQueue, smss: u32) -> Duration {
+        if !self.reordering_seen && (self.in_recovery() || sent.sacked() >= DUP_THRESH * smss) {
+            return Duration::ZERO;
+        }
+        self.min_rtt.map_or(Duration::ZERO, |m| m / 4)
+    }
+
+    /// RFC 8985 6.2 step 5: mark lost every segment in flight that was sent before the
+    /// newest delivered one and has been missing for RACK.rtt + reo_wnd; return when the
+    /// next one would be, for the reordering timer.
+    fn rack_detect(&mut self, now: Instant, sent: &mut SentQueue, smss: u32) -> Option<Instant> {
+        let ((xmit, xmit_end), rtt) = (self.rack_xmit?, self.rack_rtt?);
+        let wait = rtt + self.reo_wnd(sent, smss);
+        let mut next: Option<Instant> = None;
+        for i in 0..sent.len() {
+            let seg = sent.get(i);
+            if seg.mark != Mark::InFlight {
+                continue;
+            }
+            let sent_before = seg.sent_at < xmit || (seg.sent_at == xmit && seg.end.before(xmit_end));
+            if !sent_before {
+                continue;
+            }
+            let due = seg.sent_at + wait;
+            if due <= now {
+                sent.mark_lost_at(i);
+            } else {
+                next = Some(next.map_or(due, |n| n.min(due)));
+            }
+        }
+        next
+    }
+}

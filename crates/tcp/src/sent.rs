@@ -1,0 +1,389 @@
+//! The segments in flight: what was sent, when, and what the peer has said of each, as the
+//! scoreboard of SACK-based loss recovery (RFC 6675 section 3) and the transmit record RACK
+//! reads (RFC 8985 section 5.2).
+//!
+//! The data itself stays in the send buffer; this keeps one small record per segment, in
+//! sequence order, from SND.UNA to SND.MAX. A record is in one of three states:
+//!
+//! - in flight: sent (or resent) and not yet reported;
+//! - SACKed: the peer holds it (RFC 2018), though SND.UNA has not passed it;
+//! - lost: detected lost and not yet resent.
+//!
+//! The byte counts of the three are kept as the records change, so that RFC 6675's `pipe`
+//! (what is in the network) costs nothing to read.
+
+use std::collections::VecDeque;
+
+use crate::options::SackBlock;
+use crate::seq::SeqNum;
+use crate::time::Instant;
+
+/// Where a sent segment stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mark {
+    /// In the network (sent or resent, not reported).
+    InFlight,
+    /// Reported held by the peer in a SACK block.
+    Sacked,
+    /// Detected lost; to be resent.
+    Lost,
+}
+
+/// One segment as sent: `start..end` of sequence space (a FIN included in `end`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sent {
+    pub start: SeqNum,
+    pub end: SeqNum,
+    /// When it was last (re)sent.
+    pub sent_at: Instant,
+    /// Whether it has been sent more than once (its ACK is then ambiguous, RFC 6298 3).
+    pub retransmitted: bool,
+    /// The sender had nothing more to send when it went out (RFC 7661's application-limited).
+    pub app_limited: bool,
+    pub mark: Mark,
+}
+
+impl Sent {
+    pub fn len(&self) -> u32 {
+        self.end - self.start
+    }
+}
+
+/// What one ACK did to the records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Delivery {
+    /// Bytes newly acknowledged cumulatively or newly SACKed (RFC 6937's DeliveredData).
+    pub delivered: u32,
+    /// Bytes newly SACKed.
+    pub sacked: u32,
+    /// The latest send time among the newly delivered segments that were sent once (RACK's
+    /// RTT and ordering come from these, RFC 8985 6.1), with that segment's end.
+    pub newest: Option<(Instant, SeqNum)>,
+    /// The same over every newly delivered segment, retransmitted ones too.
+    pub newest_any: Option<(Instant, SeqNum)>,
+    /// A newly delivered segment lay below one delivered before (RFC 8985 6.2: reordering).
+    pub reordered: bool,
+    /// Every newly delivered segment was sent while application-limited.
+    pub app_limited: bool,
+    /// A SACK block reported data below SND.UNA or inside another block: a D-SACK (RFC 2883).
+    pub dsack: Option<SackBlock>,
+}
+
+/// The records of the segments in flight, in sequence order.
+#[derive(Debug, Default)]
+pub(crate) struct SentQueue {
+    segs: VecDeque<Sent>,
+    in_flight: u32,
+    sacked: u32,
+    lost: u32,
+    /// The highest end of any segment delivered (RFC 8985's RACK.fack).
+    fack: Option<SeqNum>,
+}
+
+impl SentQueue {
+    /// Return an empty queue with room for `segments` records before it grows.
+    pub fn with_capacity(segments: usize) -> Self {
+        SentQueue { segs: VecDeque::with_capacity(segments), ..SentQueue::default() }
+    }
+
+    /// Return RFC 6675's `pipe`: bytes in the network (in flight, resent lost ones included).
+    pub fn pipe(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// Return the bytes the peer has SACKed above SND.UNA.
+    pub fn sacked(&self) -> u32 {
+        self.sacked
+    }
+
+    /// Return the bytes marked lost and not yet resent.
+    pub fn lost(&self) -> u32 {
+        self.lost
+    }
+
+    /// Return the records, oldest first.
+    #[cfg(test)]
+    pub fn iter(&self) -> impl Iterator<Item = &Sent> {
+        self.segs.iter()
+    }
+
+    /// Return the last record (the highest sequence numbers).
+    pub fn last(&self) -> Option<&Sent> {
+        self.segs.back()
+    }
+
+    /// Record new data `start..end` sent at `now` (`start` is SND.MAX).
+    pub fn push(&mut self, start: SeqNum, end: SeqNum, now: Instant, app_limited: bool) {
+        debug_assert!(self.segs.back().is_none_or(|s| s.end == start), "new data starts at SND.MAX");
+        self.in_flight += end - start;
+        self.segs.push_back(Sent { start, end, sent_at: now, retransmitted: false, app_limited, mark: Mark::InFlight });
+    }
+
+    /// Return the first segment marked lost: where the next retransmission starts.
+    pub fn first_lost(&self) -> Option<Sent> {
+        if self.lost == 0 {
+            return None;
+        }
+        self.segs.iter().find(|s| s.mark == Mark::Lost).copied()
+    }
+
+    /// Record that `start..start+len` (the beginning of the record at `start`) was resent at
+    /// `now`; a record longer than what was resent is split first.
+    pub fn resent(&mut self, start: SeqNum, len: u32, now: Instant) {
+        let Some(i) = self.index_of(start) else { return };
+        if self.segs[i].len() > len {
+            self.split(i, start + len);
+        }
+        let seg = &mut self.segs[i];
+        match seg.mark {
+            Mark::Lost => {
+                self.lost -= seg.len();
+                self.in_flight += seg.len();
+            }
+            Mark::Sacked => {
+                self.sacked -= seg.len();
+                self.in_flight += seg.len();
+            }
+            Mark::InFlight => {}
+        }
+        seg.mark = Mark::InFlight;
+        seg.sent_at = now;
+        seg.retransmitted = true;
+    }
+
+    /// Mark the record at index `i` lost.
+    pub fn mark_lost_at(&mut self, i: usize) {
+        let seg = &mut self.segs[i];
+        if seg.mark == Mark::InFlight {
+            seg.mark = Mark::Lost;
+            self.in_flight -= seg.len();
+            self.lost += seg.len();
+        }
+    }
+
+    /// Mark the first record lost (RFC 6582's partial ACK, three duplicate ACKs without SACK).
+    pub fn mark_first_lost(&mut self) -> bool {
+        match self.segs.front() {
+            Some(s) if s.mark == Mark::InFlight => {
+                self.mark_lost_at(0);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Mark every record not SACKed lost (a retransmission timeout, RFC 6675 section 5.1;
+    /// RFC 8985 section 6.3); return the bytes newly marked.
+    pub fn mark_all_lost(&mut self) -> u32 {
+        let mut marked = 0;
+        for i in 0..self.segs.len() {
+            if self.segs[i].mark == Mark::InFlight {
+                marked += self.segs[i].len();
+                self.mark_lost_at(i);
+            }
+        }
+        marked
+    }
+
+    /// Return the number of records.
+    pub fn len(&self) -> usize {
+        self.segs.len()
+    }
+
+    /// Return the record at index `i`.
+    pub fn get(&self, i: usize) -> Sent {
+        self.segs[i]
+    }
+
+    /// Take in a cumulative acknowledgment up to `ack` and the SACK blocks of the same
+    /// segment (already checked to lie within SND.UNA..SND.MAX or below it, for D-SACK).
+    pub fn on_ack(&mut self, ack: SeqNum, blocks: &[SackBlock]) -> Delivery {
+        let mut d = Delivery { app_limited: true, ..Delivery::default() };
+        let mut any = false;
+        // Cumulatively acknowledged records leave the queue.
+        while let Some(front) = self.segs.front().copied() {
+            if !ack.after(front.start) {
+                break;
+            }
+            if ack.before(front.end) {
+                // Part of it: the rest stays, as a record of its own.
+                self.split(0, ack);
+                continue;
+            }
+            self.segs.pop_front();
+            let len = front.len();
+            match front.mark {
+                Mark::InFlight => self.in_flight -= len,
+                Mark::Sacked => self.sacked -= len,
+                Mark::Lost => self.lost -= len,
+            }
+            if front.mark != Mark::Sacked {
+                d.delivered += len;
+                self.note_delivered(&front, &mut d);
+                any = true;
+            }
+        }
+        // SACK blocks (RFC 2018 section 3, RFC 6675 section 4): a block below the
+        // cumulative ACK, or the first inside the second, reports a duplicate (RFC 2883 4).
+        for (k, block) in blocks.iter().enumerate() {
+            let inside_second =
+                k == 0 && blocks.get(1).is_some_and(|b| !block.left.before(b.left) && !block.right.after(b.right));
+            if !block.right.after(ack) || inside_second {
+                if k == 0 {
+                    d.dsack = Some(*block);
+                }
+                continue;
+            }
+            let Some(mut i) = self.first_ending_after(block.left) else { continue };
+            while i < self.segs.len() {
+                let seg = self.segs[i];
+                if !seg.start.before(block.right) {
+                    break;
+                }
+                // Only whole records count: a block covers what the peer holds exactly.
+                if !seg.start.before(block.left) && !seg.end.after(block.right) && seg.mark != Mark::Sacked {
+                    let len = seg.len();
+                    match seg.mark {
+                        Mark::InFlight => self.in_flight -= len,
+                        Mark::Lost => self.lost -= len,
+                        Mark::Sacked => {}
+                    }
+                    self.sacked += len;
+                    self.segs[i].mark = Mark::Sacked;
+                    d.delivered += len;
+                    d.sacked += len;
+                    self.note_delivered(&seg, &mut d);
+                    any = true;
+                }
+                i += 1;
+            }
+        }
+        if !any {
+            d.app_limited = false;
+        }
+        d
+    }
+
+    /// Fold one newly delivered record into `d`, and into RACK's highest delivered end.
+    fn note_delivered(&mut self, seg: &Sent, d: &mut Delivery) {
+        if self.fack.is_some_and(|fack| seg.end.before(fack)) && !seg.retransmitted {
+            d.reordered = true;
+        }
+        if self.fack.is_none_or(|fack| seg.end.after(fack)) {
+            self.fack = Some(seg.end);
+        }
+        let newer = |cur: Option<(Instant, SeqNum)>| match cur {
+            None => true,
+            Some((at, end)) => seg.sent_at > at || (seg.sent_at == at && seg.end.after(end)),
+        };
+        if newer(d.newest_any) {
+            d.newest_any = Some((seg.sent_at, seg.end));
+        }
+        if !seg.retransmitted && newer(d.newest) {
+            d.newest = Some((seg.sent_at, seg.end));
+        }
+        d.app_limited &= seg.app_limited;
+    }
+
+    /// Return the index of the record starting at `start`.
+    fn index_of(&self, start: SeqNum) -> Option<usize> {
+        let i = self.first_ending_after(start)?;
+        (self.segs[i].start == start).then_some(i)
+    }
+
+    /// Return the index of the first record whose end lies after `seq`.
+    fn first_ending_after(&self, seq: SeqNum) -> Option<usize> {
+        let base = self.segs.front()?.start;
+        let offset = seq - base;
+        // Offsets from the first record's start are monotonic within the queue.
+        let i = self.segs.partition_point(|s| (s.end - base) <= offset);
+        (i < self.segs.len()).then_some(i)
+    }
+
+    /// Split the record at `i` at `at` (inside it) into two.
+    fn split(&mut self, i: usize, at: SeqNum) {
+        let seg = self.segs[i];
+        debug_assert!(at.after(seg.start) && at.before(seg.end));
+        self.segs[i].end = at;
+        self.segs.insert(i + 1, Sent { start: at, ..seg });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Instant {
+        Instant::from_millis(n)
+    }
+
+    /// Ten 100-byte segments from 1000, sent 1 ms apart.
+    fn queue() -> SentQueue {
+        let mut q = SentQueue::default();
+        for i in 0..10u32 {
+            q.push(SeqNum(1000 + i * 100), SeqNum(1100 + i * 100), ms(u64::from(i)), false);
+        }
+        q
+    }
+
+    fn block(left: u32, right: u32) -> SackBlock {
+        SackBlock { left: SeqNum(left), right: SeqNum(right) }
+    }
+
+    #[test]
+    fn cumulative_acks_remove_records_and_split_partly_acked_ones() {
+        let mut q = queue();
+        assert_eq!(q.pipe(), 1000);
+        let d = q.on_ack(SeqNum(1250), &[]);
+        assert_eq!(d.delivered, 250);
+        assert_eq!(q.pipe(), 750);
+        assert_eq!(q.iter().next().unwrap().start, SeqNum(1250));
+        assert_eq!(d.newest, Some((ms(2), SeqNum(1250))), "the part of the third record");
+    }
+
+    #[test]
+    fn sack_blocks_mark_whole_records_and_keep_the_counts() {
+        let mut q = queue();
+        let d = q.on_ack(SeqNum(1000), &[block(1300, 1500), block(1700, 1750)]);
+        assert_eq!((d.delivered, d.sacked), (200, 200), "a half-covered record is not SACKed");
+        assert_eq!((q.pipe(), q.sacked()), (800, 200));
+        assert!(!d.reordered);
+        // The hole below is then acknowledged: nothing SACKed is delivered twice.
+        let d = q.on_ack(SeqNum(1500), &[block(1700, 1800)]);
+        assert_eq!(d.delivered, 300 + 100);
+        assert_eq!((q.pipe(), q.sacked()), (400, 100));
+        assert!(d.reordered, "1000..1300 arrived after 1300..1500 had");
+    }
+
+    #[test]
+    fn lost_records_leave_the_pipe_until_resent() {
+        let mut q = queue();
+        q.on_ack(SeqNum(1000), &[block(1100, 2000)]);
+        assert!(q.mark_first_lost());
+        assert_eq!((q.pipe(), q.lost()), (0, 100));
+        assert_eq!(q.first_lost().unwrap().start, SeqNum(1000));
+        q.resent(SeqNum(1000), 60, ms(20));
+        assert_eq!((q.pipe(), q.lost()), (60, 40), "split: the first 60 bytes resent");
+        assert!(q.iter().next().unwrap().retransmitted);
+        assert_eq!(q.first_lost().unwrap().start, SeqNum(1060));
+    }
+
+    #[test]
+    fn a_timeout_marks_everything_not_sacked_lost() {
+        let mut q = queue();
+        q.on_ack(SeqNum(1000), &[block(1500, 1600)]);
+        assert_eq!(q.mark_all_lost(), 900);
+        assert_eq!((q.pipe(), q.lost(), q.sacked()), (0, 900, 100));
+    }
+
+    #[test]
+    fn duplicate_reports_are_d_sacks() {
+        let mut q = queue();
+        q.on_ack(SeqNum(1500), &[]);
+        let d = q.on_ack(SeqNum(1500), &[block(1200, 1300)]);
+        assert_eq!(d.dsack, Some(block(1200, 1300)), "below SND.UNA");
+        let d = q.on_ack(SeqNum(1500), &[block(1700, 1800), block(1600, 1900)]);
+        assert_eq!(d.dsack, Some(block(1700, 1800)), "inside the second block");
+        assert_eq!(d.sacked, 300, "the second block still counts");
+    }
+}

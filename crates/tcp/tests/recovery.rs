@@ -1,0 +1,179 @@
+//! Loss repaired in round trips, not seconds (issue 10, section 3): each row of the issue's
+//! table as a `Pair` run on virtual time, asserting the target and printing the figure.
+//!
+//! | case | before (NewReno, 1 s RTO floor) | target |
+//! |---|---|---|
+//! | last of 4 segments lost, 10 ms RTT | 1.015 s (one RTO) | a tail-loss probe (RFC 8985): 2 SRTT, plus a delayed ACK's 200 ms where one segment is left in flight |
+//! | 16 segments lost in one window, 8 MiB, 100 ms RTT, 1 Gbit/s | 3.40 s vs 1.18 s lossless | <= 1.2x lossless |
+//! | 2% random loss, 20 ms RTT, 100 Mbit/s | 3.5 Mbit/s, 11 RTOs | no RTO for isolated losses; >= Mathis |
+//! | 30 s idle, then send | 153 segments back to back | cwnd restarted (RFC 5681 4.1) |
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bypass_tcp::sim::{LinkConfig, Pair, Side};
+use bypass_tcp::{Config, Instant};
+
+const MIB: u64 = 1 << 20;
+const MS: Duration = Duration::from_millis(1);
+
+fn init_log() {
+    let _ = env_logger::builder().is_test(true).try_init();
+}
+
+fn config(seed: u64) -> Config {
+    let mut secret = [0u8; 16];
+    secret[..8].copy_from_slice(&seed.to_le_bytes());
+    Config { isn_secret: secret, ..Config::default() }
+}
+
+/// Run a one-way transfer of `bytes` from the client and return the virtual time it took,
+/// from the first data segment to the last byte read; `drop` may discard client segments.
+fn one_way(
+    config: &Config,
+    link: LinkConfig,
+    bytes: u64,
+    seed: u64,
+    drop: impl FnMut(&bypass_tcp::Segment<'_>) -> bool + 'static,
+) -> (Pair, Duration) {
+    let mut pair = Pair::new(config, config, link, link, seed);
+    pair.run_until(Pair::both_established, Instant::from_millis(10_000));
+    let start = pair.now();
+    let mut drop = drop;
+    pair.set_filter(move |side, seg| side == Side::Client && !seg.payload.is_empty() && drop(seg));
+    pair.stream(Side::Client, bytes, false);
+    let deadline = start + Duration::from_secs(600);
+    assert!(pair.run_until(|p| p.progress(Side::Server).received == bytes, deadline), "{:?}", pair.error());
+    let took = pair.now() - start;
+    (pair, took)
+}
+
+/// Send `n` segments over a 10 ms, 1 Gbit/s path with the last one lost once; return the
+/// pair and how long until the receiver has everything.
+fn lose_the_last(n: u32) -> (Pair, Duration) {
+    let config = config(1);
+    let link = LinkConfig::default().with_delay(5 * MS).with_bandwidth(1_000_000_000);
+    let seen = Rc::new(Cell::new(0u32));
+    let counter = seen.clone();
+    let (pair, took) = one_way(&config, link, u64::from(n) * 1448, 1, move |_| {
+        counter.set(counter.get() + 1);
+        counter.get() == n
+    });
+    assert!(seen.get() > n, "the lost segment was sent again");
+    (pair, took)
+}
+
+#[test]
+fn a_lost_tail_is_repaired_in_round_trips() {
+    init_log();
+    let rtt = 10 * MS;
+    // The receiver ACKs the first segment at once (its window update after the SYN's
+    // unscaled 64 KiB) and then every second one: with an odd number sent, the last ACK
+    // leaves two in flight (one held by the receiver's delayed ACK, one lost), and the
+    // probe goes out 2 * SRTT later (RFC 8985 7.2); its arrival completes the pair and is
+    // ACKed at once. Before: one RTO of 1 s.
+    for n in [5, 9] {
+        let (pair, took) = lose_the_last(n);
+        let stats = pair.client().stats();
+        println!(
+            "last of {n} lost, 10 ms RTT: done after {took:?} ({} probe, {} timeouts)",
+            stats.loss_probes, stats.timeouts
+        );
+        assert!(took < 4 * rtt, "{n} segments: {took:?}, a tail-loss probe, not a timeout");
+        assert_eq!((stats.timeouts, stats.loss_probes), (0, 1));
+    }
+}
+
+#[test]
+fn a_lone_lost_segment_waits_for_a_delayed_ack_then_is_probed() {
+    // One segment outstanding: the probe also waits out the receiver's worst-case delayed
+    // ACK (RFC 8985 7.2: WCDelAckT, 200 ms), capped at the RTO's expiry, as Linux does
+    // (tcp_schedule_loss_probe); a probe still, not a timeout.
+    init_log();
+    // (With an even number sent, the last ACK leaves the lost one alone in flight too.)
+    let (pair, took) = lose_the_last(4);
+    let stats = pair.client().stats();
+    println!("last of 4 lost, one left in flight, 10 ms RTT: done after {took:?}");
+    assert!(took < Duration::from_millis(240), "{took:?}");
+    assert_eq!((stats.timeouts, stats.loss_probes), (0, 1));
+}
+
+#[test]
+fn many_losses_in_one_window_cost_about_one_round_trip() {
+    // 8 MiB over 1 Gbit/s with 100 ms of round trip; 16 segments of one window lost.
+    init_log();
+    let config = Config { send_buffer: 16 * MIB as usize, recv_buffer: 16 * MIB as usize, ..config(2) };
+    let link = LinkConfig::default().with_delay(50 * MS).with_bandwidth(1_000_000_000);
+    let (_, lossless) = one_way(&config, link, 8 * MIB, 2, |_| false);
+    let count = Rc::new(Cell::new(0u32));
+    let c = count.clone();
+    let (pair, lossy) = one_way(&config, link, 8 * MIB, 2, move |_| {
+        // Every other one of the 2001st to 2032nd data segments, once.
+        c.set(c.get() + 1);
+        (2001..=2032).contains(&c.get()) && c.get() % 2 == 1
+    });
+    let stats = pair.client().stats();
+    let ratio = lossy.as_secs_f64() / lossless.as_secs_f64();
+    println!(
+        "16 lost in one window, 8 MiB, 100 ms, 1 Gbit/s: {lossy:?} against {lossless:?} lossless ({ratio:.2}x; {} recoveries, {} timeouts, {} retransmissions)",
+        stats.fast_retransmits, stats.timeouts, stats.retransmits
+    );
+    assert_eq!(stats.timeouts, 0, "SACK recovery, not the timer");
+    assert_eq!(stats.retransmits, 16, "each lost segment resent once, nothing else");
+    assert!(ratio <= 1.2, "{ratio:.2}x the lossless time");
+}
+
+#[test]
+fn random_loss_is_repaired_without_timeouts_at_the_mathis_rate() {
+    // 2% random loss each way on a 20 ms, 100 Mbit/s path, 20 MiB.
+    init_log();
+    let config = Config { send_buffer: 4 * MIB as usize, recv_buffer: 4 * MIB as usize, ..config(3) };
+    let link = LinkConfig::default().with_delay(10 * MS).with_bandwidth(100_000_000).with_loss(0.02);
+    let bytes = 20 * MIB;
+    let (pair, took) = one_way(&config, link, bytes, 3, |_| false);
+    let stats = pair.client().stats();
+    let rate = bytes as f64 * 8.0 / took.as_secs_f64();
+    // Mathis et al.: rate <= 1.22 * MSS / (RTT * sqrt(p)), for Reno-like growth, with the
+    // round trip the connection measured (the path's 20 ms and the serialisation).
+    let mss = f64::from(stats.mss) * 8.0;
+    let rtt = stats.srtt.unwrap().as_secs_f64();
+    let mathis = 1.22 * mss / (rtt * 0.02f64.sqrt());
+    let lost = pair.link(Side::Client).stats().lost;
+    println!(
+        "2% loss, 20 ms, 100 Mbit/s: {:.1} Mbit/s (Mathis bound {:.1} Mbit/s at SRTT {:.1} ms); {lost} segments lost, {} recoveries, {} timeouts",
+        rate / 1e6,
+        mathis / 1e6,
+        rtt * 1e3,
+        stats.fast_retransmits,
+        stats.timeouts
+    );
+    assert!(rate >= mathis, "{:.1} Mbit/s under the Mathis bound of {:.1}", rate / 1e6, mathis / 1e6);
+    // Isolated losses are repaired by SACK, RACK and probes; a timeout needs a loss of the
+    // repair itself and of its probe, a few per thousand losses at most.
+    assert!(stats.timeouts * 100 <= lost, "{} timeouts for {lost} losses", stats.timeouts);
+}
+
+#[test]
+fn sending_after_an_idle_period_restarts_from_the_initial_window() {
+    // A window opened by a first transfer, 30 s of silence, then a second burst: it starts
+    // from the restart window, min(IW, cwnd) (RFC 5681 4.1), not with a window's worth.
+    init_log();
+    let config = Config { send_buffer: 4 * MIB as usize, recv_buffer: 4 * MIB as usize, ..config(4) };
+    let link = LinkConfig::default().with_delay(10 * MS).with_bandwidth(100_000_000);
+    let mut pair = Pair::new(&config, &config, link, link, 4);
+    pair.run_until(Pair::both_established, Instant::from_millis(10_000));
+    pair.stream(Side::Client, 2 * MIB, false);
+    assert!(pair.run_until(|p| p.progress(Side::Server).received == 2 * MIB, pair.now() + Duration::from_secs(60)));
+    let opened = pair.client().stats().cwnd;
+    assert!(opened > 100 * 1448, "the first transfer opened the window to {opened}");
+    assert!(pair.run_for(Duration::from_secs(30)));
+    let burst_start = pair.now();
+    let sent_before = pair.client().stats().segs_out;
+    pair.stream(Side::Client, 2 * MIB, false);
+    // One round trip later, at most the initial window has gone out in the first flight.
+    pair.run_until(|_| false, burst_start + Duration::from_millis(15));
+    let first_flight = pair.client().stats().segs_out - sent_before;
+    println!("30 s idle, then send: {first_flight} segments in the first round trip (cwnd was {opened})");
+    assert!(first_flight <= 10, "{first_flight} segments back to back after the idle period");
+}
