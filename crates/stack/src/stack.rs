@@ -32,8 +32,11 @@ use crate::counters::Counters;
 use crate::device::Device;
 use crate::interface::{ConnectError, Interface, ListenError, ListenerId, SocketId, StackConfig};
 
-/// Frames taken from the device per poll.
+/// Frames taken from the device per call.
 const RX_BATCH: usize = 64;
+/// Batches taken per poll before the timers run, so that a full ring cannot hold timers off
+/// for long.
+const RX_DRAIN: usize = 8;
 
 /// Where the stack's time comes from.
 #[derive(Clone, Copy, Debug)]
@@ -128,11 +131,23 @@ impl<D: Device> Stack<D> {
         Ok(received > 0 || sent > 0)
     }
 
-    /// Receive a batch of frames and fire due timers; return the frames received.
+    /// Receive what has arrived (in batches, up to [`RX_DRAIN`] of them) and then fire due
+    /// timers; return the frames received.
+    ///
+    /// Frames first: an ACK waiting in the device must be seen before a timer it would have
+    /// stopped (a tail-loss probe of a few round trips is shorter than the time a loaded
+    /// host takes to get to the back of its ring).
     pub fn poll_rx(&mut self) -> io::Result<usize> {
         let now = self.now();
         let iface = &mut self.iface;
-        let received = self.device.recv(RX_BATCH, &mut |frame| iface.receive(now, frame))?;
+        let mut received = 0;
+        for _ in 0..RX_DRAIN {
+            let n = self.device.recv(RX_BATCH, &mut |frame| iface.receive(now, frame))?;
+            received += n;
+            if n < RX_BATCH {
+                break;
+            }
+        }
         self.iface.handle_timeouts(now);
         self.iface.deliver_events();
         Ok(received)

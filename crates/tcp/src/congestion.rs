@@ -160,28 +160,36 @@ impl Controller for NewReno {
 }
 
 /// The controller of one connection, as [`Algorithm`] chose.
+///
+/// Inline, not boxed, though CUBIC's state is the larger: one per connection, read on every
+/// ACK, where an indirection would cost more than the bytes.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum CongestionControl {
     NewReno(NewReno),
+    Cubic(crate::cubic::Cubic),
 }
 
 impl CongestionControl {
     /// Return a controller of `algorithm` for segments of `smss` bytes.
     pub fn new(algorithm: Algorithm, smss: u32) -> Self {
         match algorithm {
-            Algorithm::NewReno | Algorithm::Cubic => CongestionControl::NewReno(NewReno::new(smss)),
+            Algorithm::NewReno => CongestionControl::NewReno(NewReno::new(smss)),
+            Algorithm::Cubic => CongestionControl::Cubic(crate::cubic::Cubic::new(smss)),
         }
     }
 
     fn inner(&self) -> &dyn Controller {
         match self {
             CongestionControl::NewReno(c) => c,
+            CongestionControl::Cubic(c) => c,
         }
     }
 
     fn inner_mut(&mut self) -> &mut dyn Controller {
         match self {
             CongestionControl::NewReno(c) => c,
+            CongestionControl::Cubic(c) => c,
         }
     }
 }

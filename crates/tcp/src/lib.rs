@@ -15,7 +15,9 @@
 //! | `input.rs` | segment arrival, step by step (RFC 9293 3.10.7, RFC 5961) |
 //! | `output.rs` | what to send next (windows, Nagle, SWS avoidance) |
 //! | `timer.rs` | retransmission, persist, SWS override, delayed ACK, keep-alive, TIME-WAIT |
-//! | `rtt.rs`, `congestion.rs` | RFC 6298 RTO; NewReno (RFC 5681, RFC 6582) |
+//! | `rtt.rs` | the RFC 6298 RTO |
+//! | `controller.rs`, `congestion.rs`, `cubic.rs`, `hystart.rs` | congestion control: the interface, NewReno (RFC 5681), CUBIC (RFC 9438) with HyStart++ (RFC 9406) |
+//! | `sent.rs`, `recovery.rs` | the segments in flight (SACK scoreboard); loss detection and recovery (RACK-TLP, RFC 8985; PRR, RFC 6937) |
 //! | `buffer.rs`, `reassembly.rs` | send/receive rings; out-of-order tracking |
 //! | `isn.rs` | initial sequence numbers (RFC 6528) |
 //! | `sim.rs` | a seeded lossy link and a `Pair` harness on virtual time |
@@ -83,6 +85,8 @@ pub mod buffer;
 pub mod closed;
 pub mod congestion;
 pub mod controller;
+mod cubic;
+mod hystart;
 mod input;
 pub mod isn;
 mod output;

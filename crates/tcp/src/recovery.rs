@@ -36,6 +36,10 @@ const DUP_THRESH: u32 = 3;
 /// 8985 section 7.2: WCDelAckT, 200 ms).
 const WORST_DELAYED_ACK: Duration = Duration::from_millis(200);
 
+/// Added to the probe timeout otherwise, as Linux does (TCP_TIMEOUT_MIN, 2 ms): on a path of
+/// a tenth of a millisecond, two round trips are shorter than the host's own scheduling.
+const PROBE_MARGIN: Duration = Duration::from_millis(2);
+
 /// What the connection should do after an ACK or a timer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Decision {
@@ -313,9 +317,7 @@ impl Recovery {
             return None;
         }
         let mut pto = srtt.map_or(Duration::from_secs(1), |s| s * 2);
-        if flight <= smss {
-            pto += WORST_DELAYED_ACK;
-        }
+        pto += if flight <= smss { WORST_DELAYED_ACK } else { PROBE_MARGIN };
         let at = now + pto;
         Some(rto_at.map_or(at, |rto| at.min(rto)))
     }

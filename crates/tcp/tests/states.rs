@@ -650,7 +650,7 @@ fn sacked_segments_sent_later_mark_a_hole_lost_at_once_and_only_it_is_resent() {
     assert_eq!(c.stats().fast_retransmits, 1);
     // PRR (RFC 6937): the reduction is spread; the recovery ends when the hole is filled.
     let ssthresh = c.stats().ssthresh;
-    assert_eq!(ssthresh, 3000, "half of the 6000 in flight");
+    assert_eq!(ssthresh, 7000, "CUBIC's reduction (the default): 0.7 of cwnd, ten segments (RFC 9438 4.6)");
     c.handle_segment(ms(45), &sack(iss, 6000, &[]));
     assert_eq!(c.stats().cwnd, ssthresh, "cwnd = ssthresh when the recovery ends");
 }
