@@ -107,7 +107,13 @@ fn concurrent(backend: Backend, n: usize, len: usize, threads: usize, check: Che
     let counters = judge(&lab, &before, server, backend, check);
     echoed.unwrap_or_else(|e| panic!("{backend:?}: {e}"));
     assert_eq!(counters.get("connections_accepted"), n as u64, "{counters}");
-    assert_eq!(counters.get("tcp_resets_out"), 0, "the server sent resets: {counters}");
+    // A reset may answer a stray ACK: on a loaded machine a tail-loss probe can resend the
+    // FIN while the peer's ACK of it is on its way; the peer ACKs the probe too, and that
+    // second ACK finds the connection closed (RST from CLOSED, as Linux answers it, to a
+    // peer in TIME-WAIT, which the peer's counters above show as no reset). Any other reset
+    // is a failure.
+    let resets = counters.get("tcp_resets_out") - counters.get("drop.stray_ack").min(counters.get("tcp_resets_out"));
+    assert_eq!(resets, 0, "the server sent resets other than answers to stray ACKs: {counters}");
 }
 
 /// Stop the server and judge the run from the peer's counters since `before` (see
