@@ -374,11 +374,15 @@ impl Recovery {
         let mut next: Option<Instant> = None;
         for i in 0..sent.len() {
             let seg = sent.get(i);
-            if seg.mark != Mark::InFlight {
-                continue;
-            }
             let sent_before = seg.sent_at < xmit || (seg.sent_at == xmit && seg.end.before(xmit_end));
-            if !sent_before {
+            // Records are in sequence order, and a segment sent once went out after every
+            // segment before it: from the first one sent once after RACK's, all later ones
+            // were sent later still (resends of later data are later again). Without loss
+            // this stops at the first record, so the scan costs nothing per ACK.
+            if !sent_before && !seg.retransmitted {
+                break;
+            }
+            if seg.mark != Mark::InFlight || !sent_before {
                 continue;
             }
             let due = seg.sent_at + wait;
