@@ -876,8 +876,11 @@ impl Interface {
                 self.orphan_bytes -= bytes;
             }
             self.counters.resets_for_lost_data += sock.conn.stats().resets_for_lost_data;
-            if self.buffers.len() < self.config.buffer_pool {
-                self.buffers.push(sock.conn.into_buffers());
+            // Buffers autotuning grew go back to the allocator: the pool keeps the configured
+            // size, what short connections (the ones a pool is for) use.
+            let buffers = sock.conn.into_buffers();
+            if self.buffers.len() < self.config.buffer_pool && buffers.fits(&self.config.tcp) {
+                self.buffers.push(buffers);
             }
         }
     }

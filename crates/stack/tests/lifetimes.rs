@@ -89,10 +89,13 @@ struct Peers {
 
 impl Peers {
     fn new(device: MemoryDevice) -> Peers {
-        // Small buffers: a peer that never reads shuts its window after 4 KiB.
+        // Small buffers that stay small (no autotuning, no window scaling): a peer that never
+        // reads shuts its window after exactly 4 KiB.
         let config = Config {
             recv_buffer: 4096,
             send_buffer: 4096,
+            recv_buffer_max: 4096,
+            send_buffer_max: 4096,
             min_rto: Duration::from_millis(200),
             isn_secret: [9; 16],
             ..Config::default()

@@ -119,10 +119,13 @@ fn tcp_echo_across_two_hosts_resolving_arp() {
 #[test]
 fn connections_one_after_another_reuse_buffers_and_see_only_their_own_bytes() {
     // Small buffers, so a transfer wraps the rings and the next connection gets storage
-    // written all over.
+    // written all over; kept at that size (autotuning would grow them, and grown buffers
+    // are freed, not pooled).
     let mut net = Net::new(LinkConfig::default(), |c| {
         c.tcp.send_buffer = 4096;
         c.tcp.recv_buffer = 4096;
+        c.tcp.send_buffer_max = 4096;
+        c.tcp.recv_buffer_max = 4096;
     });
     let listener = net.b.listen(7).unwrap();
     for round in 0..4u32 {

@@ -1,7 +1,8 @@
 //! A fixed-capacity byte ring for the send and receive buffers.
 //!
-//! The storage is allocated once in [`RingBuffer::new`] and never grows or
-//! shrinks, so the data path does no allocation (house style). A finished ring
+//! The storage is allocated in [`RingBuffer::new`] and never shrinks; it grows only
+//! when autotuning asks ([`RingBuffer::grow`], a few times in a connection's life), so
+//! the data path does no allocation (house style). A finished ring
 //! gives its storage back, zeroed, with [`RingBuffer::into_storage`], for the
 //! next ring to take with [`RingBuffer::with_storage`]: a host that opens and
 //! closes connections at a high rate then allocates nothing per connection.
@@ -29,7 +30,7 @@
 //! bytes already written beyond the committed data, so out-of-order data stays
 //! at the right place while the application reads.
 
-/// A fixed-capacity ring of bytes with a committed prefix and a writable tail.
+/// A ring of bytes with a committed prefix and a writable tail.
 ///
 /// Offsets in every method count from the front of the ring (the first
 /// committed byte), not from the start of the storage.
@@ -64,7 +65,7 @@ impl RingBuffer {
         Storage(storage)
     }
 
-    /// Return the fixed number of bytes the ring can hold.
+    /// Return the number of bytes the ring can hold.
     #[inline]
     pub fn capacity(&self) -> usize {
         self.storage.len()
@@ -154,6 +155,28 @@ impl RingBuffer {
     /// right after the committed data. Clamp at the capacity.
     pub fn commit(&mut self, n: usize) {
         self.len = self.len.saturating_add(n).min(self.capacity());
+    }
+
+    /// Grow the ring to `capacity` bytes (no change if it is not larger), keeping every byte
+    /// at its offset from the front, committed or placed beyond with
+    /// [`write_at`](Self::write_at).
+    ///
+    /// This allocates: it is for receive-window and send-buffer autotuning, which grows a
+    /// connection's rings a few times in its life (doubling), not for the data path.
+    pub fn grow(&mut self, capacity: usize) {
+        let old = self.capacity();
+        if capacity <= old {
+            return;
+        }
+        let mut storage = vec![0u8; capacity].into_boxed_slice();
+        // The whole old ring in order from the front: committed bytes and anything placed
+        // after them land at the same offsets.
+        let first = old - self.head;
+        storage[..first].copy_from_slice(&self.storage[self.head..]);
+        storage[first..old].copy_from_slice(&self.storage[..self.head]);
+        self.storage = storage;
+        self.head = 0;
+        self.written = old;
     }
 
     /// Drop every byte, committed or not, and reset the front to the start of the storage.
@@ -484,6 +507,28 @@ mod tests {
         WriteAt(usize, Vec<u8>),
         Commit(usize),
         Clear,
+    }
+
+    #[test]
+    fn growing_keeps_committed_and_placed_bytes_at_their_offsets() {
+        let mut r = RingBuffer::new(8);
+        r.push(b"abcdef");
+        let mut out = [0u8; 4];
+        r.pop(&mut out);
+        r.push(b"ghij"); // wraps: "efghij" from the front
+        assert_eq!(r.write_at(6, b"kl"), 2, "out of order, after the committed bytes");
+        r.grow(32);
+        assert_eq!(r.capacity(), 32);
+        let mut all = [0u8; 6];
+        assert_eq!(r.peek(0, &mut all), 6);
+        assert_eq!(&all, b"efghij");
+        r.commit(2);
+        let mut all = [0u8; 8];
+        assert_eq!(r.pop(&mut all), 8);
+        assert_eq!(&all, b"efghijkl");
+        assert_eq!(r.push(&[7u8; 32]), 32, "the whole new capacity is free");
+        r.grow(16);
+        assert_eq!(r.capacity(), 32, "never shrinks");
     }
 
     fn op() -> impl Strategy<Value = Op> {

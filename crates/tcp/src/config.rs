@@ -24,11 +24,24 @@ impl Default for Keepalive {
 pub struct Config {
     /// The MSS we advertise: the largest segment payload we accept (RFC 9293 3.7.1, RFC 6691).
     pub mss: u16,
-    /// Bytes the application may queue for sending (sent-but-unacknowledged included).
+    /// Bytes the application may queue for sending (sent-but-unacknowledged included), to
+    /// begin with: autotuning grows it up to [`send_buffer_max`](Config::send_buffer_max).
     pub send_buffer: usize,
-    /// Bytes of received data held for the application; bounds the advertised window and the
-    /// memory kept for out-of-order segments.
+    /// Bytes of received data held for the application, to begin with; bounds the advertised
+    /// window and the memory kept for out-of-order segments. Autotuning grows it up to
+    /// [`recv_buffer_max`](Config::recv_buffer_max).
     pub recv_buffer: usize,
+    /// Most bytes receive-buffer autotuning may grow the receive buffer to (Linux's
+    /// `tcp_rmem[2]`); equal to `recv_buffer`, it stays fixed. The window scale we offer is
+    /// chosen for this size.
+    ///
+    /// 16 MiB by default, above Linux's 6 MiB, so that one connection can fill 1 Gbit/s over
+    /// 100 ms (a 12.5 MB bandwidth-delay product); a host bounds the sum over its
+    /// connections (`StackConfig::buffer_memory` in bypass-stack).
+    pub recv_buffer_max: usize,
+    /// Most bytes send-buffer autotuning may grow the send buffer to (Linux's `tcp_wmem[2]`);
+    /// it grows to twice the congestion window while the application keeps it full.
+    pub send_buffer_max: usize,
     /// Offer window scaling (RFC 7323 section 2). Needed for windows above 64 KiB.
     pub window_scaling: bool,
     /// Offer SACK-permitted and report out-of-order data in SACK blocks (RFC 2018).
@@ -103,6 +116,8 @@ impl Default for Config {
             mss: 1460,
             send_buffer: 256 * 1024,
             recv_buffer: 256 * 1024,
+            recv_buffer_max: 16 << 20,
+            send_buffer_max: 16 << 20,
             window_scaling: true,
             sack: true,
             timestamps: true,

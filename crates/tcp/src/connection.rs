@@ -348,6 +348,23 @@ pub struct Connection {
     pub(crate) ack_due: AckDue,
     /// In-order bytes received since we last sent an ACK (RFC 9293 3.8.6.3).
     pub(crate) unacked_bytes: u32,
+    /// Receive-buffer autotuning (dynamic right-sizing, as Linux's `tcp_rcv_space_adjust`):
+    /// bytes the application read since `drs_since`, and the most it read in one round trip.
+    pub(crate) drs_bytes: u32,
+    pub(crate) drs_since: Option<Instant>,
+    pub(crate) drs_space: u32,
+    /// The host lets the buffers grow (its memory budget is not spent).
+    pub(crate) growth_allowed: bool,
+    /// The application offered more than the send buffer took since the last growth.
+    pub(crate) send_limited: bool,
+    /// The most bytes in flight since SND.UNA last passed `pipe_high_until` (about a round
+    /// trip): whether cwnd, not the peer's window or the application, held the sender back
+    /// (RFC 7661; Linux's `tcp_is_cwnd_limited`).
+    pub(crate) pipe_high: u32,
+    pub(crate) pipe_high_until: SeqNum,
+    /// The most window the host lets this connection offer (its share of the device's
+    /// receive ring); `u32::MAX` without a limit.
+    pub(crate) window_cap: u32,
     /// The peer's full-sized segment, as measured: the largest payload it has sent, up to
     /// our MSS (Linux's `rcv_mss`). A peer with timestamps sends 1448 bytes under an MSS
     /// of 1460, one behind a tunnel less: "every second full-sized segment" counts these.
@@ -370,7 +387,8 @@ impl Connection {
         let Buffers { send, recv } = buffers.for_config(config);
         let mut rcv_wscale_offer = 0;
         if config.window_scaling {
-            while rcv_wscale_offer < 14 && max_window(rcv_wscale_offer) < config.recv_buffer as u32 {
+            let most = config.recv_buffer_max.max(config.recv_buffer);
+            while rcv_wscale_offer < 14 && max_window(rcv_wscale_offer) < most as u32 {
                 rcv_wscale_offer += 1;
             }
         }
@@ -439,6 +457,14 @@ impl Connection {
             last_send: Instant::ZERO,
             ack_due: AckDue::None,
             unacked_bytes: 0,
+            drs_bytes: 0,
+            drs_since: None,
+            drs_space: 0,
+            growth_allowed: true,
+            send_limited: false,
+            pipe_high: 0,
+            pipe_high_until: SeqNum(0),
+            window_cap: u32::MAX,
             rcv_mss: u32::from(config.mss.min(536)),
             challenge_window: Instant::ZERO,
             challenge_count: 0,
@@ -621,7 +647,7 @@ impl Connection {
             options.timestamps = Some(crate::options::Timestamps { tsval: carried.encode(clock), tsecr: ts.tsval });
             if carried.window_scale.is_some() {
                 let mut offer = 0;
-                while offer < 14 && max_window(offer) < config.recv_buffer as u32 {
+                while offer < 14 && max_window(offer) < config.recv_buffer_max.max(config.recv_buffer) as u32 {
                     offer += 1;
                 }
                 options.window_scale = Some(offer);
@@ -700,7 +726,12 @@ impl Connection {
         if data.is_empty() {
             return Ok(0);
         }
-        match self.send_buf.push(data) {
+        let n = self.send_buf.push(data);
+        if n < data.len() {
+            // The buffer, not the application, limits what is sent: autotuning may grow it.
+            self.send_limited = true;
+        }
+        match n {
             0 => Err(SendError::WouldBlock),
             n => Ok(n),
         }
@@ -712,6 +743,8 @@ impl Connection {
         if !self.recv_buf.is_empty() {
             let before = self.receive_window();
             let n = self.recv_buf.pop(buf);
+            // Receive-buffer autotuning measures what the application takes, not what arrives.
+            self.drs_bytes = self.drs_bytes.saturating_add(n as u32);
             self.after_read(before);
             return Ok(n);
         }
@@ -885,6 +918,73 @@ impl Connection {
     /// Return bytes that `recv` would return now.
     pub fn recv_available(&self) -> usize {
         self.recv_buf.len()
+    }
+
+    /// Let the buffers grow with autotuning (`true`, the default) or not: a host over its
+    /// memory budget says no. Buffers already grown keep their size.
+    pub fn set_growth_allowed(&mut self, allowed: bool) {
+        self.growth_allowed = allowed;
+    }
+
+    /// Limit the window this connection offers to `bytes` (`u32::MAX`: no limit), as a host
+    /// does to keep the sum of its windows within what its device can take in at once. The
+    /// right edge already advertised never moves back (RFC 9293 3.8.6.2.2); only its growth
+    /// stops.
+    pub fn set_window_cap(&mut self, bytes: u32) {
+        self.window_cap = bytes;
+    }
+
+    /// Return the bytes the connection's buffers hold allocated (send and receive).
+    pub fn buffer_capacity(&self) -> usize {
+        self.send_buf.capacity() + self.recv_buf.capacity()
+    }
+
+    /// Grow the send buffer to twice the congestion window, in powers of two up to
+    /// `send_buffer_max`, while the application keeps it full (Linux's
+    /// `tcp_sndbuf_expand`): a buffer smaller than the window it feeds caps the throughput
+    /// at buffer / RTT.
+    pub(crate) fn autotune_send(&mut self) {
+        let capacity = self.send_buf.capacity();
+        let max = self.config.send_buffer_max;
+        if !self.growth_allowed || capacity >= max || !self.send_limited {
+            return;
+        }
+        let want = (2 * self.cc.cwnd() as usize).min(max);
+        if want > capacity {
+            self.send_limited = false;
+            self.send_buf.grow(want.next_power_of_two().min(max));
+            if self.state.can_send() && !self.fin_queued {
+                self.emit(Event::Writable);
+            }
+        }
+    }
+
+    /// Receive-buffer autotuning (dynamic right-sizing, Fisk and Feng; Linux's
+    /// `tcp_rcv_space_adjust`): count what the application reads per round trip, and when a
+    /// round trip's reads are more than any before, let the buffer (and so the window) grow
+    /// to twice that. A sender the window held back delivers a window per round trip, so
+    /// with an application that keeps up the window doubles each round trip until the path,
+    /// not the window, is the limit; an application that does not read grows nothing.
+    /// Checked as data arrives (the reads carry no clock).
+    pub(crate) fn autotune_recv(&mut self, now: Instant) {
+        let since = *self.drs_since.get_or_insert(now);
+        let rtt = self.rtt.srtt().unwrap_or(Duration::from_millis(100)).max(Duration::from_micros(100));
+        if now.saturating_duration_since(since) < rtt {
+            return;
+        }
+        let copied = self.drs_bytes;
+        self.drs_bytes = 0;
+        self.drs_since = Some(now);
+        if copied <= self.drs_space {
+            return;
+        }
+        self.drs_space = copied;
+        let capacity = self.recv_buf.capacity();
+        let max = self.config.recv_buffer_max;
+        let want = (2 * copied as usize).min(max);
+        if self.growth_allowed && want > capacity {
+            self.recv_buf.grow(want.next_power_of_two().min(max));
+        }
     }
 
     /// Return whether SACK was negotiated (both SYNs offered it, RFC 2018).

@@ -552,7 +552,17 @@ impl Connection {
     /// Apply an ACK of data to the scoreboard and let loss recovery act on it.
     fn on_data_ack(&mut self, now: Instant, flight_before: u32, advanced: bool, duplicate: bool, blocks: &[SackBlock]) {
         let delivery = self.sent.on_ack(self.snd_una, blocks);
+        // RFC 7661 4.3 (as Linux's tcp_is_cwnd_limited): cwnd grows only if it was the limit
+        // this round trip, in flight up to it, or, in slow start, past half of it.
+        let (cwnd, smss) = (self.cc.cwnd(), self.smss as u32);
+        let cwnd_limited =
+            self.pipe_high + smss >= cwnd || (cwnd < self.cc.ssthresh() && self.pipe_high.saturating_mul(2) > cwnd);
+        if !self.snd_una.before(self.pipe_high_until) {
+            self.pipe_high = self.recovery.pipe(&self.sent, smss);
+            self.pipe_high_until = self.snd_max;
+        }
         let ctx = AckContext {
+            cwnd_limited,
             now,
             snd_una: self.snd_una,
             snd_max: self.snd_max,
@@ -575,11 +585,16 @@ impl Connection {
         // (RFC 8985 7.2).
         if advanced {
             self.arm_loss_probe(now);
+            self.autotune_send();
         }
     }
 
     /// SND.UNA < SEG.ACK =< SND.NXT: new data acknowledged.
     fn on_new_ack(&mut self, now: Instant, ack: SeqNum) {
+        // A buffer full up to this ACK held the application back (send-buffer autotuning).
+        if self.send_buf.free() < self.smss as usize {
+            self.send_limited = true;
+        }
         // Remove acknowledged data from the send buffer; what is left may be the FIN.
         let data_acked = (ack - self.send_buf_seq).min(self.send_buf.len() as u32);
         if ack.after(self.send_buf_seq) {
@@ -658,6 +673,9 @@ impl Connection {
                 self.unacked_bytes += ready;
                 self.rcv_mss = self.rcv_mss.max((data.len() as u32).min(u32::from(self.config.mss)));
                 self.ack_in_order(now);
+            }
+            if ready > 0 {
+                self.autotune_recv(now);
             }
         }
         if fin {

@@ -253,6 +253,8 @@ impl Connection {
             self.snd_max = end;
         }
         self.recovery.on_sent(seg_len, retransmission);
+        // The most in flight this round trip, for whether cwnd was what limited the sender.
+        self.pipe_high = self.pipe_high.max(self.recovery.pipe(&self.sent, self.smss as u32));
         if self.snd_nxt.before(self.snd_max) {
             self.snd_nxt = self.snd_max;
         }
@@ -404,7 +406,8 @@ impl Connection {
         let room = (self.recv_buf.free() as u32).min(max_window(self.rcv_wscale));
         // A sixty-fourth of the buffer: hundreds of creeping ACKs even with 8-byte units.
         let reserve = if unit > 1 { (capacity / 64).max(unit - 1) } else { 0 };
-        let free = room.saturating_sub(reserve);
+        // The host's cap limits how far the edge moves on, never where it already is.
+        let free = room.saturating_sub(reserve).min(self.window_cap);
         let edge = self.rcv_nxt + free;
         let threshold = (capacity / 2).min(self.config.mss as u32);
         if edge.after(self.rcv_adv) && (edge - self.rcv_adv >= threshold || room == capacity) {

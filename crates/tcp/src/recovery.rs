@@ -102,6 +102,8 @@ pub(crate) struct AckContext {
     pub smss: u32,
     /// An RTT sample this ACK gave (RTTM or the timed segment).
     pub rtt: Option<Duration>,
+    /// cwnd was what limited the sender over the last round trip (RFC 7661 4.3).
+    pub cwnd_limited: bool,
 }
 
 impl Recovery {
@@ -222,7 +224,7 @@ impl Recovery {
                 in_flight: ctx.flight_before,
                 rtt: ctx.rtt,
                 min_rtt: self.min_rtt,
-                app_limited: d.app_limited,
+                app_limited: d.app_limited || !ctx.cwnd_limited,
             });
         }
         decision

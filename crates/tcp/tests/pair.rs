@@ -367,7 +367,14 @@ fn window_bounds_throughput_on_long_fat_path() {
     // would stop at 64 KiB, a sixteenth of that.
     const WINDOW_BOUND: u64 = 10 * MIB; // bytes per second: 1 MiB / 0.1 s
     const REQUIRED: u64 = WINDOW_BOUND * 8 / 10; // 8_388_608 bytes per second
-    let config = Config { send_buffer: MIB as usize, recv_buffer: MIB as usize, window_scaling: true, ..config(5) };
+    let config = Config {
+        send_buffer: MIB as usize,
+        recv_buffer: MIB as usize,
+        send_buffer_max: MIB as usize,
+        recv_buffer_max: MIB as usize,
+        window_scaling: true,
+        ..config(5)
+    };
     let link = LinkConfig::default().with_delay(50 * MS).with_bandwidth(1_000_000_000);
     let mut pair = Pair::new(&config, &config, link, link, 5);
     pair.stream(Side::Client, 1 << 30, false); // more than 6 s can carry

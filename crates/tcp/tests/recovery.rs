@@ -177,3 +177,30 @@ fn sending_after_an_idle_period_restarts_from_the_initial_window() {
     println!("30 s idle, then send: {first_flight} segments in the first round trip (cwnd was {opened})");
     assert!(first_flight <= 10, "{first_flight} segments back to back after the idle period");
 }
+
+#[test]
+fn autotuning_fills_a_long_fat_path_with_the_default_buffers() {
+    // 1 Gbit/s with 100 ms of round trip: a 12.5 MB bandwidth-delay product, fifty times the
+    // default 256 KiB buffers. Before autotuning the window bound the transfer at 21 Mbit/s;
+    // now both buffers grow with the measured round trips (up to 16 MiB each) and the path is
+    // the limit. Measured over seconds 3 to 8, after slow start.
+    init_log();
+    let config = config(5);
+    assert_eq!(config.recv_buffer, 256 * 1024, "the defaults");
+    let link = LinkConfig::default().with_delay(50 * MS).with_bandwidth(1_000_000_000);
+    let mut pair = Pair::new(&config, &config, link, link, 5);
+    pair.stream(Side::Client, 2 << 30, false);
+    pair.run_until(|_| false, Instant::from_millis(3000));
+    let start = pair.progress(Side::Server).received;
+    pair.run_until(|_| false, Instant::from_millis(8000));
+    let rate = (pair.progress(Side::Server).received - start) as f64 * 8.0 / 5.0;
+    let (client, server) = (pair.client(), pair.server());
+    println!(
+        "1 Gbit/s x 100 ms, default buffers: {:.0} Mbit/s; buffers grew to {} (sender) and {} (receiver) bytes; cwnd {}",
+        rate / 1e6,
+        client.buffer_capacity(),
+        server.buffer_capacity(),
+        client.stats().cwnd
+    );
+    assert!(rate >= 0.8e9, "{:.0} Mbit/s, under 80% of the path", rate / 1e6);
+}

@@ -27,9 +27,17 @@ const TEMPLATE: Segment<'static> =
     Segment { src_port: 40000, dst_port: 80, window: 65535, flags: Flags::ACK, ..Segment::EMPTY };
 
 /// Defaults, with ACKs at once and RFC 6298's 1 s minimum RTO, so that the timers these tests
-/// tell apart (RTO, persist, SWS override) are far from each other.
+/// tell apart (RTO, persist, SWS override) are far from each other, and buffers that do not
+/// grow (the window scale is then the one a 256 KiB buffer needs, 3).
 fn config() -> Config {
-    Config { delayed_ack: None, isn_secret: [7; 16], min_rto: Duration::from_secs(1), ..Config::default() }
+    Config {
+        delayed_ack: None,
+        isn_secret: [7; 16],
+        min_rto: Duration::from_secs(1),
+        recv_buffer_max: 256 * 1024,
+        send_buffer_max: 256 * 1024,
+        ..Config::default()
+    }
 }
 
 fn ms(n: u64) -> Instant {
