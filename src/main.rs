@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bypass_io::testlab::{Lab, LabConfig};
 use bypass_io::xdp::{XdpConfig, XdpDevice, XdpError, XdpMode};
-use bypass_io::{PacketDevice, PcapNgCapture, netdev};
+use bypass_io::{PacketConfig, PacketDevice, PcapNgCapture, netdev};
 use bypass_stack::{Device, Stack, StackConfig};
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -155,6 +155,15 @@ struct EchoArgs {
     /// Close connections idle this many seconds (server-initiated close).
     #[arg(long)]
     idle_timeout: Option<f64>,
+    /// Receive ring size in frames (AF_XDP fill and RX rings, AF_PACKET RX ring): frames
+    /// the kernel can hand over before the stack reads them, past which it drops.
+    #[arg(long, value_name = "FRAMES", default_value_t = 4096, value_parser = parse_ring)]
+    rx_ring: u32,
+    /// The most bytes of receive window all connections offer together, or `none`; by
+    /// default half the receive ring in full-sized segments, so what peers may send at
+    /// once fits the ring.
+    #[arg(long, value_name = "BYTES", value_parser = parse_budget)]
+    window_budget: Option<usize>,
     /// Record every frame received and sent to this pcapng file (one file per queue:
     /// FILE, FILE.q1, ...), for Wireshark.
     #[arg(long)]
@@ -174,6 +183,20 @@ struct InspectArgs {
     /// Do not colour the output (it is coloured only on a terminal, and not with NO_COLOR set).
     #[arg(long)]
     no_color: bool,
+}
+
+fn parse_ring(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n) if n.is_power_of_two() && (64..=32768).contains(&n) => Ok(n),
+        _ => Err(format!("`{s}` is not a ring size: give a power of two from 64 to 32768")),
+    }
+}
+
+fn parse_budget(s: &str) -> Result<usize, String> {
+    if s == "none" {
+        return Ok(usize::MAX);
+    }
+    s.parse::<usize>().map_err(|_| format!("`{s}` is not a number of bytes (or `none`)"))
 }
 
 fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
@@ -291,12 +314,14 @@ fn echo(args: EchoArgs) -> Result<(), String> {
     }
     let mut secret = [0u8; 16];
     getrandom(&mut secret);
-    let config = StackConfig::new(ip, prefix, secret);
+    let mut config = StackConfig::new(ip, prefix, secret);
+    config.window_budget = args.window_budget;
     let idle = args.idle_timeout.map(Duration::from_secs_f64);
 
     let totals = match args.backend {
         Backend::Packet => {
-            let device = PacketDevice::open(&args.iface).map_err(|e| e.to_string())?;
+            let packet = PacketConfig { rx_frames: args.rx_ring as usize, ..PacketConfig::default() };
+            let device = PacketDevice::open_with(&args.iface, &packet).map_err(|e| e.to_string())?;
             println!("serving echo on {ip}:{} over {} ({})", args.port, args.iface, device.info().mode);
             let pcap = args.pcap.clone();
             vec![serve(device, config, args.port, idle, args.busy_poll, pcap.as_deref(), &stop)?]
@@ -309,6 +334,9 @@ fn echo(args: EchoArgs) -> Result<(), String> {
                 AttachMode::Generic => XdpMode::Generic,
             };
             xdp.busy_poll = args.busy_poll;
+            xdp.fill_size = args.rx_ring;
+            xdp.rx_size = args.rx_ring;
+            xdp.frame_count = xdp.frame_count.max(2 * args.rx_ring);
             let queues: Vec<u32> = (0..args.queues).collect();
             let devices = XdpDevice::open_queues(xdp, &queues).map_err(|e| xdp_error(e, &args.iface))?;
             for d in &devices {

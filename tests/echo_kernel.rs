@@ -96,7 +96,21 @@ enum Check {
 /// Open `n` connections at once, echo `len` bytes on each (all concurrently), half-close,
 /// expect EOF; the peer must see no reset (and with [`Check::Lossless`] no retransmission).
 fn concurrent(backend: Backend, n: usize, len: usize, threads: usize, check: Check) {
-    let Some((lab, server, _capture)) = setup(&format!("conc{n}{}", backend.arg()), backend, &[]) else { return };
+    concurrent_with(backend, n, len, threads, check, &[]);
+}
+
+/// [`concurrent`] against a server started with `extra` arguments; its counters, unless the
+/// lab is unavailable (and the test skipped).
+fn concurrent_with(
+    backend: Backend,
+    n: usize,
+    len: usize,
+    threads: usize,
+    check: Check,
+    extra: &[&str],
+) -> Option<common::Counters> {
+    let test = format!("conc{n}{}{}", backend.arg(), extra.len());
+    let (lab, server, _capture) = setup(&test, backend, extra)?;
     let before = peer_nstat(&lab);
     let start = Instant::now();
     let streams = peer_connect_many(&lab, server_addr(&lab), n);
@@ -114,6 +128,7 @@ fn concurrent(backend: Backend, n: usize, len: usize, threads: usize, check: Che
     // is a failure.
     let resets = counters.get("tcp_resets_out") - counters.get("drop.stray_ack").min(counters.get("tcp_resets_out"));
     assert_eq!(resets, 0, "the server sent resets other than answers to stray ACKs: {counters}");
+    Some(counters)
 }
 
 /// Stop the server and judge the run from the peer's counters since `before` (see
@@ -156,20 +171,10 @@ fn one_connection_packet() {
     concurrent(Backend::Packet, 1, 1 << 20, 1, Check::Lossless);
 }
 
-// 100 and 1000 concurrent connections echo correctly without a reset. Whether the kernel peer
-// also never retransmits depends on the backend and, for 100 x 64 KiB over AF_XDP, on the
-// machine's load: those `_lossless_` variants are kept apart (ignored) until the stack's
-// receive path has room for what its windows let in.
-
-#[test]
-fn hundred_connections_xdp() {
-    concurrent(Backend::Xdp, 100, 64 << 10, 2, Check::Echo);
-}
-
-#[test]
-fn hundred_connections_packet() {
-    concurrent(Backend::Packet, 100, 64 << 10, 2, Check::Echo);
-}
+// 100 and 1000 concurrent connections echo correctly without a reset, and (the `_lossless_`
+// variants) without the kernel peer retransmitting: the stack keeps the sum of its receive
+// windows within half its device's receive ring (`StackConfig::window_budget`), so what the
+// windows let in fits the ring even while the stack is descheduled.
 
 #[test]
 fn thousand_connections_xdp() {
@@ -183,20 +188,35 @@ fn thousand_connections_packet() {
 }
 
 #[test]
-#[ignore = "load-dependent: 100 connections x 256 KiB advertised windows (~17000 segments in flight) \
-            can overflow the 4096-frame XSK RX/fill ring when the stack is descheduled for a few ms \
-            (bx0 rx_queue_0_drops; the peer retransmits). Passes on an idle machine; the fix is to \
-            bound the sum of advertised windows by the ring"]
 fn hundred_connections_lossless_xdp() {
     concurrent(Backend::Xdp, 100, 64 << 10, 2, Check::Lossless);
 }
 
 #[test]
-#[ignore = "load-dependent: 100 x 64 KiB bursts (~6300 frames) can overflow the 4096-slot \
-            TPACKET_V2 ring (now counted: device.rx_ring_full in the exit counters). Passes on an \
-            idle machine; same fix as the XDP case"]
 fn hundred_connections_lossless_packet() {
     concurrent(Backend::Packet, 100, 64 << 10, 2, Check::Lossless);
+}
+
+// The same 100 connections, 256 KiB each, into a receive ring of 512 frames: a tenth of
+// what the windows would let in at once without the stack's window budget (the control
+// loses thousands of frames to the full ring), and lossless with it.
+
+#[test]
+fn small_ring_lossless_xdp() {
+    concurrent_with(Backend::Xdp, 100, 256 << 10, 2, Check::Lossless, &["--rx-ring", "512"]);
+}
+
+#[test]
+fn small_ring_lossless_packet() {
+    concurrent_with(Backend::Packet, 100, 256 << 10, 2, Check::Lossless, &["--rx-ring", "512"]);
+}
+
+#[test]
+fn small_ring_without_the_window_budget_overflows() {
+    let args = ["--rx-ring", "512", "--window-budget", "none"];
+    if let Some(counters) = concurrent_with(Backend::Packet, 100, 256 << 10, 2, Check::Echo, &args) {
+        assert!(counters.get("device.rx_ring_full") > 0, "the control lost nothing: {counters}");
+    }
 }
 
 #[test]

@@ -207,6 +207,10 @@ impl Device for PacketDevice {
         &self.info
     }
 
+    fn rx_frames(&self) -> Option<usize> {
+        Some(self.rx.frames())
+    }
+
     fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
         let mut delivered = 0;
         for _ in 0..budget {

@@ -73,6 +73,14 @@ pub trait Device {
     fn syscalls(&self) -> u64 {
         0
     }
+
+    /// Return how many received frames the device holds for the stack before it must drop
+    /// (its receive ring: AF_XDP's fill and RX rings, AF_PACKET's RX ring), where it has a
+    /// fixed one; `None` for devices that queue without such a limit. The stack keeps the sum
+    /// of its receive windows within this (`StackConfig::window_budget`).
+    fn rx_frames(&self) -> Option<usize> {
+        None
+    }
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
@@ -99,5 +107,8 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn syscalls(&self) -> u64 {
         (**self).syscalls()
+    }
+    fn rx_frames(&self) -> Option<usize> {
+        (**self).rx_frames()
     }
 }

@@ -69,6 +69,19 @@ pub struct StackConfig {
     /// each is closed; a close that would go past it resets the connection instead (Linux
     /// resets orphans under memory pressure likewise, `tcp_out_of_resources`).
     pub max_orphan_memory: usize,
+    /// The most bytes the receive windows of all connections may offer between them, so
+    /// that what the peers may send at once fits what the device can hold until the stack
+    /// reads it. Each connection that can receive may grow its window to an equal share
+    /// (never below four full-sized segments); a window already offered is never taken
+    /// back (RFC 9293 3.8.6.2.2), only its growth stops. `None` (the default) takes half the
+    /// device's receive ring in full-sized segments ([`Device::rx_frames`](crate::Device::rx_frames)
+    /// times the MSS, halved for the frames that are not full segments and for bursts that
+    /// arrive while the stack is descheduled); a device without a fixed ring sets no limit.
+    pub window_budget: Option<usize>,
+    /// The most bytes the buffers of all connections may hold allocated before autotuning
+    /// stops growing any (as Linux's `tcp_mem` pressure threshold); buffers already grown
+    /// keep their size, and new connections still get `tcp.send_buffer + tcp.recv_buffer`.
+    pub buffer_memory: usize,
 }
 
 impl StackConfig {
@@ -89,6 +102,8 @@ impl StackConfig {
             buffer_pool: 16,
             max_orphans: 16_384,
             max_orphan_memory: 64 << 20,
+            window_budget: None,
+            buffer_memory: 512 << 20,
         }
     }
 }
@@ -125,6 +140,10 @@ struct Sock {
     dirty: bool,
     /// Counted among the orphans, holding this many bytes of their memory bound.
     orphan: Option<usize>,
+    /// The connection's buffer capacity as last counted in `Interface::buffer_bytes`.
+    capacity: usize,
+    /// The receive window it offers, as last counted in `Interface::offered_bytes`.
+    offered: u32,
 }
 
 struct Slot {
@@ -196,6 +215,12 @@ pub struct Interface {
     /// were charged when closed (see `StackConfig::max_orphans`).
     orphans: usize,
     orphan_bytes: usize,
+    /// `StackConfig::window_budget` as resolved for the device (`usize::MAX`: no limit).
+    window_budget: usize,
+    /// Bytes allocated to the buffers of the connections in the table.
+    buffer_bytes: usize,
+    /// The receive windows the connections offer, summed as each last ran.
+    offered_bytes: usize,
 }
 
 impl Interface {
@@ -230,7 +255,73 @@ impl Interface {
             timer_due: None,
             orphans: 0,
             orphan_bytes: 0,
+            window_budget: usize::MAX,
+            buffer_bytes: 0,
+            offered_bytes: 0,
         }
+    }
+
+    /// Resolve `StackConfig::window_budget` for a device that holds `rx_frames` received
+    /// frames (`None`: no fixed ring). [`Stack::new`](crate::Stack::new) calls this.
+    pub fn set_device_rx_frames(&mut self, rx_frames: Option<usize>) {
+        let mss = usize::from(self.config.tcp.mss);
+        self.window_budget = match (self.config.window_budget, rx_frames) {
+            (Some(bytes), _) => bytes,
+            (None, Some(frames)) => frames * mss / 2,
+            (None, None) => usize::MAX,
+        };
+    }
+
+    /// Return the bytes of receive window all connections may offer between them
+    /// (`usize::MAX`: no limit).
+    pub fn window_budget(&self) -> usize {
+        self.window_budget
+    }
+
+    /// Return the bytes allocated to the buffers of the connections in the table.
+    pub fn buffer_memory(&self) -> usize {
+        self.buffer_bytes
+    }
+
+    /// Return the receive windows the connections offer between them, as each last ran.
+    pub fn offered_windows(&self) -> usize {
+        self.offered_bytes
+    }
+
+    /// The most window a connection that offers `own` bytes may offer now: what is left of
+    /// the budget, up to an equal share among the connections that can still be sent data
+    /// (all but the orphans, whose data would be answered with RST), and never below two
+    /// full-sized segments, so that every connection moves.
+    fn window_cap(&self, own: u32) -> u32 {
+        if self.window_budget == usize::MAX {
+            return u32::MAX;
+        }
+        let receivers = self.table.len().saturating_sub(self.orphans).max(1);
+        let share = self.window_budget / receivers;
+        let left = own as usize + self.window_budget.saturating_sub(self.offered_bytes);
+        let floor = 2 * usize::from(self.config.tcp.mss);
+        share.min(left).max(floor).min(u32::MAX as usize) as u32
+    }
+
+    /// Count the window connection `index` offers now in the sum of offered windows.
+    fn count_window(&mut self, index: u32) {
+        let Some(sock) = self.slots[index as usize].sock.as_mut() else { return };
+        let offered = sock.conn.receive_window();
+        self.offered_bytes = self.offered_bytes - sock.offered as usize + offered as usize;
+        sock.offered = offered;
+    }
+
+    /// Give connection `index` its window cap and growth permission, and count its buffers.
+    fn apply_budgets(&mut self, index: u32) {
+        self.count_window(index);
+        let Some(own) = self.slots[index as usize].sock.as_ref().map(|s| s.offered) else { return };
+        let cap = self.window_cap(own);
+        let Some(sock) = self.slots[index as usize].sock.as_mut() else { return };
+        let capacity = sock.conn.buffer_capacity();
+        self.buffer_bytes = self.buffer_bytes - sock.capacity + capacity;
+        sock.capacity = capacity;
+        sock.conn.set_window_cap(cap);
+        sock.conn.set_growth_allowed(self.buffer_bytes < self.config.buffer_memory);
     }
 
     /// Return the settings in force (the TCP MSS clamped to the MTU).
@@ -829,9 +920,10 @@ impl Interface {
             }
         };
         let slot = &mut self.slots[index as usize];
-        slot.sock = Some(Sock { conn, tuple, owner, peer_mac, dirty: false, orphan: None });
+        slot.sock = Some(Sock { conn, tuple, owner, peer_mac, dirty: false, orphan: None, capacity: 0, offered: 0 });
         let id = SocketId { index, generation: slot.generation };
         self.table.insert(tuple, index);
+        self.apply_budgets(index);
         self.mark_dirty(index);
         id
     }
@@ -869,6 +961,8 @@ impl Interface {
         let slot = &mut self.slots[index as usize];
         if let Some(sock) = slot.sock.take() {
             self.table.remove(&sock.tuple);
+            self.buffer_bytes -= sock.capacity;
+            self.offered_bytes -= sock.offered as usize;
             slot.generation = slot.generation.wrapping_add(1);
             self.free.push(index);
             if let Some(bytes) = sock.orphan {
@@ -1008,6 +1102,7 @@ impl Interface {
     /// Drain one connection's output into the device, then settle its events and
     /// lifecycle. `None` when the device ran out of buffers.
     fn transmit_one(&mut self, now: Instant, index: u32, device: &mut dyn Device) -> std::io::Result<Option<usize>> {
+        self.apply_budgets(index);
         let Some(sock) = self.slots[index as usize].sock.as_mut() else { return Ok(Some(0)) };
         let Some(FourTuple { remote: SocketAddr::V4(remote), .. }) = sock.conn.tuple() else {
             // Back in LISTEN after an RST in SYN-RECEIVED: nothing to send; settle removes it.
@@ -1127,6 +1222,7 @@ impl Interface {
     /// After a connection ran: pass its events on, note its next timer, and remove it when
     /// nobody needs it any more.
     fn settle(&mut self, _now: Instant, index: u32) {
+        self.count_window(index);
         self.deliver(index);
         let id = self.id(index);
         let sock = self.slots[index as usize].sock.as_mut().expect("live");

@@ -69,7 +69,9 @@ impl<D: Device> Stack<D> {
     /// Return a host on `device` with `config`, on the real clock.
     pub fn new(device: D, config: StackConfig) -> Self {
         let info = device.info().clone();
-        Stack { iface: Interface::new(config, info.mac, info.mtu), device, time: Time::Real(std::time::Instant::now()) }
+        let mut iface = Interface::new(config, info.mac, info.mtu);
+        iface.set_device_rx_frames(device.rx_frames());
+        Stack { iface, device, time: Time::Real(std::time::Instant::now()) }
     }
 
     /// Switch to caller-driven time, starting at `now`.

@@ -613,7 +613,7 @@ impl Connection {
             c.sack_enabled = config.sack && options.sack_permitted;
         }
         // The cookie SYN-ACK advertised an unscaled window of this size.
-        c.rcv_adv = c.rcv_nxt + (c.recv_buf.free() as u32).min(65535);
+        c.rcv_adv = c.rcv_nxt + crate::output::initial_recv_window(config).min(c.recv_buf.free() as u32);
         let mss = peer_mss.min(config.mss).max(64);
         c.smss = (mss - c.fixed_options_len() as u16).max(64);
         c.cc.set_mss(c.smss as u32);
@@ -660,7 +660,7 @@ impl Connection {
             seq: iss,
             ack: syn.seq + 1u32,
             flags: Flags::SYN | Flags::ACK,
-            window: config.recv_buffer.min(65535) as u16,
+            window: crate::output::initial_recv_window(config) as u16,
             options,
             ..Segment::EMPTY
         }
@@ -1058,8 +1058,9 @@ impl Connection {
         if self.ts_ok { 12 } else { 0 }
     }
 
-    /// Return the receive window we last advertised (RCV.WND), in bytes.
-    pub(crate) fn receive_window(&self) -> u32 {
+    /// Return the receive window offered now: from RCV.NXT to the right edge advertised
+    /// (RCV.WND, RFC 9293 3.3.1).
+    pub fn receive_window(&self) -> u32 {
         if self.rcv_adv.after(self.rcv_nxt) { self.rcv_adv - self.rcv_nxt } else { 0 }
     }
 

@@ -377,9 +377,12 @@ impl Connection {
         Some(Transmit { len, src: self.local, dst: remote, kind: TransmitKind::Data, flags, seq, payload_len })
     }
 
-    /// Return the window field of a SYN or SYN-ACK: never scaled (RFC 7323 2.2).
+    /// Return the window field of a SYN or SYN-ACK: never scaled (RFC 7323 2.2), and at
+    /// most [`initial_recv_window`] (what a peer's initial congestion window can send; the
+    /// first ACK opens the rest).
     fn advertise_syn_window(&mut self) -> u16 {
-        let free = (self.recv_buf.free() as u32).min(65535);
+        let initial = initial_recv_window(&self.config);
+        let free = (self.recv_buf.free() as u32).min(initial).min(self.window_cap);
         if (self.rcv_nxt + free).after(self.rcv_adv) {
             self.rcv_adv = self.rcv_nxt + free;
         }
@@ -496,4 +499,12 @@ impl Connection {
             self.timers.set_if_idle(Timer::SwsOverride, now + self.config.sws_override);
         }
     }
+}
+
+/// The window a SYN or SYN-ACK offers: ten of our full-sized segments (RFC 6928's initial
+/// window, as Linux's `tcp_select_initial_window` with `TCP_DEFAULT_INIT_RCVWND`), within
+/// the receive buffer and the unscaled field. A host that accepts many connections at once
+/// has promised no more than their first flights before it can size their windows.
+pub(crate) fn initial_recv_window(config: &crate::Config) -> u32 {
+    (10 * u32::from(config.mss)).min(config.recv_buffer as u32).min(65535)
 }

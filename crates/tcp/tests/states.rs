@@ -171,7 +171,32 @@ fn syn_ack_offers_only_what_the_syn_offered() {
     assert_eq!(synack.options.window_scale, None);
     assert!(!synack.options.sack_permitted);
     assert_eq!(c.stats().mss, 536, "RFC 9293 3.7.1 default send MSS for IPv4");
-    assert_eq!(synack.window, 65535, "SYN-ACK window is never scaled");
+    assert_eq!(synack.window, 10 * 1460, "SYN-ACK window: ten segments, unscaled");
+}
+
+#[test]
+fn the_first_ack_after_the_handshake_opens_the_window_past_the_initial_ten_segments() {
+    // The SYN-ACK offers what a peer's initial window can send (RFC 6928, as Linux); the
+    // handshake's ACK lets us offer the whole buffer, scaled (RFC 7323 2.2).
+    let mut c = Connection::listen(&config(), local());
+    let syn = Segment {
+        seq: REMOTE_ISN,
+        flags: Flags::SYN,
+        options: TcpOptions { mss: Some(1460), window_scale: Some(7), ..TcpOptions::NONE },
+        ..TEMPLATE
+    };
+    c.handle_segment_from(ms(0), remote().ip(), &syn);
+    let synack = one(&mut c, ms(0));
+    assert_eq!(synack.window, 10 * 1460);
+    let ack = Segment { seq: REMOTE_ISN + 1u32, ack: synack.seq + 1u32, flags: Flags::ACK, ..TEMPLATE };
+    c.handle_segment(ms(1), &ack);
+    assert_eq!(c.state(), State::Established);
+    let data = Segment { payload: &[7u8; 100], flags: Flags::ACK | Flags::PSH, ..ack };
+    c.handle_segment(ms(2), &data);
+    let reply = one(&mut c, ms(2));
+    let shift = synack.options.window_scale.unwrap();
+    let offered = u32::from(reply.window) << shift;
+    assert!(offered > 64 << 10, "the window opened to {offered} bytes");
 }
 
 // ------------------------------------------------------------------------------------

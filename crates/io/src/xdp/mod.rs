@@ -157,6 +157,8 @@ pub struct XdpDevice {
     /// allocation per packet).
     rx_batch: Vec<Frame>,
     busy_poll: bool,
+    /// Frames the kernel can deliver before it drops: the smaller of the fill and RX rings.
+    rx_frames: usize,
 }
 
 impl XdpDevice {
@@ -255,6 +257,7 @@ impl XdpDevice {
                 info: DeviceInfo { name: iface.to_string(), mac, mtu: mtu as usize, mode },
                 rx_batch: Vec::with_capacity(config.rx_size as usize),
                 busy_poll,
+                rx_frames: config.fill_size.min(config.rx_size) as usize,
             });
         }
         Ok(devices)
@@ -295,6 +298,10 @@ const _: () = {
 impl Device for XdpDevice {
     fn info(&self) -> &DeviceInfo {
         &self.info
+    }
+
+    fn rx_frames(&self) -> Option<usize> {
+        Some(self.rx_frames)
     }
 
     fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
