@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod floor;
+pub mod impair;
 pub mod memory;
 pub mod netdev;
 pub mod packet;
