@@ -289,7 +289,9 @@ pub struct Connection {
     pub(crate) sack_enabled: bool,
     /// A duplicate segment received, to report in the first SACK block of the next ACK
     /// (D-SACK, RFC 2883 section 4).
-    pub(crate) dsack: Option<(SeqNum, SeqNum)>,
+    pub(crate) dsack: DsackQueue,
+    /// The SACK blocks (not D-SACK) of the last ACK, most recent first (RFC 2018 4).
+    pub(crate) sack_reported: crate::options::SackBlocks,
 
     // Timestamps (RFC 7323).
     /// Both SYNs carried the timestamps option: every segment carries it from now on.
@@ -428,7 +430,8 @@ impl Connection {
             fin_pending: None,
             fin_received: false,
             sack_enabled: false,
-            dsack: None,
+            dsack: DsackQueue::default(),
+            sack_reported: crate::options::SackBlocks::new(),
             ts_ok: false,
             ts_recent: 0,
             ts_recent_at: Instant::ZERO,
@@ -1183,4 +1186,50 @@ pub struct SequenceSpace {
     pub snd_wscale: u8,
     /// Shift applied to our window field.
     pub rcv_wscale: u8,
+}
+
+/// Duplicates received and not yet reported: each goes first in an ACK of its own as a
+/// D-SACK (RFC 2883 4.1: the first block, and only one per ACK), as Linux sends one
+/// duplicate ACK per duplicate. The host takes in frames in batches, so several can arrive
+/// before the next ACK; a sender that learns of each one widens its reordering window
+/// (RFC 8985 6.2) and stops resending what it thought lost.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct DsackQueue {
+    blocks: [(SeqNum, SeqNum); 4],
+    len: u8,
+}
+
+impl DsackQueue {
+    /// Note the duplicate `left..right`: joined to the last one where they touch, else
+    /// queued; the oldest gives way when four wait.
+    pub(crate) fn push(&mut self, left: SeqNum, right: SeqNum) {
+        if let Some(last) = self.blocks[..self.len as usize].last_mut()
+            && !left.after(last.1)
+            && !last.0.after(right)
+        {
+            *last = (if left.before(last.0) { left } else { last.0 }, if right.after(last.1) { right } else { last.1 });
+            return;
+        }
+        if self.len as usize == self.blocks.len() {
+            self.blocks.rotate_left(1);
+            self.len -= 1;
+        }
+        self.blocks[self.len as usize] = (left, right);
+        self.len += 1;
+    }
+
+    /// Take the oldest duplicate not yet reported.
+    pub(crate) fn pop(&mut self) -> Option<(SeqNum, SeqNum)> {
+        if self.len == 0 {
+            return None;
+        }
+        let first = self.blocks[0];
+        self.blocks.rotate_left(1);
+        self.len -= 1;
+        Some(first)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }

@@ -246,24 +246,34 @@ impl Connection {
     }
 
     /// Move SND.UNA to `ack`, taking an RTT sample if the timed segment is now acknowledged
-    /// (the probe is cleared on any retransmission: Karn's rule, RFC 6298 section 3).
+    /// (the probe is cleared on any retransmission: Karn's rule, RFC 6298 section 3). One
+    /// sample per timed flight, so that RFC 6298's gains keep their meaning (RFC 7323
+    /// Appendix G).
     ///
-    /// With timestamps the sample is the age of the TSval the ACK echoes (RTTM, RFC 7323
-    /// 4.1), which counts the time the peer held its ACK back; still one sample per timed
-    /// flight, so that RFC 6298's gains keep their meaning (RFC 7323 Appendix G).
+    /// The sample is the timed segment's age by the host's clock (microseconds): our
+    /// timestamps tick in milliseconds, too coarse for a LAN, where a millisecond clock
+    /// reads every round trip as 0 and RACK's reordering window with it (Linux likewise
+    /// prefers its own send times, `tcp_ack_update_rtt`). The timestamp echo (RTTM, RFC
+    /// 7323 4.1) times what Karn's rule cannot: the ACK of a retransmission after a timeout,
+    /// whose echo says which transmission it answers.
     fn advance_una(&mut self, now: Instant, ack: SeqNum) {
+        let mut sample = None;
         if let Some((end, sent)) = self.rtt_probe
             && ack.after_eq(end)
         {
-            // An echo from the future is not ours (or the clock wrapped): time it ourselves.
+            sample = Some(now.saturating_duration_since(sent));
+            self.rtt_probe = None;
+        } else if self.rtt_probe.is_none() && self.rto_count > 0 && ack.after(self.snd_una) {
+            // An echo from the future is not ours (or the clock wrapped); an age of 0 ms
+            // says only "under a millisecond".
             let age = self.seg_tsecr.filter(|_| self.ts_ok).map(|ecr| self.ts_now(now).wrapping_sub(ecr));
-            let sample = match age {
-                Some(ms) if ms < 1 << 31 => std::time::Duration::from_millis(u64::from(ms)),
-                _ => now.saturating_duration_since(sent),
-            };
+            if let Some(ms @ 1..) = age.filter(|&ms| ms < 1 << 31) {
+                sample = Some(std::time::Duration::from_millis(u64::from(ms)));
+            }
+        }
+        if let Some(sample) = sample {
             self.rtt.sample(sample);
             self.last_rtt_sample = Some(sample);
-            self.rtt_probe = None;
         }
         self.snd_una = ack;
         if self.snd_nxt.before(ack) {
@@ -341,7 +351,7 @@ impl Connection {
             self.ack_due = AckDue::Now;
             // Data we already have: a duplicate, reported as a D-SACK (RFC 2883 4.1).
             if self.sack_enabled && !seg.payload.is_empty() && !(seg.seq + seg.payload.len()).after(self.rcv_nxt) {
-                self.dsack = Some((seg.seq, seg.seq + seg.payload.len()));
+                self.dsack.push(seg.seq, seg.seq + seg.payload.len());
             }
             if zero_window_ack {
                 self.process_ack(now, &seg);
@@ -572,6 +582,7 @@ impl Connection {
             sack: self.sack_enabled,
             smss: self.smss as u32,
             rtt: self.last_rtt_sample.take(),
+            srtt: self.rtt.srtt(),
         };
         let decision = self.recovery.on_ack(&ctx, &delivery, &mut self.sent, &mut self.cc);
         if decision.entered_recovery {
@@ -629,7 +640,7 @@ impl Connection {
         if seq.before(self.rcv_nxt) {
             let dup = (self.rcv_nxt - seq) as usize;
             if self.sack_enabled && dup > 0 && !data.is_empty() {
-                self.dsack = Some((seq, seq + dup.min(data.len())));
+                self.dsack.push(seq, seq + dup.min(data.len()));
             }
             if dup > data.len() {
                 // Only an old FIN remains.

@@ -7,7 +7,7 @@
 
 use crate::connection::{AckDue, Connection, PendingReset, Transmit, TransmitKind, max_window};
 use crate::controller::Controller;
-use crate::options::{SackBlock, TcpOptions, Timestamps};
+use crate::options::{SackBlock, SackBlocks, TcpOptions, Timestamps};
 use crate::segment::{Flags, Segment};
 use crate::seq::SeqNum;
 use crate::state::State;
@@ -273,7 +273,7 @@ impl Connection {
     /// Return the payload that fits in `buf` behind the header a data segment will carry:
     /// the timestamps where in use, and SACK blocks while out-of-order data is held.
     fn payload_room(&self, buf: &[u8]) -> usize {
-        let blocks = self.sack_enabled && (!self.assembler.is_empty() || self.dsack.is_some());
+        let blocks = self.sack_enabled && (!self.assembler.is_empty() || !self.dsack.is_empty());
         let options = if blocks { MAX_OPTIONS } else { self.fixed_options_len() };
         buf.len().saturating_sub(BASE_HEADER + options)
     }
@@ -369,7 +369,8 @@ impl Connection {
         self.last_send = now;
         if flags.ack() {
             self.last_ack_sent = self.rcv_nxt;
-            self.ack_due = AckDue::None;
+            // Duplicates still to report each want an ACK of their own.
+            self.ack_due = if self.dsack.is_empty() { AckDue::None } else { AckDue::Now };
             self.unacked_bytes = 0;
             self.timers.stop(Timer::DelayedAck);
         }
@@ -428,23 +429,49 @@ impl Connection {
     }
 
     /// Fill SACK blocks: the most recent first, then the others (RFC 2018 section 4).
+    ///
+    /// After the first, the blocks last reported come again, in their order, as they stand
+    /// now (RFC 2018 section 4: "the SACK option SHOULD be filled out by repeating the most
+    /// recently reported SACK blocks"), and only then the other ranges, lowest first. One
+    /// ACK may follow many segments (the host reads frames in batches), and three blocks
+    /// next to timestamps cannot name every range: repeating them gives each range several
+    /// ACKs' chances to be seen, where always naming the lowest would leave the rest for
+    /// the sender to resend although we hold them.
     fn sack_blocks(&mut self, options: &mut TcpOptions) {
         // A duplicate received goes first, once (D-SACK, RFC 2883 section 4).
-        if let Some((left, right)) = self.dsack.take() {
+        if let Some((left, right)) = self.dsack.pop() {
             options.sack_blocks.push(SackBlock { left, right });
         }
+        // What fits after it: three blocks next to timestamps, four alone (RFC 2018 3).
+        let room = if self.ts_ok { 3 } else { 4 } - options.sack_blocks.len();
         let base = self.rcv_nxt;
-        let recent = self.assembler.recent();
-        if let Some((start, end)) = recent {
-            options.sack_blocks.push(SackBlock { left: base + start, right: base + end });
+        let mut blocks = SackBlocks::new();
+        let add = |blocks: &mut SackBlocks, (start, end): (u32, u32)| {
+            let block = SackBlock { left: base + start, right: base + end };
+            if blocks.len() < room && !blocks.as_slice().contains(&block) {
+                blocks.push(block);
+            }
+        };
+        if let Some(recent) = self.assembler.recent() {
+            add(&mut blocks, recent);
         }
-        for (start, end) in self.assembler.ranges() {
-            if Some((start, end)) != recent
-                && !options.sack_blocks.push(SackBlock { left: base + start, right: base + end })
-            {
-                break;
+        for reported in self.sack_reported.as_slice() {
+            // The range that now holds the block's first byte (ranges only grow and merge
+            // until RCV.NXT passes them).
+            if reported.left.after_eq(base) {
+                let offset = reported.left - base;
+                if let Some(range) = self.assembler.ranges().find(|&(s, e)| s <= offset && offset < e) {
+                    add(&mut blocks, range);
+                }
             }
         }
+        for range in self.assembler.ranges() {
+            add(&mut blocks, range);
+        }
+        for &block in blocks.as_slice() {
+            options.sack_blocks.push(block);
+        }
+        self.sack_reported = blocks;
     }
 
     /// Write a reset that does not follow from the send sequence.

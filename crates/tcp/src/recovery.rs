@@ -62,6 +62,14 @@ pub(crate) struct Recovery {
     min_rtt: Option<Duration>,
     /// Reordering has been seen on this connection (RFC 8985 6.2 step 4).
     reordering_seen: bool,
+    /// RFC 8985 6.2 step 4: RACK.reo_wnd_mult (0 counts as 1), raised once per round trip
+    /// with a D-SACK (the window was too small: a resend was needless); the round's end;
+    /// and RACK.reo_wnd_persist, the recoveries left before the multiplier resets.
+    reo_wnd_mult: u32,
+    dsack_round: Option<SeqNum>,
+    reo_wnd_persist: u32,
+    /// The connection's smoothed RTT at the last ACK: the reordering window's ceiling.
+    srtt: Option<Duration>,
     /// In a fast recovery, until SND.UNA reaches this (RecoveryPoint, RFC 6675).
     recovery_point: Option<SeqNum>,
     /// After a retransmission timeout, until SND.UNA reaches this: no fast recovery, the
@@ -102,6 +110,8 @@ pub(crate) struct AckContext {
     pub smss: u32,
     /// An RTT sample this ACK gave (RTTM or the timed segment).
     pub rtt: Option<Duration>,
+    /// The smoothed RTT after it.
+    pub srtt: Option<Duration>,
     /// cwnd was what limited the sender over the last round trip (RFC 7661 4.3).
     pub cwnd_limited: bool,
 }
@@ -131,6 +141,7 @@ impl Recovery {
         if let Some(rtt) = ctx.rtt {
             self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
         }
+        self.srtt = ctx.srtt;
         self.rack_update(ctx.now, d);
         self.reordering_seen |= d.reordered;
         // A D-SACK says a segment arrived twice: if it was one of ours resent, the resend was
@@ -139,6 +150,11 @@ impl Recovery {
         // undo_retrans; RFC 8985 6.2 step 4 widens the reordering window on D-SACK).
         if let Some(block) = d.dsack {
             self.reordering_seen = true;
+            if self.dsack_round.is_none_or(|end| !ctx.snd_una.before(end)) {
+                self.reo_wnd_mult = self.reo_wnd_mult.max(1) + 1;
+                self.dsack_round = Some(ctx.snd_max);
+                self.reo_wnd_persist = 16;
+            }
             let segments = (block.right - block.left).div_ceil(ctx.smss.max(1)).max(1);
             if self.undo_possible && self.undo_retrans > 0 {
                 self.undo_retrans = self.undo_retrans.saturating_sub(segments);
@@ -197,6 +213,13 @@ impl Recovery {
             self.dup_acks = 0;
             cc.on_recovery_end(ctx.now);
             ended = true;
+            // RFC 8985 6.2 step 4: a widened window lasts 16 recoveries.
+            if self.reo_wnd_persist > 0 {
+                self.reo_wnd_persist -= 1;
+                if self.reo_wnd_persist == 0 {
+                    self.reo_wnd_mult = 1;
+                }
+            }
         }
         if self.rto_point.is_some_and(|point| !ctx.snd_una.before(point)) {
             self.rto_point = None;
@@ -336,10 +359,16 @@ impl Recovery {
 
     /// RFC 8985 6.2 step 2: RACK.xmit_ts, RACK.end_seq and RACK.rtt from the newest
     /// delivered segment. A retransmitted one counts only when its RTT sample is at least
-    /// min_RTT, so the delivery cannot be of the original (RFC 8985 6.2 step 1).
+    /// min_RTT, so the delivery cannot be of the original (RFC 8985 6.2 step 1). A segment
+    /// sent once also gives min_RTT a sample, in the host clock's precision (RFC 8985's
+    /// min_RTT is over every sample, not only the timed flights').
     fn rack_update(&mut self, now: Instant, d: &Delivery) {
         let candidate = match (d.newest, d.newest_any) {
-            (Some(n), _) => Some(n),
+            (Some((at, end)), _) => {
+                let rtt = now.saturating_duration_since(at);
+                self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
+                Some((at, end))
+            }
             (None, Some((at, end))) => {
                 let rtt = now.saturating_duration_since(at);
                 self.min_rtt.is_some_and(|m| rtt >= m).then_some((at, end))
@@ -357,14 +386,16 @@ impl Recovery {
         }
     }
 
-    /// RFC 8985 6.2 step 4: the reordering window, min_RTT / 4, or 0 before any reordering
-    /// was seen while a recovery is on or enough has been SACKed (as Linux's
-    /// `tcp_rack_reo_wnd`), so that losses are found at once when reordering is unlikely.
+    /// RFC 8985 6.2 step 4: the reordering window, RACK.reo_wnd_mult x min_RTT / 4 up to
+    /// SRTT, or 0 before any reordering was seen while a recovery is on or enough has been
+    /// SACKed (as Linux's `tcp_rack_reo_wnd`), so that losses are found at once when
+    /// reordering is unlikely.
     fn reo_wnd(&self, sent: &SentQueue, smss: u32) -> Duration {
         if !self.reordering_seen && (self.in_recovery() || sent.sacked() >= DUP_THRESH * smss) {
             return Duration::ZERO;
         }
-        self.min_rtt.map_or(Duration::ZERO, |m| m / 4)
+        let window = self.min_rtt.map_or(Duration::ZERO, |m| m / 4) * self.reo_wnd_mult.max(1);
+        self.srtt.map_or(window, |srtt| window.min(srtt))
     }
 
     /// RFC 8985 6.2 step 5: mark lost every segment in flight that was sent before the
@@ -395,5 +426,54 @@ impl Recovery {
             }
         }
         next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::Algorithm;
+    use crate::options::SackBlock;
+
+    fn ack(now: Instant, snd_una: u32, snd_max: u32) -> AckContext {
+        AckContext {
+            now,
+            snd_una: SeqNum(snd_una),
+            snd_max: SeqNum(snd_max),
+            flight_before: 0,
+            advanced: true,
+            duplicate: false,
+            sack: true,
+            smss: 1000,
+            rtt: None,
+            srtt: Some(Duration::from_millis(10)),
+            cwnd_limited: true,
+        }
+    }
+
+    #[test]
+    fn each_round_trip_with_a_dsack_widens_the_reordering_window_up_to_srtt() {
+        // RFC 8985 6.2 step 4: reo_wnd = min(reo_wnd_mult * min_RTT / 4, SRTT), the
+        // multiplier raised once per round trip in which a D-SACK arrives.
+        let (mut r, mut sent) = (Recovery::default(), SentQueue::default());
+        let mut cc = CongestionControl::new(Algorithm::Cubic, 1000);
+        r.min_rtt = Some(Duration::from_millis(4));
+        r.reordering_seen = true;
+        let t = Instant::ZERO;
+        r.on_ack(&ack(t, 1000, 5000), &Delivery::default(), &mut sent, &mut cc);
+        assert_eq!(r.reo_wnd(&sent, 1000), Duration::from_millis(1), "min_RTT / 4");
+        let dsack = Delivery { dsack: Some(SackBlock { left: SeqNum(0), right: SeqNum(1000) }), ..Delivery::default() };
+        r.on_ack(&ack(t, 1000, 5000), &dsack, &mut sent, &mut cc);
+        assert_eq!(r.reo_wnd(&sent, 1000), Duration::from_millis(2));
+        // Another D-SACK in the same round trip (SND.UNA short of 5000): no change.
+        r.on_ack(&ack(t, 3000, 6000), &dsack, &mut sent, &mut cc);
+        assert_eq!(r.reo_wnd(&sent, 1000), Duration::from_millis(2));
+        // The next round trip's D-SACKs: 3x, 4x ..., until SRTT (10 ms) caps it.
+        let mut una = 5000;
+        for expect in [3, 4, 5, 6, 7, 8, 9, 10, 10, 10] {
+            r.on_ack(&ack(t, una, una + 4000), &dsack, &mut sent, &mut cc);
+            assert_eq!(r.reo_wnd(&sent, 1000), Duration::from_millis(expect));
+            una += 4000;
+        }
     }
 }

@@ -464,6 +464,29 @@ fn window_rounding_never_moves_the_right_edge_left() {
 }
 
 #[test]
+fn each_duplicate_gets_an_ack_with_its_own_dsack() {
+    // RFC 2883 4.1: a duplicate is reported as the first block, one per ACK. Three
+    // duplicates arrive before we send (as in one batch of frames): three ACKs, the oldest
+    // first; two that touch are one report.
+    let (mut c, iss) = established_passive(&config());
+    let base = REMOTE_ISN + 1u32;
+    c.handle_segment(ms(2), &Segment { seq: base, ack: iss + 1u32, payload: &[1; 30], ..TEMPLATE });
+    drain(&mut c, ms(2));
+    for (off, len) in [(0u32, 5usize), (10, 5), (15, 5), (25, 5)] {
+        let payload = &[1u8; 30][..len];
+        c.handle_segment(ms(3), &Segment { seq: base + off, ack: iss + 1u32, payload, ..TEMPLATE });
+    }
+    let acks = drain(&mut c, ms(3));
+    let reported: Vec<(u32, u32)> = acks
+        .iter()
+        .map(|a| (a.options.sack_blocks.as_slice()[0].left - base, a.options.sack_blocks.as_slice()[0].right - base))
+        .collect();
+    assert_eq!(reported, [(0, 5), (10, 20), (25, 30)]);
+    assert!(acks.iter().all(|a| a.ack == base + 30u32 && a.options.sack_blocks.len() == 1));
+    assert!(drain(&mut c, ms(4)).is_empty(), "nothing more to say");
+}
+
+#[test]
 fn out_of_order_data_is_sacked_and_reassembled() {
     let (mut c, iss) = established_passive(&config());
     let base = REMOTE_ISN + 1u32;
@@ -1204,22 +1227,47 @@ fn timestamps_are_off_unless_both_offer_them() {
 }
 
 #[test]
-fn rtt_is_measured_from_the_echoed_timestamp() {
-    let (mut c, iss, syn_tsval) = established_with_timestamps();
-    // The handshake's sample: the ACK at 1 ms echoed the SYN-ACK's TSval of 0 ms.
+fn rtt_is_measured_by_the_hosts_clock_not_the_millisecond_timestamps() {
+    let (mut c, iss, _) = established_with_timestamps();
+    // The handshake's sample: SYN-ACK at 0 ms, its ACK at 1 ms.
     assert_eq!(c.stats().srtt, Some(Duration::from_millis(1)));
     c.send(&[1; 100]).unwrap();
     let data = one(&mut c, ms(100));
-    let sent = data.options.timestamps.unwrap().tsval;
-    assert_eq!(sent.wrapping_sub(syn_tsval), 100);
-    // The ACK comes 80 ms later but echoes a TSval 30 ms older than the data's: the peer
-    // held its ACK back for an earlier segment. RTTM counts from the echoed TSval.
+    // Acknowledged 250 us later, echoing the data's TSval: 0 ms by the timestamp clock, 250 us
+    // by the host's. SRTT = 7/8 * 1 ms + 1/8 * 250 us (RFC 6298 2.3), in whole microseconds.
+    let at = ms(100) + Duration::from_micros(250);
     c.handle_segment(
-        ms(180),
-        &Segment { ack: iss + 101u32, options: ts(1050, sent.wrapping_sub(30)), ..peer(iss, Flags::ACK, b"") },
+        at,
+        &Segment {
+            ack: iss + 101u32,
+            options: ts(1050, data.options.timestamps.unwrap().tsval),
+            ..peer(iss, Flags::ACK, b"")
+        },
     );
-    // A sample of 110 ms, not 80: SRTT = 7/8 * 1 ms + 1/8 * 110 ms (RFC 6298 2.3).
-    assert_eq!(c.stats().srtt, Some(Duration::from_micros(875 + 13_750)));
+    assert_eq!(c.stats().srtt, Some(Duration::from_micros(875 + 31)));
+}
+
+#[test]
+fn after_a_timeout_the_echoed_timestamp_times_the_retransmission() {
+    let (mut c, iss, syn_tsval) = established_with_timestamps();
+    c.send(&[1; 100]).unwrap();
+    let first = one(&mut c, ms(100));
+    assert_eq!(first.options.timestamps.unwrap().tsval.wrapping_sub(syn_tsval), 100);
+    // No ACK: the retransmission timer fires and resends, with a new TSval.
+    let rto = c.poll_timeout().unwrap();
+    c.handle_timeout(rto);
+    let resent = one(&mut c, rto);
+    assert_eq!(resent.seq, first.seq);
+    let tsval = resent.options.timestamps.unwrap().tsval;
+    // Karn's rule forbids timing the resend by the clock (which transmission does the ACK
+    // answer?); its echo says: this one, 40 ms ago (RFC 7323 4.1).
+    c.handle_segment(
+        rto + Duration::from_millis(40),
+        &Segment { ack: iss + 101u32, options: ts(1050, tsval), ..peer(iss, Flags::ACK, b"") },
+    );
+    // The timeout's backoff keeps the old SRTT of 1 ms as the base; the echo's sample
+    // updates it: 7/8 * 1 ms + 1/8 * 40 ms.
+    assert_eq!(c.stats().srtt, Some(Duration::from_micros(875 + 5_000)));
 }
 
 #[test]
@@ -1260,6 +1308,37 @@ fn ts_recent_follows_the_segment_our_ack_covers() {
     c.handle_segment(ms(20), &Segment { options: ts(2000, 0), ..peer(iss, Flags::ACK, b"abc") });
     let ack = one(&mut c, ms(20));
     assert_eq!((ack.ack, ack.options.timestamps.unwrap().tsecr), (REMOTE_ISN + 7u32, 2000));
+}
+
+#[test]
+fn sack_blocks_repeat_the_ones_last_reported_before_the_lowest() {
+    // RFC 2018 section 4: the first block holds the segment that triggered the ACK, the
+    // next ones repeat the most recently reported blocks. With timestamps, three fit.
+    let mut c = Connection::listen(&config(), local());
+    let options = TcpOptions { mss: Some(1460), sack_permitted: true, ..ts(1000, 0) };
+    c.handle_segment_from(ms(0), remote().ip(), &Segment { seq: REMOTE_ISN, flags: Flags::SYN, options, ..TEMPLATE });
+    let synack = one(&mut c, ms(0));
+    let (iss, tsval) = (synack.seq, synack.options.timestamps.unwrap().tsval);
+    c.handle_segment(ms(1), &Segment { ack: iss + 1u32, options: ts(1001, tsval), ..peer(iss, Flags::ACK, b"") });
+    assert!(c.sack_enabled() && c.timestamps_enabled());
+    let base = REMOTE_ISN + 1u32;
+    let at = |off: u32| Segment { seq: base + off, options: ts(1002, tsval), ..peer(iss, Flags::ACK, b"xxxxxxxxxx") };
+    let blocks = |c: &mut Connection, now| {
+        let ack = drain(c, now).pop().expect("an ACK");
+        ack.options.sack_blocks.as_slice().iter().map(|b| (b.left - base, b.right - base)).collect::<Vec<_>>()
+    };
+    // Five ranges arrive before we send one ACK (as from one batch of frames): the newest,
+    // then the lowest.
+    for off in [100, 200, 300, 400, 500] {
+        c.handle_segment(ms(2), &at(off));
+    }
+    assert_eq!(blocks(&mut c, ms(2)), [(500, 510), (100, 110), (200, 210)]);
+    // A sixth: it, then the two reported most recently; not 100 and 200 again and again.
+    c.handle_segment(ms(3), &at(600));
+    assert_eq!(blocks(&mut c, ms(3)), [(600, 610), (500, 510), (100, 110)]);
+    // One that grows the range at 300, never reported so far: it leads, as it stands now.
+    c.handle_segment(ms(4), &at(310));
+    assert_eq!(blocks(&mut c, ms(4)), [(300, 320), (600, 610), (500, 510)]);
 }
 
 #[test]
