@@ -149,6 +149,9 @@ impl<D: Device> Stack<D> {
             if n < RX_BATCH {
                 break;
             }
+            // More is waiting: answer this batch first, so that a sender hears of every
+            // batch's holes and duplicates (its SACK and D-SACK blocks), not only the last's.
+            iface.transmit(now, &mut self.device)?;
         }
         self.iface.handle_timeouts(now);
         self.iface.deliver_events();
