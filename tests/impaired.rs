@@ -110,30 +110,14 @@ fn recovery(changes: &PeerChanges) -> String {
 
 /// Return the SNMP counters of namespace `ns` (`nstat -azs`, as `common::peer_nstat`).
 fn ns_nstat(ns: &str) -> BTreeMap<String, u64> {
-    let out =
-        std::process::Command::new("ip").args(["netns", "exec", ns, "nstat", "-azs"]).output().expect("run nstat");
-    assert!(out.status.success(), "nstat in {ns} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            Some((w.next()?.to_string(), w.next()?.parse().ok()?))
-        })
-        .collect()
+    let mut cmd = std::process::Command::new("ip");
+    cmd.args(["netns", "exec", ns, "nstat"]);
+    common::nstat(cmd)
 }
 
 /// Return how the counters of `ns` moved since `before`.
 fn ns_changes(ns: &str, before: &BTreeMap<String, u64>) -> PeerChanges {
-    PeerChanges(
-        ns_nstat(ns)
-            .into_iter()
-            .filter_map(|(k, v)| {
-                let d = v.wrapping_sub(before.get(&k).copied().unwrap_or(0));
-                (d != 0).then_some((k, d))
-            })
-            .collect(),
-    )
+    common::nstat_changes(ns_nstat(ns), before)
 }
 
 /// Return the TCP settings of the peer namespace that matter here, as `name=value`.

@@ -354,7 +354,12 @@ impl Drop for Capture {
 /// Return the peer namespace's SNMP counters (`nstat -azs`: absolute, zeros included, history
 /// untouched).
 pub fn peer_nstat(lab: &Lab) -> BTreeMap<String, u64> {
-    let out = lab.peer_cmd("nstat").arg("-azs").output().expect("run nstat in the peer namespace");
+    nstat(lab.peer_cmd("nstat"))
+}
+
+/// Run `nstat` (a command for it in some namespace) with `-azs` and return its counters.
+pub fn nstat(mut nstat: std::process::Command) -> BTreeMap<String, u64> {
+    let out = nstat.arg("-azs").output().expect("run nstat");
     assert!(out.status.success(), "nstat failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -388,7 +393,11 @@ impl std::fmt::Display for PeerChanges {
 
 /// Return how the peer's counters moved since `before`.
 pub fn peer_changes(lab: &Lab, before: &BTreeMap<String, u64>) -> PeerChanges {
-    let after = peer_nstat(lab);
+    nstat_changes(peer_nstat(lab), before)
+}
+
+/// Return how counters moved from `before` to `after`: every one that changed.
+pub fn nstat_changes(after: BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> PeerChanges {
     PeerChanges(
         after
             .into_iter()

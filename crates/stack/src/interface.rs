@@ -303,18 +303,19 @@ impl Interface {
         share.min(left).max(floor).min(u32::MAX as usize) as u32
     }
 
-    /// Count the window connection `index` offers now in the sum of offered windows.
-    fn count_window(&mut self, index: u32) {
-        let Some(sock) = self.slots[index as usize].sock.as_mut() else { return };
+    /// Count the window connection `index` offers now in the sum of offered windows; return
+    /// it (`None`: no such connection).
+    fn count_window(&mut self, index: u32) -> Option<u32> {
+        let sock = self.slots[index as usize].sock.as_mut()?;
         let offered = sock.conn.receive_window();
         self.offered_bytes = self.offered_bytes - sock.offered as usize + offered as usize;
         sock.offered = offered;
+        Some(offered)
     }
 
     /// Give connection `index` its window cap and growth permission, and count its buffers.
     fn apply_budgets(&mut self, index: u32) {
-        self.count_window(index);
-        let Some(own) = self.slots[index as usize].sock.as_ref().map(|s| s.offered) else { return };
+        let Some(own) = self.count_window(index) else { return };
         let cap = self.window_cap(own);
         let Some(sock) = self.slots[index as usize].sock.as_mut() else { return };
         let capacity = sock.conn.buffer_capacity();

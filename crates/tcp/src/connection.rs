@@ -387,13 +387,7 @@ pub struct Connection {
 impl Connection {
     fn blank(config: &Config, local: SocketAddr, remote: Option<SocketAddr>, state: State, buffers: Buffers) -> Self {
         let Buffers { send, recv } = buffers.for_config(config);
-        let mut rcv_wscale_offer = 0;
-        if config.window_scaling {
-            let most = config.recv_buffer_max.max(config.recv_buffer);
-            while rcv_wscale_offer < 14 && max_window(rcv_wscale_offer) < most as u32 {
-                rcv_wscale_offer += 1;
-            }
-        }
+        let rcv_wscale_offer = if config.window_scaling { wscale_offer(config) } else { 0 };
         let default_mss = match local.ip() {
             IpAddr::V4(_) => 536,
             IpAddr::V6(_) => 1220,
@@ -649,11 +643,7 @@ impl Connection {
                 .wrapping_add(IsnGenerator::new(config.isn_secret).timestamp_offset(tuple));
             options.timestamps = Some(crate::options::Timestamps { tsval: carried.encode(clock), tsecr: ts.tsval });
             if carried.window_scale.is_some() {
-                let mut offer = 0;
-                while offer < 14 && max_window(offer) < config.recv_buffer_max.max(config.recv_buffer) as u32 {
-                    offer += 1;
-                }
-                options.window_scale = Some(offer);
+                options.window_scale = Some(wscale_offer(config));
             }
             options.sack_permitted = carried.sack_permitted;
         }
@@ -1186,6 +1176,13 @@ pub struct SequenceSpace {
     pub snd_wscale: u8,
     /// Shift applied to our window field.
     pub rcv_wscale: u8,
+}
+
+/// The window scale we offer: the smallest shift (at most 14, RFC 7323 2.3) whose window
+/// covers the largest receive buffer autotuning may grow to.
+fn wscale_offer(config: &Config) -> u8 {
+    let most = config.recv_buffer_max.max(config.recv_buffer) as u32;
+    (0..14).find(|&shift| max_window(shift) >= most).unwrap_or(14)
 }
 
 /// Duplicates received and not yet reported: each goes first in an ACK of its own as a
