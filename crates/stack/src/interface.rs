@@ -741,11 +741,11 @@ impl Interface {
             }
             let sock = self.slots[index as usize].sock.as_mut().expect("table points at live slots");
             let before = sock.conn.state();
-            sock.conn.handle_segment(now, &seg);
+            let outcome = sock.conn.handle_segment(now, &seg);
             sock.peer_mac = Some(src_mac);
             if self.capture.is_some() {
                 note_segment(&mut self.note, &seg, &sock.conn, Direction::In, before);
-                if let Some(reason) = sock.conn.last_drop() {
+                if let Some(reason) = outcome.drop_reason() {
                     let _ = write!(self.note, " | dropped by TCP: {reason:?}");
                 }
             }

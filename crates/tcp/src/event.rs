@@ -47,6 +47,13 @@ pub enum Cause {
     User(UserCall),
 }
 
+impl Cause {
+    /// Return the cause a segment gives.
+    pub fn of(seg: &crate::segment::Segment<'_>) -> Cause {
+        Cause::Segment { flags: seg.flags, seq: seg.seq, ack: seg.ack, len: seg.payload.len() as u32 }
+    }
+}
+
 /// Application operations that change state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum UserCall {

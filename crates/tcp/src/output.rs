@@ -5,9 +5,10 @@
 //! and FIN as the windows, Nagle and SWS avoidance allow; what an open but small window
 //! holds once the SWS override timeout passed; a zero-window or keep-alive probe; a pure ACK.
 
-use crate::connection::{AckDue, Connection, PendingReset, Transmit, TransmitKind, max_window};
+use crate::connection::{Connection, PendingReset, Transmit, TransmitKind};
 use crate::controller::Controller;
-use crate::options::{SackBlock, SackBlocks, TcpOptions, Timestamps};
+use crate::options::{TcpOptions, Timestamps};
+use crate::recv_space::{AckDue, initial_recv_window};
 use crate::segment::{Flags, Segment};
 use crate::seq::SeqNum;
 use crate::state::State;
@@ -41,17 +42,17 @@ impl Connection {
         match self.state {
             State::Closed | State::Listen => return None,
             State::SynSent | State::SynReceived => {
-                if self.snd_nxt == self.iss {
+                if self.snd.nxt == self.snd.iss {
                     return self.send_syn(now, buf);
                 }
-                if self.state == State::SynReceived && self.ack_due == AckDue::Now {
-                    return self.send_ack(now, buf, self.snd_max, TransmitKind::Ack);
+                if self.state == State::SynReceived && self.rcv.ack_due == AckDue::Now {
+                    return self.send_ack(now, buf, self.snd.max, TransmitKind::Ack);
                 }
                 return None;
             }
             State::TimeWait => {
-                if self.ack_due == AckDue::Now {
-                    return self.send_ack(now, buf, self.snd_max, TransmitKind::Ack);
+                if self.rcv.ack_due == AckDue::Now {
+                    return self.send_ack(now, buf, self.snd.max, TransmitKind::Ack);
                 }
                 return None;
             }
@@ -64,40 +65,40 @@ impl Connection {
         if let Some(t) = self.send_new(now, buf, false) {
             return Some(t);
         }
-        if self.sws_override_due {
-            self.sws_override_due = false;
+        if self.due.sws_override {
+            self.due.sws_override = false;
             // RFC 9293 3.8.6.2.1 (4): the override timeout passed; send what the window holds.
             // Not if data went out meanwhile: its ACK brings the next decision.
-            if self.snd_max == self.snd_una
+            if self.snd.max == self.snd.una
                 && let Some(t) = self.send_new(now, buf, true)
             {
                 return Some(t);
             }
         }
-        if self.tlp_due {
-            self.tlp_due = false;
+        if self.due.loss_probe {
+            self.due.loss_probe = false;
             if let Some(t) = self.send_loss_probe(now, buf) {
                 return Some(t);
             }
         }
-        if self.probe_due {
-            self.probe_due = false;
+        if self.due.window_probe {
+            self.due.window_probe = false;
             if let Some(t) = self.send_new(now, buf, true) {
                 return Some(t);
             }
             self.stats.window_probes += 1;
             // Out of window on purpose: the peer answers with its current window.
-            return self.send_ack(now, buf, self.snd_una - 1, TransmitKind::WindowProbe);
+            return self.send_ack(now, buf, self.snd.una - 1, TransmitKind::WindowProbe);
         }
-        if self.keepalive_due {
-            self.keepalive_due = false;
+        if self.due.keepalive {
+            self.due.keepalive = false;
             // RFC 9293 3.8.4: SEG.SEQ = SND.NXT - 1, no data, to elicit an ACK.
-            return self.send_ack(now, buf, self.snd_una - 1, TransmitKind::KeepAlive);
+            return self.send_ack(now, buf, self.snd.una - 1, TransmitKind::KeepAlive);
         }
-        if self.ack_due == AckDue::Now {
+        if self.rcv.ack_due == AckDue::Now {
             // SND.MAX, not SND.NXT: after a timeout rewinds SND.NXT, a lower number would
             // fall below the peer's RCV.NXT and the ACK would be dropped as out of window.
-            return self.send_ack(now, buf, self.snd_max, TransmitKind::Ack);
+            return self.send_ack(now, buf, self.snd.max, TransmitKind::Ack);
         }
         None
     }
@@ -106,50 +107,57 @@ impl Connection {
     /// (RFC 6675's `pipe` below cwnd) and the peer's window is open; with the window shut,
     /// a probe asks for it instead.
     fn retransmit_lost(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let lost = self.sent.first_lost()?;
-        if self.snd_wnd == 0 {
-            self.probe_due = true;
+        let lost = self.snd.sent.first_lost()?;
+        if self.snd.wnd == 0 {
+            self.due.window_probe = true;
             return None;
         }
-        if self.recovery.pipe(&self.sent, self.smss as u32) >= self.cc.cwnd() {
+        if self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32) >= self.rel.cc.cwnd() {
             return None;
         }
-        let with_fin = self.fin_seq().is_some_and(|f| lost.end == f + 1u32);
+        let with_fin = self.snd.fin_seq().is_some_and(|f| lost.end == f + 1u32);
         self.send_from(now, lost.start, (lost.len() - u32::from(with_fin)) as usize, with_fin, buf)
     }
 
     /// Send the tail-loss probe (RFC 8985 7.3): one new segment if there is one and the
     /// peer's window takes it, whatever cwnd says; else the last segment again.
     fn send_loss_probe(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if self.snd_una == self.snd_max || self.recovery.probe_outstanding() {
+        if self.snd.una == self.snd.max || self.rel.recovery.probe_outstanding() {
             return None;
         }
         self.stats.loss_probes += 1;
-        let data_end = self.send_buf_seq + self.send_buf.len();
-        let window_room = (self.snd_una + self.snd_wnd).after(self.snd_max);
-        let t = if self.snd_max.before(data_end) && window_room {
-            let room = (self.snd_una + self.snd_wnd) - self.snd_max;
-            let len = (data_end - self.snd_max).min(room);
-            let t = self.send_from(now, self.snd_max, len as usize, true, buf)?;
-            self.recovery.on_probe_sent(self.snd_max, false);
+        let data_end = self.snd.data_end();
+        let window_room = (self.snd.una + self.snd.wnd).after(self.snd.max);
+        let t = if self.snd.max.before(data_end) && window_room {
+            let room = (self.snd.una + self.snd.wnd) - self.snd.max;
+            let len = (data_end - self.snd.max).min(room);
+            let t = self.send_from(now, self.snd.max, len as usize, true, buf)?;
+            self.rel.recovery.on_probe_sent(self.snd.max, false);
             t
         } else {
-            let last = *self.sent.last()?;
-            let with_fin = self.fin_seq().is_some_and(|f| last.end == f + 1u32);
+            let last = *self.snd.sent.last()?;
+            let with_fin = self.snd.fin_seq().is_some_and(|f| last.end == f + 1u32);
             let t = self.send_from(now, last.start, (last.len() - u32::from(with_fin)) as usize, with_fin, buf)?;
-            self.recovery.on_probe_sent(last.end, true);
+            self.rel.recovery.on_probe_sent(last.end, true);
             t
         };
         // The retransmission timer runs from the probe (RFC 8985 7.3).
-        self.timers.set(Timer::Retransmit, now + self.rtt.rto());
+        self.timers.set(Timer::Retransmit, now + self.rel.rtt.rto());
         Some(t)
     }
 
     /// Arm the tail-loss probe after progress or a transmission (RFC 8985 7.2).
     pub(crate) fn arm_loss_probe(&mut self, now: Instant) {
-        let flight = self.snd_max - self.snd_una;
+        let flight = self.snd.in_flight();
         let rto_at = self.timers.get(Timer::Retransmit);
-        match self.recovery.probe_deadline(now, self.sack_enabled, self.rtt.srtt(), flight, self.smss as u32, rto_at) {
+        match self.rel.recovery.probe_deadline(
+            now,
+            self.sack_enabled,
+            self.rel.rtt.srtt(),
+            flight,
+            self.snd.mss as u32,
+            rto_at,
+        ) {
             Some(at) => self.timers.set(Timer::LossProbe, at),
             None => self.timers.stop(Timer::LossProbe),
         }
@@ -160,32 +168,32 @@ impl Connection {
     /// timeout (or a zero-window probe finding the window open): send whatever the window
     /// holds.
     fn send_new(&mut self, now: Instant, buf: &mut [u8], forced: bool) -> Option<Transmit> {
-        if !self.syn_acked() {
+        if !self.snd.syn_acked {
             return None;
         }
-        let next = self.snd_max;
-        let data_end = self.send_buf_seq + self.send_buf.len();
-        let fin_unsent = self.fin_seq().is_some_and(|f| next.before_eq(f));
-        let unsent = if next.before(data_end) { data_end - next } else { 0 };
+        let next = self.snd.max;
+        let data_end = self.snd.data_end();
+        let fin_unsent = self.snd.fin_seq().is_some_and(|f| next.before_eq(f));
+        let unsent = self.snd.unsent();
         if unsent == 0 && !fin_unsent {
             return None;
         }
         // RFC 5681 4.1: after an idle period longer than the RTO, restart from the restart
         // window rather than send a window's worth into a network that may have changed.
-        if self.snd_una == self.snd_max
-            && self.last_data_at.is_some_and(|at| now.saturating_duration_since(at) > self.rtt.rto())
+        if self.snd.una == self.snd.max
+            && self.snd.last_data_at.is_some_and(|at| now.saturating_duration_since(at) > self.rel.rtt.rto())
         {
-            self.cc.on_idle_restart(now);
-            self.last_data_at = Some(now);
+            self.rel.cc.on_idle_restart(now);
+            self.snd.last_data_at = Some(now);
         }
         // The peer's window counts from SND.UNA; the congestion window limits what is in the
         // network (RFC 6675's pipe: not what is SACKed or lost).
-        let flight = next - self.snd_una;
-        let peer_room = self.snd_wnd.saturating_sub(flight);
-        let cc_room = self.cc.cwnd().saturating_sub(self.recovery.pipe(&self.sent, self.smss as u32));
+        let flight = next - self.snd.una;
+        let peer_room = self.snd.wnd.saturating_sub(flight);
+        let cc_room = self.rel.cc.cwnd().saturating_sub(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32));
         let usable = peer_room.min(cc_room);
         // A segment is full when it fills the MSS or the caller's buffer, whichever is less.
-        let full = (self.smss as usize).min(self.payload_room(buf)) as u32;
+        let full = (self.snd.mss as usize).min(self.payload_room(buf)) as u32;
         let len = unsent.min(full).min(usable);
         let with_fin = fin_unsent && next + len == data_end;
         if len == 0 && !(with_fin && usable > 0) {
@@ -193,14 +201,14 @@ impl Connection {
         }
         // RFC 9293 3.8.6.2.1 (3) and RFC 1122 4.2.3.4: Fs = 1/2 of Max(SND.WND), the largest
         // window offered after the SYN; until the peer has sent one, the SYN's own.
-        let max_wnd = if self.sws_max_wnd > 0 { self.sws_max_wnd } else { self.snd_wnd };
+        let max_wnd = if self.snd.sws_max_wnd > 0 { self.snd.sws_max_wnd } else { self.snd.wnd };
         // (1) a full segment, (2) all queued data (with Nagle's condition), (3) half the
         // largest window; (4), the override, is `forced`.
         let send = forced
             || with_fin
             || len == full
             || (max_wnd > 0 && len >= max_wnd / 2)
-            || (len == unsent && (!self.config.nagle || self.snd_max == self.snd_una));
+            || (len == unsent && (!self.config.nagle || self.snd.max == self.snd.una));
         if !send {
             return None;
         }
@@ -218,15 +226,15 @@ impl Connection {
         fin_allowed: bool,
         buf: &mut [u8],
     ) -> Option<Transmit> {
-        let data_end = self.send_buf_seq + self.send_buf.len();
+        let data_end = self.snd.data_end();
         let available = if seq.before(data_end) { (data_end - seq) as usize } else { 0 };
-        let len = available.min(self.smss as usize).min(max_len).min(self.payload_room(buf));
-        let fin = fin_allowed && self.fin_seq().is_some_and(|f| seq + len == f);
+        let len = available.min(self.snd.mss as usize).min(max_len).min(self.payload_room(buf));
+        let fin = fin_allowed && self.snd.fin_seq().is_some_and(|f| seq + len == f);
         if len == 0 && !fin {
             return None;
         }
         let end = seq + len + fin as usize;
-        let retransmission = seq.before(self.snd_max);
+        let retransmission = seq.before(self.snd.max);
         let mut flags = Flags::ACK;
         if len > 0 && seq + len == data_end {
             flags |= Flags::PSH;
@@ -234,36 +242,36 @@ impl Connection {
         if fin {
             flags |= Flags::FIN;
         }
-        let offset = (seq - self.send_buf_seq) as usize;
+        let offset = (seq - self.snd.buf_seq) as usize;
         let t = self.write_segment(now, buf, seq, flags, TcpOptions::NONE, Some((offset, len)))?;
         let seg_len = (len + fin as usize) as u32;
         if retransmission {
             self.stats.retransmits += 1;
             // Karn's rule (RFC 6298 3): no sample from a retransmitted range.
-            self.rtt_probe = None;
-            self.sent.resent(seq, seg_len, now);
+            self.rel.rtt_probe = None;
+            self.snd.sent.resent(seq, seg_len, now);
         } else {
-            if self.rtt_probe.is_none() {
-                self.rtt_probe = Some((end, now));
+            if self.rel.rtt_probe.is_none() {
+                self.rel.rtt_probe = Some((end, now));
             }
             // Application-limited (RFC 7661): nothing left to send, room left in cwnd.
-            let pipe_after = self.recovery.pipe(&self.sent, self.smss as u32) + seg_len;
-            let app_limited = end == data_end + u32::from(self.fin_queued) && pipe_after < self.cc.cwnd();
-            self.sent.push(seq, end, now, app_limited);
-            self.snd_max = end;
+            let pipe_after = self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32) + seg_len;
+            let app_limited = end == data_end + u32::from(self.snd.fin_queued) && pipe_after < self.rel.cc.cwnd();
+            self.snd.sent.push(seq, end, now, app_limited);
+            self.snd.max = end;
         }
-        self.recovery.on_sent(seg_len, retransmission);
+        self.rel.recovery.on_sent(seg_len, retransmission);
         // The most in flight this round trip, for whether cwnd was what limited the sender.
-        self.pipe_high = self.pipe_high.max(self.recovery.pipe(&self.sent, self.smss as u32));
-        if self.snd_nxt.before(self.snd_max) {
-            self.snd_nxt = self.snd_max;
+        self.snd.pipe_high = self.snd.pipe_high.max(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32));
+        if self.snd.nxt.before(self.snd.max) {
+            self.snd.nxt = self.snd.max;
         }
-        self.last_data_at = Some(now);
-        if self.unacked_since.is_none() {
-            self.unacked_since = Some(now);
+        self.snd.last_data_at = Some(now);
+        if self.rel.unacked_since.is_none() {
+            self.rel.unacked_since = Some(now);
         }
         // RFC 6298 5.1: start the timer if it is not running.
-        self.timers.set_if_idle(Timer::Retransmit, now + self.rtt.rto());
+        self.timers.set_if_idle(Timer::Retransmit, now + self.rel.rtt.rto());
         if !self.timers.is_armed(Timer::LossProbe) {
             self.arm_loss_probe(now);
         }
@@ -273,8 +281,8 @@ impl Connection {
     /// Return the payload that fits in `buf` behind the header a data segment will carry:
     /// the timestamps where in use, and SACK blocks while out-of-order data is held.
     fn payload_room(&self, buf: &[u8]) -> usize {
-        let blocks = self.sack_enabled && (!self.assembler.is_empty() || !self.dsack.is_empty());
-        let options = if blocks { MAX_OPTIONS } else { self.fixed_options_len() };
+        let blocks = self.sack_enabled && self.rcv.has_sack_blocks();
+        let options = if blocks { MAX_OPTIONS } else { self.ts.option_len() };
         buf.len().saturating_sub(BASE_HEADER + options)
     }
 
@@ -284,30 +292,30 @@ impl Connection {
         let passive_reply = self.state == State::SynReceived;
         // In a SYN-ACK, offer only what the peer offered (RFC 7323 2.2, RFC 2018 2).
         if self.config.window_scaling && (!passive_reply || self.wscale_ok) {
-            options.window_scale = Some(self.rcv_wscale_offer);
+            options.window_scale = Some(self.rcv.wscale_offer);
         }
         options.sack_permitted = self.config.sack && (!passive_reply || self.sack_enabled);
         // RFC 7323 3.2: offer timestamps in the SYN; in a SYN-ACK only if the SYN did, with
         // its TSval echoed.
-        if self.config.timestamps && (!passive_reply || self.ts_ok) {
-            let tsecr = if passive_reply { self.ts_recent } else { 0 };
-            options.timestamps = Some(Timestamps { tsval: self.ts_now(now), tsecr });
+        if self.config.timestamps && (!passive_reply || self.ts.ok) {
+            let tsecr = if passive_reply { self.ts.recent } else { 0 };
+            options.timestamps = Some(Timestamps { tsval: self.ts.clock(now), tsecr });
         }
         let mut flags = Flags::SYN;
         if passive_reply {
             flags |= Flags::ACK;
         }
-        let retransmission = self.snd_max.after(self.iss);
-        let t = self.write_segment(now, buf, self.iss, flags, options, None)?;
-        self.snd_nxt = self.iss + 1u32;
-        self.snd_max = self.snd_nxt;
+        let retransmission = self.snd.max.after(self.snd.iss);
+        let t = self.write_segment(now, buf, self.snd.iss, flags, options, None)?;
+        self.snd.nxt = self.snd.iss + 1u32;
+        self.snd.max = self.snd.nxt;
         if retransmission {
             self.stats.retransmits += 1;
-            self.rtt_probe = None;
+            self.rel.rtt_probe = None;
         } else {
-            self.rtt_probe = Some((self.snd_nxt, now));
+            self.rel.rtt_probe = Some((self.snd.nxt, now));
         }
-        self.timers.set_if_idle(Timer::Retransmit, now + self.rtt.rto());
+        self.timers.set_if_idle(Timer::Retransmit, now + self.rel.rtt.rto());
         Some(Transmit { kind: if retransmission { TransmitKind::Retransmission } else { TransmitKind::Syn }, ..t })
     }
 
@@ -329,19 +337,23 @@ impl Connection {
         data: Option<(usize, usize)>,
     ) -> Option<Transmit> {
         let remote = self.remote?;
-        let window = if flags.syn() { self.advertise_syn_window() } else { self.advertise_window() };
+        let window = if flags.syn() {
+            self.rcv.advertise_syn_window(initial_recv_window(&self.config))
+        } else {
+            self.rcv.advertise_window(self.config.mss)
+        };
         if flags.ack() && self.sack_enabled && !flags.syn() {
-            self.sack_blocks(&mut options);
+            self.rcv.sack_blocks(&mut options, self.ts.ok);
         }
         // RFC 7323 3.2: once negotiated, on every segment but RST (the SYN's is set above).
-        if self.ts_ok && !flags.syn() {
-            options.timestamps = Some(Timestamps { tsval: self.ts_now(now), tsecr: self.ts_recent });
+        if !flags.syn() {
+            options.timestamps = self.ts.option(now);
         }
         let seg = Segment {
             src_port: self.local.port(),
             dst_port: remote.port(),
             seq,
-            ack: if flags.ack() { self.rcv_nxt } else { SeqNum(0) },
+            ack: if flags.ack() { self.rcv.nxt } else { SeqNum(0) },
             flags,
             window,
             urgent: 0,
@@ -356,7 +368,7 @@ impl Connection {
             }
         };
         let payload_len = match data {
-            Some((offset, len)) => self.send_buf.peek(offset, &mut buf[hlen..hlen + len]),
+            Some((offset, len)) => self.snd.buf.peek(offset, &mut buf[hlen..hlen + len]),
             None => 0,
         };
         let len = hlen + payload_len;
@@ -366,112 +378,13 @@ impl Connection {
         }
         self.stats.segs_out += 1;
         self.stats.bytes_out += payload_len as u64;
-        self.last_send = now;
         if flags.ack() {
-            self.last_ack_sent = self.rcv_nxt;
-            // Duplicates still to report each want an ACK of their own.
-            self.ack_due = if self.dsack.is_empty() { AckDue::None } else { AckDue::Now };
-            self.unacked_bytes = 0;
+            self.ts.last_ack_sent = self.rcv.nxt;
+            self.rcv.ack_sent();
             self.timers.stop(Timer::DelayedAck);
         }
         log::trace!("{:?} {}: out {:?}", self.tuple(), self.state, Segment { payload: &buf[hlen..len], ..seg });
         Some(Transmit { len, src: self.local, dst: remote, kind: TransmitKind::Data, flags, seq, payload_len })
-    }
-
-    /// Return the window field of a SYN or SYN-ACK: never scaled (RFC 7323 2.2), and at
-    /// most [`initial_recv_window`] (what a peer's initial congestion window can send; the
-    /// first ACK opens the rest).
-    fn advertise_syn_window(&mut self) -> u16 {
-        let initial = initial_recv_window(&self.config);
-        let free = (self.recv_buf.free() as u32).min(initial).min(self.window_cap);
-        if (self.rcv_nxt + free).after(self.rcv_adv) {
-            self.rcv_adv = self.rcv_nxt + free;
-        }
-        free as u16
-    }
-
-    /// Return the window field to send, moving the right edge only by worthwhile amounts
-    /// (receiver-side SWS avoidance, RFC 9293 3.8.6.2.2) and never to the left.
-    ///
-    /// With window scaling the field counts units of 2^shift bytes (RFC 7323 2.3), so the
-    /// edge the peer computes, RCV.NXT + (field << shift), falls on a grid that moves with
-    /// RCV.NXT. Rounding the window down would move that edge left by up to 2^shift - 1
-    /// bytes whenever RCV.NXT moves by other than a multiple of the unit; the window is
-    /// rounded up instead, as Linux and FreeBSD do ("avoid shrinking window with window
-    /// scaling"), and RCV.ADV follows what was advertised. Each rounding may promise a few
-    /// bytes more, a creep that a peer sending tiny segments can repeat at every ACK (RFC
-    /// 7323 Appendix F; Linux's tcp_shrink_window): the receive buffer keeps a reserve for
-    /// it, and only where the reserve is spent and the buffer could not hold the rounded
-    /// edge is the window rounded down, retracting by less than one unit.
-    pub(crate) fn advertise_window(&mut self) -> u16 {
-        let capacity = self.recv_buf.capacity() as u32;
-        let unit = 1u32 << self.rcv_wscale;
-        // What the buffer can still take, and the part of it that SWS avoidance may offer.
-        let room = (self.recv_buf.free() as u32).min(max_window(self.rcv_wscale));
-        // A sixty-fourth of the buffer: hundreds of creeping ACKs even with 8-byte units.
-        let reserve = if unit > 1 { (capacity / 64).max(unit - 1) } else { 0 };
-        // The host's cap limits how far the edge moves on, never where it already is.
-        let free = room.saturating_sub(reserve).min(self.window_cap);
-        let edge = self.rcv_nxt + free;
-        let threshold = (capacity / 2).min(self.config.mss as u32);
-        if edge.after(self.rcv_adv) && (edge - self.rcv_adv >= threshold || room == capacity) {
-            self.rcv_adv = edge;
-        }
-        let window = self.receive_window();
-        let rounded = window.div_ceil(unit).saturating_mul(unit);
-        let field = if rounded <= room { rounded / unit } else { room / unit };
-        if rounded <= room {
-            self.rcv_adv = self.rcv_nxt + rounded;
-        } else if field * unit < window {
-            log::debug!("{:?}: receive buffer full to within a window unit: window retracted", self.tuple());
-        }
-        field.min(65535) as u16
-    }
-
-    /// Fill SACK blocks: the most recent first, then the others (RFC 2018 section 4).
-    ///
-    /// After the first, the blocks last reported come again, in their order, as they stand
-    /// now (RFC 2018 section 4: "the SACK option SHOULD be filled out by repeating the most
-    /// recently reported SACK blocks"), and only then the other ranges, lowest first. One
-    /// ACK may follow many segments (the host reads frames in batches), and three blocks
-    /// next to timestamps cannot name every range: repeating them gives each range several
-    /// ACKs' chances to be seen, where always naming the lowest would leave the rest for
-    /// the sender to resend although we hold them.
-    fn sack_blocks(&mut self, options: &mut TcpOptions) {
-        // A duplicate received goes first, once (D-SACK, RFC 2883 section 4).
-        if let Some((left, right)) = self.dsack.pop() {
-            options.sack_blocks.push(SackBlock { left, right });
-        }
-        // What fits after it: three blocks next to timestamps, four alone (RFC 2018 3).
-        let room = if self.ts_ok { 3 } else { 4 } - options.sack_blocks.len();
-        let base = self.rcv_nxt;
-        let mut blocks = SackBlocks::new();
-        let add = |blocks: &mut SackBlocks, (start, end): (u32, u32)| {
-            let block = SackBlock { left: base + start, right: base + end };
-            if blocks.len() < room && !blocks.as_slice().contains(&block) {
-                blocks.push(block);
-            }
-        };
-        if let Some(recent) = self.assembler.recent() {
-            add(&mut blocks, recent);
-        }
-        for reported in self.sack_reported.as_slice() {
-            // The range that now holds the block's first byte (ranges only grow and merge
-            // until RCV.NXT passes them).
-            if reported.left.after_eq(base) {
-                let offset = reported.left - base;
-                if let Some(range) = self.assembler.ranges().find(|&(s, e)| s <= offset && offset < e) {
-                    add(&mut blocks, range);
-                }
-            }
-        }
-        for range in self.assembler.ranges() {
-            add(&mut blocks, range);
-        }
-        for &block in blocks.as_slice() {
-            options.sack_blocks.push(block);
-        }
-        self.sack_reported = blocks;
     }
 
     /// Write a reset that does not follow from the send sequence.
@@ -505,20 +418,17 @@ impl Connection {
     /// small for SWS avoidance to use, the override timer (3.8.6.2.1: a short fixed time).
     /// Either stays armed, not pushed back, while the wait goes on.
     fn update_persist(&mut self, now: Instant) {
-        let waiting = self.state.is_synchronized()
-            && self.snd_max == self.snd_una
-            && (self.snd_nxt.before(self.send_buf_seq + self.send_buf.len())
-                || self.fin_seq().is_some_and(|f| self.snd_nxt.before_eq(f)));
+        let waiting = self.state.is_synchronized() && self.snd.max == self.snd.una && self.snd.has_unsent();
         if !waiting {
             self.timers.stop(Timer::Persist);
             self.timers.stop(Timer::SwsOverride);
-            if self.snd_wnd > 0 {
-                self.persist_backoff = 0;
+            if self.snd.wnd > 0 {
+                self.rel.persist_backoff = 0;
             }
-        } else if self.snd_wnd == 0 {
+        } else if self.snd.wnd == 0 {
             self.timers.stop(Timer::SwsOverride);
             if !self.timers.is_armed(Timer::Persist) {
-                let interval = self.rtt.rto().saturating_mul(1 << self.persist_backoff.min(10));
+                let interval = self.rel.rtt.rto().saturating_mul(1 << self.rel.persist_backoff.min(10));
                 self.timers.set(Timer::Persist, now + interval.min(self.config.max_rto));
             }
         } else {
@@ -526,12 +436,4 @@ impl Connection {
             self.timers.set_if_idle(Timer::SwsOverride, now + self.config.sws_override);
         }
     }
-}
-
-/// The window a SYN or SYN-ACK offers: ten of our full-sized segments (RFC 6928's initial
-/// window, as Linux's `tcp_select_initial_window` with `TCP_DEFAULT_INIT_RCVWND`), within
-/// the receive buffer and the unscaled field. A host that accepts many connections at once
-/// has promised no more than their first flights before it can size their windows.
-pub(crate) fn initial_recv_window(config: &crate::Config) -> u32 {
-    (10 * u32::from(config.mss)).min(config.recv_buffer as u32).min(65535)
 }

@@ -1145,7 +1145,9 @@ impl Pair {
                             log::trace!("{now} {to} accepted {tuple}", tuple = FourTuple { local: dst, remote: src });
                             end.conn = child;
                         }
-                        None => end.conn.handle_segment(now, &seg),
+                        None => {
+                            end.conn.handle_segment(now, &seg);
+                        }
                     }
                 }
                 Err(error) => {

@@ -4,10 +4,6 @@
 //! it works; `poll_timeout` reports the earliest, and `handle_timeout` fires
 //! every timer whose deadline has passed.
 
-use crate::connection::{AckDue, Connection, Failure};
-use crate::controller::Controller;
-use crate::event::{Cause, Event};
-use crate::state::State;
 use crate::time::Instant;
 
 /// The timers a connection runs.
@@ -134,162 +130,17 @@ impl TimerTable {
     }
 }
 
-impl Connection {
-    /// Return when [`handle_timeout`](Connection::handle_timeout) should next be called.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.next()
-    }
-
-    /// Fire the timers due at `now`; then call `poll_transmit` and `poll_event`.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        for timer in Timer::ALL {
-            if self.timers.expire(timer, now) {
-                log::trace!("{:?} {}: {:?} timer fired", self.tuple(), self.state, timer);
-                match timer {
-                    Timer::TimeWait => self.on_time_wait_expiry(now),
-                    Timer::Retransmit => self.on_retransmit_timeout(now),
-                    Timer::Persist => self.on_persist_timeout(now),
-                    Timer::Reorder => self.on_reorder_timeout(now),
-                    Timer::LossProbe => {
-                        // The probe restarts the retransmission timer (RFC 8985 7.3).
-                        self.tlp_due = true;
-                        if self.timers.is_armed(Timer::Retransmit) {
-                            self.timers.set(Timer::Retransmit, now + self.rtt.rto());
-                        }
-                    }
-                    Timer::FinWait2 => self.on_fin_wait2_timeout(now),
-                    Timer::SwsOverride => self.sws_override_due = true,
-                    Timer::DelayedAck => {
-                        if self.ack_due == AckDue::Delayed {
-                            self.ack_due = AckDue::Now;
-                        }
-                    }
-                    Timer::KeepAlive => self.on_keepalive_timeout(now),
-                }
-            }
-        }
-    }
-
-    /// TIME-WAIT over: delete the TCB (RFC 9293 3.10.8).
-    fn on_time_wait_expiry(&mut self, now: Instant) {
-        if self.state == State::TimeWait {
-            self.emit(Event::Closed);
-            self.set_state(now, State::Closed, Cause::Timer(Timer::TimeWait));
-        }
-    }
-
-    /// RACK's reordering timer: segments that were waiting out the reordering window may be
-    /// lost by now (RFC 8985 6.2 step 5).
-    fn on_reorder_timeout(&mut self, now: Instant) {
-        let flight = self.snd_max - self.snd_una;
-        let (next, entered) =
-            self.recovery.on_reorder_timeout(now, self.snd_max, flight, self.smss as u32, &mut self.sent, &mut self.cc);
-        if entered {
-            self.stats.fast_retransmits += 1;
-        }
-        if let Some(at) = next {
-            self.timers.set(Timer::Reorder, at);
-        }
-    }
-
-    /// Persist timeout: probe the shut window again (RFC 9293 3.8.6.1), unless the peer has
-    /// stopped answering.
-    ///
-    /// RFC 9293 keeps probing a zero window for as long as the receiver keeps answering: a
-    /// slow reader is not a dead one. A receiver that answers nothing is: the probes count
-    /// as retransmissions, so the connection is aborted after
-    /// [`Config::max_retransmissions`](crate::Config::max_retransmissions) unanswered probes or
-    /// when nothing has been acknowledged for the user timeout (RFC 9293 3.8.3 R2, RFC 5482),
-    /// as Linux's `tcp_probe_timer` does with `tcp_retries2` and `TCP_USER_TIMEOUT`. Any
-    /// acceptable ACK, a zero-window one included, starts the count again.
-    fn on_persist_timeout(&mut self, now: Instant) {
-        let user_timeout =
-            self.config.user_timeout.is_some_and(|limit| now.saturating_duration_since(self.last_ack_at) >= limit);
-        if self.probes_unanswered >= self.config.max_retransmissions || user_timeout {
-            log::debug!("{:?}: giving up after {} unanswered window probes", self.tuple(), self.probes_unanswered);
-            return self.fail(now, Failure::TimedOut, Cause::Timer(Timer::Persist));
-        }
-        self.probes_unanswered += 1;
-        self.probe_due = true;
-        self.persist_backoff = self.persist_backoff.saturating_add(1);
-    }
-
-    /// FIN-WAIT-2 of a released connection lasted [`Config::fin_wait2_timeout`]: the peer
-    /// will not close, and nobody is left to wait for it. Remove the connection without a
-    /// word to the peer (as Linux; a peer that comes back gets RST from CLOSED).
-    ///
-    /// [`Config::fin_wait2_timeout`]: crate::Config::fin_wait2_timeout
-    fn on_fin_wait2_timeout(&mut self, now: Instant) {
-        if self.state == State::FinWait2 && self.released {
-            log::debug!("{:?}: FIN-WAIT-2 timed out", self.tuple());
-            self.emit(Event::Closed);
-            self.set_state(now, State::Closed, Cause::Timer(Timer::FinWait2));
-        }
-    }
-
-    /// Retransmission timeout (RFC 6298 5.4-5.6; RFC 5681 3.1 for the windows; RFC 9293
-    /// 3.8.3 for giving up).
-    fn on_retransmit_timeout(&mut self, now: Instant) {
-        if self.snd_una == self.snd_max {
-            return;
-        }
-        self.stats.timeouts += 1;
-        let cause = Cause::Timer(Timer::Retransmit);
-        let limit = if self.syn_acked() { self.config.max_retransmissions } else { self.config.syn_retries };
-        let user_timeout = match (self.config.user_timeout, self.unacked_since) {
-            (Some(limit), Some(since)) => now.saturating_duration_since(since) >= limit,
-            _ => false,
-        };
-        if self.rto_count >= limit || user_timeout {
-            log::debug!("{:?}: giving up after {} retransmissions", self.tuple(), self.rto_count);
-            return self.fail(now, Failure::TimedOut, cause);
-        }
-        self.rto_count += 1;
-        if self.syn_acked() {
-            // Everything not SACKed is lost; slow start resends it in order.
-            let flight = self.snd_max - self.snd_una;
-            self.recovery.on_rto(now, self.snd_max, flight, &mut self.sent, &mut self.cc);
-            self.timers.stop(Timer::Reorder);
-            self.timers.stop(Timer::LossProbe);
-        } else {
-            // RFC 5681 3.1: a lost SYN or SYN-ACK leaves a one-segment initial window; send
-            // it again.
-            self.cc.on_syn_timeout();
-            self.snd_nxt = self.snd_una;
-        }
-        self.rtt.backoff();
-        self.rtt_probe = None;
-        self.timers.set(Timer::Retransmit, now + self.rtt.rto());
-    }
-
-    /// Keep-alive: probe an idle connection, give up after the configured probes
-    /// (RFC 9293 3.8.4).
-    fn on_keepalive_timeout(&mut self, now: Instant) {
-        let Some(ka) = self.config.keepalive else { return };
-        if !matches!(self.state, State::Established | State::CloseWait) {
-            return;
-        }
-        if self.snd_una != self.snd_max {
-            // Not idle: the retransmission timer watches the peer.
-            self.arm_keepalive(now);
-            return;
-        }
-        if self.keepalive_sent >= ka.probes {
-            return self.fail(now, Failure::TimedOut, Cause::Timer(Timer::KeepAlive));
-        }
-        self.keepalive_sent += 1;
-        self.keepalive_due = true;
-        self.timers.set(Timer::KeepAlive, now + ka.interval);
-    }
-
-    /// Restart the keep-alive timer after activity.
-    pub(crate) fn arm_keepalive(&mut self, now: Instant) {
-        if let Some(ka) = self.config.keepalive
-            && matches!(self.state, State::SynReceived | State::Established | State::CloseWait)
-        {
-            self.timers.set(Timer::KeepAlive, now + ka.idle);
-        }
-    }
+/// What the timers that fired asked for, done at the next `poll_transmit`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Due {
+    /// A tail-loss probe (RFC 8985 7.3).
+    pub loss_probe: bool,
+    /// A zero-window probe (RFC 9293 3.8.6.1).
+    pub window_probe: bool,
+    /// The SWS override timeout passed: send what the window holds (RFC 9293 3.8.6.2.1).
+    pub sws_override: bool,
+    /// A keep-alive probe (RFC 9293 3.8.4).
+    pub keepalive: bool,
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bypass_tcp::{
-    Config, Connection, Event, Flags, FourTuple, Instant, Keepalive, RecvError, Segment, SendError, SeqNum, State,
-    TcpOptions, Timestamps, TransmitKind,
+    Config, Connection, DropReason, Event, Flags, FourTuple, Instant, Keepalive, Outcome, RecvError, Segment,
+    SendError, SeqNum, State, TcpOptions, Timestamps, TransmitKind,
 };
 
 const REMOTE_ISN: SeqNum = SeqNum(0x1000_0000);
@@ -1016,8 +1016,8 @@ fn the_syn_window_still_bounds_old_acks() {
     }
     c.handle_segment(ms(6), &window_update(iss, 2048, 4));
     assert!(drain(&mut c, ms(6)).is_empty());
-    c.handle_segment(ms(7), &Segment { ack: iss + 549u32, ..peer(iss, Flags::ACK, b"late") });
-    assert_eq!(c.last_drop(), None, "an old but acceptable ACK");
+    let outcome = c.handle_segment(ms(7), &Segment { ack: iss + 549u32, ..peer(iss, Flags::ACK, b"late") });
+    assert_eq!(outcome, Outcome::Accepted, "an old but acceptable ACK");
     assert_eq!(c.recv_available(), 4);
     assert_eq!(c.stats().challenge_acks, 0);
 }
@@ -1279,15 +1279,13 @@ fn paws_drops_old_duplicates_and_segments_without_timestamps() {
     // An old duplicate (TSval below TS.Recent), even though its sequence number fits: dropped
     // and acknowledged (RFC 7323 5.3 R1).
     let old = Segment { seq: REMOTE_ISN + 4u32, options: ts(1500, 0), ..peer(iss, Flags::ACK, b"old") };
-    c.handle_segment(ms(20), &old);
-    assert_eq!(c.last_drop(), Some(bypass_tcp::DropReason::Paws));
+    assert_eq!(c.handle_segment(ms(20), &old), Outcome::Dropped(DropReason::Paws));
     assert_eq!(c.recv_available(), 3);
     let ack = one(&mut c, ms(20));
     assert_eq!((ack.ack, ack.options.timestamps.unwrap().tsecr), (REMOTE_ISN + 4u32, 2000));
     // No TSopt at all: dropped silently (RFC 7323 3.2).
     let bare = Segment { seq: REMOTE_ISN + 4u32, ..peer(iss, Flags::ACK, b"bare") };
-    c.handle_segment(ms(30), &bare);
-    assert_eq!(c.last_drop(), Some(bypass_tcp::DropReason::NoTimestamp));
+    assert_eq!(c.handle_segment(ms(30), &bare), Outcome::Dropped(DropReason::NoTimestamp));
     assert!(drain(&mut c, ms(30)).is_empty());
     // An RST needs none.
     c.handle_segment(ms(40), &Segment { seq: REMOTE_ISN + 4u32, flags: Flags::RST, ..TEMPLATE });
@@ -1426,12 +1424,12 @@ fn releasing_with_unread_data_resets() {
 #[test]
 fn data_after_release_resets() {
     let (mut c, iss) = in_fin_wait2(&config(), true);
-    c.handle_segment(ms(4), &Segment { ack: iss + 2u32, ..peer(iss, Flags::ACK, b"too late") });
+    let outcome = c.handle_segment(ms(4), &Segment { ack: iss + 2u32, ..peer(iss, Flags::ACK, b"too late") });
+    assert_eq!(outcome, Outcome::Dropped(DropReason::DataAfterRelease));
     assert_eq!(c.state(), State::Closed);
     let rst = one(&mut c, ms(4));
     assert_eq!((rst.flags, rst.seq), (Flags::RST, iss + 2u32), "in the peer's window: after our FIN");
     assert_eq!(c.stats().resets_for_lost_data, 1);
-    assert_eq!(c.last_drop(), Some(bypass_tcp::DropReason::DataAfterRelease));
     // Half-closed, the same data is taken: the application may still read it.
     let (mut c, iss) = in_fin_wait2(&config(), false);
     c.handle_segment(ms(4), &Segment { ack: iss + 2u32, ..peer(iss, Flags::ACK, b"still read") });
@@ -1460,10 +1458,10 @@ fn rst_in_time_wait_closes_unless_rfc1337_is_on() {
         c.handle_segment(ms(5), &Segment { ack: iss + 2u32, ..peer(iss, Flags::ACK | Flags::FIN, b"") });
         assert_eq!(c.state(), State::TimeWait);
         drain(&mut c, ms(5));
-        c.handle_segment(ms(6), &Segment { seq: REMOTE_ISN + 2u32, flags: Flags::RST, ..TEMPLATE });
+        let outcome = c.handle_segment(ms(6), &Segment { seq: REMOTE_ISN + 2u32, flags: Flags::RST, ..TEMPLATE });
         if rfc1337 {
             assert_eq!(c.state(), State::TimeWait, "RFC 1337: the RST is ignored");
-            assert_eq!(c.last_drop(), Some(bypass_tcp::DropReason::TimeWaitReset));
+            assert_eq!(outcome, Outcome::Dropped(DropReason::TimeWaitReset));
         } else {
             assert_eq!(c.state(), State::Closed, "RFC 9293 3.10.7.4: an acceptable RST closes");
         }

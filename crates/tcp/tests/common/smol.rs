@@ -185,8 +185,12 @@ impl OurHost {
         log::trace!("{now} ours <- {seg:?}");
         self.rst_in += u64::from(seg.flags.rst());
         match self.conn.tuple() {
-            None => self.conn.handle_segment_from(now, src.into(), &seg),
-            Some(t) if t.remote == SocketAddr::new(src.into(), seg.src_port) => self.conn.handle_segment(now, &seg),
+            None => {
+                self.conn.handle_segment_from(now, src.into(), &seg);
+            }
+            Some(t) if t.remote == SocketAddr::new(src.into(), seg.src_port) => {
+                self.conn.handle_segment(now, &seg);
+            }
             Some(t) => self.set_fault(format!("segment from {src}:{} for the connection {t}", seg.src_port)),
         }
     }

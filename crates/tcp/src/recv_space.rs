@@ -1,0 +1,425 @@
+//! The receive sequence space (RFC 9293 3.3.1, Figure 4): what has arrived in order, the
+//! out-of-order ranges held for reassembly, the window we offer, and the acknowledgments
+//! and SACK blocks we owe.
+//!
+//! Invariants: `buf` holds the in-order octets the application has not read, ending at
+//! RCV.NXT, and past them the out-of-order octets `assembler` tracks by offset from
+//! RCV.NXT; `adv`, the right edge advertised, never moves left (RFC 9293 3.8.6.2.2), so
+//! RCV.WND = `adv - nxt` never shrinks except by data arriving.
+
+use std::time::Duration;
+
+use crate::buffer::{RingBuffer, Storage};
+use crate::config::Config;
+use crate::options::{SackBlock, SackBlocks, TcpOptions};
+use crate::reassembly::Assembler;
+use crate::send_space::max_window;
+use crate::seq::SeqNum;
+use crate::time::Instant;
+
+/// How urgently an ACK is owed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum AckDue {
+    None,
+    /// Owed, but may wait for the delayed-ACK timer or ride on data.
+    Delayed,
+    /// Send at the next `poll_transmit`.
+    Now,
+}
+
+/// The window a SYN or SYN-ACK offers: ten of our full-sized segments (RFC 6928's initial
+/// window, as Linux's `tcp_select_initial_window` with `TCP_DEFAULT_INIT_RCVWND`), within
+/// the receive buffer and the unscaled field. A host that accepts many connections at once
+/// has promised no more than their first flights before it can size their windows.
+pub(crate) fn initial_recv_window(config: &Config) -> u32 {
+    (10 * u32::from(config.mss)).min(config.recv_buffer as u32).min(65535)
+}
+
+/// The window scale we offer: the smallest shift (at most 14, RFC 7323 2.3) whose window
+/// covers the largest receive buffer autotuning may grow to.
+pub(crate) fn wscale_offer(config: &Config) -> u8 {
+    let most = config.recv_buffer_max.max(config.recv_buffer) as u32;
+    (0..14).find(|&shift| max_window(shift) >= most).unwrap_or(14)
+}
+
+/// The receive half of a connection.
+pub(crate) struct RecvSpace {
+    /// Initial receive sequence number.
+    pub irs: SeqNum,
+    /// RCV.NXT: the next sequence number expected.
+    pub nxt: SeqNum,
+    /// Right edge of the window last advertised; never moves left (RFC 9293 3.8.6.2.2).
+    pub adv: SeqNum,
+    /// The shift applied to our window field.
+    pub wscale: u8,
+    /// The scale we offered in our SYN (used only if the peer offers one too).
+    pub wscale_offer: u8,
+    pub buf: RingBuffer,
+    pub assembler: Assembler,
+    /// A FIN arrived ahead of missing data at this sequence number.
+    pub fin_pending: Option<SeqNum>,
+    pub fin_received: bool,
+    /// Duplicates received, to report in the first SACK block of the next ACKs (D-SACK,
+    /// RFC 2883 section 4).
+    pub dsack: DsackQueue,
+    /// The SACK blocks (not D-SACK) of the last ACK, most recent first (RFC 2018 4).
+    pub sack_reported: SackBlocks,
+    pub ack_due: AckDue,
+    /// In-order bytes received since we last sent an ACK (RFC 9293 3.8.6.3).
+    pub unacked_bytes: u32,
+    /// The peer's full-sized segment, as measured: the largest payload it has sent, up to
+    /// our MSS (Linux's `rcv_mss`). A peer with timestamps sends 1448 bytes under an MSS
+    /// of 1460, one behind a tunnel less: "every second full-sized segment" counts these.
+    pub mss: u32,
+    /// Receive-buffer autotuning (dynamic right-sizing, as Linux's `tcp_rcv_space_adjust`):
+    /// bytes the application read since `drs_since`, and the most it read in one round trip.
+    pub drs_bytes: u32,
+    pub drs_since: Option<Instant>,
+    pub drs_space: u32,
+    /// The most window the host lets this connection offer (its share of the device's
+    /// receive ring); `u32::MAX` without a limit.
+    pub window_cap: u32,
+}
+
+/// What [`RecvSpace::take_text`] made of a segment's text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Text {
+    /// Bytes that became readable (the segment's, and any a filled hole released).
+    pub ready: u32,
+    /// The segment was in order and left no hole: its ACK may be delayed.
+    pub delayable: bool,
+    /// The segment's length after trimming to the window.
+    pub len: u32,
+    /// A FIN is now in order: the peer's or one held behind a hole.
+    pub fin: bool,
+}
+
+/// Out-of-order data beyond what the reassembly table can track.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReassemblyFull;
+
+impl RecvSpace {
+    pub(crate) fn new(storage: Storage, wscale_offer: u8, our_mss: u16) -> Self {
+        RecvSpace {
+            irs: SeqNum(0),
+            nxt: SeqNum(0),
+            adv: SeqNum(0),
+            wscale: 0,
+            wscale_offer,
+            buf: RingBuffer::with_storage(storage),
+            assembler: Assembler::new(),
+            fin_pending: None,
+            fin_received: false,
+            dsack: DsackQueue::default(),
+            sack_reported: SackBlocks::new(),
+            ack_due: AckDue::None,
+            unacked_bytes: 0,
+            mss: u32::from(our_mss.min(536)),
+            drs_bytes: 0,
+            drs_since: None,
+            drs_space: 0,
+            window_cap: u32::MAX,
+        }
+    }
+
+    /// Start the space at the peer's SYN, sequence number `irs`.
+    pub(crate) fn start(&mut self, irs: SeqNum) {
+        self.irs = irs;
+        self.nxt = irs + 1u32;
+        self.adv = self.nxt;
+    }
+
+    /// Return the receive window offered now: from RCV.NXT to the right edge advertised
+    /// (RCV.WND, RFC 9293 3.3.1).
+    pub(crate) fn window(&self) -> u32 {
+        if self.adv.after(self.nxt) { self.adv - self.nxt } else { 0 }
+    }
+
+    /// The four-case acceptability test of RFC 9293 3.10.7.4 (first), for a segment at
+    /// `seq` of length `len` (SYN and FIN counted).
+    pub(crate) fn acceptable(&self, seq: SeqNum, len: u32) -> bool {
+        let wnd = self.window();
+        let end = self.nxt + wnd;
+        match (len, wnd) {
+            (0, 0) => seq == self.nxt,
+            (0, _) => seq.between(self.nxt, end),
+            (_, 0) => false,
+            (_, _) => seq.between(self.nxt, end) || (seq + (len - 1)).between(self.nxt, end),
+        }
+    }
+
+    /// Return whether reading opened the window enough to tell the peer at once
+    /// (receiver-side SWS avoidance, RFC 9293 3.8.6.2.2): the window it knows has fallen to
+    /// half of what we could offer and the right edge would move by a worthwhile amount
+    /// (the smaller of half the buffer and `our_mss`). Otherwise the next ACK carries it.
+    pub(crate) fn read_opens_window(&self, our_mss: u16) -> bool {
+        let possible = (self.buf.free() as u32).min(max_window(self.wscale));
+        let advertised = self.window();
+        let threshold = (self.buf.capacity() as u32 / 2).min(u32::from(our_mss));
+        2 * advertised <= possible && possible - advertised >= threshold
+    }
+
+    /// Seventh step of RFC 9293 3.10.7.4: place the text of an acceptable segment (trimmed
+    /// to the window) in the buffer, reassembling out-of-order pieces, and note the ACK it
+    /// owes at once: for data out of order or filling a hole (RFC 5681 4.2, RFC 9293
+    /// 3.8.6.3) and for a FIN ahead of a hole. Duplicates are noted as D-SACKs (RFC 2883
+    /// 4.1) where `sack` is on.
+    pub(crate) fn take_text(
+        &mut self,
+        mut seq: SeqNum,
+        payload: &[u8],
+        fin: bool,
+        sack: bool,
+    ) -> Result<Text, ReassemblyFull> {
+        let mut data = payload;
+        let mut fin = fin;
+        // Trim what we already have, and report it as a D-SACK (RFC 2883 4.1).
+        if seq.before(self.nxt) {
+            let dup = (self.nxt - seq) as usize;
+            if sack && dup > 0 && !data.is_empty() {
+                self.dsack.push(seq, seq + dup.min(data.len()));
+            }
+            if dup > data.len() {
+                // Only an old FIN remains.
+                data = &[];
+                fin = false;
+            } else {
+                data = &data[dup..];
+            }
+            seq = self.nxt;
+        }
+        // Trim what lies beyond the window; a FIN past the window is not yet accepted.
+        let wnd = self.window() as usize;
+        let offset = (seq - self.nxt) as usize;
+        if offset + data.len() > wnd {
+            data = &data[..wnd.saturating_sub(offset)];
+            fin = false;
+        }
+        let mut text = Text { ready: 0, delayable: false, len: data.len() as u32, fin: false };
+        if !data.is_empty() {
+            if self.assembler.add(offset as u32, data.len() as u32).is_err() {
+                self.ack_due = AckDue::Now;
+                return Err(ReassemblyFull);
+            }
+            let at = self.buf.len() + offset;
+            self.buf.write_at(at, data);
+            text.ready = self.assembler.pop_front();
+            if text.ready > 0 {
+                self.buf.commit(text.ready as usize);
+                self.nxt += text.ready;
+            }
+            if offset > 0 || !self.assembler.is_empty() || text.ready > text.len {
+                // Out of order, a hole left, or a hole filled: the sender wants to know now.
+                self.ack_due = AckDue::Now;
+            } else {
+                text.delayable = true;
+            }
+        }
+        if fin {
+            let fin_seq = seq + data.len();
+            if fin_seq == self.nxt {
+                text.fin = true;
+                return Ok(text);
+            }
+            self.fin_pending = Some(fin_seq);
+            self.ack_due = AckDue::Now;
+        }
+        // A FIN that arrived earlier, ahead of a hole now filled.
+        if let Some(f) = self.fin_pending
+            && f == self.nxt
+        {
+            self.fin_pending = None;
+            text.fin = true;
+        }
+        Ok(text)
+    }
+
+    /// Take the peer's in-order FIN (RFC 9293 3.10.7.4, eighth).
+    pub(crate) fn take_fin(&mut self) {
+        self.nxt += 1;
+        self.fin_received = true;
+        self.ack_due = AckDue::Now;
+    }
+
+    /// Receive-buffer autotuning (dynamic right-sizing, Fisk and Feng; Linux's
+    /// `tcp_rcv_space_adjust`): count what the application reads per round trip, and when a
+    /// round trip's reads are more than any before, let the buffer (and so the window) grow
+    /// to twice that, up to `max`. A sender the window held back delivers a window per
+    /// round trip, so with an application that keeps up the window doubles each round trip
+    /// until the path, not the window, is the limit; an application that does not read
+    /// grows nothing. Checked as data arrives (the reads carry no clock).
+    pub(crate) fn autotune(&mut self, now: Instant, srtt: Option<Duration>, max: usize, growth_allowed: bool) {
+        let since = *self.drs_since.get_or_insert(now);
+        let rtt = srtt.unwrap_or(Duration::from_millis(100)).max(Duration::from_micros(100));
+        if now.saturating_duration_since(since) < rtt {
+            return;
+        }
+        let copied = self.drs_bytes;
+        self.drs_bytes = 0;
+        self.drs_since = Some(now);
+        if copied <= self.drs_space {
+            return;
+        }
+        self.drs_space = copied;
+        let want = (2 * copied as usize).min(max);
+        if growth_allowed && want > self.buf.capacity() {
+            self.buf.grow(want.next_power_of_two().min(max));
+        }
+    }
+
+    /// Return the window field of a SYN or SYN-ACK: never scaled (RFC 7323 2.2), and at
+    /// most `initial` ([`initial_recv_window`]: what a peer's initial congestion window can
+    /// send; the first ACK opens the rest).
+    pub(crate) fn advertise_syn_window(&mut self, initial: u32) -> u16 {
+        let free = (self.buf.free() as u32).min(initial).min(self.window_cap);
+        if (self.nxt + free).after(self.adv) {
+            self.adv = self.nxt + free;
+        }
+        free as u16
+    }
+
+    /// Return the window field to send, moving the right edge only by worthwhile amounts
+    /// (receiver-side SWS avoidance, RFC 9293 3.8.6.2.2: the smaller of half the buffer and
+    /// `our_mss`) and never to the left.
+    ///
+    /// With window scaling the field counts units of 2^shift bytes (RFC 7323 2.3), so the
+    /// edge the peer computes, RCV.NXT + (field << shift), falls on a grid that moves with
+    /// RCV.NXT. Rounding the window down would move that edge left by up to 2^shift - 1
+    /// bytes whenever RCV.NXT moves by other than a multiple of the unit; the window is
+    /// rounded up instead, as Linux and FreeBSD do ("avoid shrinking window with window
+    /// scaling"), and RCV.ADV follows what was advertised. Each rounding may promise a few
+    /// bytes more, a creep that a peer sending tiny segments can repeat at every ACK (RFC
+    /// 7323 Appendix F; Linux's tcp_shrink_window): the receive buffer keeps a reserve for
+    /// it, and only where the reserve is spent and the buffer could not hold the rounded
+    /// edge is the window rounded down, retracting by less than one unit.
+    pub(crate) fn advertise_window(&mut self, our_mss: u16) -> u16 {
+        let capacity = self.buf.capacity() as u32;
+        let unit = 1u32 << self.wscale;
+        // What the buffer can still take, and the part of it that SWS avoidance may offer.
+        let room = (self.buf.free() as u32).min(max_window(self.wscale));
+        // A sixty-fourth of the buffer: hundreds of creeping ACKs even with 8-byte units.
+        let reserve = if unit > 1 { (capacity / 64).max(unit - 1) } else { 0 };
+        // The host's cap limits how far the edge moves on, never where it already is.
+        let free = room.saturating_sub(reserve).min(self.window_cap);
+        let edge = self.nxt + free;
+        let threshold = (capacity / 2).min(u32::from(our_mss));
+        if edge.after(self.adv) && (edge - self.adv >= threshold || room == capacity) {
+            self.adv = edge;
+        }
+        let window = self.window();
+        let rounded = window.div_ceil(unit).saturating_mul(unit);
+        let field = if rounded <= room { rounded / unit } else { room / unit };
+        if rounded <= room {
+            self.adv = self.nxt + rounded;
+        } else if field * unit < window {
+            log::debug!("receive buffer full to within a window unit: window retracted");
+        }
+        field.min(65535) as u16
+    }
+
+    /// Return whether an ACK carries SACK blocks now (out-of-order data held, or a
+    /// duplicate to report).
+    pub(crate) fn has_sack_blocks(&self) -> bool {
+        !self.assembler.is_empty() || !self.dsack.is_empty()
+    }
+
+    /// Fill SACK blocks: the most recent first, then the others (RFC 2018 section 4); `ts`
+    /// says whether the timestamps option shares the header.
+    ///
+    /// After the first, the blocks last reported come again, in their order, as they stand
+    /// now (RFC 2018 section 4: "the SACK option SHOULD be filled out by repeating the most
+    /// recently reported SACK blocks"), and only then the other ranges, lowest first. One
+    /// ACK may follow many segments (the host reads frames in batches), and three blocks
+    /// next to timestamps cannot name every range: repeating them gives each range several
+    /// ACKs' chances to be seen, where always naming the lowest would leave the rest for
+    /// the sender to resend although we hold them.
+    pub(crate) fn sack_blocks(&mut self, options: &mut TcpOptions, ts: bool) {
+        // A duplicate received goes first, once (D-SACK, RFC 2883 section 4).
+        if let Some((left, right)) = self.dsack.pop() {
+            options.sack_blocks.push(SackBlock { left, right });
+        }
+        // What fits after it: three blocks next to timestamps, four alone (RFC 2018 3).
+        let room = if ts { 3 } else { 4 } - options.sack_blocks.len();
+        let base = self.nxt;
+        let mut blocks = SackBlocks::new();
+        let add = |blocks: &mut SackBlocks, (start, end): (u32, u32)| {
+            let block = SackBlock { left: base + start, right: base + end };
+            if blocks.len() < room && !blocks.as_slice().contains(&block) {
+                blocks.push(block);
+            }
+        };
+        if let Some(recent) = self.assembler.recent() {
+            add(&mut blocks, recent);
+        }
+        for reported in self.sack_reported.as_slice() {
+            // The range that now holds the block's first byte (ranges only grow and merge
+            // until RCV.NXT passes them).
+            if reported.left.after_eq(base) {
+                let offset = reported.left - base;
+                if let Some(range) = self.assembler.ranges().find(|&(s, e)| s <= offset && offset < e) {
+                    add(&mut blocks, range);
+                }
+            }
+        }
+        for range in self.assembler.ranges() {
+            add(&mut blocks, range);
+        }
+        for &block in blocks.as_slice() {
+            options.sack_blocks.push(block);
+        }
+        self.sack_reported = blocks;
+    }
+
+    /// An ACK went out: nothing is owed but the duplicates still to report, which each want
+    /// an ACK of their own.
+    pub(crate) fn ack_sent(&mut self) {
+        self.ack_due = if self.dsack.is_empty() { AckDue::None } else { AckDue::Now };
+        self.unacked_bytes = 0;
+    }
+}
+
+/// Duplicates received and not yet reported: each goes first in an ACK of its own as a
+/// D-SACK (RFC 2883 4.1: the first block, and only one per ACK), as Linux sends one
+/// duplicate ACK per duplicate. The host takes in frames in batches, so several can arrive
+/// before the next ACK; a sender that learns of each one widens its reordering window
+/// (RFC 8985 6.2) and stops resending what it thought lost.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct DsackQueue {
+    blocks: [(SeqNum, SeqNum); 4],
+    len: u8,
+}
+
+impl DsackQueue {
+    /// Note the duplicate `left..right`: joined to the last one where they touch, else
+    /// queued; the oldest gives way when four wait.
+    pub(crate) fn push(&mut self, left: SeqNum, right: SeqNum) {
+        if let Some(last) = self.blocks[..self.len as usize].last_mut()
+            && !left.after(last.1)
+            && !last.0.after(right)
+        {
+            *last = (if left.before(last.0) { left } else { last.0 }, if right.after(last.1) { right } else { last.1 });
+            return;
+        }
+        if self.len as usize == self.blocks.len() {
+            self.blocks.rotate_left(1);
+            self.len -= 1;
+        }
+        self.blocks[self.len as usize] = (left, right);
+        self.len += 1;
+    }
+
+    /// Take the oldest duplicate not yet reported.
+    pub(crate) fn pop(&mut self) -> Option<(SeqNum, SeqNum)> {
+        if self.len == 0 {
+            return None;
+        }
+        let first = self.blocks[0];
+        self.blocks.rotate_left(1);
+        self.len -= 1;
+        Some(first)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}

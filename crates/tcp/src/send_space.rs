@@ -1,0 +1,216 @@
+//! The send sequence space (RFC 9293 3.3.1, Figure 3): what we have sent, what the peer
+//! has acknowledged, the window it offers, the data queued behind it, and the scoreboard
+//! of segments in flight.
+//!
+//! Invariants, in sequence order: `iss < una <= nxt <= max`, where `una` passes `iss`
+//! once the SYN is acknowledged; `buf` holds the octets from `buf_seq` on (the first
+//! unacknowledged one once the SYN is acknowledged); the FIN, once queued, takes the
+//! sequence number after the last of them. `sent` records every segment in `una..max`.
+
+use crate::buffer::{RingBuffer, Storage};
+use crate::segment::Segment;
+use crate::sent::SentQueue;
+use crate::seq::SeqNum;
+use crate::time::Instant;
+
+/// The largest window a shift of `wscale` can express (RFC 7323 2.3).
+pub(crate) fn max_window(wscale: u8) -> u32 {
+    65535u32 << wscale
+}
+
+/// The send half of a connection.
+pub(crate) struct SendSpace {
+    /// Initial send sequence number.
+    pub iss: SeqNum,
+    /// The ISS must lie above this (a new incarnation from TIME-WAIT, RFC 1122 4.2.2.13).
+    pub iss_floor: Option<SeqNum>,
+    /// SND.UNA: the oldest unacknowledged sequence number.
+    pub una: SeqNum,
+    /// Next sequence number to send; moved back to SND.UNA by a retransmission timeout.
+    pub nxt: SeqNum,
+    /// Highest sequence number sent plus one (RFC 9293's SND.NXT for ACK validation).
+    pub max: SeqNum,
+    /// SND.WND: the peer's window, scaled, in bytes.
+    pub wnd: u32,
+    /// SND.WL1 and SND.WL2: the segment that last updated the window.
+    pub wl1: SeqNum,
+    pub wl2: SeqNum,
+    /// Largest window the peer has offered, its SYN's included: MAX.SND.WND of the ACK
+    /// acceptability check (RFC 5961 5.2), where a larger value only accepts older ACKs.
+    pub max_wnd: u32,
+    /// Max(SND.WND) of sender-side SWS avoidance (RFC 9293 3.8.6.2.1, RFC 1122 4.2.3.4), the
+    /// estimate of the peer's receive buffer: the largest window offered in a segment
+    /// without SYN; 0 until one arrives.
+    ///
+    /// Not the SYN's window: that one is unscaled (RFC 7323 2.2), sent before scaling is in
+    /// effect, and need not describe the buffer the peer goes on to offer (Linux sends 64240
+    /// from its default buffer; one made smaller before the handshake completes shows only
+    /// in the scaled windows after it). Counted, it would hold back every segment under half
+    /// of it until the override timer. Linux, too, starts `max_window` on a passive open
+    /// from the scaled window of the ACK that completes the handshake.
+    pub sws_max_wnd: u32,
+    /// The shift applied to the peer's window field.
+    pub wscale: u8,
+    /// Effective send MSS (RFC 9293 3.7.1), the fixed options taken off.
+    pub mss: u16,
+    /// Our SYN has been acknowledged. A flag, not `SND.UNA > ISS`: that comparison is
+    /// modular and turns false again after 2 GiB have been sent.
+    pub syn_acked: bool,
+    /// Sequence number of the first byte held in `buf`.
+    pub buf_seq: SeqNum,
+    pub buf: RingBuffer,
+    /// The user closed: a FIN follows the last byte of `buf`.
+    pub fin_queued: bool,
+    /// The segments in flight: the SACK scoreboard and RACK's transmit record.
+    pub sent: SentQueue,
+    /// The application offered more than the send buffer took since the last growth.
+    pub limited: bool,
+    /// The most bytes in flight since SND.UNA last passed `pipe_high_until` (about a round
+    /// trip): whether cwnd, not the peer's window or the application, held the sender back
+    /// (RFC 7661; Linux's `tcp_is_cwnd_limited`).
+    pub pipe_high: u32,
+    pub pipe_high_until: SeqNum,
+    /// When data was last sent (RFC 5681 4.1's idle test).
+    pub last_data_at: Option<Instant>,
+}
+
+impl SendSpace {
+    pub(crate) fn new(storage: Storage, mss: u16) -> Self {
+        SendSpace {
+            iss: SeqNum(0),
+            iss_floor: None,
+            una: SeqNum(0),
+            nxt: SeqNum(0),
+            max: SeqNum(0),
+            wnd: 0,
+            wl1: SeqNum(0),
+            wl2: SeqNum(0),
+            max_wnd: 0,
+            sws_max_wnd: 0,
+            wscale: 0,
+            mss,
+            syn_acked: false,
+            buf_seq: SeqNum(0),
+            buf: RingBuffer::with_storage(storage),
+            fin_queued: false,
+            sent: SentQueue::with_capacity(16),
+            limited: false,
+            pipe_high: 0,
+            pipe_high_until: SeqNum(0),
+            last_data_at: None,
+        }
+    }
+
+    /// Start the space at `iss`, raised to the floor a previous incarnation left: the SYN
+    /// takes `iss`, data starts after it.
+    pub(crate) fn start(&mut self, iss: SeqNum) {
+        self.iss = match self.iss_floor.take() {
+            Some(floor) if !iss.after(floor) => floor,
+            _ => iss,
+        };
+        self.una = self.iss;
+        self.nxt = self.iss;
+        self.max = self.iss;
+        self.buf_seq = self.iss + 1u32;
+    }
+
+    /// Start the space of a connection whose SYN (ISS `iss`) is already acknowledged, as a
+    /// SYN cookie's is.
+    pub(crate) fn start_acknowledged(&mut self, iss: SeqNum) {
+        self.iss = iss;
+        self.una = iss + 1u32;
+        self.nxt = self.una;
+        self.max = self.una;
+        self.buf_seq = self.una;
+        self.syn_acked = true;
+    }
+
+    /// Take the window of the peer's SYN: unscaled (RFC 7323 2.2), and not a Max(SND.WND)
+    /// for SWS avoidance (see `sws_max_wnd`); `ack` is SND.WL2, the ACK it carried or our ISS.
+    pub(crate) fn take_syn_window(&mut self, seg: &Segment<'_>, ack: SeqNum) {
+        self.wnd = seg.window as u32;
+        self.max_wnd = self.wnd;
+        self.sws_max_wnd = 0;
+        self.wl1 = seg.seq;
+        self.wl2 = ack;
+    }
+
+    /// Take the (scaled) window of `seg` unconditionally, as the ACK completing the
+    /// handshake gives it (RFC 9293 3.10.7.4, SYN-RECEIVED).
+    pub(crate) fn set_window(&mut self, seg: &Segment<'_>) {
+        self.wnd = ((seg.window as u32) << self.wscale).min(max_window(self.wscale));
+        self.max_wnd = self.max_wnd.max(self.wnd);
+        self.sws_max_wnd = self.sws_max_wnd.max(self.wnd);
+        self.wl1 = seg.seq;
+        self.wl2 = seg.ack;
+    }
+
+    /// Take the window of `seg` if it is newer than the one held (RFC 9293 3.10.7.4, fifth:
+    /// SND.UNA =< SEG.ACK, and SND.WL1 < SEG.SEQ, or equal and SND.WL2 =< SEG.ACK). Return
+    /// whether it was taken.
+    pub(crate) fn update_window(&mut self, seg: &Segment<'_>) -> bool {
+        let newer = self.wl1.before(seg.seq) || (self.wl1 == seg.seq && self.wl2.before_eq(seg.ack));
+        if seg.ack.after_eq(self.una) && newer {
+            self.set_window(seg);
+            return true;
+        }
+        false
+    }
+
+    /// Return whether `ack` is acceptable: SND.UNA - MAX.SND.WND =< SEG.ACK =< SND.NXT
+    /// (RFC 5961 5.2, with SND.MAX for SND.NXT).
+    pub(crate) fn ack_in_range(&self, ack: SeqNum) -> bool {
+        let lowest = self.una - self.max_wnd.max(1);
+        !ack.after(self.max) && !ack.before(lowest)
+    }
+
+    /// Return the bytes sent and not yet acknowledged.
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.max - self.una
+    }
+
+    /// Return the sequence number after the last byte queued.
+    pub(crate) fn data_end(&self) -> SeqNum {
+        self.buf_seq + self.buf.len()
+    }
+
+    /// Return the bytes queued and never sent.
+    pub(crate) fn unsent(&self) -> u32 {
+        let end = self.data_end();
+        if self.max.before(end) { end - self.max } else { 0 }
+    }
+
+    /// Return the sequence number of our FIN, once the user has closed.
+    pub(crate) fn fin_seq(&self) -> Option<SeqNum> {
+        self.fin_queued.then(|| self.data_end())
+    }
+
+    /// Return whether our FIN has been sent and acknowledged.
+    pub(crate) fn fin_acked(&self) -> bool {
+        self.fin_seq().is_some_and(|f| self.una.after(f))
+    }
+
+    /// Return whether data or a FIN waits at SND.NXT.
+    pub(crate) fn has_unsent(&self) -> bool {
+        self.nxt.before(self.data_end()) || self.fin_seq().is_some_and(|f| self.nxt.before_eq(f))
+    }
+
+    /// Remove the data `ack` acknowledges from the buffer; return how many bytes left it.
+    pub(crate) fn discard_acked(&mut self, ack: SeqNum) -> u32 {
+        if !ack.after(self.buf_seq) {
+            return 0;
+        }
+        let acked = (ack - self.buf_seq).min(self.buf.len() as u32);
+        self.buf.discard(acked as usize);
+        self.buf_seq += acked;
+        acked
+    }
+
+    /// Move SND.UNA (and SND.NXT with it, where a timeout had rewound it) to `ack`.
+    pub(crate) fn advance(&mut self, ack: SeqNum) {
+        self.una = ack;
+        if self.nxt.before(ack) {
+            self.nxt = ack;
+        }
+    }
+}

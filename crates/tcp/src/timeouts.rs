@@ -1,0 +1,161 @@
+//! Timer expiry: what each of a connection's timers does when it fires (RFC 6298, RFC
+//! 8985, RFC 9293 3.8.3, 3.8.4, 3.8.6 and 3.10.8).
+
+use crate::connection::{Connection, Failure};
+use crate::controller::Controller;
+use crate::event::{Cause, Event};
+use crate::recv_space::AckDue;
+use crate::state::State;
+use crate::time::Instant;
+use crate::timer::Timer;
+
+impl Connection {
+    /// Return when [`handle_timeout`](Connection::handle_timeout) should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+
+    /// Fire the timers due at `now`; then call `poll_transmit` and `poll_event`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for timer in Timer::ALL {
+            if self.timers.expire(timer, now) {
+                log::trace!("{:?} {}: {:?} timer fired", self.tuple(), self.state, timer);
+                match timer {
+                    Timer::TimeWait => self.on_time_wait_expiry(now),
+                    Timer::Retransmit => self.on_retransmit_timeout(now),
+                    Timer::Persist => self.on_persist_timeout(now),
+                    Timer::Reorder => self.on_reorder_timeout(now),
+                    Timer::LossProbe => {
+                        // The probe restarts the retransmission timer (RFC 8985 7.3).
+                        self.due.loss_probe = true;
+                        if self.timers.is_armed(Timer::Retransmit) {
+                            self.timers.set(Timer::Retransmit, now + self.rel.rtt.rto());
+                        }
+                    }
+                    Timer::FinWait2 => self.on_fin_wait2_timeout(now),
+                    Timer::SwsOverride => self.due.sws_override = true,
+                    Timer::DelayedAck => {
+                        if self.rcv.ack_due == AckDue::Delayed {
+                            self.rcv.ack_due = AckDue::Now;
+                        }
+                    }
+                    Timer::KeepAlive => self.on_keepalive_timeout(now),
+                }
+            }
+        }
+    }
+
+    /// TIME-WAIT over: delete the TCB (RFC 9293 3.10.8).
+    fn on_time_wait_expiry(&mut self, now: Instant) {
+        if self.state == State::TimeWait {
+            self.emit(Event::Closed);
+            self.set_state(now, State::Closed, Cause::Timer(Timer::TimeWait));
+        }
+    }
+
+    /// RACK's reordering timer: segments that were waiting out the reordering window may be
+    /// lost by now (RFC 8985 6.2 step 5).
+    fn on_reorder_timeout(&mut self, now: Instant) {
+        let flight = self.snd.in_flight();
+        let (next, entered) = self.rel.recovery.on_reorder_timeout(
+            now,
+            self.snd.max,
+            flight,
+            self.snd.mss as u32,
+            &mut self.snd.sent,
+            &mut self.rel.cc,
+        );
+        if entered {
+            self.stats.fast_retransmits += 1;
+        }
+        if let Some(at) = next {
+            self.timers.set(Timer::Reorder, at);
+        }
+    }
+
+    /// Persist timeout: probe the shut window again (RFC 9293 3.8.6.1), unless the peer has
+    /// stopped answering.
+    ///
+    /// RFC 9293 keeps probing a zero window for as long as the receiver keeps answering: a
+    /// slow reader is not a dead one. A receiver that answers nothing is: the probes count
+    /// as retransmissions, so the connection is aborted after
+    /// [`Config::max_retransmissions`](crate::Config::max_retransmissions) unanswered probes or
+    /// when nothing has been acknowledged for the user timeout (RFC 9293 3.8.3 R2, RFC 5482),
+    /// as Linux's `tcp_probe_timer` does with `tcp_retries2` and `TCP_USER_TIMEOUT`. Any
+    /// acceptable ACK, a zero-window one included, starts the count again.
+    fn on_persist_timeout(&mut self, now: Instant) {
+        let user_timeout =
+            self.config.user_timeout.is_some_and(|limit| now.saturating_duration_since(self.rel.last_ack_at) >= limit);
+        if self.rel.probes_unanswered >= self.config.max_retransmissions || user_timeout {
+            log::debug!("{:?}: giving up after {} unanswered window probes", self.tuple(), self.rel.probes_unanswered);
+            return self.fail(now, Failure::TimedOut, Cause::Timer(Timer::Persist));
+        }
+        self.rel.probes_unanswered += 1;
+        self.due.window_probe = true;
+        self.rel.persist_backoff = self.rel.persist_backoff.saturating_add(1);
+    }
+
+    /// FIN-WAIT-2 of a released connection lasted [`Config::fin_wait2_timeout`]: the peer
+    /// will not close, and nobody is left to wait for it. Remove the connection without a
+    /// word to the peer (as Linux; a peer that comes back gets RST from CLOSED).
+    ///
+    /// [`Config::fin_wait2_timeout`]: crate::Config::fin_wait2_timeout
+    fn on_fin_wait2_timeout(&mut self, now: Instant) {
+        if self.state == State::FinWait2 && self.released {
+            log::debug!("{:?}: FIN-WAIT-2 timed out", self.tuple());
+            self.emit(Event::Closed);
+            self.set_state(now, State::Closed, Cause::Timer(Timer::FinWait2));
+        }
+    }
+
+    /// Retransmission timeout (RFC 6298 5.4-5.6; RFC 5681 3.1 for the windows; RFC 9293
+    /// 3.8.3 for giving up).
+    fn on_retransmit_timeout(&mut self, now: Instant) {
+        if self.snd.una == self.snd.max {
+            return;
+        }
+        self.stats.timeouts += 1;
+        let cause = Cause::Timer(Timer::Retransmit);
+        let limit = if self.snd.syn_acked { self.config.max_retransmissions } else { self.config.syn_retries };
+        if self.rel.exhausted(now, limit, self.config.user_timeout) {
+            log::debug!("{:?}: giving up after {} retransmissions", self.tuple(), self.rel.rto_count);
+            return self.fail(now, Failure::TimedOut, cause);
+        }
+        self.rel.rto_count += 1;
+        if self.snd.syn_acked {
+            // Everything not SACKed is lost; slow start resends it in order.
+            let flight = self.snd.in_flight();
+            self.rel.recovery.on_rto(now, self.snd.max, flight, &mut self.snd.sent, &mut self.rel.cc);
+            self.timers.stop(Timer::Reorder);
+            self.timers.stop(Timer::LossProbe);
+        } else {
+            // RFC 5681 3.1: a lost SYN or SYN-ACK leaves a one-segment initial window; send
+            // it again.
+            self.rel.cc.on_syn_timeout();
+            self.snd.nxt = self.snd.una;
+        }
+        self.rel.rtt.backoff();
+        self.rel.rtt_probe = None;
+        self.timers.set(Timer::Retransmit, now + self.rel.rtt.rto());
+    }
+
+    /// Keep-alive: probe an idle connection, give up after the configured probes
+    /// (RFC 9293 3.8.4).
+    fn on_keepalive_timeout(&mut self, now: Instant) {
+        let Some(ka) = self.config.keepalive else { return };
+        if !matches!(self.state, State::Established | State::CloseWait) {
+            return;
+        }
+        if self.snd.una != self.snd.max {
+            // Not idle: the retransmission timer watches the peer.
+            self.arm_keepalive(now);
+            return;
+        }
+        if self.rel.keepalive_sent >= ka.probes {
+            return self.fail(now, Failure::TimedOut, Cause::Timer(Timer::KeepAlive));
+        }
+        self.rel.keepalive_sent += 1;
+        self.due.keepalive = true;
+        self.timers.set(Timer::KeepAlive, now + ka.interval);
+    }
+}
