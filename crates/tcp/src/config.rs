@@ -54,6 +54,11 @@ pub struct Config {
     pub nagle: bool,
     /// The congestion controller ([`Algorithm`](crate::Algorithm)).
     pub congestion: crate::Algorithm,
+    /// Pace data segments at `ratio x cwnd / SRTT` instead of sending a window's worth back to
+    /// back (Linux's `tcp_update_pacing_rate`; ratio 2 in slow start, 1.2 after), in bursts
+    /// of at most a millisecond of that rate or two segments. Pure ACKs, SYNs, probes and
+    /// resets are never held. See the README for what it measures.
+    pub pacing: bool,
     /// Override timeout of sender-side SWS avoidance (RFC 9293 3.8.6.2.1, RFC 1122 4.2.3.4:
     /// 0.1 to 1 s): how long queued data waits, with nothing in flight, for a window that is
     /// open but too small to use (under a full segment and under half the largest window the
@@ -123,6 +128,7 @@ impl Default for Config {
             timestamps: true,
             nagle: true,
             congestion: crate::Algorithm::default(),
+            pacing: true,
             sws_override: Duration::from_millis(200),
             delayed_ack: Some(Duration::from_millis(40)),
             initial_rto: Duration::from_secs(1),

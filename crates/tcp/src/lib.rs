@@ -92,6 +92,7 @@ pub mod isn;
 mod open;
 pub mod outcome;
 mod output;
+mod pacing;
 pub mod reassembly;
 mod recovery;
 mod recv_space;

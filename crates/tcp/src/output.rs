@@ -96,27 +96,57 @@ impl Connection {
             return self.send_ack(now, buf, self.snd.una - 1, TransmitKind::KeepAlive);
         }
         if self.rcv.ack_due == AckDue::Now {
-            // SND.MAX, not SND.NXT: after a timeout rewinds SND.NXT, a lower number would
-            // fall below the peer's RCV.NXT and the ACK would be dropped as out of window.
-            return self.send_ack(now, buf, self.snd.max, TransmitKind::Ack);
+            return self.send_ack(now, buf, self.ack_seq(), TransmitKind::Ack);
         }
         None
     }
 
+    /// Return the sequence number of a pure ACK: one the peer accepts (RFC 9293 3.10.7.4,
+    /// first), so that it takes our acknowledgment and window.
+    ///
+    /// SND.MAX, not SND.NXT: after a timeout rewinds SND.NXT, a lower number would fall below
+    /// the peer's RCV.NXT and the ACK would be dropped as out of window. But never beyond the
+    /// right edge of the peer's window, SND.UNA + SND.WND: a peer whose window is shut
+    /// accepts an empty segment only at exactly its RCV.NXT, and data we sent that it then
+    /// dropped leaves SND.MAX above that (Linux's `tcp_acceptable_seq`). An ACK it drops
+    /// carries no window update, and two shut windows wait on each other for ever.
+    fn ack_seq(&self) -> SeqNum {
+        let edge = self.snd.una + self.snd.wnd;
+        if self.snd.max.after(edge) { edge } else { self.snd.max }
+    }
+
     /// Resend the first segment marked lost, if the congestion window has room for it
-    /// (RFC 6675's `pipe` below cwnd) and the peer's window is open; with the window shut,
-    /// a probe asks for it instead.
+    /// (RFC 6675's `pipe` below cwnd) and the peer's window is open. With the window shut,
+    /// nothing: the retransmission timer probes it instead (`on_retransmit_timeout`).
     fn retransmit_lost(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let lost = self.snd.sent.first_lost()?;
         if self.snd.wnd == 0 {
-            self.due.window_probe = true;
             return None;
         }
         if self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32) >= self.rel.cc.cwnd() {
             return None;
         }
+        if !self.paced(now, lost.len()) {
+            return None;
+        }
         let with_fin = self.snd.fin_seq().is_some_and(|f| lost.end == f + 1u32);
         self.send_from(now, lost.start, (lost.len() - u32::from(with_fin)) as usize, with_fin, buf)
+    }
+
+    /// Return whether the pacer lets `len` bytes of data out now ([`Config::pacing`]); if
+    /// not, arm the timer for when it will.
+    ///
+    /// [`Config::pacing`]: crate::Config::pacing
+    fn paced(&mut self, now: Instant, len: u32) -> bool {
+        if !self.config.pacing {
+            return true;
+        }
+        let at = self.rel.pace(now, len, u32::from(self.snd.mss));
+        if at > now {
+            self.timers.set(Timer::Pacing, at);
+            return false;
+        }
+        true
     }
 
     /// Send the tail-loss probe (RFC 8985 7.3): one new segment if there is one and the
@@ -209,7 +239,7 @@ impl Connection {
             || len == full
             || (max_wnd > 0 && len >= max_wnd / 2)
             || (len == unsent && (!self.config.nagle || self.snd.max == self.snd.una));
-        if !send {
+        if !send || (!forced && !self.paced(now, len.max(1))) {
             return None;
         }
         self.send_from(now, next, len as usize, true, buf)
@@ -261,6 +291,7 @@ impl Connection {
             self.snd.max = end;
         }
         self.rel.recovery.on_sent(seg_len, retransmission);
+        self.rel.pacer.spend(seg_len);
         // The most in flight this round trip, for whether cwnd was what limited the sender.
         self.snd.pipe_high = self.snd.pipe_high.max(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32));
         if self.snd.nxt.before(self.snd.max) {
@@ -433,7 +464,10 @@ impl Connection {
             }
         } else {
             self.timers.stop(Timer::Persist);
-            self.timers.set_if_idle(Timer::SwsOverride, now + self.config.sws_override);
+            // Data the pacer holds back is not waiting for the window.
+            if !self.timers.is_armed(Timer::Pacing) {
+                self.timers.set_if_idle(Timer::SwsOverride, now + self.config.sws_override);
+            }
         }
     }
 }

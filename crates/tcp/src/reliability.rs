@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::congestion::CongestionControl;
+use crate::controller::Controller;
+use crate::pacing::{self, Pacer};
 use crate::recovery::Recovery;
 use crate::rtt::RttEstimator;
 use crate::seq::SeqNum;
@@ -34,6 +36,7 @@ pub(crate) struct Reliability {
     pub probes_unanswered: u32,
     /// Keep-alive probes sent without an answer.
     pub keepalive_sent: u32,
+    pub pacer: Pacer,
 }
 
 impl Reliability {
@@ -50,6 +53,7 @@ impl Reliability {
             persist_backoff: 0,
             probes_unanswered: 0,
             keepalive_sent: 0,
+            pacer: Pacer::default(),
         }
     }
 
@@ -77,6 +81,18 @@ impl Reliability {
             self.rtt.sample(sample);
             self.last_rtt_sample = Some(sample);
         }
+    }
+
+    /// Return when the pacer lets `len` bytes of data out (see [`pacing`]): `now` without
+    /// an RTT estimate yet, and in slow start.
+    pub(crate) fn pace(&mut self, now: Instant, len: u32, mss: u32) -> Instant {
+        let Some(srtt) = self.rtt.srtt() else { return now };
+        // Slow start goes unpaced: see the module docs of `pacing`.
+        if self.cc.cwnd() < self.cc.ssthresh() {
+            return now;
+        }
+        let rate = pacing::rate(self.cc.cwnd(), srtt);
+        self.pacer.when(now, len, rate, mss)
     }
 
     /// Return whether retransmissions have run out: `limit` timeouts in a row, or nothing

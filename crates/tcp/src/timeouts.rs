@@ -40,6 +40,8 @@ impl Connection {
                         }
                     }
                     Timer::KeepAlive => self.on_keepalive_timeout(now),
+                    // Nothing to do but let `poll_transmit` send what the pacer held back.
+                    Timer::Pacing => {}
                 }
             }
         }
@@ -128,6 +130,12 @@ impl Connection {
             self.rel.recovery.on_rto(now, self.snd.max, flight, &mut self.snd.sent, &mut self.rel.cc);
             self.timers.stop(Timer::Reorder);
             self.timers.stop(Timer::LossProbe);
+            // The peer's window shut with data in flight: what the timeout marked lost
+            // cannot go, so ask for the window (RFC 9293 3.8.6.1), once per timeout, the
+            // probes backing off and counting against the limit like retransmissions.
+            if self.snd.wnd == 0 {
+                self.due.window_probe = true;
+            }
         } else {
             // RFC 5681 3.1: a lost SYN or SYN-ACK leaves a one-segment initial window; send
             // it again.

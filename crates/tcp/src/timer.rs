@@ -33,13 +33,15 @@ pub enum Timer {
     FinWait2,
     /// Keep-alive (RFC 9293 3.8.4).
     KeepAlive,
+    /// The pacer lets the next data segment out ([`Config::pacing`](crate::Config::pacing)).
+    Pacing,
     /// TIME-WAIT 2*MSL (RFC 9293 3.4.2).
     TimeWait,
 }
 
 impl Timer {
     /// Every timer, in the order they fire when due at the same instant.
-    pub const ALL: [Timer; 9] = [
+    pub const ALL: [Timer; 10] = [
         Timer::TimeWait,
         Timer::FinWait2,
         // A probe capped at the RTO's expiry is sent instead of the RTO (RFC 8985 7.2).
@@ -49,6 +51,7 @@ impl Timer {
         Timer::Persist,
         Timer::SwsOverride,
         Timer::KeepAlive,
+        Timer::Pacing,
         Timer::DelayedAck,
     ];
 
@@ -63,6 +66,7 @@ impl Timer {
             Timer::FinWait2 => 6,
             Timer::Reorder => 7,
             Timer::LossProbe => 8,
+            Timer::Pacing => 9,
         }
     }
 }

@@ -644,6 +644,46 @@ fn data_is_retransmitted_after_rto_with_karns_rule() {
 }
 
 #[test]
+fn a_window_shut_with_data_in_flight_gets_one_probe_per_timeout() {
+    // The peer takes the first segment and shuts its window; the second is lost. The
+    // timeout marks it lost but the window forbids resending it: one window probe per
+    // timeout asks for the window (RFC 9293 3.8.6.1), not one per poll_transmit.
+    let cfg = Config { min_rto: Duration::from_millis(200), sack: false, ..config() };
+    let (mut c, iss) = established_passive(&cfg);
+    c.send(&[7u8; 600]).unwrap();
+    c.send(&[8u8; 400]).unwrap();
+    let sent = drain(&mut c, ms(10));
+    assert_eq!(sent.iter().map(|s| s.payload.len()).sum::<usize>(), 1000, "{sent:?}");
+    c.handle_segment(ms(20), &Segment { ack: iss + 601u32, window: 0, ..peer(iss, Flags::ACK, b"") });
+    for round in 1..=3 {
+        let rto = c.poll_timeout().unwrap();
+        c.handle_timeout(rto);
+        let probe = one(&mut c, rto);
+        assert_eq!((probe.kind, probe.seq), (TransmitKind::WindowProbe, iss + 600u32), "timeout {round}");
+    }
+    assert_eq!(c.stats().timeouts, 3);
+    // The window opens: the lost data goes at once.
+    let now = c.poll_timeout().unwrap();
+    c.handle_segment(now, &Segment { ack: iss + 601u32, window: 1024, ..peer(iss, Flags::ACK, b"") });
+    let resent = one(&mut c, now);
+    assert_eq!((resent.kind, resent.seq, resent.payload.len()), (TransmitKind::Retransmission, iss + 601u32, 400));
+}
+
+#[test]
+fn an_ack_to_a_shut_window_carries_the_peers_rcv_nxt() {
+    // The peer took 600 of our 1000 bytes and shut its window: the 400 beyond it were
+    // trimmed away, its RCV.NXT is our SND.UNA. An empty segment is acceptable there only at
+    // exactly RCV.NXT (RFC 9293 3.10.7.4, first), so our ACK of its data must carry SND.UNA,
+    // not SND.MAX, or the peer never hears that our window is open.
+    let (mut c, iss) = established_passive(&Config { sack: false, ..config() });
+    c.send(&[7u8; 1000]).unwrap();
+    assert_eq!(one(&mut c, ms(10)).payload.len(), 1000);
+    c.handle_segment(ms(20), &Segment { ack: iss + 601u32, window: 0, ..peer(iss, Flags::ACK | Flags::PSH, b"hello") });
+    let ack = one(&mut c, ms(20));
+    assert_eq!((ack.kind, ack.seq, ack.ack), (TransmitKind::Ack, iss + 601u32, REMOTE_ISN + 6u32));
+}
+
+#[test]
 fn three_duplicate_acks_trigger_fast_retransmit() {
     // Without SACK, duplicate ACKs are all a sender learns (RFC 5681 3.2).
     let cfg = Config { send_buffer: 64 * 1024, sack: false, ..config() };
