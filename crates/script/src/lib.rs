@@ -83,7 +83,7 @@
 //!
 //! **`@config` keys.** TCP: `mss`, `recv_buffer` / `send_buffer` (bytes; also fix the
 //! maximum, so no autotuning), `recv_buffer_max`, `send_buffer_max`, `window_scaling`,
-//! `sack`, `timestamps`, `nagle` (on/off), `congestion` (reno, cubic), `sws_override`,
+//! `sack`, `timestamps`, `nagle`, `pacing` (on/off), `congestion` (reno, cubic), `sws_override`,
 //! `delayed_ack` (a duration or off), `initial_rto`, `min_rto`, `max_rto`, `msl`,
 //! `syn_retries`, `max_retransmissions`, `user_timeout`, `fin_wait2_timeout` (or off),
 //! `rfc1337`, `challenge_ack_limit`. Host: `syn_queue`, `accept_backlog`, `window_budget`,
@@ -134,6 +134,9 @@ pub mod settings;
 pub mod target;
 #[path = "virtual.rs"]
 pub mod virtual_target;
+pub mod wire;
+pub mod wire_linux;
+mod wire_sys;
 
 use std::path::Path;
 
@@ -142,6 +145,7 @@ pub use report::{Failure, Report};
 pub use settings::Settings;
 pub use target::Target;
 pub use virtual_target::VirtualTarget;
+pub use wire::{Backend, WireOptions, WireTarget, WireVerdict, check_file_wire, check_wire};
 
 /// Parse `text` (named `path` in messages) and run it against `target`. The script's
 /// `@config` directives are not applied here: build the target from

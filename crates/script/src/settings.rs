@@ -89,6 +89,7 @@ impl Settings {
             "sack" => tcp.sack = flag(v)?,
             "timestamps" => tcp.timestamps = flag(v)?,
             "nagle" => tcp.nagle = flag(v)?,
+            "pacing" => tcp.pacing = flag(v)?,
             "congestion" => {
                 tcp.congestion = match v {
                     "reno" | "newreno" => Algorithm::NewReno,

@@ -44,6 +44,9 @@ pub enum Drop {
     /// ACK to a listener that sent no SYN cookie within `StackConfig::syn_cookie_valid`,
     /// so none was checked (answered with RST, RFC 9293 3.10.7.2).
     StrayAck,
+    /// To a listener, neither SYN nor ACK (a FIN or data alone): dropped without a reply
+    /// (RFC 9293 3.10.7.2, fourth).
+    ListenNoSyn,
     /// The connection table is full.
     TableFull,
     /// A frame waiting for ARP resolution was dropped (queue full or resolution failed).
@@ -54,7 +57,7 @@ pub enum Drop {
 
 impl Drop {
     /// Every reason, in display order.
-    pub const ALL: [Drop; 21] = [
+    pub const ALL: [Drop; 22] = [
         Drop::Truncated,
         Drop::WrongMac,
         Drop::UnknownEthertype,
@@ -73,6 +76,7 @@ impl Drop {
         Drop::BacklogFull,
         Drop::BadSynCookie,
         Drop::StrayAck,
+        Drop::ListenNoSyn,
         Drop::TableFull,
         Drop::ArpQueueDrop,
         Drop::TxRingFull,
@@ -99,6 +103,7 @@ impl Drop {
             Drop::BacklogFull => "backlog_full",
             Drop::BadSynCookie => "bad_syn_cookie",
             Drop::StrayAck => "stray_ack",
+            Drop::ListenNoSyn => "listen_no_syn",
             Drop::TableFull => "table_full",
             Drop::ArpQueueDrop => "arp_queue_drop",
             Drop::TxRingFull => "tx_ring_full",

@@ -863,7 +863,13 @@ impl Interface {
             }
             return self.reply_reset(src_mac, src, seg, Drop::BadSynCookie);
         }
-        self.reply_reset(src_mac, src, seg, Drop::NoListener);
+        if flags.ack() {
+            // A SYN-ACK: an ACK is bad in LISTEN (RFC 9293 3.10.7.2, second).
+            return self.reply_reset(src_mac, src, seg, Drop::StrayAck);
+        }
+        // Fourth: any other control or text without SYN is dropped, and answered with
+        // nothing (a FIN, or data, alone).
+        self.drop(Drop::ListenNoSyn, "neither SYN nor ACK to a listener")
     }
 
     fn reply_reset(&mut self, src_mac: [u8; 6], src: Ipv4Addr, seg: &Segment<'_>, reason: Drop) {

@@ -687,6 +687,17 @@ impl Connection {
         }
     }
 
+    /// Note since when data has waited for an acknowledgment (`None`: nothing waits), and
+    /// run the user timeout from then (RFC 9293 3.8.3, RFC 5482): the connection is
+    /// aborted when it expires, not at the next retransmission after it.
+    pub(crate) fn set_unacked_since(&mut self, since: Option<Instant>) {
+        self.rel.unacked_since = since;
+        match (since, self.config.user_timeout) {
+            (Some(since), Some(limit)) => self.timers.set(Timer::UserTimeout, since + limit),
+            _ => self.timers.stop(Timer::UserTimeout),
+        }
+    }
+
     /// Owe the peer a challenge ACK, within the rate limit (RFC 5961 section 7).
     pub(crate) fn challenge_ack(&mut self, now: Instant) {
         if self.challenge.allow(now, self.config.challenge_ack_limit) {

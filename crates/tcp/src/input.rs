@@ -214,7 +214,7 @@ impl Connection {
         }
         self.rel.rto_count = 0;
         self.timers.stop(Timer::Retransmit);
-        self.rel.unacked_since = None;
+        self.set_unacked_since(None);
     }
 
     /// RFC 9293 3.10.7.4: SYN-RECEIVED, ESTABLISHED, FIN-WAIT-1/2, CLOSE-WAIT, CLOSING,
@@ -477,6 +477,8 @@ impl Connection {
         let decision = self.rel.recovery.on_ack(&ctx, &delivery, &mut self.snd.sent, &mut self.rel.cc);
         if decision.entered_recovery {
             self.stats.fast_retransmits += 1;
+            // No tail-loss probe during a recovery (RFC 8985 7.2).
+            self.timers.stop(Timer::LossProbe);
         }
         match decision.reorder_timer {
             Some(at) => self.timers.set(Timer::Reorder, at),
@@ -507,10 +509,10 @@ impl Connection {
             self.timers.stop(Timer::Retransmit);
             self.timers.stop(Timer::LossProbe);
             self.timers.stop(Timer::Reorder);
-            self.rel.unacked_since = None;
+            self.set_unacked_since(None);
         } else {
             self.timers.set(Timer::Retransmit, now + self.rel.rtt.rto());
-            self.rel.unacked_since = Some(now);
+            self.set_unacked_since(Some(now));
         }
     }
 

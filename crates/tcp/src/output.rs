@@ -152,7 +152,8 @@ impl Connection {
     /// Send the tail-loss probe (RFC 8985 7.3): one new segment if there is one and the
     /// peer's window takes it, whatever cwnd says; else the last segment again.
     fn send_loss_probe(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if self.snd.una == self.snd.max || self.rel.recovery.probe_outstanding() {
+        let recovery = &self.rel.recovery;
+        if self.snd.una == self.snd.max || recovery.probe_outstanding() || recovery.in_recovery() {
             return None;
         }
         self.stats.loss_probes += 1;
@@ -171,8 +172,10 @@ impl Connection {
             self.rel.recovery.on_probe_sent(last.end, true);
             t
         };
-        // The retransmission timer runs from the probe (RFC 8985 7.3).
+        // The retransmission timer runs from the probe (RFC 8985 7.3); no second probe
+        // until an ACK.
         self.timers.set(Timer::Retransmit, now + self.rel.rtt.rto());
+        self.timers.stop(Timer::LossProbe);
         Some(t)
     }
 
@@ -299,11 +302,14 @@ impl Connection {
         }
         self.snd.last_data_at = Some(now);
         if self.rel.unacked_since.is_none() {
-            self.rel.unacked_since = Some(now);
+            self.set_unacked_since(Some(now));
         }
         // RFC 6298 5.1: start the timer if it is not running.
         self.timers.set_if_idle(Timer::Retransmit, now + self.rel.rtt.rto());
-        if !self.timers.is_armed(Timer::LossProbe) {
+        // RFC 8985 7.2: restart the probe timer after new data, so that it counts from the
+        // flight's last segment (a flight of one more segment than when it was armed may
+        // also drop the worst-case delayed-ACK allowance).
+        if !retransmission || !self.timers.is_armed(Timer::LossProbe) {
             self.arm_loss_probe(now);
         }
         Some(Transmit { kind: if retransmission { TransmitKind::Retransmission } else { TransmitKind::Data }, ..t })

@@ -168,7 +168,9 @@ impl Recovery {
             }
         }
 
-        // Duplicate ACKs without SACK (RFC 5681 3.2, RFC 6582 3.2): count, and mark.
+        // Duplicate ACKs without SACK (RFC 5681 3.2, RFC 6582 3.2): count, and mark. Each
+        // stands for a segment delivered in PRR's DeliveredData (RFC 6937 3), but it grows
+        // no window: the segments limited transmit sends leave cwnd as it was (RFC 3042 2).
         let mut delivered = d.delivered;
         if !ctx.sack {
             if ctx.duplicate {
@@ -226,24 +228,11 @@ impl Recovery {
         }
 
         if self.in_recovery() {
-            // PRR (RFC 6937 section 3): DeliveredData, then sndcnt.
-            self.prr_delivered += delivered;
-            let pipe = self.pipe(sent, ctx.smss);
-            let sndcnt = if pipe > self.ssthresh {
-                // Proportional: send as the recovery delivers, scaled to ssthresh.
-                let target = (u64::from(self.prr_delivered) * u64::from(self.ssthresh))
-                    .div_ceil(u64::from(self.recover_fs.max(1)));
-                (target as u32).saturating_sub(self.prr_out)
-            } else {
-                // PRR-SSRB: grow back to ssthresh, at most one segment beyond what was delivered.
-                let limit = self.prr_delivered.saturating_sub(self.prr_out).max(delivered) + ctx.smss;
-                (self.ssthresh - pipe).min(limit)
-            };
-            cc.set_cwnd(pipe + sndcnt);
-        } else if delivered > 0 && !ended {
+            self.prr(delivered, sent, ctx.smss, cc);
+        } else if d.delivered > 0 && !ended {
             cc.on_ack(&AckInfo {
                 now: ctx.now,
-                delivered,
+                delivered: d.delivered,
                 in_flight: ctx.flight_before,
                 rtt: ctx.rtt,
                 min_rtt: self.min_rtt,
@@ -251,6 +240,24 @@ impl Recovery {
             });
         }
         decision
+    }
+
+    /// PRR (RFC 6937 section 3) for `delivered` bytes: DeliveredData, then sndcnt, and cwnd
+    /// becomes `pipe + sndcnt`.
+    fn prr(&mut self, delivered: u32, sent: &SentQueue, smss: u32, cc: &mut CongestionControl) {
+        self.prr_delivered += delivered;
+        let pipe = self.pipe(sent, smss);
+        let sndcnt = if pipe > self.ssthresh {
+            // Proportional: send as the recovery delivers, scaled to ssthresh.
+            let target =
+                (u64::from(self.prr_delivered) * u64::from(self.ssthresh)).div_ceil(u64::from(self.recover_fs.max(1)));
+            (target as u32).saturating_sub(self.prr_out)
+        } else {
+            // PRR-SSRB: grow back to ssthresh, at most one segment beyond what was delivered.
+            let limit = self.prr_delivered.saturating_sub(self.prr_out).max(delivered) + smss;
+            (self.ssthresh - pipe).min(limit)
+        };
+        cc.set_cwnd(pipe + sndcnt);
     }
 
     /// Count `len` bytes sent (new or resent), for PRR and the undo of a needless reduction.
@@ -276,6 +283,12 @@ impl Recovery {
     ) -> (Option<Instant>, bool) {
         let next = self.rack_detect(now, sent, smss);
         let entered = self.begin_if_lost(now, snd_max, flight, sent, cc);
+        if entered {
+            // No ACK brings DeliveredData: count one segment, as Linux's
+            // `tcp_rack_reo_timeout` does, so PRR-SSRB lets two segments go, not a
+            // reduced window's worth at once.
+            self.prr(smss, sent, smss, cc);
+        }
         (next, entered)
     }
 

@@ -196,6 +196,11 @@ impl RecvSpace {
             fin = false;
         }
         let mut text = Text { ready: 0, delayable: false, len: data.len() as u32, fin: false };
+        // A duplicate of out-of-order data held already: a D-SACK too (RFC 2883 4.1.2).
+        let (start, end) = (offset as u32, (offset + data.len()) as u32);
+        if sack && !data.is_empty() && self.assembler.ranges().any(|(s, e)| s <= start && end <= e) {
+            self.dsack.push(seq, seq + data.len());
+        }
         if !data.is_empty() {
             if self.assembler.add(offset as u32, data.len() as u32).is_err() {
                 self.ack_due = AckDue::Now;
@@ -335,7 +340,8 @@ impl RecvSpace {
     /// the sender to resend although we hold them.
     pub(crate) fn sack_blocks(&mut self, options: &mut TcpOptions, ts: bool) {
         // A duplicate received goes first, once (D-SACK, RFC 2883 section 4).
-        if let Some((left, right)) = self.dsack.pop() {
+        let dsack = self.dsack.pop();
+        if let Some((left, right)) = dsack {
             options.sack_blocks.push(SackBlock { left, right });
         }
         // What fits after it: three blocks next to timestamps, four alone (RFC 2018 3).
@@ -348,6 +354,14 @@ impl RecvSpace {
                 blocks.push(block);
             }
         };
+        // A duplicate of out-of-order data: the block that holds it comes next (RFC 2883
+        // 4.1.2), so the sender can tell the D-SACK from an ordinary block.
+        if let Some((left, _)) = dsack.filter(|&(left, _)| left.after_eq(base)) {
+            let offset = left - base;
+            if let Some(range) = self.assembler.ranges().find(|&(s, e)| s <= offset && offset < e) {
+                add(&mut blocks, range);
+            }
+        }
         if let Some(recent) = self.assembler.recent() {
             add(&mut blocks, recent);
         }

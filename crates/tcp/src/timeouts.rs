@@ -33,6 +33,7 @@ impl Connection {
                         }
                     }
                     Timer::FinWait2 => self.on_fin_wait2_timeout(now),
+                    Timer::UserTimeout => self.on_user_timeout(now),
                     Timer::SwsOverride => self.due.sws_override = true,
                     Timer::DelayedAck => {
                         if self.rcv.ack_due == AckDue::Delayed {
@@ -69,6 +70,8 @@ impl Connection {
         );
         if entered {
             self.stats.fast_retransmits += 1;
+            // No tail-loss probe during a recovery (RFC 8985 7.2).
+            self.timers.stop(Timer::LossProbe);
         }
         if let Some(at) = next {
             self.timers.set(Timer::Reorder, at);
@@ -107,6 +110,15 @@ impl Connection {
             log::debug!("{:?}: FIN-WAIT-2 timed out", self.tuple());
             self.emit(Event::Closed);
             self.set_state(now, State::Closed, Cause::Timer(Timer::FinWait2));
+        }
+    }
+
+    /// Data has waited for an acknowledgment for the user timeout: abort (RFC 9293 3.8.3 R2,
+    /// RFC 5482).
+    fn on_user_timeout(&mut self, now: Instant) {
+        if self.state.is_synchronized() && self.rel.unacked_since.is_some() {
+            log::debug!("{:?}: user timeout: nothing acknowledged for {:?}", self.tuple(), self.config.user_timeout);
+            self.fail(now, Failure::TimedOut, Cause::Timer(Timer::UserTimeout));
         }
     }
 

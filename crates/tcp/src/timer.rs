@@ -33,6 +33,9 @@ pub enum Timer {
     FinWait2,
     /// Keep-alive (RFC 9293 3.8.4).
     KeepAlive,
+    /// Data unacknowledged for [`Config::user_timeout`](crate::Config::user_timeout) (RFC
+    /// 9293 3.8.3 R2, RFC 5482).
+    UserTimeout,
     /// The pacer lets the next data segment out ([`Config::pacing`](crate::Config::pacing)).
     Pacing,
     /// TIME-WAIT 2*MSL (RFC 9293 3.4.2).
@@ -41,9 +44,10 @@ pub enum Timer {
 
 impl Timer {
     /// Every timer, in the order they fire when due at the same instant.
-    pub const ALL: [Timer; 10] = [
+    pub const ALL: [Timer; 11] = [
         Timer::TimeWait,
         Timer::FinWait2,
+        Timer::UserTimeout,
         // A probe capped at the RTO's expiry is sent instead of the RTO (RFC 8985 7.2).
         Timer::LossProbe,
         Timer::Retransmit,
@@ -67,6 +71,7 @@ impl Timer {
             Timer::Reorder => 7,
             Timer::LossProbe => 8,
             Timer::Pacing => 9,
+            Timer::UserTimeout => 10,
         }
     }
 }

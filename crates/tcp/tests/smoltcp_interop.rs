@@ -28,7 +28,10 @@ fn config() -> Config {
     Config {
         isn_secret: *b"smoltcp-interop!",
         min_rto: Duration::from_millis(200),
-        msl: Duration::from_millis(100),
+        // TIME-WAIT (2 MSL) outlasts smoltcp's retransmission of a FIN whose ACK was lost
+        // (its RTO reaches seconds on the lossy link), as a real MSL of 30 s does; shorter,
+        // the retransmitted FIN would meet CLOSED and a reset. Virtual time: no cost.
+        msl: Duration::from_secs(5),
         ..Config::default()
     }
 }
