@@ -37,6 +37,9 @@ enum Command {
     Inspect(InspectArgs),
     /// Replay one side of a captured TCP conversation against our stack and compare replies.
     Replay(ReplayArgs),
+    /// Write a conformance script (packetdrill's language, see the bypass-script crate) from a
+    /// TCP conversation in a capture, to commit as a regression test.
+    Script(ScriptArgs),
     /// Measure kernel sockets against our stack on AF_PACKET and AF_XDP, side by side, in a
     /// two-namespace lab the demo builds and removes itself (needs root).
     Demo(DemoArgs),
@@ -82,6 +85,26 @@ struct ReplayArgs {
     /// Record what our stack received and sent to this pcapng file.
     #[arg(long)]
     pcap: Option<std::path::PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct ScriptArgs {
+    /// A classic pcap capture (Ethernet or raw IP), from `--pcap` converted with
+    /// `tshark -F pcap` or from `tcpdump -w`.
+    file: std::path::PathBuf,
+    /// Which TCP conversation, counted from 1 in the order of their first SYN (as
+    /// `bypass inspect` numbers them).
+    #[arg(long, default_value_t = 1)]
+    conversation: usize,
+    /// The side our stack plays in the script (its segments are the `>` lines).
+    #[arg(long = "as", value_enum, default_value = "server")]
+    role: ReplayRole,
+    /// Write the script here instead of to standard output.
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<std::path::PathBuf>,
+    /// Then run it against our stack on virtual time and say whether it passes.
+    #[arg(long)]
+    run: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -226,6 +249,7 @@ fn main() -> ExitCode {
             &inspect::Options { svg: args.svg, comments: args.comments, no_color: args.no_color },
         ),
         Command::Replay(args) => replay(args),
+        Command::Script(args) => script(args),
         Command::Demo(args) => demo::run(args),
     };
     match result {
@@ -413,6 +437,35 @@ fn replay(args: ReplayArgs) -> Result<(), String> {
         }
         Err(format!("our replies differ from the recorded {ours}'s (see above)"))
     }
+}
+
+fn script(args: ScriptArgs) -> Result<(), String> {
+    let side = match args.role {
+        ReplayRole::Server => bypass_script::Side::Server,
+        ReplayRole::Client => bypass_script::Side::Client,
+    };
+    let mut text =
+        bypass_script::script_from_pcap_file(&args.file, args.conversation, side).map_err(|e| e.to_string())?;
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    let name = match &args.output {
+        Some(path) => {
+            std::fs::write(path, &text).map_err(|e| format!("write the script to {}: {e}", path.display()))?;
+            path.display().to_string()
+        }
+        None => {
+            print!("{text}");
+            args.file.display().to_string()
+        }
+    };
+    if args.run {
+        match bypass_script::run_virtual(&name, &text) {
+            Ok(report) => eprintln!("ok: {} lines, {} segments of ours matched", report.lines, report.outbound),
+            Err(failure) => return Err(format!("the script fails against our stack:\n{failure}")),
+        }
+    }
+    Ok(())
 }
 
 fn xdp_error(e: XdpError, iface: &str) -> String {

@@ -316,10 +316,21 @@ fn congestion_control() -> String {
     std::env::var("BYPASS_IMPAIRED_CC").unwrap_or_else(|_| "cubic".to_string())
 }
 
+/// The congestion control of the kernel echo server in the kernel-to-kernel comparison:
+/// `BYPASS_IMPAIRED_SERVER_CC`, else the client's. Our stack runs CUBIC: against a BBR
+/// client, `BYPASS_IMPAIRED_SERVER_CC=cubic` gives the kernel the role ours plays.
+fn server_congestion_control() -> String {
+    std::env::var("BYPASS_IMPAIRED_SERVER_CC").unwrap_or_else(|_| congestion_control())
+}
+
 /// Make `socket` use [`congestion_control`] (`setsockopt(TCP_CONGESTION)`, before any data).
-#[allow(unsafe_code)]
 fn set_congestion_control(socket: &impl AsRawFd) {
-    let cc = congestion_control();
+    set_congestion_control_to(socket, &congestion_control());
+}
+
+/// Make `socket` use `cc` (`setsockopt(TCP_CONGESTION)`, before any data).
+#[allow(unsafe_code)]
+fn set_congestion_control_to(socket: &impl AsRawFd, cc: &str) {
     // SAFETY: setsockopt reads `cc.len()` bytes from a live string; the descriptor is open for
     // the borrow of `socket`.
     let rc = unsafe {
@@ -594,7 +605,7 @@ fn bridge(mut near: Impaired<XdpDevice>, mut far: XdpDevice, stop: &AtomicBool) 
 /// A kernel echo server for one connection on `listener`: echo until EOF, then close.
 fn kernel_echo(listener: TcpListener) -> Result<usize, String> {
     let (mut conn, _) = listener.accept().map_err(|e| format!("accept: {e}"))?;
-    set_congestion_control(&conn);
+    set_congestion_control_to(&conn, &server_congestion_control());
     conn.set_read_timeout(Some(DEADLINE)).unwrap();
     conn.set_write_timeout(Some(DEADLINE)).unwrap();
     let mut buf = vec![0u8; 256 << 10];
@@ -659,7 +670,11 @@ fn kernel_echo_behind_the_same_impairment() {
         len >> 20,
         len as f64 * 8.0 / secs / 1e6
     );
-    eprintln!("  kernel peer namespace: {settings}; both sockets run {}", congestion_control());
+    eprintln!(
+        "  kernel peer namespace: {settings}; the client runs {}, the echo server {}",
+        congestion_control(),
+        server_congestion_control()
+    );
     eprintln!("  kernel peer socket at the end of the echo: {}", client.ss);
     eprintln!("  kernel peer nstat: {}", recovery(&peer));
     eprintln!("  far kernel (where our stack sits in the other runs) nstat: {}", recovery(&far_changes));

@@ -389,11 +389,14 @@ impl Controller for Cubic {
     /// with K = 0 and W_max = its cwnd_epoch. A timeout during a recovery saves nothing over
     /// the state the recovery saved, so that [`on_spurious`](Controller::on_spurious) goes
     /// back to before both.
+    /// A timeout during a fast recovery keeps the recovery's reduction: one reduction per
+    /// loss episode (RFC 5681 3.1's series of timeouts likewise). Reducing again from the
+    /// window PRR left, a fraction of the flight, would set ssthresh near two segments and
+    /// leave a long path crawling in congestion avoidance (Linux's `tcp_enter_loss` keeps
+    /// ssthresh too, outside the Open and Disorder states).
     fn on_rto(&mut self, _now: Instant, _in_flight: u32) {
-        if !self.timer_retransmitting {
-            if !self.in_recovery {
-                self.saved = Some(self.snapshot());
-            }
+        if !self.timer_retransmitting && !self.in_recovery {
+            self.saved = Some(self.snapshot());
             self.reduce();
         }
         self.w_max = None;
@@ -787,6 +790,19 @@ mod tests {
         assert_eq!(cc.cwnd(), 2 * SMSS);
         cc.on_rto(Instant::from_millis(4000), 2 * SMSS);
         assert_eq!((cc.cwnd(), cc.ssthresh()), (SMSS, 2 * SMSS), "max(1.4, 2) segments");
+    }
+
+    #[test]
+    fn a_timeout_during_a_recovery_keeps_its_reduction() {
+        // The recovery reduced ssthresh to 70 segments and PRR brought cwnd down to 3; the
+        // retransmission timer then fires before the recovery ends. Reducing again from 3
+        // segments would leave ssthresh at 2: one reduction per loss episode instead.
+        let mut cc = Cubic::new(SMSS);
+        cc.set_cwnd(100 * SMSS);
+        assert_eq!(cc.on_loss(Instant::from_millis(1000), 100 * SMSS), 70 * SMSS);
+        cc.set_cwnd(3 * SMSS);
+        cc.on_rto(Instant::from_millis(1300), 20 * SMSS);
+        assert_eq!((cc.cwnd(), cc.ssthresh()), (SMSS, 70 * SMSS));
     }
 
     #[test]

@@ -16,10 +16,11 @@
 //! takes half the round trip; but then the bottleneck queue drains in the other half, and
 //! HyStart++ (RFC 9406), which looks for the queue in the RTT of each round's first
 //! samples, never sees it: slow start runs on until the queue overflows. Measured on the
-//! `Pair` harness (`crates/tcp/tests/recovery.rs`), pacing slow start that way cost 1.1 to
-//! 1.5 times the time and two to seven times the retransmissions on seven of ten paths;
-//! pacing only after slow start is no worse than not pacing on all but two (README). Linux
-//! itself paces CUBIC only under the `fq` qdisc, which is not its default.
+//! `Pair` harness, pacing slow start that way cost 1.06 to 1.5 times the time and up to
+//! seven times the retransmissions on seven of thirteen paths; pacing only after slow start
+//! (`crates/tcp/tests/recovery.rs`, the README's table) is faster on five of ten, neutral on
+//! two, and 2-9% slower on three. Linux itself paces CUBIC only under the `fq` qdisc, which
+//! is not its default.
 
 use std::time::Duration;
 
