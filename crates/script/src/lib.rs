@@ -31,7 +31,10 @@
 //! | `matcher.rs` | number spaces, building inbound segments, comparing outbound ones |
 //! | `run.rs` | the runner: lines in order, time, unexpected segments |
 //! | `target.rs` | the trait a mode implements |
-//! | `virtual.rs` | the virtual-time target over `bypass_stack::Interface` |
+//! | `virtual.rs` | the virtual-time target over `bypass_stack::Interface`, and our application's calls |
+//! | `wire.rs` | the wire targets: a veth pair, the tester's AF_PACKET socket, our stack on AF_XDP/AF_PACKET |
+//! | `wire_linux.rs` | the Linux kernel as the SUT: `@config` to sysctls and socket options, the kernel program |
+//! | `wire_sys.rs` | the few system calls `std::net` lacks (the crate's only `unsafe`) |
 //! | `report.rs` | reports and failure text |
 //! | `from_pcap.rs` | a capture's conversation turned into a script |
 //!
@@ -78,7 +81,10 @@
 //!
 //! **Directives**, in comments: `// @config key=value ...` (see below), `// @expect-fail:
 //! REASON` (our TCP is known to fail this script: the suite checks that it still fails, so
-//! that a fix is noticed), `// @linux differs: REASON` (kept for the Linux reference run).
+//! that a fix is noticed), `// @linux differs: REASON` (Linux fails this script, and why: the
+//! Linux wire run checks that it still fails; a REASON starting `timing:` marks a timer at
+//! the tolerance's edge, where a pass is accepted too), `// @wire skip: REASON` (the wire
+//! mode does not run it: long timers).
 //! The first comment of a script cites the RFC section it proves.
 //!
 //! **`@config` keys.** TCP: `mss`, `recv_buffer` / `send_buffer` (bytes; also fix the
@@ -122,6 +128,70 @@
 //! - **Waiting.** A `>` line with nothing sent yet runs our timers until a segment leaves
 //!   (up to an hour of script time past the line's time, so that a late one reports when it
 //!   came: `timing error: expected at 0.200000 actual 1.000000`).
+//!
+//! # The wire mode
+//!
+//! [`check_wire`] / [`check_file_wire`] run a script in real time over a veth pair between
+//! two network namespaces of a `bypass_io::testlab::Lab` (root; the lab is removed on every
+//! exit path), against a [`Backend`]:
+//!
+//! - **The tester** is an AF_PACKET socket (`bypass_io::packet::PacketDevice`) on one veth
+//!   end, in a namespace where that end has no kernel address (so its kernel never answers).
+//!   It injects the script's inbound segments as whole Ethernet/IPv4/TCP frames with correct
+//!   checksums, captures the SUT's TCP frames stamped with the real clock since the script
+//!   started (a SUT frame with a bad TCP checksum fails the script), and answers the SUT's
+//!   ARP requests.
+//! - **`linux`**: the other end holds our address (`local_ip`, 192.168.0.1/24) with the
+//!   kernel's TCP, the tx checksum, TSO and GSO offloads off, a permanent neighbour entry for
+//!   the tester, `initrwnd 10` on the subnet's route (our initial window of 10 segments,
+//!   Linux's own default before 4.19) and `tcp_rmem[2]` = our `recv_buffer_max` (16 MiB: the
+//!   same window scale, 9). The script's `@config` becomes sysctls in that namespace, route
+//!   metrics and socket options ([`wire_linux::LinuxSetup::from_config`] has the table, and
+//!   the keys with no Linux equivalent: a script using one is reported skipped with the
+//!   reason). The application lines are served by sockets made in that namespace:
+//!
+//! | line | system calls |
+//! |---|---|
+//! | `listen PORT` | `socket(AF_INET, SOCK_STREAM\|SOCK_NONBLOCK)`, `SO_REUSEADDR` and the `@config` options, `bind(0.0.0.0:PORT)`, `listen(backlog)` (128, or from `syn_queue`/`accept_backlog`) |
+//! | `accept` | `accept4` (non-blocking: EAGAIN when none is established) |
+//! | `connect PORT` | `socket`, the options, `bind(local_ip:local_port)`, non-blocking `connect` (EINPROGRESS is 0) |
+//! | `write N` | `send(MSG_NOSIGNAL)` of N zero bytes on the non-blocking socket |
+//! | `read N` | `recv` on the non-blocking socket (EAGAIN when nothing is there) |
+//! | `shutdown` | `shutdown(SHUT_WR)` |
+//! | `close` | `close` |
+//! | `abort` | `SO_LINGER {1, 0}`, `close` |
+//! | `setsockopt nodelay N` | `TCP_NODELAY` |
+//! | `state NAME` | `TCP_INFO` `tcpi_state`; after `close`/`abort` (or once the kernel moved the connection to a timewait socket) the 4-tuple's line in the namespace's `/proc/net/tcp` |
+//! | `event NAME` | `poll` each loop: `POLLRDHUP` is `peer_closed`, `POLLERR` takes `SO_ERROR` (`reset`, `timed_out`; the error is handed to the next read or write, as the kernel would), SYN-SENT to ESTABLISHED is `established` |
+//!
+//! - **`xdp`, `packet`**: our stack (`bypass_stack::Interface`) on the other end over
+//!   `bypass_io`'s AF_XDP device (copy mode on veth) or AF_PACKET device, the application
+//!   lines mapped exactly as in virtual mode (the same code). The tester introduces itself
+//!   with one ARP request before the first line, as the virtual target does.
+//!
+//! One thread drives everything: between script events it polls our stack (receive, due
+//! timers, transmit) and the tester's socket, sleeping at most 200 us on the tester's
+//! socket in between; scripts run one at a time. Outbound segments carry the time the
+//! tester captured them.
+//!
+//! **Tolerance.** 25 ms ([`wire::DEFAULT_TOLERANCE_USECS`]; `BYPASS_WIRE_TOLERANCE_US`
+//! overrides it; a script's own larger `tolerance_usecs` wins): packetdrill's 4 ms is for a
+//! quiet machine, while on a shared 2-vCPU VM a wake-up can be late by several milliseconds
+//! and Linux's timers sit on the timer wheel. A script that should pass and fails on timing
+//! runs once more before it counts as failed. A `>` line waits at most 1.5 s past its window
+//! for a late segment (`BYPASS_WIRE_LOOK_AHEAD_US`), and after the last line the runner
+//! waits one tolerance for stray segments before it checks that none came.
+//!
+//! **Running one script** (as root):
+//!
+//! ```sh
+//! cargo run -p bypass-script --release --example run_script -- --wire linux tests/scripts/rst/abort-sends-rst.pkt
+//! cargo run -p bypass-script --release --example run_script -- --wire xdp tests/scripts/sack/*.pkt
+//! ```
+//!
+//! `cargo test -p bypass-script --release --test wire` runs every script against Linux and a
+//! representative set against our stack on both backends (`BYPASS_WIRE=linux,xdp,packet`
+//! picks the backends).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

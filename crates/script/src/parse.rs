@@ -227,6 +227,8 @@ pub struct Directives {
     pub expect_fail: Option<String>,
     /// `// @linux differs: reason`: Linux is known to behave otherwise (for the wire mode).
     pub linux_differs: Option<String>,
+    /// `// @wire skip: reason`: the wire mode does not run this script (long timers).
+    pub wire_skip: Option<String>,
     /// The first comment line: the RFC section the script proves.
     pub citation: Option<String>,
 }
@@ -279,7 +281,8 @@ fn parse_directive(rest: &str, d: &mut Directives) -> Result<(), String> {
         }
         "expect-fail" => d.expect_fail = Some(value.to_string()),
         "linux" => d.linux_differs = Some(value.trim_start_matches("differs").trim_start_matches(':').trim().into()),
-        other => return Err(format!("unknown directive @{other} (known: @config, @expect-fail, @linux)")),
+        "wire" => d.wire_skip = Some(value.trim_start_matches("skip").trim_start_matches(':').trim().into()),
+        other => return Err(format!("unknown directive @{other} (known: @config, @expect-fail, @linux, @wire)")),
     }
     Ok(())
 }

@@ -12,10 +12,6 @@ use crate::report::{Failure, Report, seconds};
 use crate::settings::Settings;
 use crate::target::{Call, Micros, Returned, Sent, Target};
 
-/// How far past an outbound line's time the runner looks for the segment before it gives up
-/// (it reports the time the segment did come, when it comes within this).
-const LOOK_AHEAD: Micros = 3600 * 1_000_000;
-
 /// Run `script` (named `path` in messages) against `target`.
 pub fn run(path: &str, script: &Script, settings: &Settings, target: &mut dyn Target) -> Result<Report, Failure> {
     let mut r = Runner {
@@ -33,6 +29,7 @@ pub fn run(path: &str, script: &Script, settings: &Settings, target: &mut dyn Ta
         r.report.lines += 1;
     }
     if let Some(last) = script.lines.last() {
+        r.target.settle();
         r.no_unexpected(last, "after the last line")?;
     }
     r.report.end = r.target.now();
@@ -137,7 +134,8 @@ impl Runner<'_> {
             let text = line.text.split_once('>').map_or("", |(_, t)| t.trim());
             format!("{when} {text}")
         };
-        let limit = if end == Micros::MAX { start.saturating_add(LOOK_AHEAD) } else { end.saturating_add(LOOK_AHEAD) };
+        let look_ahead = self.target.look_ahead();
+        let limit = if end == Micros::MAX { start.saturating_add(look_ahead) } else { end.saturating_add(look_ahead) };
         let Some(first) = self.next_sent(limit) else {
             let mut f = self.fail(
                 line,

@@ -3,7 +3,7 @@
 //! The runner ([`crate::run`]) speaks TCP segments (header and payload, checksummed for the
 //! addresses of [`Target::addresses`]) and application calls; a target moves them: the
 //! virtual target ([`crate::virtual_target`]) into a `bypass_stack::Interface` on virtual
-//! time, a wire target (later) onto a network device on the real clock.
+//! time, the wire targets ([`crate::wire`]) onto a veth pair on the real clock.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -94,4 +94,17 @@ pub trait Target {
 
     /// Return the oldest segment not taken yet without taking it.
     fn peek_sent(&self) -> Option<&Sent>;
+
+    /// Return how far past an outbound line's window the runner waits for the segment before
+    /// it reports none (it reports the time a late one came, when it comes within this). An
+    /// hour by default: on virtual time waiting costs nothing. A wire target waits in real
+    /// time and says less.
+    fn look_ahead(&self) -> Micros {
+        3600 * 1_000_000
+    }
+
+    /// Let the target catch up after the last line, before the runner checks that nothing
+    /// unexpected was sent: nothing on virtual time (the check sees what left at the last
+    /// line's instant); a wire target waits its tolerance for frames still on the way.
+    fn settle(&mut self) {}
 }

@@ -64,11 +64,7 @@ pub struct VirtualTarget {
     us: Ipv4Addr,
     tester: Ipv4Addr,
     sent: VecDeque<Sent>,
-    listener: Option<ListenerId>,
-    current: Option<SocketId>,
-    /// The current connection was given up (`close`, `abort`): calls on it fail with EBADF.
-    released: bool,
-    events: HashMap<SocketId, Vec<EventName>>,
+    app: StackApp,
 }
 
 impl VirtualTarget {
@@ -84,10 +80,7 @@ impl VirtualTarget {
             us: settings.stack.ip,
             tester: settings.tester_ip,
             sent: VecDeque::new(),
-            listener: None,
-            current: None,
-            released: false,
-            events: HashMap::new(),
+            app: StackApp::default(),
         };
         // Introduce the tester (RFC 826: the target of a request learns the sender).
         t.arp(ArpOperation::REQUEST, [0; 6]);
@@ -116,11 +109,7 @@ impl VirtualTarget {
             self.iface.deliver_events();
             // The collector never refuses a frame.
             let _ = self.iface.transmit(now, &mut self.device);
-            while let Some((id, event)) = self.iface.poll_event() {
-                if let Some(name) = event_name(event) {
-                    self.events.entry(id).or_default().push(name);
-                }
-            }
+            self.app.collect_events(&mut self.iface);
             let mut answer = false;
             for frame in std::mem::take(&mut self.device.frames) {
                 let Ok(packet) = SlicedPacket::from_ethernet(&frame) else { continue };
@@ -149,13 +138,112 @@ impl VirtualTarget {
             self.iface.receive(now, &frame);
         }
     }
+}
 
-    fn conn(&mut self) -> Result<&mut bypass_tcp::Connection, &'static str> {
+/// Our application over a `bypass_stack::Interface`: the script's calls mapped to the host's
+/// API (the table in the crate docs), shared by the virtual target and the wire targets that
+/// run our stack, so that both modes mean the same by every line.
+#[derive(Debug, Default)]
+pub(crate) struct StackApp {
+    listener: Option<ListenerId>,
+    current: Option<SocketId>,
+    /// The current connection was given up (`close`, `abort`): calls on it fail with EBADF.
+    released: bool,
+    events: HashMap<SocketId, Vec<EventName>>,
+}
+
+impl StackApp {
+    /// Take the host's pending events and keep them per connection for `event` lines.
+    pub(crate) fn collect_events(&mut self, iface: &mut Interface) {
+        while let Some((id, event)) = iface.poll_event() {
+            if let Some(name) = event_name(event) {
+                self.events.entry(id).or_default().push(name);
+            }
+        }
+    }
+
+    fn conn<'i>(&self, iface: &'i mut Interface) -> Result<&'i mut bypass_tcp::Connection, &'static str> {
         let id = self.current.ok_or("EBADF")?;
         if self.released {
             return Err("EBADF");
         }
-        self.iface.connection_mut(id).ok_or("EBADF")
+        iface.connection_mut(id).ok_or("EBADF")
+    }
+
+    /// Run one call at `now` (the caller lets the host transmit afterwards).
+    pub(crate) fn call(&mut self, iface: &mut Interface, now: Instant, call: &Call) -> Returned {
+        let result = match *call {
+            Call::Listen(port) => match iface.listen(port) {
+                Ok(l) => {
+                    self.listener = Some(l);
+                    Ok(0)
+                }
+                Err(ListenError::AddrInUse(_)) => Err("EADDRINUSE"),
+                Err(ListenError::InvalidPort) => Err("EINVAL"),
+            },
+            Call::Accept => match self.listener.map(|l| iface.accept(l)) {
+                Some(Some(id)) => {
+                    self.current = Some(id);
+                    self.released = false;
+                    Ok(0)
+                }
+                Some(None) => Err("EAGAIN"),
+                None => Err("EINVAL"),
+            },
+            Call::Connect { remote, local_port } => match iface.connect_from(now, Some(local_port), remote) {
+                Ok(id) => {
+                    self.current = Some(id);
+                    self.released = false;
+                    Ok(0)
+                }
+                Err(ConnectError::PortInUse(_)) => Err("EADDRINUSE"),
+                Err(ConnectError::NoFreePort(_)) => Err("EADDRNOTAVAIL"),
+                Err(ConnectError::TableFull(_)) => Err("ENOBUFS"),
+                Err(ConnectError::InvalidAddress(_)) => Err("EINVAL"),
+            },
+            Call::Write(n) => {
+                self.conn(iface).and_then(|c| c.send(&vec![0u8; n]).map(|k| k as i64).map_err(send_errno))
+            }
+            Call::Read(n) => {
+                self.conn(iface).and_then(|c| c.recv(&mut vec![0u8; n]).map(|k| k as i64).map_err(recv_errno))
+            }
+            Call::Shutdown => self.conn(iface).map(|c| {
+                c.close(now);
+                0
+            }),
+            Call::Close | Call::Abort => match (self.current, self.released) {
+                (Some(id), false) => {
+                    if *call == Call::Close {
+                        iface.close(now, id);
+                    } else {
+                        iface.abort(now, id);
+                    }
+                    self.released = true;
+                    Ok(0)
+                }
+                _ => Err("EBADF"),
+            },
+            Call::SetSockOpt(SockOpt::NoDelay(on)) => self.conn(iface).map(|c| {
+                c.set_nodelay(on);
+                0
+            }),
+            Call::State => {
+                let state = match (self.current, self.listener) {
+                    (Some(id), _) => iface.connection(id).map_or(State::Closed, |c| c.state()),
+                    (None, Some(_)) => State::Listen,
+                    (None, None) => State::Closed,
+                };
+                return Returned::State(state);
+            }
+            Call::Events => {
+                let events = self.current.and_then(|id| self.events.remove(&id)).unwrap_or_default();
+                return Returned::Events(events);
+            }
+        };
+        match result {
+            Ok(v) => Returned::Value(v),
+            Err(e) => Returned::Errno(e),
+        }
     }
 }
 
@@ -244,75 +332,9 @@ impl Target for VirtualTarget {
 
     fn call(&mut self, call: &Call) -> Returned {
         let now = self.instant();
-        let result = match *call {
-            Call::Listen(port) => match self.iface.listen(port) {
-                Ok(l) => {
-                    self.listener = Some(l);
-                    Ok(0)
-                }
-                Err(ListenError::AddrInUse(_)) => Err("EADDRINUSE"),
-                Err(ListenError::InvalidPort) => Err("EINVAL"),
-            },
-            Call::Accept => match self.listener.map(|l| self.iface.accept(l)) {
-                Some(Some(id)) => {
-                    self.current = Some(id);
-                    self.released = false;
-                    Ok(0)
-                }
-                Some(None) => Err("EAGAIN"),
-                None => Err("EINVAL"),
-            },
-            Call::Connect { remote, local_port } => match self.iface.connect_from(now, Some(local_port), remote) {
-                Ok(id) => {
-                    self.current = Some(id);
-                    self.released = false;
-                    Ok(0)
-                }
-                Err(ConnectError::PortInUse(_)) => Err("EADDRINUSE"),
-                Err(ConnectError::NoFreePort(_)) => Err("EADDRNOTAVAIL"),
-                Err(ConnectError::TableFull(_)) => Err("ENOBUFS"),
-                Err(ConnectError::InvalidAddress(_)) => Err("EINVAL"),
-            },
-            Call::Write(n) => self.conn().and_then(|c| c.send(&vec![0u8; n]).map(|k| k as i64).map_err(send_errno)),
-            Call::Read(n) => self.conn().and_then(|c| c.recv(&mut vec![0u8; n]).map(|k| k as i64).map_err(recv_errno)),
-            Call::Shutdown => self.conn().map(|c| {
-                c.close(now);
-                0
-            }),
-            Call::Close | Call::Abort => match (self.current, self.released) {
-                (Some(id), false) => {
-                    if *call == Call::Close {
-                        self.iface.close(now, id);
-                    } else {
-                        self.iface.abort(now, id);
-                    }
-                    self.released = true;
-                    Ok(0)
-                }
-                _ => Err("EBADF"),
-            },
-            Call::SetSockOpt(SockOpt::NoDelay(on)) => self.conn().map(|c| {
-                c.set_nodelay(on);
-                0
-            }),
-            Call::State => {
-                let state = match (self.current, self.listener) {
-                    (Some(id), _) => self.iface.connection(id).map_or(State::Closed, |c| c.state()),
-                    (None, Some(_)) => State::Listen,
-                    (None, None) => State::Closed,
-                };
-                return Returned::State(state);
-            }
-            Call::Events => {
-                let events = self.current.and_then(|id| self.events.remove(&id)).unwrap_or_default();
-                return Returned::Events(events);
-            }
-        };
+        let returned = self.app.call(&mut self.iface, now, call);
         self.pump();
-        match result {
-            Ok(v) => Returned::Value(v),
-            Err(e) => Returned::Errno(e),
-        }
+        returned
     }
 
     fn take_sent(&mut self) -> Option<Sent> {
@@ -327,7 +349,7 @@ impl Target for VirtualTarget {
 impl VirtualTarget {
     /// Return the connection the application calls act on (for tests of the runner).
     pub fn current_state(&self) -> Option<State> {
-        self.current.and_then(|id| self.iface.connection(id)).map(|c| c.state())
+        self.app.current.and_then(|id| self.iface.connection(id)).map(|c| c.state())
     }
 
     /// Return the host, to inspect its counters.
