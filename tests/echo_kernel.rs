@@ -2,7 +2,8 @@
 //! over AF_PACKET.
 //!
 //! Needs root: without it each test says why it skips, except under `CI=true`, where it
-//! fails. Run serially: `cargo test --release --test echo_kernel -- --test-threads=1`.
+//! fails. Each test holds its lab with the test binary's lock (`common::create_lab`), so
+//! they run one at a time.
 //!
 //! Every clean run also checks the kernel peer's own view (`nstat -az` in its namespace):
 //! `TcpRetransSegs`, `TcpOutRsts`, `TcpEstabResets` and `TcpExtTCPLostRetransmit` do not move,
@@ -19,18 +20,18 @@ use std::time::{Duration, Instant};
 
 use bypass_io::testlab::{Lab, lab_available};
 use common::{
-    Backend, Capture, EchoServer, abort, data, echo_many, echo_with_reader, peer_connect, peer_connect_many,
+    Backend, Capture, EchoServer, TestLab, abort, data, echo_many, echo_with_reader, peer_connect, peer_connect_many,
     peer_nstat, read_to_eof, server_addr,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Build a lab and start the echo server on it, or return `None` to skip.
-fn setup(test: &str, backend: Backend, extra: &[&str]) -> Option<(Lab, EchoServer, Capture)> {
+fn setup(test: &str, backend: Backend, extra: &[&str]) -> Option<(TestLab, EchoServer, Capture)> {
     setup_queues(test, backend, 1, extra)
 }
 
-fn setup_queues(test: &str, backend: Backend, queues: u32, extra: &[&str]) -> Option<(Lab, EchoServer, Capture)> {
+fn setup_queues(test: &str, backend: Backend, queues: u32, extra: &[&str]) -> Option<(TestLab, EchoServer, Capture)> {
     if !lab_available(test) {
         return None;
     }

@@ -19,7 +19,7 @@ use common::{
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
-fn setup(test: &str, backend: Backend) -> Option<(Lab, EchoServer, Capture)> {
+fn setup(test: &str, backend: Backend) -> Option<(common::TestLab, EchoServer, Capture)> {
     if !lab_available(test) {
         return None;
     }

@@ -50,13 +50,14 @@ impl Backend {
     }
 }
 
-/// Create a lab for `test` (see [`peer_without_tail_loss_probes`] for the one change made to
+/// Create a lab for `test`, holding the lock of [`serial`] (see [`peer_without_tail_loss_probes`] for the one change made to
 /// the kernel peer).
-pub fn create_lab(test: &str, queues: u32) -> Lab {
+pub fn create_lab(test: &str, queues: u32) -> TestLab {
+    let serial = serial();
     let lab = Lab::with_config(bypass_io::testlab::LabConfig { queues, ..bypass_io::testlab::LabConfig::new(test) })
         .expect("create the lab");
     peer_without_tail_loss_probes(&lab);
-    lab
+    TestLab { lab, _serial: serial }
 }
 
 /// Turn off tail loss probes (RFC 8985 TLP) in the peer namespace (`net.ipv4.tcp_early_retrans
@@ -309,6 +310,28 @@ fn parse_counters(stdout: &str) -> (Counters, Vec<Counters>) {
 /// bypass side's (`DIR/<name>-bypass.pcap`: what reached the interface in the order packet
 /// sockets see it; frames the XDP program redirects never show there).
 pub struct Capture(Vec<Child>);
+
+/// Take the test binary's one lock. Tests that judge a run by what it must not lose (no
+/// frame dropped at a full ring, no retransmission on the peer) run one at a time: the
+/// harness runs tests in parallel, and two labs busy on this two-vCPU machine deschedule
+/// each other's stacks long enough to overflow a small ring.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A test's lab, held with the lock of [`serial`] until it is dropped (the lab first).
+pub struct TestLab {
+    lab: Lab,
+    _serial: std::sync::MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for TestLab {
+    type Target = Lab;
+    fn deref(&self) -> &Lab {
+        &self.lab
+    }
+}
 
 impl Capture {
     /// Start capturing headers on both ends of the lab's veth pair, if asked to.
