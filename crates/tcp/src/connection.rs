@@ -391,7 +391,7 @@ impl Connection {
     /// (RFC 9293 3.10.3).
     pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize, RecvError> {
         if !self.rcv.buf.is_empty() {
-            let n = self.rcv.buf.pop(buf);
+            let n = self.rcv.read(buf);
             // Receive-buffer autotuning measures what the application takes, not what arrives.
             self.rcv.drs_bytes = self.rcv.drs_bytes.saturating_add(n as u32);
             // Receiver-side SWS avoidance (RFC 9293 3.8.6.2.2): a window update at once

@@ -239,6 +239,16 @@ impl RecvSpace {
         Ok(text)
     }
 
+    /// Read committed bytes into `buf`; return how many. With everything read and no
+    /// out-of-order data held, the ring starts over at the front of its storage.
+    pub(crate) fn read(&mut self, buf: &mut [u8]) -> usize {
+        let n = self.buf.pop(buf);
+        if self.assembler.is_empty() {
+            self.buf.rewind_if_empty();
+        }
+        n
+    }
+
     /// Take the peer's in-order FIN (RFC 9293 3.10.7.4, eighth).
     pub(crate) fn take_fin(&mut self) {
         self.nxt += 1;

@@ -202,6 +202,8 @@ impl SendSpace {
         }
         let acked = (ack - self.buf_seq).min(self.buf.len() as u32);
         self.buf.discard(acked as usize);
+        // Everything acknowledged: start over at the front of the storage (warm in cache).
+        self.buf.rewind_if_empty();
         self.buf_seq += acked;
         acked
     }
