@@ -89,8 +89,8 @@ struct ReplayArgs {
 
 #[derive(clap::Args)]
 struct ScriptArgs {
-    /// A classic pcap capture (Ethernet or raw IP), from `--pcap` converted with
-    /// `tshark -F pcap` or from `tcpdump -w`.
+    /// A pcap or pcapng capture (Ethernet, Linux cooked or raw IP): a `--pcap` recording of
+    /// ours, or tcpdump's.
     file: std::path::PathBuf,
     /// Which TCP conversation, counted from 1 in the order of their first SYN (as
     /// `bypass inspect` numbers them).

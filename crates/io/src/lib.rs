@@ -14,4 +14,4 @@ pub mod xdp;
 
 pub use memory::{Clock, MemoryDevice, MemoryLink};
 pub use packet::{PacketConfig, PacketDevice, PacketError, PacketStats};
-pub use pcap::{CaptureFile, CapturedFrame, PcapNgCapture, ReadCaptureError, read_capture};
+pub use pcap::{CaptureFile, CapturedFrame, PcapNgCapture, ReadCaptureError, parse_capture, read_capture};

@@ -240,11 +240,17 @@ pub enum ReadCaptureError {
 pub fn read_capture(path: &Path) -> Result<CaptureFile, ReadCaptureError> {
     let name = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|source| ReadCaptureError::Io { path: name.clone(), source })?;
+    parse_capture(&name, &bytes)
+}
+
+/// [`read_capture`] of a capture already in memory; `name` stands for it in errors.
+pub fn parse_capture(name: &str, bytes: &[u8]) -> Result<CaptureFile, ReadCaptureError> {
+    let name = name.to_string();
     let format = |detail: String| ReadCaptureError::Format { path: name.clone(), detail };
     let mut out = CaptureFile::default();
     let magic = bytes.get(..4).ok_or_else(|| format("shorter than a capture header".into()))?;
     if magic == [0x0a, 0x0d, 0x0d, 0x0a] {
-        let mut reader = pcap_file::pcapng::PcapNgReader::new(&bytes[..]).map_err(|e| format(e.to_string()))?;
+        let mut reader = pcap_file::pcapng::PcapNgReader::new(bytes).map_err(|e| format(e.to_string()))?;
         let mut index = 0;
         let mut interfaces: Vec<(DataLink, Option<u8>)> = Vec::new();
         let mut supported_any = false;
@@ -313,7 +319,7 @@ pub fn read_capture(path: &Path) -> Result<CaptureFile, ReadCaptureError> {
             return Err(ReadCaptureError::UnsupportedLinkType { path: name, link });
         }
     } else {
-        let mut reader = pcap_file::pcap::PcapReader::new(&bytes[..]).map_err(|e| format(e.to_string()))?;
+        let mut reader = pcap_file::pcap::PcapReader::new(bytes).map_err(|e| format(e.to_string()))?;
         let link = reader.header().datalink;
         if to_ethernet(link, &[]).err() == Some(Unusable::Link) {
             return Err(ReadCaptureError::UnsupportedLinkType { path: name, link });

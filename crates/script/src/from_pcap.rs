@@ -20,8 +20,6 @@ use std::time::Duration;
 
 use bypass_tcp::{Flags, Segment};
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
-use pcap_file::DataLink;
-use pcap_file::pcap::PcapReader;
 
 use crate::matcher::flags_text;
 
@@ -45,12 +43,9 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
-    /// Not a classic pcap file, or a damaged one.
-    #[error("parse the capture as classic pcap: {0}")]
-    Pcap(#[from] pcap_file::PcapError),
-    /// A link type we do not read.
-    #[error("link type {0:?} is not supported (Ethernet or raw IP)")]
-    LinkType(DataLink),
+    /// Not a pcap or pcapng file, a damaged one, or one of a link type we do not read.
+    #[error("{0}")]
+    Capture(#[from] bypass_io::ReadCaptureError),
     /// There is no such conversation.
     #[error("the capture has {found} TCP conversation(s) opened with a SYN; conversation {wanted} does not exist")]
     NoConversation {
@@ -75,18 +70,12 @@ struct Packet {
     options: bypass_tcp::TcpOptions,
 }
 
-fn packets(bytes: &[u8]) -> Result<Vec<Packet>, Error> {
-    let mut reader = PcapReader::new(bytes)?;
-    let link = reader.header().datalink;
+fn packets(name: &str, bytes: &[u8]) -> Result<Vec<Packet>, Error> {
+    // pcap or pcapng, Ethernet, Linux cooked or raw IP: every frame comes back as Ethernet.
+    let file = bypass_io::parse_capture(name, bytes)?;
     let mut out = Vec::new();
-    while let Some(packet) = reader.next_packet() {
-        let packet = packet?;
-        let sliced = match link {
-            DataLink::ETHERNET => SlicedPacket::from_ethernet(&packet.data),
-            DataLink::RAW | DataLink::IPV4 => SlicedPacket::from_ip(&packet.data),
-            other => return Err(Error::LinkType(other)),
-        };
-        let Ok(sliced) = sliced else { continue };
+    for packet in &file.frames {
+        let Ok(sliced) = SlicedPacket::from_ethernet(&packet.data) else { continue };
         let (Some(NetSlice::Ipv4(ip)), Some(TransportSlice::Tcp(tcp))) = (&sliced.net, &sliced.transport) else {
             continue;
         };
@@ -123,7 +112,7 @@ fn seconds(d: Duration) -> String {
 /// SYN, as `bypass inspect` numbers them) of the classic pcap `bytes` (Ethernet or raw IPv4)
 /// into a script in which our stack plays `side`. `name` goes into the header comment.
 pub fn script_from_pcap(bytes: &[u8], name: &str, conversation: usize, side: Side) -> Result<String, Error> {
-    let all = packets(bytes)?;
+    let all = packets(name, bytes)?;
     // Conversations by first SYN: (client, server).
     let mut conversations: Vec<(SocketAddrV4, SocketAddrV4)> = Vec::new();
     for p in &all {

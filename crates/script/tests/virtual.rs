@@ -160,3 +160,22 @@ fn a_capture_converts_and_runs() {
         panic!("{script}\n{f}");
     }
 }
+
+/// Our own `--pcap` recordings are pcapng: record our stack answering a captured client
+/// (`bypass replay`), convert the recording, and run the handshake-and-close part of it.
+#[test]
+fn a_pcapng_recording_of_ours_converts_and_runs() {
+    let pcap = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../pcap/handshake-options.pcap");
+    let file = bypass_io::read_capture(&pcap).unwrap();
+    let out = std::env::temp_dir().join(format!("bypass-script-{}.pcapng", std::process::id()));
+    let capture = bypass_io::PcapNgCapture::create(&out, "replay", "test", std::time::UNIX_EPOCH).unwrap();
+    let report = bypass_io::replay::replay(&file, bypass_io::replay::Role::Server, Some(Box::new(capture))).unwrap();
+    assert!(report.matched(), "{}", report.side_by_side());
+    let script = bypass_script::script_from_pcap_file(&out, 1, bypass_script::Side::Server);
+    std::fs::remove_file(&out).unwrap();
+    let script = script.unwrap();
+    assert!(script.contains("> S. 0:0(0) ack 1"), "{script}");
+    if let Err(f) = run_virtual("ours.pcapng", &script) {
+        panic!("{script}\n{f}");
+    }
+}
