@@ -6,7 +6,7 @@
 
 use std::net::SocketAddrV4;
 
-use bypass_tcp::{Flags, State};
+use bypass_tcp::{Event, Flags, State};
 
 /// A parse error: the line and what is wrong with it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -96,52 +96,32 @@ pub enum SockOpt {
     NoDelay(bool),
 }
 
-/// Events `event NAME` can assert (bypass_tcp::Event).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventName {
-    /// `established`
-    Established,
-    /// `readable`
-    Readable,
-    /// `writable`
-    Writable,
-    /// `peer_closed`
-    PeerClosed,
-    /// `closed`
-    Closed,
-    /// `reset`
-    Reset,
-    /// `timed_out`
-    TimedOut,
+/// Return the name scripts write for `event` (`event NAME` asserts the connection's own
+/// [`Event`]s).
+pub fn event_name(event: Event) -> &'static str {
+    match event {
+        Event::Established => "established",
+        Event::Readable => "readable",
+        Event::Writable => "writable",
+        Event::PeerClosed => "peer_closed",
+        Event::Closed => "closed",
+        Event::Reset => "reset",
+        Event::TimedOut => "timed_out",
+    }
 }
 
-impl EventName {
-    /// Return the name as scripts write it.
-    pub fn name(self) -> &'static str {
-        match self {
-            EventName::Established => "established",
-            EventName::Readable => "readable",
-            EventName::Writable => "writable",
-            EventName::PeerClosed => "peer_closed",
-            EventName::Closed => "closed",
-            EventName::Reset => "reset",
-            EventName::TimedOut => "timed_out",
-        }
-    }
-
-    fn parse(word: &str) -> Option<EventName> {
-        [
-            EventName::Established,
-            EventName::Readable,
-            EventName::Writable,
-            EventName::PeerClosed,
-            EventName::Closed,
-            EventName::Reset,
-            EventName::TimedOut,
-        ]
-        .into_iter()
-        .find(|e| e.name() == word)
-    }
+fn parse_event(word: &str) -> Option<Event> {
+    [
+        Event::Established,
+        Event::Readable,
+        Event::Writable,
+        Event::PeerClosed,
+        Event::Closed,
+        Event::Reset,
+        Event::TimedOut,
+    ]
+    .into_iter()
+    .find(|&e| event_name(e) == word)
 }
 
 /// An application call (see the crate docs for what each does).
@@ -173,9 +153,9 @@ pub enum AppOp {
     /// `state NAME`: assert the TCB state.
     State(State),
     /// `event NAME`: assert the event was delivered since the last `event` line.
-    Event(EventName),
+    Event(Event),
     /// `no_event NAME`: assert it was not.
-    NoEvent(EventName),
+    NoEvent(Event),
 }
 
 /// What a call is expected to return: `= 300`, `= EAGAIN`.
@@ -516,7 +496,7 @@ fn parse_app(text: &str) -> Result<AppCall, String> {
         }
         "event" | "no_event" => {
             let word = w.next().ok_or("event wants a name, like readable")?;
-            let e = EventName::parse(word).ok_or_else(|| {
+            let e = parse_event(word).ok_or_else(|| {
                 format!("unknown event `{word}` (established readable writable peer_closed closed reset timed_out)")
             })?;
             if name == "event" { AppOp::Event(e) } else { AppOp::NoEvent(e) }
@@ -621,7 +601,7 @@ mod tests {
         assert_eq!(app("+0 read 500 = EAGAIN").expect, Some(Expect::Errno("EAGAIN".into())));
         assert_eq!(app("+0 state FIN-WAIT-1").op, AppOp::State(State::FinWait1));
         assert_eq!(app("+0 state TIME_WAIT").op, AppOp::State(State::TimeWait));
-        assert_eq!(app("+0 event peer_closed").op, AppOp::Event(EventName::PeerClosed));
+        assert_eq!(app("+0 event peer_closed").op, AppOp::Event(Event::PeerClosed));
         assert_eq!(app("+0 setsockopt nodelay").op, AppOp::SetSockOpt(SockOpt::NoDelay(true)));
         assert_eq!(
             app("0 connect 192.0.2.1:8080").op,

@@ -7,7 +7,7 @@ use std::net::SocketAddrV4;
 use bypass_tcp::Segment;
 
 use crate::matcher::{self, Actual, Flow};
-use crate::parse::{AppCall, AppOp, Direction, Expect, Line, LineKind, PacketSpec, Script, Time};
+use crate::parse::{AppCall, AppOp, Direction, Expect, Line, LineKind, PacketSpec, Script, Time, event_name};
 use crate::report::{Failure, Report, seconds};
 use crate::settings::Settings;
 use crate::target::{Call, Micros, Returned, Sent, Target};
@@ -270,16 +270,16 @@ impl Runner<'_> {
             }
             (AppOp::Event(want), Returned::Events(got)) => {
                 if !got.contains(want) {
-                    let got: Vec<&str> = got.iter().map(|e| e.name()).collect();
+                    let got: Vec<&str> = got.iter().map(|&e| event_name(e)).collect();
                     return Err(self.fail(
                         line,
-                        format!("expected event {} not delivered (delivered: {})", want.name(), list(&got)),
+                        format!("expected event {} not delivered (delivered: {})", event_name(*want), list(&got)),
                     ));
                 }
             }
             (AppOp::NoEvent(unwanted), Returned::Events(got)) => {
                 if got.contains(unwanted) {
-                    return Err(self.fail(line, format!("event {} was delivered", unwanted.name())));
+                    return Err(self.fail(line, format!("event {} was delivered", event_name(*unwanted))));
                 }
             }
             (_, got) => {

@@ -7,9 +7,9 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use bypass_tcp::State;
+use bypass_tcp::{Event, State};
 
-use crate::parse::{EventName, SockOpt};
+use crate::parse::SockOpt;
 
 /// Script time: microseconds since the script started.
 pub type Micros = u64;
@@ -33,7 +33,7 @@ pub enum Returned {
     /// The TCB state (`state`).
     State(State),
     /// The events delivered since the last query (`event`, `no_event`).
-    Events(Vec<EventName>),
+    Events(Vec<Event>),
 }
 
 /// An application call as the target sees it (the script's, with defaults filled in).

@@ -14,7 +14,7 @@ use bypass_stack::{ConnectError, Device, DeviceInfo, Interface, ListenError, Lis
 use bypass_tcp::{Event, Instant, RecvError, SendError, State};
 use etherparse::{ArpOperation, EtherType, Ethernet2Header, IpNumber, Ipv4Header, NetSlice, SlicedPacket};
 
-use crate::parse::{EventName, SockOpt};
+use crate::parse::SockOpt;
 use crate::settings::Settings;
 use crate::target::{Call, Micros, Returned, Sent, Target};
 
@@ -149,16 +149,14 @@ pub(crate) struct StackApp {
     current: Option<SocketId>,
     /// The current connection was given up (`close`, `abort`): calls on it fail with EBADF.
     released: bool,
-    events: HashMap<SocketId, Vec<EventName>>,
+    events: HashMap<SocketId, Vec<Event>>,
 }
 
 impl StackApp {
     /// Take the host's pending events and keep them per connection for `event` lines.
     pub(crate) fn collect_events(&mut self, iface: &mut Interface) {
         while let Some((id, event)) = iface.poll_event() {
-            if let Some(name) = event_name(event) {
-                self.events.entry(id).or_default().push(name);
-            }
+            self.events.entry(id).or_default().push(event);
         }
     }
 
@@ -245,18 +243,6 @@ impl StackApp {
             Err(e) => Returned::Errno(e),
         }
     }
-}
-
-fn event_name(e: Event) -> Option<EventName> {
-    Some(match e {
-        Event::Established => EventName::Established,
-        Event::Readable => EventName::Readable,
-        Event::Writable => EventName::Writable,
-        Event::PeerClosed => EventName::PeerClosed,
-        Event::Closed => EventName::Closed,
-        Event::Reset => EventName::Reset,
-        Event::TimedOut => EventName::TimedOut,
-    })
 }
 
 fn send_errno(e: SendError) -> &'static str {

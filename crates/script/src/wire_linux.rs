@@ -8,9 +8,9 @@ use std::net::{Ipv4Addr, Shutdown, SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
-use bypass_tcp::State;
+use bypass_tcp::{Event, State};
 
-use crate::parse::{EventName, SockOpt};
+use crate::parse::SockOpt;
 use crate::settings::Settings;
 use crate::target::{Call, Returned};
 use crate::wire_sys as sys;
@@ -205,7 +205,7 @@ pub struct LinuxApp {
     setup: LinuxSetup,
     listener: Option<TcpListener>,
     current: Option<Conn>,
-    events: Vec<EventName>,
+    events: Vec<Event>,
 }
 
 impl LinuxApp {
@@ -281,22 +281,22 @@ impl LinuxApp {
         let Some(stream) = &conn.stream else { return };
         if let Ok(state) = sys::tcp_state(stream) {
             if state == 1 && conn.state == 2 {
-                self.events.push(EventName::Established);
+                self.events.push(Event::Established);
             }
             conn.state = state;
         }
         let Ok(revents) = sys::poll_now(stream.as_raw_fd()) else { return };
         if revents & libc::POLLRDHUP != 0 && !conn.peer_closed {
             conn.peer_closed = true;
-            self.events.push(EventName::PeerClosed);
+            self.events.push(Event::PeerClosed);
         }
         if revents & libc::POLLERR != 0
             && conn.error.is_none()
             && let Ok(Some(e)) = stream.take_error()
         {
             self.events.push(match e.raw_os_error() {
-                Some(libc::ETIMEDOUT) => EventName::TimedOut,
-                _ => EventName::Reset,
+                Some(libc::ETIMEDOUT) => Event::TimedOut,
+                _ => Event::Reset,
             });
             conn.error = Some(e);
         }
