@@ -208,7 +208,7 @@ pub mod wire;
 pub mod wire_linux;
 mod wire_sys;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub use from_pcap::{Side, script_from_pcap, script_from_pcap_file};
 pub use report::{Failure, Report};
@@ -224,6 +224,26 @@ pub fn run_script(path: &str, text: &str, target: &mut dyn Target) -> Result<Rep
     let script = parse::parse_script(text).map_err(|e| Failure::at(path, e.line, "", e.message))?;
     let settings = Settings::from_pairs(&script.directives.config).map_err(|e| Failure::at(path, 0, "", e))?;
     run::run(path, &script, &settings, target)
+}
+
+/// Return every script (`.pkt` file) under `dir`, subfolders included, in sorted order: a
+/// suite to run.
+pub fn scripts_in(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        let mut entries = std::fs::read_dir(dir)?.map(|e| e.map(|e| e.path())).collect::<Result<Vec<_>, _>>()?;
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                walk(&path, out)?;
+            } else if path.extension().is_some_and(|e| e == "pkt") {
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(dir, &mut out)?;
+    Ok(out)
 }
 
 /// Parse `text`, build a [`VirtualTarget`] with its `@config`, and run it.

@@ -8,26 +8,10 @@ fn scripts_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/scripts")
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            walk(&p, out);
-        } else if p.extension().is_some_and(|e| e == "pkt") {
-            out.push(p);
-        }
-    }
-}
-
 /// Run the whole suite; report every failure at the end (expected failures must still fail).
 #[test]
 fn every_script_in_virtual_mode() {
-    let mut files = Vec::new();
-    walk(&scripts_dir(), &mut files);
+    let files = bypass_script::scripts_in(&scripts_dir()).expect("read the suite");
     assert!(files.len() >= 100, "the suite has {} scripts", files.len());
     let mut problems = Vec::new();
     let (mut passed, mut xfailed) = (0, 0);

@@ -12,21 +12,6 @@ fn scripts_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/scripts")
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            walk(&p, out);
-        } else if p.extension().is_some_and(|e| e == "pkt") {
-            out.push(p);
-        }
-    }
-}
-
 /// The scripts run against our stack on each backend: handshake, data, close, RST,
 /// retransmission timing, zero window, SACK, timestamps, and the rest of the topics.
 const REPRESENTATIVE: &[&str] = &[
@@ -97,8 +82,7 @@ fn run_set(backend: Backend, files: &[PathBuf]) -> Vec<String> {
 }
 
 fn all_scripts() -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    walk(&scripts_dir(), &mut files);
+    let files = bypass_script::scripts_in(&scripts_dir()).expect("read the suite");
     assert!(files.len() >= 100, "the suite has {} scripts", files.len());
     files
 }
