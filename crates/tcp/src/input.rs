@@ -477,8 +477,8 @@ impl Connection {
         let decision = self.rel.recovery.on_ack(&ctx, &delivery, &mut self.snd.sent, &mut self.rel.cc);
         if decision.entered_recovery {
             self.stats.fast_retransmits += 1;
-            // No tail-loss probe during a recovery (RFC 8985 7.2).
-            self.timers.stop(Timer::LossProbe);
+            // No tail-loss probe during a recovery: `probe_deadline` says none.
+            self.arm_loss_probe(now);
         }
         match decision.reorder_timer {
             Some(at) => self.timers.set(Timer::Reorder, at),

@@ -70,8 +70,8 @@ impl Connection {
         );
         if entered {
             self.stats.fast_retransmits += 1;
-            // No tail-loss probe during a recovery (RFC 8985 7.2).
-            self.timers.stop(Timer::LossProbe);
+            // No tail-loss probe during a recovery: `probe_deadline` says none.
+            self.arm_loss_probe(now);
         }
         if let Some(at) = next {
             self.timers.set(Timer::Reorder, at);
