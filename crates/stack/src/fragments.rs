@@ -1,0 +1,1 @@
+//! IPv4 and IPv6 fragment reassembly (placeholder; being written).

@@ -1,0 +1,1 @@
+//! IPv6 Neighbour Discovery (placeholder; being written).
