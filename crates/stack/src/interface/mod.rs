@@ -1,0 +1,441 @@
+//! The host, without a device: Ethernet frames in, Ethernet frames out.
+//!
+//! [`Interface::receive`] takes one frame and dispatches it (ARP, IPv4, ICMP echo, TCP to
+//! a connection or a listener). Replies that do not belong to a connection (ARP replies,
+//! echo replies, resets, SYN cookies) wait in a small queue; connections keep their own
+//! output. [`Interface::transmit`] then writes everything due into a [`Device`], each TCP
+//! segment straight into the device's frame buffer behind the Ethernet and IPv4 headers.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+use bypass_tcp::{Buffers, Config as TcpConfig, Connection, Event, FourTuple, Instant};
+use etherparse::ArpOperation;
+
+use crate::arp::{self, ArpCache, ArpConfig};
+use crate::capture::{Capture, Direction};
+use crate::counters::{Counters, Drop};
+use crate::device::Device;
+use crate::ports::{EphemeralPorts, derive_key};
+use crate::syncookie::{RecentOverflow, SynCookies};
+
+const ETH_LEN: usize = 14;
+const IPV4_LEN: usize = 20;
+const HEADERS: usize = ETH_LEN + IPV4_LEN;
+const BROADCAST: [u8; 6] = [0xff; 6];
+
+/// Host settings.
+#[derive(Clone, Debug)]
+pub struct StackConfig {
+    /// Our IPv4 address.
+    pub ip: Ipv4Addr,
+    /// Prefix length of our subnet; other destinations go through `gateway`.
+    pub prefix_len: u8,
+    /// Next hop for destinations outside the subnet.
+    pub gateway: Option<Ipv4Addr>,
+    /// Settings for every TCP connection (its `isn_secret` also keys, through keys derived
+    /// from it, the SYN cookies and the ephemeral port choice).
+    pub tcp: TcpConfig,
+    /// ARP settings.
+    pub arp: ArpConfig,
+    /// Half-open connections (SYN-RECEIVED) per listener before SYN cookies take over.
+    pub syn_queue: usize,
+    /// How long after a listener last answered a SYN with a cookie it still checks the ACKs
+    /// it gets as cookies (Linux: TCP_SYNCOOKIE_VALID, 2 minutes, the default). Outside this
+    /// window an ACK to a listener is answered with RST unchecked, so blind forgery needs a
+    /// recent SYN flood. Each listener keeps its own window: a flood against one port opens
+    /// none on the others. The window runs from the latest cookie, and a cookie itself
+    /// lives 64 to 128 s, so the default refuses only a handshake's ACK more than 120 s late.
+    pub syn_cookie_valid: Duration,
+    /// Established connections per listener waiting for `accept`.
+    pub accept_backlog: usize,
+    /// Most connections in the table.
+    pub max_connections: usize,
+    /// Ports for active opens, inclusive. Chosen per destination by RFC 6056 algorithm 4
+    /// (double-hash): neither sequential across destinations nor predictable without the key.
+    pub ephemeral_ports: (u16, u16),
+    /// Buffers of finished connections kept for new ones, so opening a connection does not
+    /// allocate (each is `tcp.send_buffer + tcp.recv_buffer` bytes: 512 KiB by default).
+    pub buffer_pool: usize,
+    /// Most connections the application has closed that are still finishing in the
+    /// background (orphans: FIN-WAIT, CLOSING, LAST-ACK, TIME-WAIT). Past it, a closed
+    /// connection is reset at once instead (Linux: `net.ipv4.tcp_max_orphans`, "too many
+    /// orphaned sockets"), so peers that vanish cannot make the host hold unbounded state.
+    pub max_orphans: usize,
+    /// Most bytes of unacknowledged data the orphans may hold between them, counted when
+    /// each is closed; a close that would go past it resets the connection instead (Linux
+    /// resets orphans under memory pressure likewise, `tcp_out_of_resources`).
+    pub max_orphan_memory: usize,
+    /// The most bytes the receive windows of all connections may offer between them, so
+    /// that what the peers may send at once fits what the device can hold until the stack
+    /// reads it. Each connection that can receive may grow its window to an equal share
+    /// (never below four full-sized segments); a window already offered is never taken
+    /// back (RFC 9293 3.8.6.2.2), only its growth stops. `None` (the default) takes half the
+    /// device's receive ring in full-sized segments ([`Device::rx_frames`](crate::Device::rx_frames)
+    /// times the MSS, halved for the frames that are not full segments and for bursts that
+    /// arrive while the stack is descheduled); a device without a fixed ring sets no limit.
+    pub window_budget: Option<usize>,
+    /// The most bytes the buffers of all connections may hold allocated before autotuning
+    /// stops growing any (as Linux's `tcp_mem` pressure threshold); buffers already grown
+    /// keep their size, and new connections still get `tcp.send_buffer + tcp.recv_buffer`.
+    pub buffer_memory: usize,
+}
+
+impl StackConfig {
+    /// Return defaults for address `ip`/`prefix_len`, with `secret` keying ISNs and SYN
+    /// cookies (fill it from a random source).
+    pub fn new(ip: Ipv4Addr, prefix_len: u8, secret: [u8; 16]) -> Self {
+        StackConfig {
+            ip,
+            prefix_len,
+            gateway: None,
+            tcp: TcpConfig { isn_secret: secret, ..TcpConfig::default() },
+            arp: ArpConfig::default(),
+            syn_queue: 256,
+            syn_cookie_valid: Duration::from_secs(120),
+            accept_backlog: 1024,
+            max_connections: 65536,
+            ephemeral_ports: (49152, 65535),
+            buffer_pool: 16,
+            max_orphans: 16_384,
+            max_orphan_memory: 64 << 20,
+            window_budget: None,
+            buffer_memory: 512 << 20,
+        }
+    }
+}
+
+/// Names a connection owned by the host; stale ids (of removed connections) are detected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SocketId {
+    index: u32,
+    generation: u32,
+}
+
+/// Names a listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ListenerId(pub u16);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// A listener's child, not yet accepted.
+    Listener(u16),
+    /// Handed to the user (accepted or connected).
+    User,
+    /// The user let go (`close`, `abort`); removed once the connection is CLOSED.
+    Released,
+}
+
+struct Sock {
+    conn: Connection,
+    /// The table key. Kept here because a connection back in LISTEN (RST in SYN-RECEIVED)
+    /// no longer knows its remote address.
+    tuple: FourTuple,
+    owner: Owner,
+    /// The MAC the peer's frames came from: used if ARP has no entry.
+    peer_mac: Option<[u8; 6]>,
+    dirty: bool,
+    /// Counted among the orphans, holding this many bytes of their memory bound.
+    orphan: Option<usize>,
+    /// The connection's buffer capacity as last counted in `Interface::buffer_bytes`.
+    capacity: usize,
+    /// The receive window it offers, as last counted in `Interface::offered_bytes`.
+    offered: u32,
+}
+
+struct Slot {
+    generation: u32,
+    sock: Option<Sock>,
+}
+
+struct Listener {
+    half_open: usize,
+    ready: VecDeque<SocketId>,
+    /// When the SYN queue last overflowed (a cookie was sent): cookies are checked only
+    /// within `StackConfig::syn_cookie_valid` of it.
+    overflow: RecentOverflow,
+}
+
+/// Errors of `listen`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ListenError {
+    /// Another listener has the port.
+    #[error("port {0} is already in use by another listener; choose another port")]
+    AddrInUse(u16),
+    /// Port 0.
+    #[error("port 0 is not a valid listening port; choose a port from 1 to 65535")]
+    InvalidPort,
+}
+
+/// Errors of `connect`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConnectError {
+    /// Every ephemeral port towards that destination is in use.
+    #[error("no free local port towards {0}; close some connections or widen the ephemeral range")]
+    NoFreePort(SocketAddrV4),
+    /// The table is full.
+    #[error("the connection table is full ({0} connections); close some first")]
+    TableFull(usize),
+    /// The requested local port is zero or already connected to that destination.
+    #[error("local port {0} is zero or already connected to that destination; choose another")]
+    PortInUse(u16),
+    /// Port 0 or an unspecified address.
+    #[error("cannot connect to {0}: give a real address and a non-zero port")]
+    InvalidAddress(SocketAddrV4),
+}
+
+/// The host: address, ARP, listeners and connections; see the module docs.
+pub struct Interface {
+    config: StackConfig,
+    mac: [u8; 6],
+    mtu: usize,
+    arp: ArpCache,
+    cookies: SynCookies,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    table: HashMap<FourTuple, u32>,
+    listeners: HashMap<u16, Listener>,
+    dirty: Vec<u32>,
+    /// Frames that belong to no connection, with their capture note.
+    control: VecDeque<(Vec<u8>, String)>,
+    spare: Vec<Vec<u8>>,
+    capture: Option<Box<dyn Capture>>,
+    /// What the frame being received meant (filled only while capturing).
+    note: String,
+    events: VecDeque<(SocketId, Event)>,
+    /// Buffers of removed connections, zeroed, for the next ones (at most `buffer_pool`).
+    buffers: Vec<Buffers>,
+    counters: Counters,
+    ports: EphemeralPorts,
+    timer_due: Option<Instant>,
+    /// Connections the application closed that are still finishing, and the bytes they
+    /// were charged when closed (see `StackConfig::max_orphans`).
+    orphans: usize,
+    orphan_bytes: usize,
+    /// `StackConfig::window_budget` as resolved for the device (`usize::MAX`: no limit).
+    window_budget: usize,
+    /// Bytes allocated to the buffers of the connections in the table.
+    buffer_bytes: usize,
+    /// The receive windows the connections offer, summed as each last ran.
+    offered_bytes: usize,
+}
+
+mod egress;
+mod ethernet;
+mod ipv4;
+mod neighbour;
+mod notes;
+mod table;
+mod tcp;
+mod user;
+
+use ethernet::mac_string;
+use ipv4::write_headers;
+use notes::{note_segment, note_send};
+
+impl Interface {
+    /// Return a host with MAC `mac` and IP MTU `mtu`.
+    pub fn new(config: StackConfig, mac: [u8; 6], mtu: usize) -> Self {
+        let mut tcp = config.tcp.clone();
+        // Our segments must fit the MTU with IPv4 and TCP headers.
+        tcp.mss = tcp.mss.min((mtu - IPV4_LEN - 20) as u16);
+        // One secret, separate keys: what one use reveals says nothing about another's.
+        let cookies = SynCookies::new(derive_key(&tcp.isn_secret, b"bypass SYN cookie key"));
+        let ports =
+            EphemeralPorts::new(derive_key(&tcp.isn_secret, b"bypass RFC 6056 port key"), config.ephemeral_ports);
+        Interface {
+            arp: ArpCache::new(config.arp),
+            config: StackConfig { tcp, ..config },
+            mac,
+            mtu,
+            cookies,
+            slots: Vec::new(),
+            free: Vec::new(),
+            table: HashMap::new(),
+            listeners: HashMap::new(),
+            dirty: Vec::new(),
+            control: VecDeque::new(),
+            spare: Vec::new(),
+            capture: None,
+            note: String::new(),
+            events: VecDeque::new(),
+            buffers: Vec::new(),
+            counters: Counters::default(),
+            ports,
+            timer_due: None,
+            orphans: 0,
+            orphan_bytes: 0,
+            window_budget: usize::MAX,
+            buffer_bytes: 0,
+            offered_bytes: 0,
+        }
+    }
+
+    /// Resolve `StackConfig::window_budget` for a device that holds `rx_frames` received
+
+    /// Resolve `StackConfig::window_budget` for a device that holds `rx_frames` received
+    /// frames (`None`: no fixed ring). [`Stack::new`](crate::Stack::new) calls this.
+    pub fn set_device_rx_frames(&mut self, rx_frames: Option<usize>) {
+        let mss = usize::from(self.config.tcp.mss);
+        self.window_budget = match (self.config.window_budget, rx_frames) {
+            (Some(bytes), _) => bytes,
+            (None, Some(frames)) => frames * mss / 2,
+            (None, None) => usize::MAX,
+        };
+    }
+
+    /// Return the bytes of receive window all connections may offer between them
+    /// (`usize::MAX`: no limit).
+    pub fn window_budget(&self) -> usize {
+        self.window_budget
+    }
+
+    /// Return the bytes allocated to the buffers of the connections in the table.
+    pub fn buffer_memory(&self) -> usize {
+        self.buffer_bytes
+    }
+
+    /// Return the receive windows the connections offer between them, as each last ran.
+    pub fn offered_windows(&self) -> usize {
+        self.offered_bytes
+    }
+
+    /// Return the settings in force (the TCP MSS clamped to the MTU).
+    pub fn config(&self) -> &StackConfig {
+        &self.config
+    }
+
+    /// Report every frame received and sent, annotated, to `capture` (`None` stops).
+    pub fn set_capture(&mut self, capture: Option<Box<dyn Capture>>) {
+        self.capture = capture;
+    }
+
+    /// Push the capture's buffered frames out (the host is about to idle).
+    pub fn flush_capture(&mut self) {
+        if let Some(capture) = self.capture.as_mut() {
+            capture.flush();
+        }
+    }
+
+    /// Return whether a capture is installed.
+    pub fn capturing(&self) -> bool {
+        self.capture.is_some()
+    }
+
+    /// Return the counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Return the counters for updating (the socket layer counts its copies).
+    pub fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.counters
+    }
+
+    /// Return how many connections are in the table.
+    pub fn connection_count(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Return how many connections the application closed are still finishing in the
+    /// background (see [`StackConfig::max_orphans`]).
+    pub fn orphan_count(&self) -> usize {
+        self.orphans
+    }
+
+    /// Return how many sets of connection buffers wait in the pool for new connections.
+    pub fn pooled_buffers(&self) -> usize {
+        self.buffers.len()
+    }
+
+    /// Process one received Ethernet frame. Never panics on any bytes.
+    pub fn receive(&mut self, now: Instant, frame: &[u8]) {
+        self.note.clear();
+        self.receive_frame(now, frame);
+        if let Some(capture) = self.capture.as_mut() {
+            capture.frame(now, Direction::In, frame, &self.note);
+        }
+    }
+
+    /// Return when `handle_timeouts` next has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match (self.timer_due, self.arp.next_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Fire the connection and ARP timers due at `now`.
+    pub fn handle_timeouts(&mut self, now: Instant) {
+        if self.timer_due.is_some_and(|t| t <= now) {
+            let mut next: Option<Instant> = None;
+            for index in 0..self.slots.len() as u32 {
+                let Some(sock) = self.slots[index as usize].sock.as_mut() else { continue };
+                match sock.conn.poll_timeout() {
+                    Some(t) if t <= now => {
+                        sock.conn.handle_timeout(now);
+                        self.mark_dirty(index);
+                    }
+                    Some(t) => next = Some(next.map_or(t, |n| n.min(t))),
+                    None => {}
+                }
+            }
+            self.timer_due = next;
+        }
+        let hosts: &mut Vec<Ipv4Addr> = &mut Vec::new();
+        let due = self.arp.due_requests(now, |ip| hosts.push(ip));
+        for _ in 0..due.dropped {
+            self.counters.drop(Drop::ArpQueueDrop);
+        }
+        self.counters.arp_requests_suppressed += due.suppressed as u64;
+        for ip in hosts.drain(..) {
+            let mut buf = self.buffer();
+            buf.resize(arp::ARP_FRAME_LEN, 0);
+            arp::write_frame(&mut buf, ArpOperation::REQUEST, self.mac, self.config.ip, [0; 6], ip);
+            self.queue_control(buf, || format!("ARP request: who has {ip}?"));
+            self.counters.arp_requests += 1;
+        }
+    }
+
+    /// Write everything due into `device` (without flushing it). Return how many frames.
+    pub fn transmit(&mut self, now: Instant, device: &mut dyn Device) -> std::io::Result<usize> {
+        let mut sent = 0;
+        while let Some((frame, note)) = self.control.pop_front() {
+            let mut len = 0;
+            let capture = &mut self.capture;
+            let ok = device.send(&mut |buf: &mut [u8]| {
+                len = frame.len().min(buf.len());
+                buf[..len].copy_from_slice(&frame[..len]);
+                if let Some(capture) = capture.as_mut() {
+                    capture.frame(now, Direction::Out, &buf[..len], &note);
+                }
+                len
+            })?;
+            if !ok {
+                self.counters.drop(Drop::TxRingFull);
+                self.control.push_front((frame, note));
+                return Ok(sent);
+            }
+            self.counters.tx_frames += 1;
+            self.counters.tx_bytes += len as u64;
+            sent += 1;
+            self.spare.push(frame);
+        }
+        let mut i = 0;
+        while i < self.dirty.len() {
+            let index = self.dirty[i];
+            i += 1;
+            match self.transmit_one(now, index, device)? {
+                Some(n) => sent += n,
+                None => {
+                    // The device is full: keep the rest dirty for the next round.
+                    self.dirty.drain(..i - 1);
+                    return Ok(sent);
+                }
+            }
+        }
+        self.dirty.clear();
+        Ok(sent)
+    }
+}

@@ -1,0 +1,203 @@
+//! The TCP demux: segments to their connection, to a listener (with SYN cookies), or
+//! answered with RST.
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use bypass_tcp::{Connection, FourTuple, Instant, Segment, State};
+use etherparse::IpNumber;
+
+use super::*;
+use crate::capture::Direction;
+use crate::counters::Drop;
+
+impl Interface {
+    pub(super) fn receive_tcp(&mut self, now: Instant, src_mac: [u8; 6], src: Ipv4Addr, body: &[u8]) {
+        let seg = match Segment::parse(body, IpAddr::V4(src), IpAddr::V4(self.config.ip)) {
+            Ok(seg) => seg,
+            Err(e) => {
+                self.counters.drop(Drop::BadTcp);
+                log::debug!("drop bad_tcp from {src}: {e}");
+                return;
+            }
+        };
+        self.counters.tcp_segments_in += 1;
+        self.counters.bytes_copied += seg.payload.len() as u64;
+        let tuple = FourTuple {
+            local: SocketAddr::new(IpAddr::V4(self.config.ip), seg.dst_port),
+            remote: SocketAddr::new(IpAddr::V4(src), seg.src_port),
+        };
+        if let Some(&index) = self.table.get(&tuple) {
+            if self.reopen_time_wait(now, index, &seg) {
+                return;
+            }
+            let sock = self.slots[index as usize].sock.as_mut().expect("table points at live slots");
+            let before = sock.conn.state();
+            let outcome = sock.conn.handle_segment(now, &seg);
+            sock.peer_mac = Some(src_mac);
+            if self.capture.is_some() {
+                note_segment(&mut self.note, &seg, &sock.conn, Direction::In, before);
+                if let Some(reason) = outcome.drop_reason() {
+                    let _ = write!(self.note, " | dropped by TCP: {reason:?}");
+                }
+            }
+            self.mark_dirty(index);
+            return;
+        }
+        if self.listeners.contains_key(&seg.dst_port) {
+            return self.receive_for_listener(now, src_mac, tuple, &seg);
+        }
+        self.reply_reset(src_mac, src, &seg, Drop::NoListener);
+    }
+
+    /// Let a SYN that finds a closed connection in TIME-WAIT open a new one through the port's
+    /// listener (RFC 9293 3.10.7.4, RFC 6191, RFC 1122 4.2.2.13; see
+    /// [`Connection::time_wait_accepts`]); return whether it did.
+    ///
+    /// Only a connection the application has let go of is reused: one it still holds keeps
+    /// its handle's meaning, and the SYN is only acknowledged, as RFC 9293 also allows.
+    pub(super) fn reopen_time_wait(&mut self, now: Instant, index: u32, seg: &Segment<'_>) -> bool {
+        let sock = self.slots[index as usize].sock.as_ref().expect("table points at live slots");
+        if sock.owner != Owner::Released || !sock.conn.time_wait_accepts(seg) {
+            return false;
+        }
+        let Some(listener) = self.listeners.get(&seg.dst_port) else { return false };
+        if listener.ready.len() >= self.config.accept_backlog || listener.half_open >= self.config.syn_queue {
+            return false;
+        }
+        let sock = self.slots[index as usize].sock.as_mut().expect("live");
+        let before = sock.conn.state();
+        sock.conn.reopen(now, seg);
+        if sock.conn.state() != State::SynReceived {
+            return false;
+        }
+        sock.owner = Owner::Listener(seg.dst_port);
+        if let Some(bytes) = sock.orphan.take() {
+            self.orphans -= 1;
+            self.orphan_bytes -= bytes;
+        }
+        if self.capture.is_some() {
+            let _ = write!(self.note, "new SYN in TIME-WAIT: a new connection (RFC 6191) | ");
+            note_segment(&mut self.note, seg, &sock.conn, Direction::In, before);
+        }
+        self.listeners.get_mut(&seg.dst_port).expect("listener").half_open += 1;
+        self.counters.time_wait_reopened += 1;
+        self.mark_dirty(index);
+        true
+    }
+
+    /// A segment for a listening port with no connection (RFC 9293 3.10.7.2, RFC 4987).
+    pub(super) fn receive_for_listener(&mut self, now: Instant, src_mac: [u8; 6], tuple: FourTuple, seg: &Segment<'_>) {
+        let port = seg.dst_port;
+        let src = match tuple.remote.ip() {
+            IpAddr::V4(a) => a,
+            IpAddr::V6(_) => return,
+        };
+        let flags = seg.flags;
+        if flags.rst() {
+            return;
+        }
+        let listener = self.listeners.get(&port).expect("checked by the caller");
+        if flags.syn() && !flags.ack() {
+            if listener.ready.len() >= self.config.accept_backlog {
+                // Like Linux: drop, the client's retransmission tries again later.
+                return self.drop(Drop::BacklogFull, "accept backlog full");
+            }
+            if self.table.len() >= self.config.max_connections {
+                return self.drop(Drop::TableFull, "connection table full");
+            }
+            if listener.half_open >= self.config.syn_queue {
+                // The overflow opens (or extends) the window in which ACKs are checked as
+                // cookies (Linux: `tcp_synq_overflow`).
+                self.listeners.get_mut(&port).expect("listener").overflow.record(now);
+                let iss = self.cookies.make(&tuple, seg.seq, seg.options.mss, now);
+                let reply = Connection::syn_cookie_reply(&self.config.tcp, &tuple, seg, iss, now);
+                self.queue_segment(src_mac, src, &reply, || "SYN-ACK carrying a SYN cookie (RFC 4987)".into());
+                if self.capture.is_some() {
+                    let _ = write!(self.note, "SYN to port {port}: SYN queue full, answered with a SYN cookie");
+                }
+                self.counters.syn_cookies_sent += 1;
+                return;
+            }
+            let buffers = self.take_buffers();
+            if let Some(conn) = Connection::accept_with(&self.config.tcp, tuple, seg, now, buffers) {
+                if self.capture.is_some() {
+                    note_segment(&mut self.note, seg, &conn, Direction::In, State::Listen);
+                }
+                self.listeners.get_mut(&port).expect("listener").half_open += 1;
+                self.insert(tuple, conn, Owner::Listener(port), Some(src_mac));
+            }
+            return;
+        }
+        if flags.ack() && !flags.syn() {
+            if !listener.overflow.recent(now, self.config.syn_cookie_valid) {
+                // No cookie can be outstanding, so this ACK is no handshake's last step:
+                // RFC 9293 3.10.7.2 (LISTEN, second: an ACK is bad, send <SEQ=SEG.ACK><CTL=RST>).
+                // Linux checks cookies only after a recent overflow likewise
+                // (`tcp_synq_no_recent_overflow`), or every stray ACK would be a guess.
+                return self.reply_reset(src_mac, src, seg, Drop::StrayAck);
+            }
+            if let Some((iss, mss)) = self.cookies.check(&tuple, seg.seq, seg.ack, now) {
+                if listener.ready.len() >= self.config.accept_backlog || self.table.len() >= self.config.max_connections
+                {
+                    return self.drop(Drop::BacklogFull, "accept backlog full (cookie)");
+                }
+                let buffers = self.take_buffers();
+                let conn = Connection::from_syn_cookie_with(&self.config.tcp, tuple, iss, mss, seg, now, buffers);
+                if self.capture.is_some() {
+                    let _ = write!(self.note, "valid SYN cookie: connection rebuilt | ");
+                    note_segment(&mut self.note, seg, &conn, Direction::In, State::Listen);
+                }
+                let id = self.insert(tuple, conn, Owner::Listener(port), Some(src_mac));
+                self.listeners.get_mut(&port).expect("listener").ready.push_back(id);
+                self.counters.syn_cookies_accepted += 1;
+                return;
+            }
+            return self.reply_reset(src_mac, src, seg, Drop::BadSynCookie);
+        }
+        if flags.ack() {
+            // A SYN-ACK: an ACK is bad in LISTEN (RFC 9293 3.10.7.2, second).
+            return self.reply_reset(src_mac, src, seg, Drop::StrayAck);
+        }
+        // Fourth: any other control or text without SYN is dropped, and answered with
+        // nothing (a FIN, or data, alone).
+        self.drop(Drop::ListenNoSyn, "neither SYN nor ACK to a listener")
+    }
+
+    pub(super) fn reply_reset(&mut self, src_mac: [u8; 6], src: Ipv4Addr, seg: &Segment<'_>, reason: Drop) {
+        self.counters.drop(reason);
+        log::debug!("drop {}: {src}:{} -> port {} [{}]", reason.name(), seg.src_port, seg.dst_port, seg.flags);
+        if self.capture.is_some() {
+            let _ = write!(
+                self.note,
+                "{src}:{} -> port {} [{}]: dropped: {} (answered with RST, RFC 9293 3.10.7.1)",
+                seg.src_port,
+                seg.dst_port,
+                seg.flags,
+                reason.name()
+            );
+        }
+        if let Some(rst) = bypass_tcp::reset_for(seg) {
+            self.queue_segment(src_mac, src, &rst, || "RST for a segment that matched no connection".into());
+            self.counters.tcp_resets_out += 1;
+        }
+    }
+
+    /// Queue a segment that belongs to no connection, to `dst` at `dst_mac`.
+    pub(super) fn queue_segment(
+        &mut self,
+        dst_mac: [u8; 6],
+        dst: Ipv4Addr,
+        seg: &Segment<'_>,
+        what: impl FnOnce() -> String,
+    ) {
+        let mut buf = self.buffer();
+        buf.resize(HEADERS + seg.header_len() + seg.payload.len(), 0);
+        let Ok(n) = seg.emit(IpAddr::V4(self.config.ip), IpAddr::V4(dst), &mut buf[HEADERS..]) else {
+            return;
+        };
+        buf.truncate(HEADERS + n);
+        self.write_headers(&mut buf, dst_mac, dst, IpNumber::TCP, n);
+        self.queue_control(buf, what);
+    }
+}

@@ -1,0 +1,176 @@
+//! The application's side of the host: listeners, opens, closes and events.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr, SocketAddrV4};
+
+use bypass_tcp::{Connection, Event, FourTuple, Instant, State};
+
+use super::*;
+
+impl Interface {
+    /// Listen on `port`.
+    pub fn listen(&mut self, port: u16) -> Result<ListenerId, ListenError> {
+        if port == 0 {
+            return Err(ListenError::InvalidPort);
+        }
+        if self.listeners.contains_key(&port) {
+            return Err(ListenError::AddrInUse(port));
+        }
+        self.listeners
+            .insert(port, Listener { half_open: 0, ready: VecDeque::new(), overflow: RecentOverflow::default() });
+        Ok(ListenerId(port))
+    }
+
+    /// Stop listening; connections not yet accepted are reset.
+    pub fn unlisten(&mut self, now: Instant, listener: ListenerId) {
+        if let Some(l) = self.listeners.remove(&listener.0) {
+            for id in l.ready {
+                self.abort(now, id);
+                self.release(id);
+            }
+        }
+        let orphans: Vec<u32> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.sock.as_ref().is_some_and(|k| k.owner == Owner::Listener(listener.0)))
+            .map(|(i, _)| i as u32)
+            .collect();
+        for index in orphans {
+            if let Some(sock) = self.slots[index as usize].sock.as_mut() {
+                sock.conn.abort(now);
+                sock.owner = Owner::Released;
+                self.mark_dirty(index);
+            }
+        }
+    }
+
+    /// Return the next established connection waiting on `listener`.
+    pub fn accept(&mut self, listener: ListenerId) -> Option<SocketId> {
+        let l = self.listeners.get_mut(&listener.0)?;
+        while let Some(id) = l.ready.pop_front() {
+            if let Some(sock) = self.slots.get_mut(id.index as usize).and_then(|s| s.sock.as_mut()) {
+                sock.owner = Owner::User;
+                self.counters.connections_accepted += 1;
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    /// Open a connection to `remote` from an ephemeral port.
+    pub fn connect(&mut self, now: Instant, remote: SocketAddrV4) -> Result<SocketId, ConnectError> {
+        self.connect_from(now, None, remote)
+    }
+
+    /// Open a connection to `remote` from `local_port`, or an ephemeral port if `None`.
+    pub fn connect_from(
+        &mut self,
+        now: Instant,
+        local_port: Option<u16>,
+        remote: SocketAddrV4,
+    ) -> Result<SocketId, ConnectError> {
+        if remote.port() == 0 || remote.ip().is_unspecified() {
+            return Err(ConnectError::InvalidAddress(remote));
+        }
+        if self.table.len() >= self.config.max_connections {
+            return Err(ConnectError::TableFull(self.config.max_connections));
+        }
+        if let Some(port) = local_port {
+            let tuple =
+                FourTuple { local: SocketAddr::new(IpAddr::V4(self.config.ip), port), remote: SocketAddr::V4(remote) };
+            if port == 0 || self.table.contains_key(&tuple) {
+                return Err(ConnectError::PortInUse(port));
+            }
+            let buffers = self.take_buffers();
+            let conn = Connection::connect_with(&self.config.tcp, tuple, now, buffers);
+            self.counters.connections_opened += 1;
+            return Ok(self.insert(tuple, conn, Owner::User, None));
+        }
+        let ip = self.config.ip;
+        let (table, listeners) = (&self.table, &self.listeners);
+        let tuple = |port| FourTuple { local: SocketAddr::new(IpAddr::V4(ip), port), remote: SocketAddr::V4(remote) };
+        // RFC 6056 section 3.3.4: a port is suitable if no connection uses the 4-tuple
+        // (several destinations may share a local port) and no listener holds it.
+        let suitable = |port| port != 0 && !table.contains_key(&tuple(port)) && !listeners.contains_key(&port);
+        let Some(port) = self.ports.select(ip, remote, suitable) else {
+            return Err(ConnectError::NoFreePort(remote));
+        };
+        let tuple = tuple(port);
+        let buffers = self.take_buffers();
+        let conn = Connection::connect_with(&self.config.tcp, tuple, now, buffers);
+        self.counters.connections_opened += 1;
+        Ok(self.insert(tuple, conn, Owner::User, None))
+    }
+
+    /// Return the connection behind `id`, if it still exists.
+    pub fn connection(&self, id: SocketId) -> Option<&Connection> {
+        self.sock(id).map(|s| &s.conn)
+    }
+
+    /// Return the connection behind `id` for a user call; it is then polled for output.
+    pub fn connection_mut(&mut self, id: SocketId) -> Option<&mut Connection> {
+        self.sock(id)?;
+        self.mark_dirty(id.index);
+        self.slots[id.index as usize].sock.as_mut().map(|s| &mut s.conn)
+    }
+
+    /// Close `id` and give up the handle, as close(2) does: FIN after the queued data, and
+    /// the connection finishes in the background (an orphan). It is reset instead when data
+    /// it received is still unread or arrives later ([`Connection::release`]), and when the
+    /// orphans are at their bound in number or memory ([`StackConfig::max_orphans`]).
+    pub fn close(&mut self, now: Instant, id: SocketId) {
+        let (orphans, orphan_bytes) = (self.orphans, self.orphan_bytes);
+        let (max_orphans, max_memory) = (self.config.max_orphans, self.config.max_orphan_memory);
+        let Some(sock) = self.sock_mut(id) else { return };
+        if sock.owner != Owner::User {
+            return;
+        }
+        let queued = sock.conn.send_queued();
+        let synchronized = !matches!(sock.conn.state(), State::Closed | State::Listen | State::SynSent);
+        if synchronized && (orphans >= max_orphans || orphan_bytes + queued > max_memory) {
+            log::debug!("{}: too many orphans ({orphans}, {orphan_bytes} bytes): reset on close", sock.tuple);
+            sock.conn.abort(now);
+            self.counters.orphans_reset += 1;
+        } else {
+            sock.conn.release(now);
+            if sock.conn.state() != State::Closed {
+                sock.orphan = Some(queued);
+                self.orphans += 1;
+                self.orphan_bytes += queued;
+            }
+        }
+        self.release(id);
+    }
+
+    /// Reset `id` (RST) and give up the handle.
+    pub fn abort(&mut self, now: Instant, id: SocketId) {
+        if let Some(conn) = self.connection_mut(id) {
+            conn.abort(now);
+        }
+        self.release(id);
+    }
+
+    /// Reset every connection (RST where synchronized) and release them all: for shutdown.
+    pub fn abort_all(&mut self, now: Instant) {
+        for index in 0..self.slots.len() as u32 {
+            if let Some(sock) = self.slots[index as usize].sock.as_mut() {
+                sock.conn.abort(now);
+                sock.owner = Owner::Released;
+                self.mark_dirty(index);
+            }
+        }
+    }
+
+    pub(super) fn release(&mut self, id: SocketId) {
+        if let Some(sock) = self.sock_mut(id) {
+            sock.owner = Owner::Released;
+            self.mark_dirty(id.index);
+        }
+    }
+
+    /// Return the next event for the user.
+    pub fn poll_event(&mut self) -> Option<(SocketId, Event)> {
+        self.events.pop_front()
+    }
+}
