@@ -64,7 +64,7 @@ impl EchoServer {
         }
         while let Some((id, event)) = stack.poll_event() {
             match event {
-                Event::Reset | Event::TimedOut | Event::Closed => {
+                Event::Reset | Event::TimedOut | Event::Unreachable | Event::Closed => {
                     if self.conns.remove(&id).is_some() {
                         stack.close(id);
                     }

@@ -5,7 +5,7 @@ mod demo;
 mod echo;
 mod inspect;
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,7 +52,8 @@ struct DemoArgs {
     quick: bool,
     /// Run only these transports, comma-separated: kernel-blocking, kernel-busy,
     /// kernel-sendfile, kernel-splice, kernel-msg-zerocopy, stack-afpacket,
-    /// stack-afpacket-both, stack-afxdp, stack-afxdp-both, smoltcp-afxdp, smoltcp-afxdp-both,
+    /// stack-afpacket-both, stack-afxdp, stack-afxdp-ipv6, stack-afxdp-both, smoltcp-afxdp,
+    /// smoltcp-afxdp-both,
     /// stack-memory (our stack at both ends over an in-memory link; run by default only when
     /// the lab is out of reach).
     #[arg(long, value_delimiter = ',', value_name = "TRANSPORT,...")]
@@ -157,9 +158,15 @@ struct EchoArgs {
     /// Interface to serve on (the kernel must not have --ip configured on it).
     #[arg(long)]
     iface: String,
-    /// Our address, ADDR or ADDR/PREFIX (default prefix 24).
-    #[arg(long, value_parser = parse_cidr)]
-    ip: (Ipv4Addr, u8),
+    /// Our address, ADDR or ADDR/PREFIX (default prefix 24 for IPv4, 64 for IPv6); give it
+    /// twice for both families: `--ip 10.0.0.1/24 --ip fd00::1/64`.
+    #[arg(long, value_parser = parse_cidr, required = true)]
+    ip: Vec<(IpAddr, u8)>,
+    /// Next hop for destinations outside our subnets: a router's IPv4 address, or its IPv6
+    /// one (give both for both families). Without an IPv6 one, a router that sends Router
+    /// Advertisements is used.
+    #[arg(long, value_name = "ADDR")]
+    gateway: Vec<IpAddr>,
     /// TCP port to serve.
     #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u16).range(1..))]
     port: u16,
@@ -222,17 +229,24 @@ fn parse_budget(s: &str) -> Result<usize, String> {
     s.parse::<usize>().map_err(|_| format!("`{s}` is not a number of bytes (or `none`)"))
 }
 
-fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
-    let (addr, prefix) = match s.split_once('/') {
-        Some((a, p)) => (a, p.parse::<u8>().map_err(|_| format!("`{p}` is not a prefix length (0-32)"))?),
-        None => (s, 24),
+fn parse_cidr(s: &str) -> Result<(IpAddr, u8), String> {
+    let (addr, prefix) = s.split_once('/').map_or((s, None), |(a, p)| (a, Some(p)));
+    let addr: IpAddr = addr.parse().map_err(|_| format!("`{addr}` is not an IPv4 or IPv6 address"))?;
+    let (default, max) = if addr.is_ipv4() { (24, 32) } else { (64, 128) };
+    let prefix = match prefix {
+        None => default,
+        Some(p) => {
+            p.parse::<u8>().ok().filter(|&p| p <= max).ok_or(format!("`{p}` is not a prefix length (0-{max})"))?
+        }
     };
-    let addr: Ipv4Addr = addr.parse().map_err(|_| format!("`{addr}` is not an IPv4 address"))?;
-    if prefix > 32 {
-        return Err(format!("prefix length {prefix} is above 32"));
-    }
-    if addr.is_unspecified() || addr.is_broadcast() || addr.is_multicast() {
-        return Err(format!("{addr} cannot be a host address"));
+    let bad = match addr {
+        IpAddr::V4(a) => a.is_unspecified() || a.is_broadcast() || a.is_multicast() || a.is_loopback(),
+        IpAddr::V6(a) => {
+            a.is_unspecified() || a.is_multicast() || a.is_loopback() || (a.segments()[0] & 0xffc0) == 0xfe80
+        }
+    };
+    if bad {
+        return Err(format!("{addr} cannot be a host address here (link-local IPv6 addresses come from the MAC)"));
     }
     Ok((addr, prefix))
 }
@@ -272,25 +286,29 @@ fn lab_up(name: &str, queues: u32) -> Result<(), String> {
     if !is_root() {
         return Err("creating a lab needs root (network namespaces): run it with sudo".into());
     }
-    let config = LabConfig { name: Some(name.to_string()), queues, ..LabConfig::new(name) };
+    let config = LabConfig { name: Some(name.to_string()), queues, ipv6: true, ..LabConfig::new(name) };
     let lab = Lab::with_config(config).map_err(|e| e.to_string())?;
     println!("lab `{name}` is up:");
     println!(
-        "  bypass side: namespace {}, interface {} (no kernel address; the stack owns {}/{})",
-        lab.bypass_ns, lab.bypass_if, lab.bypass_ip, lab.prefix_len
+        "  bypass side: namespace {}, interface {} (no kernel address; the stack owns {}/{} and {}/{})",
+        lab.bypass_ns, lab.bypass_if, lab.bypass_ip, lab.prefix_len, lab.bypass_ip6, lab.prefix6_len
     );
     println!(
-        "  kernel peer: namespace {}, interface {}, address {}/{} (offloads off)",
-        lab.peer_ns, lab.peer_if, lab.peer_ip, lab.prefix_len
+        "  kernel peer: namespace {}, interface {}, addresses {}/{} and {}/{} (offloads off)",
+        lab.peer_ns, lab.peer_if, lab.peer_ip, lab.prefix_len, lab.peer_ip6, lab.prefix6_len
     );
     println!();
     println!(
-        "serve echo:   ip netns exec {} bypass echo --iface {} --ip {}/{} --port 7",
-        lab.bypass_ns, lab.bypass_if, lab.bypass_ip, lab.prefix_len
+        "serve echo:   ip netns exec {} bypass echo --iface {} --ip {}/{} --ip {}/{} --port 7",
+        lab.bypass_ns, lab.bypass_if, lab.bypass_ip, lab.prefix_len, lab.bypass_ip6, lab.prefix6_len
     );
     println!(
         "try it:       ip netns exec {} python3 -c 'import socket; s=socket.create_connection((\"{}\", 7)); s.sendall(b\"hello\"); print(s.recv(5))'",
         lab.peer_ns, lab.bypass_ip
+    );
+    println!(
+        "over IPv6:    ip netns exec {} python3 -c 'import socket; s=socket.create_connection((\"{}\", 7)); s.sendall(b\"hello\"); print(s.recv(5))'",
+        lab.peer_ns, lab.bypass_ip6
     );
     println!("remove it:    bypass lab down --name {name}");
     lab.keep();
@@ -318,14 +336,30 @@ fn echo(args: EchoArgs) -> Result<(), String> {
     if !netdev::exists(&args.iface) {
         return Err(format!("there is no interface `{}` in this network namespace (see `ip link`)", args.iface));
     }
-    let (ip, prefix) = args.ip;
-    let kernel = netdev::kernel_ipv4_addrs(&args.iface)
+    let v4: Vec<_> = args.ip.iter().filter(|(a, _)| a.is_ipv4()).collect();
+    if v4.len() > 1 {
+        return Err("give at most one IPv4 --ip (and any number of IPv6 ones)".into());
+    }
+    let kernel4 = netdev::kernel_ipv4_addrs(&args.iface)
         .map_err(|e| format!("cannot list the addresses of {}: {e}", args.iface))?;
-    if kernel.contains(&ip) {
-        return Err(format!(
-            "the kernel already uses {ip} on {}: remove it (`ip addr del {ip}/{prefix} dev {}`) or give the stack another address",
-            args.iface, args.iface
-        ));
+    let kernel6 = netdev::kernel_ipv6_addrs(&args.iface)
+        .map_err(|e| format!("cannot list the IPv6 addresses of {}: {e}", args.iface))?;
+    for &(ip, prefix) in &args.ip {
+        let taken = match ip {
+            IpAddr::V4(a) => kernel4.contains(&a),
+            IpAddr::V6(a) => kernel6.contains(&a),
+        };
+        if taken {
+            return Err(format!(
+                "the kernel already uses {ip} on {}: remove it (`ip addr del {ip}/{prefix} dev {}`) or give the stack another address",
+                args.iface, args.iface
+            ));
+        }
+    }
+    for gw in &args.gateway {
+        if !args.ip.iter().any(|(a, _)| a.is_ipv4() == gw.is_ipv4()) {
+            return Err(format!("--gateway {gw} is of a family we have no --ip for; add an address of its family"));
+        }
     }
     if args.queues > 1 && args.backend == Backend::Packet {
         return Err("--queues needs the xdp backend (AF_PACKET runs one shard)".into());
@@ -338,20 +372,32 @@ fn echo(args: EchoArgs) -> Result<(), String> {
     }
     let mut secret = [0u8; 16];
     getrandom(&mut secret);
-    let mut config = StackConfig::new(ip, prefix, secret);
+    let (first, first_prefix) = args.ip[0];
+    let mut config = StackConfig::new(first, first_prefix, secret);
+    for &(ip, prefix) in &args.ip[1..] {
+        config = config.with_address(ip, prefix);
+    }
+    for &gw in &args.gateway {
+        match gw {
+            IpAddr::V4(a) => config.gateway = Some(a),
+            IpAddr::V6(a) => config.gateway6 = Some(a),
+        }
+    }
     config.window_budget = args.window_budget;
+    let addrs = args.ip.iter().map(|(a, p)| format!("{a}/{p}")).collect::<Vec<_>>().join(" and ");
     let idle = args.idle_timeout.map(Duration::from_secs_f64);
 
     let totals = match args.backend {
         Backend::Packet => {
             let packet = PacketConfig { rx_frames: args.rx_ring as usize, ..PacketConfig::default() };
             let device = PacketDevice::open_with(&args.iface, &packet).map_err(|e| e.to_string())?;
-            println!("serving echo on {ip}:{} over {} ({})", args.port, args.iface, device.info().mode);
+            println!("serving echo on {addrs} port {} over {} ({})", args.port, args.iface, device.info().mode);
             let pcap = args.pcap.clone();
             vec![serve(device, config, args.port, idle, args.busy_poll, pcap.as_deref(), &stop)?]
         }
         Backend::Xdp => {
-            let mut xdp = XdpConfig::new(&args.iface, ip);
+            let mut xdp = XdpConfig::new(&args.iface, first);
+            xdp.addrs = args.ip.iter().map(|&(a, _)| a).collect();
             xdp.mode = match args.xdp_mode {
                 AttachMode::Auto => XdpMode::Auto,
                 AttachMode::Driver => XdpMode::Driver,
@@ -364,7 +410,7 @@ fn echo(args: EchoArgs) -> Result<(), String> {
             let queues: Vec<u32> = (0..args.queues).collect();
             let devices = XdpDevice::open_queues(xdp, &queues).map_err(|e| xdp_error(e, &args.iface))?;
             for d in &devices {
-                println!("serving echo on {ip}:{} over {} ({})", args.port, args.iface, d.info().mode);
+                println!("serving echo on {addrs} port {} over {} ({})", args.port, args.iface, d.info().mode);
             }
             std::thread::scope(|scope| {
                 let handles: Vec<_> = devices

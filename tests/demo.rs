@@ -8,13 +8,14 @@ use std::process::Command;
 
 use bypass_io::testlab::lab_available;
 
-const TRANSPORTS: [(&str, &str); 9] = [
+const TRANSPORTS: [(&str, &str); 10] = [
     ("kernel-blocking", "1 kernel TCP, blocking"),
     ("kernel-busy", "2 kernel TCP, busy-poll"),
     ("kernel-busy-defaults", "2d kernel TCP, default offloads, busy-poll"),
     ("stack-afpacket", "4 ours/AF_PACKET <- kernel"),
     ("stack-afpacket-both", "4b ours/AF_PACKET <-> ours"),
     ("stack-afxdp", "5 ours/AF_XDP <- kernel"),
+    ("stack-afxdp-ipv6", "5v6 ours/AF_XDP <- kernel, IPv6"),
     ("stack-afxdp-both", "5b ours/AF_XDP <-> ours"),
     ("smoltcp-afxdp", "6 smoltcp/AF_XDP <- kernel"),
     ("smoltcp-afxdp-both", "6b smoltcp/AF_XDP <-> smoltcp"),

@@ -231,7 +231,7 @@ fn serve_echo<D: Device>(
         while let Some((from, event)) = stack.poll_event() {
             if from == id {
                 events.push(event);
-                if matches!(event, Event::Reset | Event::TimedOut) {
+                if matches!(event, Event::Reset | Event::TimedOut | Event::Unreachable) {
                     return Err(stalled(&stack, id, echoed, &format!("our connection ended with {event:?}")));
                 }
             }

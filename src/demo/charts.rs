@@ -43,6 +43,7 @@ fn colour(transport: Transport) -> &'static str {
         Transport::StackPacket => "#e08a1e",
         Transport::StackPacketBoth => "#a85d00",
         Transport::StackXdp => "#2a9d4b",
+        Transport::StackXdpV6 => "#5cc27a",
         Transport::StackXdpBoth => "#0b6b2a",
         Transport::SmoltcpXdp => "#c0392b",
         Transport::SmoltcpXdpBoth => "#7b1e12",

@@ -573,36 +573,54 @@ mod sys {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::time::{Duration, Instant};
 
-    /// Connect to `addr` (IPv4) on a non-blocking socket, spinning on `poll(2)` with a zero
-    /// timeout until the handshake completes or fails, for at most `limit`. The stream is
-    /// left non-blocking.
+    /// Connect to `addr` (IPv4 or IPv6) on a non-blocking socket, spinning on `poll(2)` with
+    /// a zero timeout until the handshake completes or fails, for at most `limit`. The stream
+    /// is left non-blocking.
     pub fn connect_spinning(addr: &SocketAddr, limit: Duration) -> io::Result<TcpStream> {
-        let SocketAddr::V4(v4) = addr else {
-            return Err(io::Error::new(io::ErrorKind::Unsupported, "IPv4 only"));
-        };
         // socket, connect, getsockopt(SO_ERROR), and each poll below.
         super::count_syscalls(3);
+        let family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
         // SAFETY: socket(2) with constant arguments; it returns a new descriptor or -1.
-        let fd =
-            unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+        let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: `fd` is a new descriptor nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let sin = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: v4.port().to_be(),
-            sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(v4.ip().octets()) },
-            sin_zero: [0; 8],
-        };
-        // SAFETY: `sin` is a valid sockaddr_in and the length is its size.
-        let rc = unsafe {
-            libc::connect(
-                fd.as_raw_fd(),
-                (&raw const sin).cast::<libc::sockaddr>(),
-                size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            )
+        let rc = match addr {
+            SocketAddr::V4(v4) => {
+                let sin = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: v4.port().to_be(),
+                    sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(v4.ip().octets()) },
+                    sin_zero: [0; 8],
+                };
+                // SAFETY: `sin` is a valid sockaddr_in and the length is its size.
+                unsafe {
+                    libc::connect(
+                        fd.as_raw_fd(),
+                        (&raw const sin).cast::<libc::sockaddr>(),
+                        size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                    )
+                }
+            }
+            SocketAddr::V6(v6) => {
+                let sin6 = libc::sockaddr_in6 {
+                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                    sin6_port: v6.port().to_be(),
+                    sin6_flowinfo: v6.flowinfo(),
+                    sin6_addr: libc::in6_addr { s6_addr: v6.ip().octets() },
+                    sin6_scope_id: v6.scope_id(),
+                };
+                // SAFETY: `sin6` is a valid sockaddr_in6 and the length is its size.
+                unsafe {
+                    libc::connect(
+                        fd.as_raw_fd(),
+                        (&raw const sin6).cast::<libc::sockaddr>(),
+                        size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+                    )
+                }
+            }
         };
         if rc != 0 {
             let e = io::Error::last_os_error();

@@ -14,6 +14,7 @@
 //!   3z kernel MSG_ZEROCOPY source on 10.77.0.3
 //!    4 our stack over AF_PACKET  on 10.77.0.2
 //!    5 our stack over AF_XDP     on 10.77.0.2
+//!  5v6 our stack over AF_XDP     on fd00:77::2       (over IPv6, from fd00:77::1)
 //!    6 smoltcp over our AF_XDP   on 10.77.0.2
 //!   4b our stack over AF_PACKET  on 10.77.0.2        our stack over AF_PACKET on px0, 10.77.0.4
 //!   5b our stack over AF_XDP     on 10.77.0.2        our stack over AF_XDP on px0, 10.77.0.4
@@ -46,7 +47,7 @@ mod smoltcp;
 mod stack;
 mod zerocopy;
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -152,6 +153,8 @@ pub enum Transport {
     StackPacketBoth,
     /// Our server over AF_XDP, a kernel client.
     StackXdp,
+    /// Our server over AF_XDP, a kernel client, over IPv6.
+    StackXdpV6,
     /// Our stack at both ends, each over AF_XDP.
     StackXdpBoth,
     /// smoltcp as the server over our AF_XDP device, a kernel client.
@@ -163,7 +166,7 @@ pub enum Transport {
 }
 
 impl Transport {
-    pub const ALL: [Transport; 13] = [
+    pub const ALL: [Transport; 14] = [
         Transport::KernelBlocking,
         Transport::KernelBusy,
         Transport::KernelDefaults,
@@ -173,6 +176,7 @@ impl Transport {
         Transport::StackPacket,
         Transport::StackPacketBoth,
         Transport::StackXdp,
+        Transport::StackXdpV6,
         Transport::StackXdpBoth,
         Transport::SmoltcpXdp,
         Transport::SmoltcpXdpBoth,
@@ -191,6 +195,7 @@ impl Transport {
             Transport::StackPacket => "stack-afpacket",
             Transport::StackPacketBoth => "stack-afpacket-both",
             Transport::StackXdp => "stack-afxdp",
+            Transport::StackXdpV6 => "stack-afxdp-ipv6",
             Transport::StackXdpBoth => "stack-afxdp-both",
             Transport::SmoltcpXdp => "smoltcp-afxdp",
             Transport::SmoltcpXdpBoth => "smoltcp-afxdp-both",
@@ -210,6 +215,7 @@ impl Transport {
             Transport::StackPacket => "4 ours/AF_PACKET <- kernel",
             Transport::StackPacketBoth => "4b ours/AF_PACKET <-> ours",
             Transport::StackXdp => "5 ours/AF_XDP <- kernel",
+            Transport::StackXdpV6 => "5v6 ours/AF_XDP <- kernel, IPv6",
             Transport::StackXdpBoth => "5b ours/AF_XDP <-> ours",
             Transport::SmoltcpXdp => "6 smoltcp/AF_XDP <- kernel",
             Transport::SmoltcpXdpBoth => "6b smoltcp/AF_XDP <-> smoltcp",
@@ -243,6 +249,9 @@ impl Transport {
             }
             Transport::StackXdp => {
                 "server: our stack over AF_XDP on bx0 (10.77.0.2), socket busy polling; client: kernel socket, non-blocking, spinning, peer namespace (mixed case)"
+            }
+            Transport::StackXdpV6 => {
+                "as row 5 over IPv6: server: our stack over AF_XDP on bx0 (fd00:77::2, the MSS 20 bytes smaller for the longer header), socket busy polling; client: kernel socket from fd00:77::1, non-blocking, spinning, peer namespace"
             }
             Transport::StackPacketBoth => {
                 "server: our stack over AF_PACKET on bx0 (10.77.0.2), spinning; client: our stack over AF_PACKET on px0 (10.77.0.4), spinning, peer namespace"
@@ -280,7 +289,7 @@ impl Transport {
             Transport::StackPacket => {
                 "ours (measured, server): frame -> receive buffer -> application and application -> send buffer -> frame; kernel: 2 per direction (the client's write/read, and AF_PACKET's copy skb -> ring on receive / user -> skb on send)"
             }
-            Transport::StackXdp => {
+            Transport::StackXdp | Transport::StackXdpV6 => {
                 "ours (measured, server): frame -> receive buffer -> application and application -> send buffer -> frame; kernel: 2 per direction (the client's write/read, and AF_XDP copy mode's copy skb -> UMEM on receive / UMEM -> skb on send)"
             }
             Transport::KernelMsgZerocopy => {
@@ -312,6 +321,7 @@ impl Transport {
             Transport::StackPacket
                 | Transport::StackPacketBoth
                 | Transport::StackXdp
+                | Transport::StackXdpV6
                 | Transport::StackXdpBoth
                 | Transport::SmoltcpXdp
                 | Transport::SmoltcpXdpBoth
@@ -496,7 +506,7 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
     let mut unavailable: Vec<(Transport, String)> = Vec::new();
     let net = match lab_ready {
         Ok(()) => {
-            let lab = Lab::with_config(LabConfig { mtu: MTU, ..LabConfig::new("demo") })
+            let lab = Lab::with_config(LabConfig { mtu: MTU, ipv6: true, ..LabConfig::new("demo") })
                 .map_err(|e| format!("cannot build the lab: {e}"))?;
             let cidr = format!("{KERNEL_SERVER_IP}/{}", lab.prefix_len);
             lab.ip_bypass(&["addr", "add", &cidr, "dev", &lab.bypass_if])
@@ -557,7 +567,14 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
     let mut port = 20000u16;
     // The floor is measured in every repetition too, just before the rows it is read against.
     let floor_wanted = transports.iter().any(|t| {
-        matches!(t, Transport::StackXdp | Transport::StackXdpBoth | Transport::SmoltcpXdp | Transport::SmoltcpXdpBoth)
+        matches!(
+            t,
+            Transport::StackXdp
+                | Transport::StackXdpV6
+                | Transport::StackXdpBoth
+                | Transport::SmoltcpXdp
+                | Transport::SmoltcpXdpBoth
+        )
     });
     let mut floors: Vec<Floor> = Vec::new();
     let mut floor_failed = false;
@@ -663,10 +680,11 @@ fn measure(
     }
     let shared = Shared::default();
     let stack_ip = match net {
-        Net::Lab(lab) => lab.bypass_ip,
-        Net::Loopback => Ipv4Addr::LOCALHOST,
+        Net::Lab(lab) if transport == Transport::StackXdpV6 => IpAddr::V6(lab.bypass_ip6),
+        Net::Lab(lab) => IpAddr::V4(lab.bypass_ip),
+        Net::Loopback => IpAddr::V4(Ipv4Addr::LOCALHOST),
     };
-    let server_ip = if transport.needs_lab() { stack_ip } else { net.kernel_server_ip(transport) };
+    let server_ip = if transport.needs_lab() { stack_ip } else { IpAddr::V4(net.kernel_server_ip(transport)) };
     let addr = SocketAddr::from((server_ip, port));
     let plan = ClientPlan { server: addr, workload, busy: transport.busy(), warmup, duration };
     let (client, server) = std::thread::scope(|scope| {
@@ -700,7 +718,9 @@ fn measure(
     });
     let (client, server) = both(client, server)?;
     match transport {
-        Transport::StackXdp | Transport::StackXdpBoth => conditions.xdp_mode = Some(server.mode.clone()),
+        Transport::StackXdp | Transport::StackXdpV6 | Transport::StackXdpBoth => {
+            conditions.xdp_mode = Some(server.mode.clone())
+        }
         Transport::StackPacket | Transport::StackPacketBoth => conditions.packet_mode = Some(server.mode.clone()),
         Transport::KernelMsgZerocopy => conditions.msg_zerocopy = Some(server.mode.clone()),
         _ => {}
@@ -789,7 +809,7 @@ fn serve(
     net: &Net,
     transport: Transport,
     workload: Workload,
-    ip: Ipv4Addr,
+    ip: IpAddr,
     port: u16,
     shared: &Shared,
 ) -> Result<kernel::ServerResult, String> {
@@ -819,14 +839,20 @@ fn serve(
             let device = PacketDevice::open(&lab.bypass_if).map_err(|e| format!("AF_PACKET unavailable: {e}"))?;
             stack::server(device, ip, lab.prefix_len, port, workload, shared)
         }
-        Transport::StackXdp | Transport::StackXdpBoth | Transport::SmoltcpXdp | Transport::SmoltcpXdpBoth => {
+        Transport::StackXdp
+        | Transport::StackXdpV6
+        | Transport::StackXdpBoth
+        | Transport::SmoltcpXdp
+        | Transport::SmoltcpXdpBoth => {
             let Net::Lab(lab) = net else { return Err("needs the namespace lab".into()) };
             let config = XdpConfig { busy_poll: true, ..XdpConfig::new(&lab.bypass_if, ip) };
             let device = XdpDevice::open(config).map_err(|e| format!("AF_XDP unavailable: {e}"))?;
-            if matches!(transport, Transport::SmoltcpXdp | Transport::SmoltcpXdpBoth) {
-                smoltcp::server(device, ip, lab.prefix_len, port, workload, shared)
-            } else {
-                stack::server(device, ip, lab.prefix_len, port, workload, shared)
+            match (transport, ip) {
+                (Transport::SmoltcpXdp | Transport::SmoltcpXdpBoth, IpAddr::V4(ip)) => {
+                    smoltcp::server(device, ip, lab.prefix_len, port, workload, shared)
+                }
+                (_, IpAddr::V6(_)) => stack::server(device, ip, lab.prefix6_len, port, workload, shared),
+                _ => stack::server(device, ip, lab.prefix_len, port, workload, shared),
             }
         }
         Transport::StackMemory => Err("the in-memory row is measured by measure_memory".into()),

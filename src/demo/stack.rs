@@ -2,7 +2,7 @@
 //! echoes (request/response, connection rate) or discards (bulk).
 
 use std::io::ErrorKind;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,7 @@ impl Bulk {
         }
         let mut gone = Vec::new();
         while let Some((id, event)) = stack.poll_event() {
-            if matches!(event, Event::Reset | Event::TimedOut | Event::Closed) {
+            if matches!(event, Event::Reset | Event::TimedOut | Event::Unreachable | Event::Closed) {
                 gone.push(id);
             }
         }
@@ -81,7 +81,7 @@ enum Service {
 /// Serve `workload` on `ip:port` over `device`, spinning, until `shared.stop`.
 pub fn server<D: Device>(
     device: D,
-    ip: Ipv4Addr,
+    ip: impl Into<IpAddr>,
     prefix: u8,
     port: u16,
     workload: Workload,

@@ -137,15 +137,25 @@ impl EchoServer {
     /// Start `bypass echo` on the lab's bypass interface with `backend` and `extra` arguments,
     /// and wait until every queue says it is serving.
     pub fn start(lab: &Lab, backend: Backend, extra: &[&str]) -> EchoServer {
+        let cidr = format!("{}/{}", lab.bypass_ip, lab.prefix_len);
+        let mut args = vec!["--ip", &cidr];
+        args.extend_from_slice(extra);
+        EchoServer::start_in(&lab.bypass_ns, &lab.bypass_if, backend, &args)
+    }
+
+    /// Start `bypass echo` in namespace `ns` on `iface` with `backend` and `args` (its
+    /// addresses among them), and wait until every queue says it is serving.
+    pub fn start_in(ns: &str, iface: &str, backend: Backend, args: &[&str]) -> EchoServer {
+        let extra = args;
         let queues = extra
             .iter()
             .position(|a| *a == "--queues")
             .and_then(|i| extra.get(i + 1))
             .map_or(1, |q| q.parse::<usize>().expect("--queues N"));
-        let cidr = format!("{}/{}", lab.bypass_ip, lab.prefix_len);
         let port = PORT.to_string();
-        let mut cmd = lab.bypass_cmd(env!("CARGO_BIN_EXE_bypass"));
-        cmd.args(["echo", "--iface", &lab.bypass_if, "--ip", &cidr, "--port", &port, "--backend", backend.arg()])
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_bypass")]);
+        cmd.args(["echo", "--iface", iface, "--port", &port, "--backend", backend.arg()])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

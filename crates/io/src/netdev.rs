@@ -20,11 +20,30 @@
 //! ```
 
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Return the IPv4 addresses the kernel has configured on `iface` (empty if none).
 pub fn kernel_ipv4_addrs(iface: &str) -> io::Result<Vec<Ipv4Addr>> {
     sys::ipv4_addrs(iface)
+}
+
+/// Return the IPv6 addresses the kernel has configured on `iface` (empty if none, or if
+/// IPv6 is off), from `/proc/net/if_inet6` (address, index, prefix, scope, flags, name).
+pub fn kernel_ipv6_addrs(iface: &str) -> io::Result<Vec<Ipv6Addr>> {
+    let table = match std::fs::read_to_string("/proc/net/if_inet6") {
+        Ok(t) => t,
+        // No IPv6 in this kernel or namespace: no addresses.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    Ok(table
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (hex, name) = (fields.first()?, fields.get(5)?);
+            (*name == iface).then(|| u128::from_str_radix(hex, 16).ok().map(Ipv6Addr::from))?
+        })
+        .collect())
 }
 
 /// Return whether an interface named `iface` exists in this network namespace.

@@ -17,12 +17,14 @@
 use std::collections::VecDeque;
 use std::fmt::{self, Write as _};
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use bypass_stack::{Capture, Device, DeviceInfo, Stack, StackConfig};
 use bypass_tcp::{Flags, Instant, Segment, SeqNum, TcpOptions};
-use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, SlicedPacket, TransportSlice};
+use etherparse::{
+    EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header, NetSlice, SlicedPacket, TransportSlice,
+};
 
 use crate::pcap::CaptureFile;
 
@@ -41,8 +43,8 @@ pub enum Role {
 /// Why a replay could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
-    /// No IPv4 TCP conversation starting with a SYN.
-    #[error("the capture holds no IPv4 TCP conversation that starts with a SYN; nothing to replay")]
+    /// No TCP conversation starting with a SYN.
+    #[error("the capture holds no TCP conversation that starts with a SYN; nothing to replay")]
     NoConversation,
     /// The stack failed.
     #[error("the stack failed during the replay: {0}")]
@@ -106,7 +108,7 @@ pub struct ReplayReport {
     /// The role we played.
     pub role: Role,
     /// The conversation: (client, server).
-    pub endpoints: (SocketAddrV4, SocketAddrV4),
+    pub endpoints: (SocketAddr, SocketAddr),
     /// What the recorded side sent, relative to its ISN.
     pub expected: Vec<Row>,
     /// What our stack sent, relative to our ISN.
@@ -145,18 +147,27 @@ fn same_shape(a: &Row, b: &Row) -> bool {
     a.flags.without(Flags::PSH) == b.flags.without(Flags::PSH) && a.seq == b.seq && a.ack == b.ack && a.len == b.len
 }
 
-/// Extract the first IPv4 TCP conversation that starts with a SYN.
-fn conversation(file: &CaptureFile) -> Option<((SocketAddrV4, SocketAddrV4), Vec<Recorded>)> {
-    let mut endpoints: Option<(SocketAddrV4, SocketAddrV4)> = None;
+/// Return the source and destination addresses of an IPv4 or IPv6 packet.
+fn addresses(net: &NetSlice<'_>) -> Option<(IpAddr, IpAddr)> {
+    match net {
+        NetSlice::Ipv4(ip) => Some((ip.header().source_addr().into(), ip.header().destination_addr().into())),
+        NetSlice::Ipv6(ip) => Some((ip.header().source_addr().into(), ip.header().destination_addr().into())),
+        _ => None,
+    }
+}
+
+/// Extract the first TCP conversation (IPv4 or IPv6) that starts with a SYN.
+fn conversation(file: &CaptureFile) -> Option<((SocketAddr, SocketAddr), Vec<Recorded>)> {
+    let mut endpoints: Option<(SocketAddr, SocketAddr)> = None;
     let mut t0 = None;
     let mut segments = Vec::new();
     for frame in &file.frames {
         let Ok(packet) = SlicedPacket::from_ethernet(&frame.data) else { continue };
-        let Some(etherparse::NetSlice::Ipv4(ip)) = packet.net else { continue };
+        let Some((src_ip, dst_ip)) = packet.net.as_ref().and_then(addresses) else { continue };
         let Some(TransportSlice::Tcp(tcp)) = packet.transport else { continue };
         let Ok(seg) = Segment::parse_unchecked(tcp.slice()) else { continue };
-        let src = SocketAddrV4::new(ip.header().source_addr(), seg.src_port);
-        let dst = SocketAddrV4::new(ip.header().destination_addr(), seg.dst_port);
+        let src = SocketAddr::new(src_ip, seg.src_port);
+        let dst = SocketAddr::new(dst_ip, seg.dst_port);
         let (client, server) = match endpoints {
             None if seg.flags.syn() && !seg.flags.ack() => {
                 endpoints = Some((src, dst));
@@ -184,7 +195,8 @@ fn conversation(file: &CaptureFile) -> Option<((SocketAddrV4, SocketAddrV4), Vec
     endpoints.map(|e| (e, segments))
 }
 
-/// A device fed by the harness: frames to deliver, frames sent, and ARP answered for the peer.
+/// A device fed by the harness: frames to deliver, frames sent, and ARP and Neighbour
+/// Discovery answered for the peer.
 struct ScriptDevice {
     info: DeviceInfo,
     inbox: VecDeque<Vec<u8>>,
@@ -192,7 +204,7 @@ struct ScriptDevice {
     sent: Vec<(Duration, Vec<u8>)>,
     now: Duration,
     buf: Vec<u8>,
-    peer_ip: Ipv4Addr,
+    peer_ip: IpAddr,
 }
 
 impl Device for ScriptDevice {
@@ -216,8 +228,9 @@ impl Device for ScriptDevice {
         let n = fill(&mut self.buf);
         if n > 0 {
             let frame = self.buf[..n].to_vec();
-            // Answer our ARP requests for the peer, as the recorded peer's host would.
-            if let Some(reply) = arp_reply(&frame, self.peer_ip) {
+            // Answer our ARP requests and Neighbour Solicitations for the peer, as the
+            // recorded peer's host would.
+            if let Some(reply) = arp_reply(&frame, self.peer_ip).or_else(|| ndp_reply(&frame, self.peer_ip)) {
                 self.inbox.push_back(reply);
             }
             self.sent.push((self.now, frame));
@@ -234,7 +247,8 @@ impl Device for ScriptDevice {
     }
 }
 
-fn arp_reply(frame: &[u8], peer_ip: Ipv4Addr) -> Option<Vec<u8>> {
+fn arp_reply(frame: &[u8], peer_ip: IpAddr) -> Option<Vec<u8>> {
+    let IpAddr::V4(peer_ip) = peer_ip else { return None };
     if frame.len() < 42 || frame[12..14] != [0x08, 0x06] {
         return None;
     }
@@ -254,18 +268,57 @@ fn arp_reply(frame: &[u8], peer_ip: Ipv4Addr) -> Option<Vec<u8>> {
     Some(reply)
 }
 
-/// Build an Ethernet/IPv4/TCP frame from the peer to us.
-fn frame(src: SocketAddrV4, dst: SocketAddrV4, seg: &Segment<'_>) -> Vec<u8> {
+/// Answer a Neighbour Solicitation of ours for the peer with the peer's advertisement.
+fn ndp_reply(frame: &[u8], peer_ip: IpAddr) -> Option<Vec<u8>> {
+    use bypass_stack::ndp;
+    let IpAddr::V6(peer_ip) = peer_ip else { return None };
+    let packet = SlicedPacket::from_ethernet(frame).ok()?;
+    let NetSlice::Ipv6(ip) = packet.net? else { return None };
+    let (src, dst, hop) = (ip.header().source_addr(), ip.header().destination_addr(), ip.header().hop_limit());
+    let ndp::NdpMessage::NeighborSolicitation(ns) = ndp::parse(src, dst, hop, ip.payload().payload).ok()? else {
+        return None;
+    };
+    if ns.target != peer_ip {
+        return None;
+    }
+    let mut reply = vec![0u8; ndp::NDP_FRAME_LEN];
+    let flags = ndp::NaFlags { router: false, solicited: true, r#override: true };
+    let n = ndp::write_advertisement(&mut reply, PEER_MAC, peer_ip, OUR_MAC, src, peer_ip, flags);
+    reply.truncate(n);
+    Some(reply)
+}
+
+/// Build an Ethernet/IP/TCP frame from the peer to us (IPv4 or IPv6, as the addresses are).
+fn frame(src: SocketAddr, dst: SocketAddr, seg: &Segment<'_>) -> Vec<u8> {
     let tcp_len = seg.header_len() + seg.payload.len();
-    let mut out = vec![0u8; 34 + tcp_len];
-    let eth = Ethernet2Header { source: PEER_MAC, destination: OUR_MAC, ether_type: EtherType::IPV4 };
+    let headers = if src.is_ipv4() { 34 } else { 54 };
+    let mut out = vec![0u8; headers + tcp_len];
+    let ether_type = if src.is_ipv4() { EtherType::IPV4 } else { EtherType::IPV6 };
+    let eth = Ethernet2Header { source: PEER_MAC, destination: OUR_MAC, ether_type };
     out[..14].copy_from_slice(&eth.to_bytes());
-    let mut ip = Ipv4Header::new(tcp_len as u16, 64, IpNumber::TCP, src.ip().octets(), dst.ip().octets())
-        .expect("a recorded segment fits IPv4");
-    ip.header_checksum = ip.calc_header_checksum();
-    out[14..34].copy_from_slice(&ip.to_bytes());
-    let n = seg.emit(IpAddr::V4(*src.ip()), IpAddr::V4(*dst.ip()), &mut out[34..]).expect("sized above");
-    out.truncate(34 + n);
+    match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let mut ip = Ipv4Header::new(tcp_len as u16, 64, IpNumber::TCP, s.octets(), d.octets())
+                .expect("a recorded segment fits IPv4");
+            ip.header_checksum = ip.calc_header_checksum();
+            out[14..34].copy_from_slice(&ip.to_bytes());
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let ip = Ipv6Header {
+                traffic_class: 0,
+                flow_label: Ipv6FlowLabel::ZERO,
+                payload_length: tcp_len as u16,
+                next_header: IpNumber::TCP,
+                hop_limit: 64,
+                source: s.octets(),
+                destination: d.octets(),
+            };
+            out[14..54].copy_from_slice(&ip.to_bytes());
+        }
+        _ => unreachable!("a conversation's addresses are of one family"),
+    }
+    let n = seg.emit(src.ip(), dst.ip(), &mut out[headers..]).expect("sized above");
+    out.truncate(headers + n);
     out
 }
 
@@ -286,9 +339,10 @@ pub fn replay(file: &CaptureFile, role: Role, capture: Option<Box<dyn Capture>>)
         sent: Vec::new(),
         now: Duration::ZERO,
         buf: Vec::new(),
-        peer_ip: *peer.ip(),
+        peer_ip: peer.ip(),
     };
-    let mut config = StackConfig::new(*us.ip(), 24, [0x42; 16]);
+    let prefix = if us.is_ipv4() { 24 } else { 64 };
+    let mut config = StackConfig::new(us.ip(), prefix, [0x42; 16]);
     // Match the recorded handshake's options where we can.
     let our_syn = recorded.iter().find(|r| r.from_client == ours_is_client && r.flags.syn());
     if let Some(syn) = our_syn {
@@ -446,15 +500,15 @@ fn our_isn(stack: &Stack<ScriptDevice>, socket: Option<bypass_stack::SocketId>) 
 }
 
 /// Our sent frames as recorded segments (only those of the conversation).
-fn rows_from_frames(frames: &[(Duration, Vec<u8>)], us: SocketAddrV4, peer: SocketAddrV4) -> Vec<Recorded> {
+fn rows_from_frames(frames: &[(Duration, Vec<u8>)], us: SocketAddr, peer: SocketAddr) -> Vec<Recorded> {
     frames
         .iter()
         .filter_map(|(at, f)| {
             let packet = SlicedPacket::from_ethernet(f).ok()?;
             let TransportSlice::Tcp(tcp) = packet.transport? else { return None };
             let seg = Segment::parse_unchecked(tcp.slice()).ok()?;
-            let Some(etherparse::NetSlice::Ipv4(ip)) = packet.net else { return None };
-            let dst = SocketAddrV4::new(ip.header().destination_addr(), seg.dst_port);
+            let (_, dst_ip) = packet.net.as_ref().and_then(addresses)?;
+            let dst = SocketAddr::new(dst_ip, seg.dst_port);
             (seg.src_port == us.port() && dst == peer).then(|| Recorded {
                 at: *at,
                 from_client: false,
@@ -661,9 +715,10 @@ impl Device for ReplayDevice {
 /// Play every frame of `file` into a stack owning `ip` (listening on `ports`) at the
 /// recorded spacing, on virtual time; return the stack's counters. Any capture is safe:
 /// unusable frames are counted and dropped by the stack, never a panic.
-pub fn play_into_stack(file: &CaptureFile, ip: Ipv4Addr, ports: &[u16]) -> io::Result<bypass_stack::Counters> {
+pub fn play_into_stack(file: &CaptureFile, ip: IpAddr, ports: &[u16]) -> io::Result<bypass_stack::Counters> {
     let device = ReplayDevice::new(file, OUR_MAC, false);
-    let mut stack = Stack::new(device, StackConfig::new(ip, 24, [0x17; 16]));
+    let prefix = if ip.is_ipv4() { 24 } else { 64 };
+    let mut stack = Stack::new(device, StackConfig::new(ip, prefix, [0x17; 16]));
     stack.set_time(Instant::ZERO);
     for &port in ports {
         let _ = stack.listen(port);

@@ -5,7 +5,7 @@
 //! --test-threads=1` (each test has its own namespaces, but the machine has two cores).
 
 use std::io::{BufRead, BufReader};
-use std::net::{Ipv4Addr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -124,6 +124,54 @@ fn udp_frame(src: ([u8; 6], Ipv4Addr, u16), dst: ([u8; 6], Ipv4Addr, u16), paylo
     f.extend_from_slice(&[0, 0]);
     f.extend_from_slice(payload);
     f
+}
+
+/// Return the solicitation's source (MAC, IPv6) if `frame` is a Neighbour Solicitation for
+/// `target` (RFC 4861 4.3) from an address that is not unspecified.
+fn neighbour_solicitation_for(frame: &[u8], target: Ipv6Addr) -> Option<([u8; 6], Ipv6Addr)> {
+    let is_ns = frame.len() >= 78 && frame[12..14] == [0x86, 0xdd] && frame[20] == 58 && frame[54] == 135;
+    let src = Ipv6Addr::from(<[u8; 16]>::try_from(frame.get(22..38)?).unwrap());
+    (is_ns && frame[62..78] == target.octets() && !src.is_unspecified())
+        .then(|| (frame[6..12].try_into().unwrap(), src))
+}
+
+/// Build the solicited Neighbour Advertisement "`ip` is at `mac`" (RFC 4861 4.4) to a
+/// solicitor.
+fn neighbour_advertisement(mac: [u8; 6], ip: Ipv6Addr, to_mac: [u8; 6], to_ip: Ipv6Addr) -> Vec<u8> {
+    let mut icmp = vec![136, 0, 0, 0, 0x60, 0, 0, 0]; // solicited and override flags
+    icmp.extend_from_slice(&ip.octets());
+    icmp.extend_from_slice(&[2, 1]); // target link-layer address option, 8 bytes
+    icmp.extend_from_slice(&mac);
+    let mut pseudo = Vec::new(); // RFC 8200 8.1
+    pseudo.extend_from_slice(&ip.octets());
+    pseudo.extend_from_slice(&to_ip.octets());
+    pseudo.extend_from_slice(&(icmp.len() as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 58]);
+    pseudo.extend_from_slice(&icmp);
+    let sum = checksum(&pseudo);
+    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    let mut f = Vec::with_capacity(54 + icmp.len());
+    f.extend_from_slice(&to_mac);
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+    f.extend_from_slice(&(icmp.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[58, 255]); // ICMPv6; NDP needs hop limit 255
+    f.extend_from_slice(&ip.octets());
+    f.extend_from_slice(&to_ip.octets());
+    f.extend_from_slice(&icmp);
+    f
+}
+
+/// Return the UDP payload if `frame` is an IPv6 UDP datagram (no extension headers) to `dst`.
+fn udp6_payload_to(frame: &[u8], dst: (Ipv6Addr, u16)) -> Option<&[u8]> {
+    let is_udp = frame.len() >= 62 && frame[12..14] == [0x86, 0xdd] && frame[20] == 17;
+    (is_udp && frame[38..54] == dst.0.octets() && frame[56..58] == dst.1.to_be_bytes()).then(|| &frame[62..])
+}
+
+/// Return the IPv6 destination of `frame`, if it is IPv6.
+fn ipv6_destination(frame: &[u8]) -> Option<Ipv6Addr> {
+    (frame.len() >= 54 && frame[12..14] == [0x86, 0xdd])
+        .then(|| Ipv6Addr::from(<[u8; 16]>::try_from(&frame[38..54]).unwrap()))
 }
 
 /// Queue one frame and flush.
@@ -374,6 +422,106 @@ fn kernel_address_still_answers_generic_mode() {
     }
 }
 
+/// Enable IPv6 on `iface` in the calling thread's namespace.
+fn enable_ipv6(iface: &str) {
+    let path = format!("/proc/sys/net/ipv6/conf/{iface}/disable_ipv6");
+    std::fs::write(&path, "0").unwrap_or_else(|e| panic!("write {path}: {e}"));
+}
+
+/// Dual stack, end to end: the peer kernel sends IPv6 UDP to our address and to a kernel
+/// address on the bypass interface. It resolves ours with a Neighbour Solicitation that must
+/// reach the socket (we answer it by hand), and its datagram must follow; the solicitation and
+/// datagram for the kernel's address must pass to the kernel, whose socket receives it.
+fn ipv6_reaches_the_socket_and_the_rest_passes(mode: XdpMode, tag: &str) {
+    init_log();
+    let lab = Lab::create(tag).unwrap();
+    let ours: Ipv6Addr = "fd00:77::2".parse().unwrap();
+    let kernel6: Ipv6Addr = "fd00:77::3".parse().unwrap();
+    let peer6: Ipv6Addr = "fd00:77::1".parse().unwrap();
+    // The lab disables IPv6 in both namespaces; turn it on for the two veth ends only. All of
+    // this goes with the namespaces when `lab` drops, however the test ends.
+    lab.in_peer(|| enable_ipv6(&lab.peer_if));
+    lab.ip_peer(&["-6", "addr", "add", &format!("{peer6}/64"), "dev", &lab.peer_if, "nodad"]).unwrap();
+    lab.in_bypass(|| enable_ipv6(&lab.bypass_if));
+    lab.ip_bypass(&["-6", "addr", "add", &format!("{kernel6}/64"), "dev", &lab.bypass_if, "nodad"]).unwrap();
+    let config = XdpConfig { mode, ..XdpConfig::new(&lab.bypass_if, lab.bypass_ip).with_addr(ours) };
+    let mut dev = open(&lab, config).unwrap();
+    assert_eq!(dev.program().addrs(), [IpAddr::V4(lab.bypass_ip), IpAddr::V6(ours)]);
+    let kernel_socket = lab.in_bypass(|| UdpSocket::bind((kernel6, 5000)).expect("bind UDP to the kernel's address"));
+    kernel_socket.set_nonblocking(true).unwrap();
+    let peer_socket = lab.in_peer(|| UdpSocket::bind((peer6, 0)).expect("bind UDP in the peer namespace"));
+
+    let (mut solicited, mut ours_arrived, mut kernel_arrived) = (false, false, false);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut next_send = Instant::now();
+    while !(ours_arrived && kernel_arrived) {
+        assert!(
+            Instant::now() < deadline,
+            "solicited: {solicited}, datagram to ours: {ours_arrived}, datagram to the kernel's: {kernel_arrived}"
+        );
+        if Instant::now() >= next_send {
+            // Again every 200 ms: the kernel keeps only a few datagrams while it resolves.
+            peer_socket.send_to(b"to the stack", (ours, 5000)).expect("send to our address");
+            peer_socket.send_to(b"to the kernel", (kernel6, 5000)).expect("send to the kernel's address");
+            next_send = Instant::now() + Duration::from_millis(200);
+        }
+        for frame in drain(&mut dev) {
+            if let Some((mac, ip)) = neighbour_solicitation_for(&frame, ours) {
+                solicited = true;
+                send(&mut dev, &neighbour_advertisement(lab.bypass_mac, ours, mac, ip));
+            } else if let Some(payload) = udp6_payload_to(&frame, (ours, 5000)) {
+                assert_eq!(payload, b"to the stack");
+                ours_arrived = true;
+            }
+            assert!(neighbour_solicitation_for(&frame, kernel6).is_none(), "NS for the kernel's address redirected");
+            assert_ne!(ipv6_destination(&frame), Some(kernel6), "IPv6 to the kernel's address redirected");
+        }
+        let mut buf = [0u8; 64];
+        match kernel_socket.recv_from(&mut buf) {
+            Ok((n, from)) => {
+                assert_eq!((&buf[..n], from.ip()), (&b"to the kernel"[..], IpAddr::V6(peer6)));
+                kernel_arrived = true;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("kernel socket: {e}"),
+        }
+    }
+    assert!(solicited, "the datagram to our address came without a solicitation reaching us");
+    // And IPv4 still works beside it.
+    assert_eq!(ping_exchange(&lab, &mut [dev]), 3);
+}
+
+#[test]
+fn ipv6_reaches_the_socket_and_the_rest_passes_driver_mode() {
+    if lab_available("ipv6_reaches_the_socket_and_the_rest_passes_driver_mode") {
+        ipv6_reaches_the_socket_and_the_rest_passes(XdpMode::Driver, "v6drv");
+    }
+}
+
+#[test]
+fn ipv6_reaches_the_socket_and_the_rest_passes_generic_mode() {
+    if lab_available("ipv6_reaches_the_socket_and_the_rest_passes_generic_mode") {
+        ipv6_reaches_the_socket_and_the_rest_passes(XdpMode::Generic, "v6gen");
+    }
+}
+
+#[test]
+fn too_many_addresses_are_refused_before_attaching() {
+    if !lab_available("too_many_addresses_are_refused_before_attaching") {
+        return;
+    }
+    let lab = Lab::create("toomany").unwrap();
+    let mut nine = config(&lab, XdpMode::Auto);
+    nine.addrs.extend((1..=8).map(|i| IpAddr::V4(Ipv4Addr::new(10, 77, 0, 100 + i))));
+    let err = open(&lab, nine).err().expect("nine IPv4 addresses must be refused");
+    println!("{err}");
+    assert!(matches!(err, XdpError::InvalidConfig(_)), "{err:?}");
+    assert!(err.to_string().contains("at most 8 per family"), "{err}");
+    assert!(!xdp_attached(&lab));
+    let err = open(&lab, XdpConfig { addrs: vec![], ..config(&lab, XdpMode::Auto) }).err().expect("no address");
+    assert!(matches!(err, XdpError::InvalidConfig(_)), "{err:?}");
+}
+
 #[test]
 fn large_mtus_are_explained() {
     if !lab_available("large_mtus_are_explained") {
@@ -428,7 +576,8 @@ const CHILD_ENV: &str = "BYPASS_XDP_TEST_CHILD";
 fn sigkill_child() {
     let Ok(spec) = std::env::var(CHILD_ENV) else { return };
     let (iface, ip) = spec.split_once(' ').expect("CHILD_ENV: IFACE IP");
-    let dev = XdpDevice::open(XdpConfig::new(iface, ip.parse().unwrap())).unwrap_or_else(|e| panic!("child: {e}"));
+    let dev =
+        XdpDevice::open(XdpConfig::new(iface, ip.parse::<IpAddr>().unwrap())).unwrap_or_else(|e| panic!("child: {e}"));
     println!("ATTACHED {}", dev.info().mode);
     std::thread::sleep(Duration::from_secs(60));
     unreachable!("the parent kills this process");

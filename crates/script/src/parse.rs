@@ -107,6 +107,7 @@ pub fn event_name(event: Event) -> &'static str {
         Event::Closed => "closed",
         Event::Reset => "reset",
         Event::TimedOut => "timed_out",
+        Event::Unreachable => "unreachable",
     }
 }
 
@@ -119,6 +120,7 @@ fn parse_event(word: &str) -> Option<Event> {
         Event::Closed,
         Event::Reset,
         Event::TimedOut,
+        Event::Unreachable,
     ]
     .into_iter()
     .find(|&e| event_name(e) == word)

@@ -70,6 +70,11 @@ fn optional_duration(v: &str) -> Result<Option<Duration>, String> {
 }
 
 impl Settings {
+    /// Return our address (the stack's IPv4 one; scripts speak IPv4).
+    pub fn local_ip(&self) -> Ipv4Addr {
+        self.stack.ipv4.map_or(Ipv4Addr::UNSPECIFIED, |c| c.addr)
+    }
+
     /// Apply one `key=value`.
     pub fn set(&mut self, key: &str, v: &str) -> Result<(), String> {
         let tcp = &mut self.stack.tcp;
@@ -112,7 +117,10 @@ impl Settings {
             "syn_queue" => self.stack.syn_queue = num(v)?,
             "accept_backlog" => self.stack.accept_backlog = num(v)?,
             "window_budget" => self.stack.window_budget = if v == "none" { None } else { Some(num(v)?) },
-            "local_ip" => self.stack.ip = num(v)?,
+            "local_ip" => {
+                let prefix = self.stack.ipv4.map_or(24, |c| c.prefix_len);
+                self.stack.ipv4 = Some(bypass_stack::addr::Cidr { addr: num(v)?, prefix_len: prefix });
+            }
             "remote_ip" => self.tester_ip = num(v)?,
             "remote_port" => self.tester_port = num(v)?,
             "local_port" => self.local_port = num(v)?,

@@ -77,7 +77,7 @@ impl VirtualTarget {
             iface,
             device: Collector { info, frames: Vec::new() },
             now: 0,
-            us: settings.stack.ip,
+            us: settings.local_ip(),
             tester: settings.tester_ip,
             sent: VecDeque::new(),
             app: StackApp::default(),
@@ -198,6 +198,7 @@ impl StackApp {
                 Err(ConnectError::NoFreePort(_)) => Err("EADDRNOTAVAIL"),
                 Err(ConnectError::TableFull(_)) => Err("ENOBUFS"),
                 Err(ConnectError::InvalidAddress(_)) => Err("EINVAL"),
+                Err(ConnectError::NoSourceAddress(_)) => Err("EAFNOSUPPORT"),
             },
             Call::Write(n) => {
                 self.conn(iface).and_then(|c| c.send(&vec![0u8; n]).map(|k| k as i64).map_err(send_errno))

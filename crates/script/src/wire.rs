@@ -264,9 +264,9 @@ impl WireTarget {
         options: WireOptions,
     ) -> Result<WireTarget, WireError> {
         let lab = Lab::with_config(LabConfig::new("script"))?;
-        let us = settings.stack.ip;
+        let us = settings.local_ip();
         let tester_ip = settings.tester_ip;
-        let prefix = settings.stack.prefix_len;
+        let prefix = settings.stack.ipv4.map_or(24, |c| c.prefix_len);
         let open_tester = |ns: &str, iface: &str| {
             let iface = iface.to_string();
             let config = PacketConfig { rx_frames: 256, tx_frames: 16, qdisc_bypass: true };

@@ -19,8 +19,6 @@ pub enum Drop {
     BadIpv4Header,
     /// IPv4 header checksum wrong.
     BadIpv4Checksum,
-    /// IPv4 fragment: reassembly is not supported.
-    Ipv4Fragment,
     /// IPv4 addressed to another host.
     WrongIpAddress,
     /// IPv4 from a source no host may send from: broadcast (limited or our subnet's),
@@ -51,13 +49,32 @@ pub enum Drop {
     TableFull,
     /// A frame waiting for ARP resolution was dropped (queue full or resolution failed).
     ArpQueueDrop,
+    /// IPv6 header malformed (version, payload length), or an extension header we cannot
+    /// process (RFC 8200 4: an unknown one, or a routing header with segments left).
+    BadIpv6Header,
+    /// IPv6 to an address that is not ours, or to a multicast group we did not join.
+    Ipv6NotForUs,
+    /// ICMPv6 malformed or with a bad checksum (RFC 4443 2.3).
+    BadIcmpv6,
+    /// Neighbour Discovery message that fails the checks of RFC 4861 7.1 and 6.1 (hop
+    /// limit 255, code, length, options), or one we do not act on.
+    BadNdp,
+    /// A frame waiting for Neighbour Discovery was dropped (queue full or resolution
+    /// failed, RFC 4861 7.2.2).
+    NeighbourQueueDrop,
+    /// A fragment (IPv4 or IPv6) dropped: overlapping (RFC 5722), oversized, badly sized,
+    /// over the reassembly memory bound, or its datagram's time ran out.
+    FragmentDropped,
+    /// An ICMP error about a TCP connection whose quoted sequence number is outside the
+    /// window (RFC 5927 4.1), for a connection we do not have, or one TCP did not act on.
+    IcmpOutOfWindow,
     /// The device had no transmit buffer free.
     TxRingFull,
 }
 
 impl Drop {
     /// Every reason, in display order.
-    pub const ALL: [Drop; 22] = [
+    pub const ALL: [Drop; 28] = [
         Drop::Truncated,
         Drop::WrongMac,
         Drop::UnknownEthertype,
@@ -65,7 +82,6 @@ impl Drop {
         Drop::ArpNotForUs,
         Drop::BadIpv4Header,
         Drop::BadIpv4Checksum,
-        Drop::Ipv4Fragment,
         Drop::WrongIpAddress,
         Drop::MartianSource,
         Drop::UnknownProtocol,
@@ -79,6 +95,13 @@ impl Drop {
         Drop::ListenNoSyn,
         Drop::TableFull,
         Drop::ArpQueueDrop,
+        Drop::BadIpv6Header,
+        Drop::Ipv6NotForUs,
+        Drop::BadIcmpv6,
+        Drop::BadNdp,
+        Drop::NeighbourQueueDrop,
+        Drop::FragmentDropped,
+        Drop::IcmpOutOfWindow,
         Drop::TxRingFull,
     ];
 
@@ -92,7 +115,6 @@ impl Drop {
             Drop::ArpNotForUs => "arp_not_for_us",
             Drop::BadIpv4Header => "bad_ipv4_header",
             Drop::BadIpv4Checksum => "bad_ipv4_checksum",
-            Drop::Ipv4Fragment => "ipv4_fragment",
             Drop::WrongIpAddress => "wrong_ip_address",
             Drop::MartianSource => "martian_source",
             Drop::UnknownProtocol => "unknown_protocol",
@@ -106,6 +128,13 @@ impl Drop {
             Drop::ListenNoSyn => "listen_no_syn",
             Drop::TableFull => "table_full",
             Drop::ArpQueueDrop => "arp_queue_drop",
+            Drop::BadIpv6Header => "bad_ipv6_header",
+            Drop::Ipv6NotForUs => "ipv6_not_for_us",
+            Drop::BadIcmpv6 => "bad_icmpv6",
+            Drop::BadNdp => "bad_ndp",
+            Drop::NeighbourQueueDrop => "neighbour_queue_drop",
+            Drop::FragmentDropped => "fragment_dropped",
+            Drop::IcmpOutOfWindow => "icmp_out_of_window",
             Drop::TxRingFull => "tx_ring_full",
         }
     }
@@ -163,6 +192,18 @@ pub struct Counters {
     pub orphans_reset: u64,
     /// SYNs that found a closed connection in TIME-WAIT and opened a new one (RFC 6191).
     pub time_wait_reopened: u64,
+    /// ICMP and ICMPv6 errors about one of our connections that TCP acted on (RFC 1122
+    /// 4.2.3.9, RFC 5927).
+    pub icmp_errors: u64,
+    /// Path MTU decreases learnt from "fragmentation needed" or "packet too big" (RFC 1191,
+    /// RFC 8201).
+    pub path_mtu_lowered: u64,
+    /// Datagrams reassembled from fragments (RFC 791, RFC 8200 4.5).
+    pub fragments_reassembled: u64,
+    /// Neighbour Solicitations sent (RFC 4861 7.2.2).
+    pub ndp_solicitations: u64,
+    /// Neighbour Advertisements sent in answer to solicitations for our addresses (RFC 4861 7.2.4).
+    pub ndp_advertisements: u64,
     /// Bytes copied by the CPU on the data path (payload into and out of connection
     /// buffers), for the demo's copies-per-byte figure.
     pub bytes_copied: u64,
@@ -213,6 +254,11 @@ impl fmt::Display for Counters {
             ("resets_for_lost_data", self.resets_for_lost_data),
             ("orphans_reset", self.orphans_reset),
             ("time_wait_reopened", self.time_wait_reopened),
+            ("icmp_errors", self.icmp_errors),
+            ("path_mtu_lowered", self.path_mtu_lowered),
+            ("fragments_reassembled", self.fragments_reassembled),
+            ("ndp_solicitations", self.ndp_solicitations),
+            ("ndp_advertisements", self.ndp_advertisements),
             ("bytes_copied", self.bytes_copied),
         ];
         for (name, value) in plain {

@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod addr;
 pub mod arp;
 pub mod capture;
 pub mod counters;

@@ -2,7 +2,7 @@
 //! secrets use.
 
 use core::hash::Hasher;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 
 use siphasher::sip::SipHasher24;
 
@@ -66,16 +66,24 @@ impl EphemeralPorts {
     /// each port of the range at most once; `None` if it accepts none.
     pub(crate) fn select(
         &mut self,
-        local: Ipv4Addr,
-        remote: SocketAddrV4,
+        local: IpAddr,
+        remote: SocketAddr,
         mut suitable: impl FnMut(u16) -> bool,
     ) -> Option<u16> {
         // F and G of RFC 6056 3.3.4 as the two halves of one 64-bit keyed hash (as Linux
         // takes both from `secure_ipv4_port_ephemeral`): a PRF's output halves are
         // independent, as two hashes under two keys would be.
         let mut h = SipHasher24::new_with_key(&self.key);
-        h.write(&local.octets());
-        h.write(&remote.ip().octets());
+        match (local, remote.ip()) {
+            (IpAddr::V4(l), IpAddr::V4(r)) => {
+                h.write(&l.octets());
+                h.write(&r.octets());
+            }
+            (l, r) => {
+                h.write(&octets16(l));
+                h.write(&octets16(r));
+            }
+        }
         h.write_u16(remote.port());
         let bits = h.finish();
         let offset = (bits as u32) % self.count;
@@ -89,5 +97,13 @@ impl EphemeralPorts {
             }
         }
         None
+    }
+}
+
+/// Return an address as 16 octets (IPv4 mapped, RFC 4291 2.5.5.2), for hashing.
+fn octets16(addr: IpAddr) -> [u8; 16] {
+    match addr {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
     }
 }

@@ -3,7 +3,7 @@
 //! ```no_run
 //! # use bypass_stack::{Stack, StackConfig, Device};
 //! # fn serve(device: impl Device) -> std::io::Result<()> {
-//! let config = StackConfig::new("10.77.0.2".parse().unwrap(), 24, [7; 16]);
+//! let config = StackConfig::new(std::net::Ipv4Addr::new(10, 77, 0, 2), 24, [7; 16]);
 //! let mut stack = Stack::new(device, config);
 //! let listener = stack.listen(7).expect("port 7 is free");
 //! let mut conns = Vec::new();
@@ -23,7 +23,7 @@
 //! ```
 
 use std::io::{self, ErrorKind, Read, Write};
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use bypass_tcp::{Event, Instant, RecvError, SendError, State};
@@ -220,13 +220,13 @@ impl<D: Device> Stack<D> {
     }
 
     /// Start connecting to `remote` (non-blocking: wait for `Event::Established`).
-    pub fn connect(&mut self, remote: SocketAddrV4) -> Result<SocketId, ConnectError> {
+    pub fn connect(&mut self, remote: impl Into<SocketAddr>) -> Result<SocketId, ConnectError> {
         let now = self.now();
         self.iface.connect(now, remote)
     }
 
     /// Start connecting to `remote` from `local_port` (a fixed source port).
-    pub fn connect_from(&mut self, local_port: u16, remote: SocketAddrV4) -> Result<SocketId, ConnectError> {
+    pub fn connect_from(&mut self, local_port: u16, remote: impl Into<SocketAddr>) -> Result<SocketId, ConnectError> {
         let now = self.now();
         self.iface.connect_from(now, Some(local_port), remote)
     }
@@ -234,8 +234,10 @@ impl<D: Device> Stack<D> {
     /// Read received data: `Ok(0)` at end of stream, `WouldBlock` when nothing is there yet.
     pub fn read(&mut self, id: SocketId, buf: &mut [u8]) -> io::Result<usize> {
         let conn = self.iface.connection_mut(id).ok_or_else(stale)?;
+        let icmp = conn.error();
         let n = conn.recv(buf).map_err(|e| match e {
             RecvError::WouldBlock => io::Error::from(ErrorKind::WouldBlock),
+            RecvError::Reset | RecvError::TimedOut if icmp.is_some() => icmp_io_error(e, icmp),
             RecvError::Reset => io::Error::new(ErrorKind::ConnectionReset, e),
             RecvError::TimedOut => io::Error::new(ErrorKind::TimedOut, e),
             RecvError::InvalidState(_) => io::Error::new(ErrorKind::NotConnected, e),
@@ -247,8 +249,10 @@ impl<D: Device> Stack<D> {
     /// Queue data for sending; `WouldBlock` when the send buffer is full.
     pub fn write(&mut self, id: SocketId, data: &[u8]) -> io::Result<usize> {
         let conn = self.iface.connection_mut(id).ok_or_else(stale)?;
+        let icmp = conn.error();
         let n = conn.send(data).map_err(|e| match e {
             SendError::WouldBlock => io::Error::from(ErrorKind::WouldBlock),
+            SendError::Reset | SendError::TimedOut if icmp.is_some() => icmp_io_error(e, icmp),
             SendError::Reset => io::Error::new(ErrorKind::ConnectionReset, e),
             SendError::TimedOut => io::Error::new(ErrorKind::TimedOut, e),
             SendError::InvalidState(_) => io::Error::new(ErrorKind::BrokenPipe, e),
@@ -405,4 +409,19 @@ impl<D: Device> Write for Stream<'_, D> {
         let id = self.id;
         self.block_until(|s| s.iface.connection(id).is_none_or(|c| c.send_queued() == 0))
     }
+}
+
+/// Return the error a connection that ended after an ICMP error reports, as Linux reports
+/// `sk_err` or `sk_err_soft` (EHOSTUNREACH, ENETUNREACH, ECONNREFUSED) in place of
+/// ECONNRESET or ETIMEDOUT (RFC 1122 4.2.3.9: make the information available).
+fn icmp_io_error(e: impl std::fmt::Display, icmp: Option<bypass_tcp::IcmpError>) -> io::Error {
+    use bypass_tcp::IcmpError as I;
+    let Some(icmp) = icmp else { return io::Error::other(e.to_string()) };
+    let kind = match icmp {
+        I::NetUnreachable => ErrorKind::NetworkUnreachable,
+        I::PortUnreachable | I::ProtocolUnreachable => ErrorKind::ConnectionRefused,
+        I::AdminProhibited => ErrorKind::PermissionDenied,
+        _ => ErrorKind::HostUnreachable,
+    };
+    io::Error::new(kind, format!("{e}: {icmp}"))
 }

@@ -380,13 +380,13 @@ fn every_port_in_the_range_is_reachable_and_taken_ones_are_skipped() {
     let mut ports: Vec<u16> = (0..6).map(|_| connect_port(&mut host, now, dst)).collect();
     ports.sort_unstable();
     assert_eq!(ports, [40_000, 40_001, 40_002, 40_004, 40_006, 40_007]);
-    assert_eq!(host.connect(now, dst), Err(ConnectError::NoFreePort(dst)));
+    assert_eq!(host.connect(now, dst), Err(ConnectError::NoFreePort(dst.into())));
     // Towards another destination every port but the listener's is free again.
     let other = SocketAddrV4::new(PEER, 444);
     let mut ports: Vec<u16> = (0..7).map(|_| connect_port(&mut host, now, other)).collect();
     ports.sort_unstable();
     assert_eq!(ports, [40_000, 40_001, 40_002, 40_004, 40_005, 40_006, 40_007]);
-    assert_eq!(host.connect(now, other), Err(ConnectError::NoFreePort(other)));
+    assert_eq!(host.connect(now, other), Err(ConnectError::NoFreePort(other.into())));
 }
 
 #[test]
@@ -407,5 +407,5 @@ fn a_full_range_still_finds_the_last_free_port() {
     }
     let id = host.connect(now, dst).unwrap();
     assert_eq!(local_port(&host, id), free);
-    assert_eq!(host.connect(now, dst), Err(ConnectError::NoFreePort(dst)));
+    assert_eq!(host.connect(now, dst), Err(ConnectError::NoFreePort(dst.into())));
 }

@@ -245,7 +245,8 @@ fn malformed_frames_are_counted_and_dropped() {
     let mac_b = net.b.device().info().mac;
     let mac_a = net.a.device().info().mac;
     let mut frames: Vec<Vec<u8>> = vec![vec![0xff; 13], vec![1, 2, 3]];
-    // IPv4 with a bad header checksum, a fragment, another host, an unknown protocol.
+    // IPv4 with a bad header checksum, a fragment ending beyond the largest datagram (the
+    // "ping of death"), another host, an unknown protocol.
     let ip = |proto: u8, dst: Ipv4Addr, frag: u16, good_sum: bool| {
         let mut f = Vec::new();
         f.extend_from_slice(&mac_b);
@@ -260,7 +261,7 @@ fn malformed_frames_are_counted_and_dropped() {
         f
     };
     frames.push(ip(6, B, 0, false));
-    frames.push(ip(6, B, 0x2000, true));
+    frames.push(ip(6, B, 0x1fff, true));
     frames.push(ip(6, Ipv4Addr::new(10, 9, 0, 99), 0, true));
     frames.push(ip(47, B, 0, true));
     frames.push(ip(6, B, 0, true)); // TCP with a zero checksum: bad
@@ -283,7 +284,7 @@ fn malformed_frames_are_counted_and_dropped() {
     let c = net.b.counters();
     assert_eq!(c.drops(Drop::Truncated), 2);
     assert_eq!(c.drops(Drop::BadIpv4Checksum), 1);
-    assert_eq!(c.drops(Drop::Ipv4Fragment), 1);
+    assert_eq!(c.drops(Drop::FragmentDropped), 1);
     assert_eq!(c.drops(Drop::WrongIpAddress), 1);
     assert_eq!(c.drops(Drop::UnknownProtocol), 1);
     assert_eq!(c.drops(Drop::BadTcp), 1);
@@ -483,7 +484,7 @@ fn the_directed_broadcast_follows_the_prefix() {
     // 10.9.0.3 is the broadcast address of B's /30, but on a /31 (RFC 3021: no broadcast)
     // it is the other end of the link.
     for (prefix, martian) in [(30, true), (31, false), (24, false)] {
-        let mut net = Net::new(LinkConfig::default(), |c| c.prefix_len = prefix);
+        let mut net = Net::new(LinkConfig::default(), |c| c.ipv4.as_mut().expect("IPv4 host").prefix_len = prefix);
         let [_, ping] = syn_and_ping_from(&net, Ipv4Addr::new(10, 9, 0, 3));
         send_raw(&mut net, &[ping]);
         let c = net.b.counters();

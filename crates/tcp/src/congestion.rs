@@ -157,6 +157,14 @@ impl Controller for NewReno {
             self.slow_start_after_rto = false;
         }
     }
+
+    fn on_mss_change(&mut self, smss: u32) {
+        self.smss = smss.max(1);
+        self.cwnd = self.cwnd.max(self.smss);
+        if self.ssthresh != u32::MAX {
+            self.ssthresh = self.ssthresh.max(self.smss.saturating_mul(2));
+        }
+    }
 }
 
 /// The controller of one connection, as [`Algorithm`] chose.
@@ -227,6 +235,9 @@ impl Controller for CongestionControl {
     }
     fn on_spurious(&mut self, now: Instant) {
         self.inner_mut().on_spurious(now)
+    }
+    fn on_mss_change(&mut self, smss: u32) {
+        self.inner_mut().on_mss_change(smss)
     }
 }
 

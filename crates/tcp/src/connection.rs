@@ -11,6 +11,9 @@
 //!    [`Connection::handle_timeout`] next (then poll again);
 //! 4. [`Connection::poll_event`] to learn what the application should do.
 //!
+//! An ICMP error about one of its segments goes to [`Connection::handle_icmp`], like a
+//! segment (then poll again); a path MTU the host learnt, to [`Connection::set_path_mtu`].
+//!
 //! The application side is [`send`](Connection::send), [`recv`](Connection::recv),
 //! [`close`](Connection::close) and [`abort`](Connection::abort); after any of
 //! them, call `poll_transmit` again.
@@ -18,11 +21,12 @@
 //! This file holds the TCB and the user calls (RFC 9293 3.10.1-3.10.6). The TCB's parts
 //! live in files of their own, each with its invariants: `send_space.rs` (with the SACK
 //! scoreboard of `sent.rs`), `recv_space.rs` (with reassembly), `timestamps.rs`,
-//! `reliability.rs` (RTT, loss recovery, congestion control) and `timer.rs`. What the
-//! connection does with them lives in `input.rs` (segment arrival, returning an
-//! [`Outcome`](crate::Outcome)), `output.rs` (segment output), `timeouts.rs` (timer
-//! expiry) and `open.rs` (passive opens from a segment). Those build on this file, and
-//! nothing here calls into them.
+//! `reliability.rs` (RTT, loss recovery, congestion control), `path.rs` (path MTU, soft
+//! errors) and `timer.rs`. What the connection does with them lives in `input.rs`
+//! (segment arrival, returning an [`Outcome`](crate::Outcome)), `output.rs` (segment
+//! output), `timeouts.rs` (timer expiry), `icmp.rs` (ICMP errors, returning an
+//! [`IcmpOutcome`](crate::IcmpOutcome)) and `open.rs` (passive opens from a segment).
+//! Those build on this file, and nothing here calls into them.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -32,6 +36,7 @@ use crate::config::Config;
 use crate::controller::Controller;
 use crate::event::{Cause, Event, Stats, Transition, UserCall};
 use crate::isn::IsnGenerator;
+use crate::path::Path;
 use crate::recv_space::{AckDue, RecvSpace, wscale_offer};
 use crate::reliability::Reliability;
 use crate::segment::Flags;
@@ -52,10 +57,11 @@ pub enum SendError {
     /// The connection is not open for sending (listening, closing or closed).
     #[error("connection is not open for sending (state {0})")]
     InvalidState(State),
-    /// The peer reset the connection.
-    #[error("connection reset by peer")]
+    /// The peer reset the connection, or an ICMP error ended the handshake
+    /// ([`Event::Unreachable`]; [`Connection::error`] says which).
+    #[error("connection reset by peer or unreachable")]
     Reset,
-    /// The connection timed out.
+    /// The connection timed out ([`Connection::error`] may say why).
     #[error("connection timed out")]
     TimedOut,
 }
@@ -69,10 +75,11 @@ pub enum RecvError {
     /// The connection is not open for receiving (listening or never opened).
     #[error("connection is not open for receiving (state {0})")]
     InvalidState(State),
-    /// The peer reset the connection.
-    #[error("connection reset by peer")]
+    /// The peer reset the connection, or an ICMP error ended the handshake
+    /// ([`Event::Unreachable`]; [`Connection::error`] says which).
+    #[error("connection reset by peer or unreachable")]
     Reset,
-    /// The connection timed out.
+    /// The connection timed out ([`Connection::error`] may say why).
     #[error("connection timed out")]
     TimedOut,
 }
@@ -121,6 +128,8 @@ pub struct Transmit {
 pub(crate) enum Failure {
     Reset,
     TimedOut,
+    /// An ICMP error ended the handshake (the error is in `Path::error`).
+    Unreachable,
 }
 
 /// A reset to send that does not follow from the send sequence (RFC 9293 3.10.7).
@@ -140,6 +149,7 @@ const EV_PEER_CLOSED: u8 = 1 << 3;
 const EV_CLOSED: u8 = 1 << 4;
 const EV_RESET: u8 = 1 << 5;
 const EV_TIMED_OUT: u8 = 1 << 6;
+const EV_UNREACHABLE: u8 = 1 << 7;
 
 /// Transitions kept per connection; a connection makes a dozen in a normal life.
 pub(crate) const TRACE_LIMIT: usize = 64;
@@ -206,6 +216,7 @@ pub struct Connection {
     pub(crate) rel: Reliability,
     pub(crate) timers: TimerTable,
     pub(crate) due: Due,
+    pub(crate) path: Path,
 
     pub(crate) challenge: ChallengeLimit,
     pub(crate) pending_reset: Option<PendingReset>,
@@ -269,6 +280,7 @@ impl Connection {
             rel: Reliability::new(config, mss),
             timers: TimerTable::default(),
             due: Due::default(),
+            path: Path::new(local.is_ipv6(), config.mss),
             challenge: ChallengeLimit::default(),
             pending_reset: None,
             events: 0,
@@ -358,7 +370,8 @@ impl Connection {
             EV_PEER_CLOSED => Event::PeerClosed,
             EV_CLOSED => Event::Closed,
             EV_RESET => Event::Reset,
-            _ => Event::TimedOut,
+            EV_TIMED_OUT => Event::TimedOut,
+            _ => Event::Unreachable,
         })
     }
 
@@ -367,7 +380,7 @@ impl Connection {
     /// Data queued in SYN-SENT or SYN-RECEIVED goes out once the connection is established.
     pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
         self.check_failure().map_err(|f| match f {
-            Failure::Reset => SendError::Reset,
+            Failure::Reset | Failure::Unreachable => SendError::Reset,
             Failure::TimedOut => SendError::TimedOut,
         })?;
         if !self.state.can_send() || self.snd.fin_queued {
@@ -405,7 +418,7 @@ impl Connection {
             return Ok(0);
         }
         self.check_failure().map_err(|f| match f {
-            Failure::Reset => RecvError::Reset,
+            Failure::Reset | Failure::Unreachable => RecvError::Reset,
             Failure::TimedOut => RecvError::TimedOut,
         })?;
         match self.state {
@@ -655,13 +668,20 @@ impl Connection {
         }
     }
 
-    /// End the connection abnormally: the peer reset it or it timed out.
+    /// End the connection abnormally: the peer reset it, it timed out, or an ICMP error
+    /// ended the handshake.
     pub(crate) fn fail(&mut self, now: Instant, failure: Failure, cause: Cause) {
+        if failure == Failure::TimedOut
+            && let Some(error) = self.path.error
+        {
+            log::debug!("{:?}: timed out after ICMP {error:?}", self.tuple());
+        }
         self.failure = Some(failure);
         self.snd.buf.clear();
         self.emit(match failure {
             Failure::Reset => Event::Reset,
             Failure::TimedOut => Event::TimedOut,
+            Failure::Unreachable => Event::Unreachable,
         });
         self.set_state(now, State::Closed, cause);
     }
@@ -675,6 +695,7 @@ impl Connection {
             Event::Closed => EV_CLOSED,
             Event::Reset => EV_RESET,
             Event::TimedOut => EV_TIMED_OUT,
+            Event::Unreachable => EV_UNREACHABLE,
         };
     }
 

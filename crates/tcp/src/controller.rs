@@ -20,6 +20,9 @@
 //! 6. [`Controller::on_spurious`] when a recovery or timeout turns out to have been
 //!    needless (a D-SACK, RFC 2883, or the timestamps of RFC 7323 show the original arrived):
 //!    the controller restores what it had before.
+//! 7. [`Controller::on_mss_change`] when the path MTU changes the segment size of an open
+//!    connection (a Packet Too Big, RFC 1191, RFC 8201; or the host's estimate): no
+//!    congestion signal, so cwnd and ssthresh keep their bytes.
 //!
 //! Which controller a connection uses is [`Algorithm`], chosen in `Config`.
 
@@ -98,6 +101,13 @@ pub(crate) trait Controller {
     /// The last reduction (recovery or timeout) was needless: restore cwnd and ssthresh as
     /// they were before it.
     fn on_spurious(&mut self, now: Instant);
+
+    /// The sender's segment size became `smss` mid-connection (the path MTU changed): grow
+    /// in units of it from now on, and keep cwnd and ssthresh in bytes, the data the network
+    /// holds (RFC 1191 section 6.4: a Packet Too Big "should not change the congestion
+    /// window"; the initial window is not recomputed either), held to at least one and two
+    /// segments of the new size.
+    fn on_mss_change(&mut self, smss: u32);
 }
 
 /// Return the initial window for `smss`: min(10*SMSS, max(2*SMSS, 14600)) (RFC 6928

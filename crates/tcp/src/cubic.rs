@@ -444,6 +444,25 @@ impl Controller for Cubic {
         self.slow_start_after_rto = saved.slow_start_after_rto;
         self.hystart.restart_round();
     }
+
+    /// Take the new SMSS as `set_mss` does after data was delivered, without recomputing the
+    /// initial window: a stage under way (and one saved for an undo) ends, its K and C * SMSS
+    /// being in the old unit; the next ACK in congestion avoidance begins a new one at the
+    /// current cwnd.
+    fn on_mss_change(&mut self, smss: u32) {
+        let smss = smss.max(1);
+        if smss != self.smss {
+            self.epoch = None;
+            if let Some(saved) = self.saved.as_mut() {
+                saved.epoch = None;
+            }
+        }
+        self.smss = smss;
+        self.cwnd = self.cwnd.max(smss);
+        if self.ssthresh != u32::MAX {
+            self.ssthresh = self.ssthresh.max(smss.saturating_mul(2));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -23,8 +23,17 @@ pub enum Event {
     Closed,
     /// The peer reset the connection, or it was refused.
     Reset,
-    /// Retransmissions or the user timeout ran out; the connection was aborted.
+    /// Retransmissions, the user timeout or keep-alive probes ran out; the connection was
+    /// aborted. Where an ICMP error about it arrived since the last acknowledgment,
+    /// [`Connection::error`](crate::Connection::error) names it: the likelier reason (a host
+    /// unreachable, say) than the timeout itself.
     TimedOut,
+    /// An ICMP error ended the handshake (SYN-SENT or SYN-RECEIVED; RFC 1122 4.2.3.9, RFC
+    /// 5461): the destination network or host is unreachable, it refused the port (port
+    /// unreachable, the ICMP form of a reset) or the protocol, a filter prohibited the
+    /// connection, or the path failed it (time exceeded, parameter problem). The connection
+    /// is CLOSED; [`Connection::error`](crate::Connection::error) says which error it was.
+    Unreachable,
 }
 
 /// What made a connection change state.
@@ -45,6 +54,8 @@ pub enum Cause {
     Timer(crate::timer::Timer),
     /// The application called an operation.
     User(UserCall),
+    /// An ICMP error arrived about one of our segments.
+    Icmp(crate::icmp::IcmpError),
 }
 
 impl Cause {
@@ -89,6 +100,7 @@ impl fmt::Display for Transition {
             }
             Cause::Timer(t) => write!(f, "{t:?} timer"),
             Cause::User(u) => write!(f, "user {u:?}"),
+            Cause::Icmp(e) => write!(f, "ICMP {e}"),
         }
     }
 }
@@ -123,6 +135,13 @@ pub struct Stats {
     /// Resets sent because received data was lost: the application let go of the
     /// connection with data unread, or data arrived after it did (RFC 9293 3.6.1).
     pub resets_for_lost_data: u64,
+    /// ICMP errors ignored (`IcmpOutcome::Ignored`: stale, forged, or changing nothing).
+    pub icmp_ignored: u64,
+    /// Soft ICMP errors taken (RFC 1122 4.2.3.9): kept for `Connection::error`.
+    pub icmp_soft_errors: u64,
+    /// Packet Too Big messages acted on: the path MTU fell, or segments sent too large were
+    /// resent (RFC 1191, RFC 8201).
+    pub mtu_reductions: u64,
     /// Smoothed round-trip time, once measured.
     pub srtt: Option<Duration>,
     /// Current retransmission timeout (with backoff).
@@ -135,6 +154,7 @@ pub struct Stats {
     pub peer_window: u32,
     /// Bytes sent and not yet acknowledged.
     pub bytes_in_flight: u32,
-    /// Effective send MSS.
+    /// Effective send MSS: the data of a full segment, within the peer's MSS and the path
+    /// MTU (less the IP and TCP headers and the timestamps, where in use).
     pub mss: u16,
 }

@@ -129,9 +129,9 @@ impl Connection {
         // SYN carries them.
         self.ts.negotiate(seg.options.timestamps, self.config.timestamps, now);
         // The MSS bounds data and options together (RFC 6691): a full segment carries the
-        // timestamps and 12 bytes less data, as Linux's mss_cache.
-        let mss = peer_mss.min(self.config.mss).max(64);
-        self.snd.mss = (mss - self.ts.option_len() as u16).max(64);
+        // timestamps and 12 bytes less data, as Linux's mss_cache; and it fits the path MTU
+        // (`path.rs`).
+        self.snd.mss = self.path.negotiate(peer_mss, self.config.mss, self.ts.option_len());
         self.rel.cc.set_mss(self.snd.mss as u32);
 
         match seg.options.window_scale {
@@ -409,8 +409,13 @@ impl Connection {
             self.challenge_ack(now);
             return Err(self.drop_segment(seg, DropReason::AckOutOfRange));
         }
-        // The peer is alive: its zero-window probes are answered (RFC 9293 3.8.6.1).
+        // The peer is alive: its zero-window probes are answered (RFC 9293 3.8.6.1), and an
+        // ICMP soft error is history (Linux's tcp_ack clears sk_err_soft: "something
+        // worked"), unless the ACK is an old one.
         self.rel.probes_unanswered = 0;
+        if !seg.ack.before(self.snd.una) {
+            self.path.error = None;
+        }
         self.rel.last_ack_at = now;
         let window = (seg.window as u32) << self.snd.wscale;
         let flight_before = self.snd.in_flight();

@@ -19,6 +19,7 @@
 //! | `controller.rs`, `congestion.rs`, `cubic.rs`, `hystart.rs` | congestion control: the interface, NewReno (RFC 5681), CUBIC (RFC 9438) with HyStart++ (RFC 9406) |
 //! | `sent.rs`, `recovery.rs` | the segments in flight (SACK scoreboard); loss detection and recovery (RACK-TLP, RFC 8985; PRR, RFC 6937) |
 //! | `buffer.rs`, `reassembly.rs` | send/receive rings; out-of-order tracking |
+//! | `icmp.rs`, `path.rs` | ICMP errors (RFC 1122 4.2.3.9, RFC 5461, RFC 5927) and the path MTU (RFC 1191, RFC 8201) |
 //! | `isn.rs` | initial sequence numbers (RFC 6528) |
 //! | `sim.rs` | a seeded lossy link and a `Pair` harness on virtual time |
 //!
@@ -75,6 +76,7 @@ pub use config::{Config, Keepalive};
 pub use connection::{Buffers, Connection, RecvError, SendError, Transmit, TransmitKind};
 pub use controller::Algorithm;
 pub use event::{Cause, Event, Stats, Transition, UserCall};
+pub use icmp::{IcmpError, IcmpIgnored, IcmpOutcome};
 pub use options::{SackBlock, SackBlocks, TcpOptions, Timestamps};
 pub use segment::{Flags, Segment};
 pub use seq::SeqNum;
@@ -87,12 +89,14 @@ pub mod congestion;
 pub mod controller;
 mod cubic;
 mod hystart;
+pub mod icmp;
 mod input;
 pub mod isn;
 mod open;
 pub mod outcome;
 mod output;
 mod pacing;
+mod path;
 pub mod reassembly;
 mod recovery;
 mod recv_space;

@@ -134,8 +134,7 @@ impl Connection {
         }
         // The cookie SYN-ACK advertised an unscaled window of this size.
         c.rcv.adv = c.rcv.nxt + initial_recv_window(config).min(c.rcv.buf.free() as u32);
-        let mss = peer_mss.min(config.mss).max(64);
-        c.snd.mss = (mss - c.ts.option_len() as u16).max(64);
+        c.snd.mss = c.path.negotiate(peer_mss, config.mss, c.ts.option_len());
         c.rel.cc.set_mss(c.snd.mss as u32);
         c.snd.wl1 = c.rcv.irs;
         c.snd.wl2 = iss;

@@ -118,19 +118,25 @@ impl Connection {
     /// Resend the first segment marked lost, if the congestion window has room for it
     /// (RFC 6675's `pipe` below cwnd) and the peer's window is open. With the window shut,
     /// nothing: the retransmission timer probes it instead (`on_retransmit_timeout`).
+    ///
+    /// The segment covers the first run of lost records up to the MSS, not one record: lost
+    /// records smaller than the MSS go again together, and larger ones (sent before a Packet
+    /// Too Big lowered the MSS) are cut to it, each piece full.
     fn retransmit_lost(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let lost = self.snd.sent.first_lost()?;
+        let mss = u32::from(self.snd.mss);
+        let (start, end) = self.snd.sent.first_lost_run(mss)?;
         if self.snd.wnd == 0 {
             return None;
         }
-        if self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32) >= self.rel.cc.cwnd() {
+        if self.rel.recovery.pipe(&self.snd.sent, mss) >= self.rel.cc.cwnd() {
             return None;
         }
-        if !self.paced(now, lost.len()) {
+        let len = end - start;
+        if !self.paced(now, len.min(mss)) {
             return None;
         }
-        let with_fin = self.snd.fin_seq().is_some_and(|f| lost.end == f + 1u32);
-        self.send_from(now, lost.start, (lost.len() - u32::from(with_fin)) as usize, with_fin, buf)
+        let with_fin = self.snd.fin_seq().is_some_and(|f| end == f + 1u32);
+        self.send_from(now, start, (len - u32::from(with_fin)) as usize, with_fin, buf)
     }
 
     /// Return whether the pacer lets `len` bytes of data out now ([`Config::pacing`]); if

@@ -75,6 +75,11 @@ pub(crate) struct Recovery {
     /// After a retransmission timeout, until SND.UNA reaches this: no fast recovery, the
     /// timeout already reduced the window.
     rto_point: Option<SeqNum>,
+    /// After the path MTU fell (a Packet Too Big), until SND.UNA reaches this: the segments
+    /// marked lost for it were not lost to congestion, so no recovery begins and no window
+    /// comes down for them (Linux's `tcp_simple_retransmit`, TCP_CA_Loss without a
+    /// reduction).
+    mtu_point: Option<SeqNum>,
     /// PRR's counters (RFC 6937 section 3).
     prr_delivered: u32,
     prr_out: u32,
@@ -176,7 +181,7 @@ impl Recovery {
             if ctx.duplicate {
                 self.dup_acks += 1;
                 delivered += ctx.smss;
-                if self.dup_acks == DUP_THRESH && !self.in_recovery() && self.rto_point.is_none() {
+                if self.dup_acks == DUP_THRESH && !self.in_recovery() && !self.in_loss_state() {
                     sent.mark_first_lost();
                 }
             } else if ctx.advanced {
@@ -225,6 +230,9 @@ impl Recovery {
         }
         if self.rto_point.is_some_and(|point| !ctx.snd_una.before(point)) {
             self.rto_point = None;
+        }
+        if self.mtu_point.is_some_and(|point| !ctx.snd_una.before(point)) {
+            self.mtu_point = None;
         }
 
         if self.in_recovery() {
@@ -302,7 +310,7 @@ impl Recovery {
         sent: &SentQueue,
         cc: &mut CongestionControl,
     ) -> bool {
-        if sent.lost() == 0 || self.in_recovery() || self.rto_point.is_some() {
+        if sent.lost() == 0 || self.in_recovery() || self.in_loss_state() {
             return false;
         }
         self.ssthresh = cc.on_loss(now, flight);
@@ -335,8 +343,26 @@ impl Recovery {
         self.undo_possible = true;
         self.recovery_point = None;
         self.rto_point = Some(snd_max);
+        self.mtu_point = None;
         self.dup_acks = 0;
         self.tlp = None;
+    }
+
+    /// The path MTU fell and the segments in flight too large for it were marked lost, with
+    /// `snd_max` sent: until SND.UNA reaches it, no recovery begins (their loss says nothing
+    /// of congestion), no tail-loss probe goes out, and no earlier reduction is undone (these
+    /// resends bring no D-SACK). A recovery already under way goes on.
+    pub fn on_mtu_reduced(&mut self, snd_max: SeqNum) {
+        self.mtu_point = Some(snd_max);
+        self.tlp = None;
+        self.undo_possible = false;
+        self.undo_retrans = 0;
+    }
+
+    /// Return whether a timeout or a fall of the path MTU marked segments lost and SND.UNA
+    /// has not passed what was sent then: no fast recovery may begin.
+    fn in_loss_state(&self) -> bool {
+        self.rto_point.is_some() || self.mtu_point.is_some()
     }
 
     /// Return when to send a tail-loss probe after a transmission at `now` (RFC 8985 7.2),
@@ -351,7 +377,7 @@ impl Recovery {
         smss: u32,
         rto_at: Option<Instant>,
     ) -> Option<Instant> {
-        if !sack || flight == 0 || self.tlp.is_some() || self.in_recovery() || self.rto_point.is_some() {
+        if !sack || flight == 0 || self.tlp.is_some() || self.in_recovery() || self.in_loss_state() {
             return None;
         }
         let mut pto = srtt.map_or(Duration::from_secs(1), |s| s * 2);

@@ -47,6 +47,12 @@ impl Sent {
     pub fn len(&self) -> u32 {
         self.end - self.start
     }
+
+    /// Return the octets of data it carries: its length but for the FIN, if it ends with
+    /// `fin` (the FIN's sequence number, once queued).
+    pub fn data_len(&self, fin: Option<SeqNum>) -> u32 {
+        self.len() - u32::from(fin.is_some_and(|f| self.end == f + 1u32))
+    }
 }
 
 /// What one ACK did to the records.
@@ -119,36 +125,86 @@ impl SentQueue {
         self.segs.push_back(Sent { start, end, sent_at: now, retransmitted: false, app_limited, mark: Mark::InFlight });
     }
 
-    /// Return the first segment marked lost: where the next retransmission starts.
-    pub fn first_lost(&self) -> Option<Sent> {
+    /// Return the first run of records marked lost, as `start..end`: the first lost record
+    /// and the lost ones right behind it, until the run holds `max` bytes (the last record
+    /// may take it past). What the next retransmission covers: small segments lost together
+    /// go again as one, and after the MSS fell (a Packet Too Big) the pieces of large ones
+    /// go as full segments of the new size.
+    pub fn first_lost_run(&self, max: u32) -> Option<(SeqNum, SeqNum)> {
         if self.lost == 0 {
             return None;
         }
-        self.segs.iter().find(|s| s.mark == Mark::Lost).copied()
+        let i = self.segs.iter().position(|s| s.mark == Mark::Lost)?;
+        let (start, mut end) = (self.segs[i].start, self.segs[i].end);
+        for seg in self.segs.iter().skip(i + 1) {
+            if end - start >= max || seg.mark != Mark::Lost || seg.start != end {
+                break;
+            }
+            end = seg.end;
+        }
+        Some((start, end))
     }
 
-    /// Record that `start..start+len` (the beginning of the record at `start`) was resent at
-    /// `now`; a record longer than what was resent is split first.
+    /// Record that `start..start+len` was resent at `now`: `start` begins a record, the
+    /// records the resend covers become one (in flight, retransmitted), and one it ends
+    /// inside is split first.
     pub fn resent(&mut self, start: SeqNum, len: u32, now: Instant) {
         let Some(i) = self.index_of(start) else { return };
-        if self.segs[i].len() > len {
-            self.split(i, start + len);
+        let end = start + len;
+        let mut j = i;
+        while j + 1 < self.segs.len() && self.segs[j].end.before(end) {
+            j += 1;
         }
+        if self.segs[j].end.after(end) {
+            self.split(j, end);
+        }
+        let mut app_limited = true;
+        for k in i..=j {
+            let seg = self.segs[k];
+            match seg.mark {
+                Mark::InFlight => self.in_flight -= seg.len(),
+                Mark::Sacked => self.sacked -= seg.len(),
+                Mark::Lost => self.lost -= seg.len(),
+            }
+            app_limited &= seg.app_limited;
+        }
+        let merged_end = self.segs[j].end;
+        self.segs.drain(i + 1..=j);
         let seg = &mut self.segs[i];
-        match seg.mark {
-            Mark::Lost => {
-                self.lost -= seg.len();
-                self.in_flight += seg.len();
-            }
-            Mark::Sacked => {
-                self.sacked -= seg.len();
-                self.in_flight += seg.len();
-            }
-            Mark::InFlight => {}
-        }
+        seg.end = merged_end;
         seg.mark = Mark::InFlight;
         seg.sent_at = now;
         seg.retransmitted = true;
+        seg.app_limited = app_limited;
+        self.in_flight += seg.len();
+    }
+
+    /// Mark lost every record in flight that carries more than `mss` bytes of data (the FIN
+    /// at `fin` not counted) and went out no earlier than `bounced`, the one a Packet Too Big
+    /// named (all of them without it): after the path MTU fell, those were dropped. Linux's
+    /// `tcp_simple_retransmit` marks every one too large; but the router drops in the order
+    /// it receives, so one sent before the bounced one had passed it (or brings a message of
+    /// its own), and resending it would resend a window's worth for nothing (RFC 1191 section
+    /// 6.2: retransmit "only those packets that are known to be dropped"). Return the bytes
+    /// newly marked.
+    pub fn mark_larger_lost(&mut self, mss: u32, fin: Option<SeqNum>, bounced: Option<Sent>) -> u32 {
+        let later = |s: &Sent| bounced.is_none_or(|b| s.start.after_eq(b.start) || s.sent_at > b.sent_at);
+        let mut marked = 0;
+        for i in 0..self.segs.len() {
+            let seg = self.segs[i];
+            if seg.mark == Mark::InFlight && seg.data_len(fin) > mss && later(&seg) {
+                marked += seg.len();
+                self.mark_lost_at(i);
+            }
+        }
+        marked
+    }
+
+    /// Return the record holding sequence number `seq`.
+    pub fn containing(&self, seq: SeqNum) -> Option<Sent> {
+        let i = self.first_ending_after(seq)?;
+        let seg = self.segs[i];
+        seg.start.before_eq(seq).then_some(seg)
     }
 
     /// Mark the record at index `i` lost.
@@ -361,11 +417,42 @@ mod tests {
         q.on_ack(SeqNum(1000), &[block(1100, 2000)]);
         assert!(q.mark_first_lost());
         assert_eq!((q.pipe(), q.lost()), (0, 100));
-        assert_eq!(q.first_lost().unwrap().start, SeqNum(1000));
+        assert_eq!(q.first_lost_run(100), Some((SeqNum(1000), SeqNum(1100))));
         q.resent(SeqNum(1000), 60, ms(20));
         assert_eq!((q.pipe(), q.lost()), (60, 40), "split: the first 60 bytes resent");
         assert!(q.iter().next().unwrap().retransmitted);
-        assert_eq!(q.first_lost().unwrap().start, SeqNum(1060));
+        assert_eq!(q.first_lost_run(100), Some((SeqNum(1060), SeqNum(1100))));
+    }
+
+    #[test]
+    fn a_resend_across_lost_records_merges_them_and_splits_the_last() {
+        let mut q = queue();
+        q.mark_all_lost();
+        assert_eq!(q.first_lost_run(250), Some((SeqNum(1000), SeqNum(1300))), "three records reach 250");
+        q.resent(SeqNum(1000), 250, ms(20));
+        let recs: Vec<_> = q.iter().map(|s| (s.start.0, s.end.0, s.mark)).collect();
+        assert_eq!(recs[..2], [(1000, 1250, Mark::InFlight), (1250, 1300, Mark::Lost)]);
+        assert_eq!((q.pipe(), q.lost()), (250, 750));
+        assert!(q.iter().next().unwrap().retransmitted);
+        // A run stops at a record that is not lost.
+        q.on_ack(SeqNum(1000), &[block(1400, 1500)]);
+        assert_eq!(q.first_lost_run(1000), Some((SeqNum(1250), SeqNum(1400))));
+    }
+
+    #[test]
+    fn records_larger_than_a_smaller_mss_are_marked_lost() {
+        let mut q = queue();
+        q.push(SeqNum(2000), SeqNum(2061), ms(10), false);
+        q.on_ack(SeqNum(1000), &[block(1100, 1200)]);
+        // 60 bytes and the FIN at 2060: no more than 60 bytes of data.
+        // Sent before the one that bounced: not known lost.
+        let bounced = q.containing(SeqNum(1750));
+        assert_eq!(q.mark_larger_lost(60, Some(SeqNum(2060)), bounced), 3 * 100);
+        assert_eq!(q.mark_larger_lost(60, Some(SeqNum(2060)), None), 6 * 100);
+        assert_eq!((q.pipe(), q.lost(), q.sacked()), (61, 900, 100), "the SACKed one stays");
+        assert_eq!(q.mark_larger_lost(60, Some(SeqNum(2060)), None), 0, "once");
+        assert_eq!(q.containing(SeqNum(1150)).map(|s| s.start), Some(SeqNum(1100)));
+        assert_eq!(q.containing(SeqNum(2061)), None);
     }
 
     #[test]

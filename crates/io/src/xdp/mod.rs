@@ -2,16 +2,21 @@
 //! system call per packet and no socket buffers.
 //!
 //! [`XdpDevice::open`] loads a small XDP program (see [`program`]) that sends the frames the
-//! stack owns (ARP for its IPv4 address, IPv4 to its address) to an AF_XDP socket and passes
-//! everything else to the kernel, so the host stays reachable. The program is attached through
-//! a BPF link: it goes away when the device is dropped or the process dies, even by SIGKILL,
-//! and a restart never needs manual cleanup.
+//! stack owns (ARP for its IPv4 addresses, IPv4 and IPv6 to its addresses, and the Neighbour
+//! Discovery messages it needs) to an AF_XDP socket and passes everything else to the kernel,
+//! so the host stays reachable. The program is attached through a BPF link: it goes away when
+//! the device is dropped or the process dies, even by SIGKILL, and a restart never needs
+//! manual cleanup.
 //!
 //! ```no_run
+//! use std::net::{Ipv4Addr, Ipv6Addr};
+//!
 //! use bypass_io::xdp::{XdpConfig, XdpDevice};
 //! use bypass_stack::Device;
 //!
-//! let mut dev = XdpDevice::open(XdpConfig::new("veth0", "10.77.0.2".parse().unwrap()))?;
+//! // Dual stack: one IPv4 and one IPv6 address on the interface.
+//! let config = XdpConfig::new("veth0", Ipv4Addr::new(10, 77, 0, 2)).with_addr("fd00:77::2".parse::<Ipv6Addr>()?);
+//! let mut dev = XdpDevice::open(config)?;
 //! println!("{}", dev.info().mode); // e.g. "AF_XDP, copy mode, driver (native) XDP, queue 0"
 //! dev.recv(64, &mut |frame| println!("{} bytes", frame.len()))?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -27,7 +32,7 @@ mod sys;
 pub mod umem;
 
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +40,7 @@ use std::time::Duration;
 use bypass_stack::{Device, DeviceInfo};
 
 pub use error::XdpError;
-pub use program::{AttachMode, XdpProgram};
+pub use program::{AttachMode, MAX_ADDRS_PER_FAMILY, XdpProgram};
 pub use socket::XskSocket;
 pub use sys::XdpStatistics;
 pub use umem::{Frame, Umem};
@@ -76,8 +81,9 @@ pub struct XdpConfig {
     pub iface: String,
     /// Queue to bind (ignored by [`XdpDevice::open_queues`]).
     pub queue: u32,
-    /// The stack's IPv4 address: the traffic redirected to the device.
-    pub ip: Ipv4Addr,
+    /// The stack's addresses, IPv4 and IPv6: the traffic redirected to the device (at least
+    /// one; at most [`MAX_ADDRS_PER_FAMILY`] distinct addresses of each family).
+    pub addrs: Vec<IpAddr>,
     /// Where to run the XDP program.
     pub mode: XdpMode,
     /// Zero-copy or copy mode.
@@ -99,13 +105,15 @@ pub struct XdpConfig {
 }
 
 impl XdpConfig {
-    /// Return the defaults for `iface` and `ip`: queue 0, automatic modes, 4096 frames of
-    /// 4096 bytes (16 MiB), rings of 2048 entries, no busy polling.
-    pub fn new(iface: &str, ip: Ipv4Addr) -> XdpConfig {
+    /// Return the defaults for `iface` and the one address `ip` (an [`Ipv4Addr`](std::net::Ipv4Addr),
+    /// [`Ipv6Addr`](std::net::Ipv6Addr) or [`IpAddr`]): queue 0, automatic modes, 8192 frames
+    /// of 4096 bytes (32 MiB), fill and RX rings of 4096 entries, completion and TX rings of
+    /// 2048, no busy polling.
+    pub fn new(iface: &str, ip: impl Into<IpAddr>) -> XdpConfig {
         XdpConfig {
             iface: iface.to_string(),
             queue: 0,
-            ip,
+            addrs: vec![ip.into()],
             mode: XdpMode::Auto,
             zero_copy: ZeroCopy::Auto,
             frame_count: 8192,
@@ -118,7 +126,14 @@ impl XdpConfig {
         }
     }
 
+    /// Return the configuration with `ip` added to the stack's addresses.
+    pub fn with_addr(mut self, ip: impl Into<IpAddr>) -> XdpConfig {
+        self.addrs.push(ip.into());
+        self
+    }
+
     fn validate(&self) -> Result<(), XdpError> {
+        program::check_addrs(&self.addrs)?;
         let bad = |msg: String| Err(XdpError::InvalidConfig(msg));
         for (name, n) in [
             ("fill_size", self.fill_size),
@@ -199,7 +214,7 @@ impl XdpDevice {
             log::debug!("setrlimit(RLIMIT_MEMLOCK) failed ({e}); continuing");
         }
 
-        let program = Arc::new(XdpProgram::attach(iface, ifindex, config.ip, config.mode, max_queue + 1)?);
+        let program = Arc::new(XdpProgram::attach(iface, ifindex, &config.addrs, config.mode, max_queue + 1)?);
         let want_zero_copy = match config.zero_copy {
             ZeroCopy::Off => false,
             ZeroCopy::Required => true,

@@ -3,15 +3,46 @@
 //!
 //! # What the program does
 //!
-//! For every frame the interface receives, before the kernel's network stack sees it:
+//! The stack owns a few addresses, IPv4 and IPv6 (at most [`MAX_ADDRS_PER_FAMILY`] of each),
+//! baked into the program as immediates. For every frame the interface receives, before the
+//! kernel's network stack sees it, these go to the AF_XDP socket bound on the receiving queue
+//! (`bpf_redirect_map(&xskmap, ctx->rx_queue_index, XDP_PASS)`):
 //!
-//! - an ARP frame (EtherType 0x0806) whose target protocol address is our IPv4 address, or
-//! - an IPv4 frame (EtherType 0x0800) whose destination address is our IPv4 address
+//! - ARP (EtherType 0x0806) whose target protocol address is one of our IPv4 addresses;
+//! - IPv4 (0x0800) whose destination address is one of our IPv4 addresses;
+//! - IPv6 (0x86DD) whose destination address is one of our IPv6 addresses, whatever follows
+//!   the fixed header (fragments and extension headers included);
+//! - a Neighbour Solicitation for one of our IPv6 addresses: IPv6 to the solicited-node group
+//!   of one of them (`ff02::1:ffXX:XXXX` with their low 24 bits, [RFC 4291 2.7.1]), next
+//!   header ICMPv6 (58), ICMPv6 type 135, target address one of ours ([RFC 4861 4.3]);
+//! - a Router Advertisement (ICMPv6 type 134) or an unsolicited Neighbour Advertisement (136)
+//!   to the all-nodes group `ff02::1`, next header ICMPv6.
 //!
-//! goes to the AF_XDP socket bound on the receiving queue (`bpf_redirect_map(&xskmap,
-//! ctx->rx_queue_index, XDP_PASS)`); every other frame is passed to the kernel (`XDP_PASS`),
-//! so the host keeps working while the stack runs. If no socket is bound on the queue, the
-//! redirect falls back to `XDP_PASS` too.
+//! Every other frame is passed to the kernel (`XDP_PASS`), so the host keeps working while the
+//! stack runs. If no socket is bound on the queue, the redirect falls back to `XDP_PASS` too.
+//! A family in which we own no address passes whole: an IPv4-only stack leaves all IPv6 to the
+//! kernel, Router Advertisements included, and an IPv6-only stack all ARP and IPv4.
+//!
+//! ## Choices in the IPv6 rules
+//!
+//! - **Solicited-node groups are shared.** All addresses with the same low 24 bits have the
+//!   same group, so a solicitation for one of the kernel's own addresses on the interface can
+//!   be sent to one of our groups. The program also compares the solicitation's target with
+//!   our addresses, so such a solicitation still passes to the kernel. Other messages to our
+//!   groups pass as well (an MLD report for the group carries a Hop-by-Hop header, so it fails
+//!   the next-header test).
+//! - **Multicast both sides would want goes to the stack.** XDP cannot clone a frame: each one
+//!   goes either to the socket or to the kernel. Router Advertisements tell the stack its
+//!   routers and prefixes, and unsolicited Neighbour Advertisements update its neighbour cache,
+//!   while the kernel on a bypass interface normally has IPv6 disabled (it would otherwise
+//!   answer for the stack's addresses too). So once the stack owns an IPv6 address, they go to
+//!   the stack, and a kernel that runs IPv6 on the same interface no longer hears them.
+//! - **Only ICMPv6 right after the fixed header.** NDP messages carry no extension header, so
+//!   multicast with one passes; so does multicast to every other group (all-routers, MLD,
+//!   mDNS, ...). Unicast needs no such test: the destination address is enough.
+//!
+//! [RFC 4291 2.7.1]: https://www.rfc-editor.org/rfc/rfc4291#section-2.7.1
+//! [RFC 4861 4.3]: https://www.rfc-editor.org/rfc/rfc4861#section-4.3
 //!
 //! # Listing
 //!
@@ -19,6 +50,11 @@
 //! calls, `r0` is the return value, `r10` the frame pointer. `wN` is the low 32 bits of `rN`.
 //! Multi-byte fields are loaded in network byte order; the immediates they are compared with
 //! are converted to the same in-memory order when the program is built.
+//!
+//! The program for one IPv4 address `A` and one IPv6 address `B` (32-bit words `B0`..`B3`,
+//! solicited-node group `ff02::1:ffSS:SSSS`). Each line marked `[per address]` (or the group
+//! of four lines) repeats once per address of the family, each `[per group]` line once per
+//! distinct solicited-node group; the blocks of a family we own no address in are left out.
 //!
 //! ```text
 //!         ; on entry r1 = ctx (struct xdp_md *)
@@ -29,36 +65,85 @@
 //!  4:     r4 += 14                   ; end of the Ethernet header
 //!  5:     if r4 > r3 goto pass       ; shorter than an Ethernet header
 //!  6:     r5 = *(u16 *)(r2 + 12)     ; EtherType
-//!  7:     if w5 == 0x0800 goto ipv4
-//!  8:     if w5 != 0x0806 goto pass  ; neither IPv4 nor ARP
+//!  7:     if w5 == 0x0800 goto ipv4  ; [if we own IPv4]
+//!  8:     if w5 == 0x86dd goto ipv6  ; [if we own IPv6]
+//!  9:     if w5 != 0x0806 goto pass  ; [if we own IPv4, else "goto pass"]
 //!         ; arp:
-//!  9:     r4 = r2
-//! 10:     r4 += 42                   ; end of an Ethernet + IPv4-over-Ethernet ARP packet
-//! 11:     if r4 > r3 goto pass
-//! 12:     r5 = *(u32 *)(r2 + 38)     ; ARP target protocol address
-//! 13:     if w5 != OUR_IP goto pass
-//! 14:     goto redirect
+//! 10:     r4 = r2
+//! 11:     r4 += 42                   ; end of an Ethernet + IPv4-over-Ethernet ARP packet
+//! 12:     if r4 > r3 goto pass
+//! 13:     r5 = *(u32 *)(r2 + 38)     ; ARP target protocol address
+//! 14:     if w5 == A goto redirect   ; [per address]
+//! 15:     goto pass
 //!         ; ipv4:
-//! 15:     r4 = r2
-//! 16:     r4 += 34                   ; end of a minimal IPv4 header
-//! 17:     if r4 > r3 goto pass
-//! 18:     r5 = *(u32 *)(r2 + 30)     ; IPv4 destination address
-//! 19:     if w5 != OUR_IP goto pass
+//! 16:     r4 = r2
+//! 17:     r4 += 34                   ; end of a minimal IPv4 header
+//! 18:     if r4 > r3 goto pass
+//! 19:     r5 = *(u32 *)(r2 + 30)     ; IPv4 destination address
+//! 20:     if w5 == A goto redirect   ; [per address]
+//! 21:     goto pass
+//!         ; ipv6:
+//! 22:     r4 = r2
+//! 23:     r4 += 54                   ; end of the fixed IPv6 header
+//! 24:     if r4 > r3 goto pass
+//! 25:     r5 = *(u32 *)(r2 + 38)     ; IPv6 destination address, first word
+//! 26:     r7 = *(u32 *)(r2 + 42)
+//! 27:     r8 = *(u32 *)(r2 + 46)
+//! 28:     r9 = *(u32 *)(r2 + 50)     ; last word
+//! 29:     if w5 != B0 goto not_b     ; [per address: 29-32]
+//! 30:     if w7 != B1 goto not_b
+//! 31:     if w8 != B2 goto not_b
+//! 32:     if w9 == B3 goto redirect
+//!         ; not_b: (multicast)
+//! 33:     r4 = *(u8 *)(r2 + 20)      ; next header
+//! 34:     if w4 != 58 goto pass      ; not ICMPv6 right after the fixed header
+//! 35:     if w5 != 0xff020000 goto pass
+//! 36:     if w7 != 0 goto pass
+//! 37:     if w8 == 1 goto solicited  ; ff02::1:ffXX:XXXX
+//! 38:     if w8 != 0 goto pass
+//! 39:     if w9 != 1 goto pass       ; not ff02::1
+//!         ; all_nodes:
+//! 40:     r4 = r2
+//! 41:     r4 += 55                   ; end of the ICMPv6 type
+//! 42:     if r4 > r3 goto pass
+//! 43:     r4 = *(u8 *)(r2 + 54)      ; ICMPv6 type
+//! 44:     if w4 == 134 goto redirect ; Router Advertisement
+//! 45:     if w4 == 136 goto redirect ; Neighbour Advertisement
+//! 46:     goto pass
+//!         ; solicited:
+//! 47:     if w9 == 0xffSSSSSS goto ns ; [per group]
+//! 48:     goto pass
+//!         ; ns:
+//! 49:     r4 = r2
+//! 50:     r4 += 78                   ; end of a Neighbour Solicitation's target address
+//! 51:     if r4 > r3 goto pass
+//! 52:     r4 = *(u8 *)(r2 + 54)      ; ICMPv6 type
+//! 53:     if w4 != 135 goto pass     ; not a Neighbour Solicitation
+//! 54:     r5 = *(u32 *)(r2 + 62)     ; target address, first word
+//! 55:     r7 = *(u32 *)(r2 + 66)
+//! 56:     r8 = *(u32 *)(r2 + 70)
+//! 57:     r9 = *(u32 *)(r2 + 74)     ; last word
+//! 58:     if w5 != B0 goto not_b2    ; [per address: 58-61]
+//! 59:     if w7 != B1 goto not_b2
+//! 60:     if w8 != B2 goto not_b2
+//! 61:     if w9 == B3 goto redirect
+//!         ; not_b2:
+//! 62:     goto pass
 //!         ; redirect:
-//! 20-21:  r1 = map_fd(xskmap)        ; 16-byte instruction: the loader turns the fd into a map pointer
-//! 22:     r2 = r6                    ; key: the receiving queue
-//! 23:     r3 = XDP_PASS              ; flags: the action when no socket is bound on that queue
-//! 24:     call bpf_redirect_map      ; helper 51; r0 = XDP_REDIRECT or XDP_PASS
-//! 25:     exit
+//! 63-64:  r1 = map_fd(xskmap)        ; 16-byte instruction: the loader turns the fd into a map pointer
+//! 65:     r2 = r6                    ; key: the receiving queue
+//! 66:     r3 = XDP_PASS              ; flags: the action when no socket is bound on that queue
+//! 67:     call bpf_redirect_map      ; helper 51; r0 = XDP_REDIRECT or XDP_PASS
+//! 68:     exit
 //!         ; pass:
-//! 26:     r0 = XDP_PASS
-//! 27:     exit
+//! 69:     r0 = XDP_PASS
+//! 70:     exit
 //! ```
 //!
 //! Every packet load is preceded by a comparison of its end against `data_end`: the verifier
 //! refuses the program otherwise.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use super::XdpMode;
@@ -93,6 +178,7 @@ mod op {
     // Load sizes.
     pub const W: u8 = 0x00;
     pub const H: u8 = 0x08;
+    pub const B: u8 = 0x10;
     pub const DW: u8 = 0x18;
     // Load modes.
     pub const IMM: u8 = 0x00;
@@ -146,6 +232,8 @@ pub enum Reg {
 /// Size of a memory load.
 #[derive(Clone, Copy, Debug)]
 pub enum Size {
+    /// 8 bits.
+    U8,
     /// 16 bits.
     U16,
     /// 32 bits.
@@ -215,6 +303,7 @@ impl Asm {
     /// `dst = *(size *)(src + off)`
     pub fn load(&mut self, size: Size, dst: Reg, src: Reg, off: i16) {
         let size = match size {
+            Size::U8 => op::B,
             Size::U16 => op::H,
             Size::U32 => op::W,
         };
@@ -287,45 +376,208 @@ impl Asm {
     }
 }
 
-/// Return the steering program for `ip` with the XSKMAP `xskmap` (see the module docs).
+/// The most addresses of each family the program matches: each costs a few instructions on
+/// the path of every frame of its family.
+pub const MAX_ADDRS_PER_FAMILY: usize = 8;
+
+/// Split `addrs` by family, without duplicates, in the order given; refuse an empty list, an
+/// address no host can own (unspecified, multicast, IPv4 broadcast), and more than
+/// [`MAX_ADDRS_PER_FAMILY`] distinct addresses of one family.
+pub(crate) fn check_addrs(addrs: &[IpAddr]) -> Result<(Vec<Ipv4Addr>, Vec<Ipv6Addr>), XdpError> {
+    let bad = |msg: String| Err(XdpError::InvalidConfig(msg));
+    if addrs.is_empty() {
+        return bad("the stack needs at least one address (IPv4 or IPv6) for the XDP program to steer".into());
+    }
+    let (mut v4, mut v6) = (Vec::new(), Vec::new());
+    for &addr in addrs {
+        let unusable = match addr {
+            _ if addr.is_unspecified() => Some("the unspecified address"),
+            _ if addr.is_multicast() => Some("a multicast address"),
+            IpAddr::V4(a) if a.is_broadcast() => Some("the broadcast address"),
+            _ => None,
+        };
+        if let Some(what) = unusable {
+            return bad(format!("{addr} cannot be one of the stack's addresses: it is {what}"));
+        }
+        match addr {
+            IpAddr::V4(a) if !v4.contains(&a) => v4.push(a),
+            IpAddr::V6(a) if !v6.contains(&a) => v6.push(a),
+            _ => {}
+        }
+    }
+    for (family, n) in [("IPv4", v4.len()), ("IPv6", v6.len())] {
+        if n > MAX_ADDRS_PER_FAMILY {
+            return bad(format!(
+                "{n} {family} addresses given, but the XDP program matches at most {MAX_ADDRS_PER_FAMILY} per family"
+            ));
+        }
+    }
+    Ok((v4, v6))
+}
+
+/// Return `x` as a load of its network-order bytes reads it: packet fields sit in memory in
+/// network byte order and a load reads them in host order, so immediates are laid out alike.
+const fn wire16(x: u16) -> u32 {
+    u16::from_ne_bytes(x.to_be_bytes()) as u32
+}
+
+/// Return `x` as a 32-bit load of its network-order bytes reads it (see [`wire16`]).
+const fn wire32(x: u32) -> u32 {
+    u32::from_ne_bytes(x.to_be_bytes())
+}
+
+/// Return the four 32-bit words of `addr` as loads read them.
+fn wire_words(addr: &Ipv6Addr) -> [u32; 4] {
+    let o = addr.octets();
+    std::array::from_fn(|i| u32::from_ne_bytes([o[4 * i], o[4 * i + 1], o[4 * i + 2], o[4 * i + 3]]))
+}
+
+/// Return the last word of the solicited-node group of `addr`, `ff02::1:ffXX:XXXX` with the
+/// low 24 bits of `addr` (RFC 4291 2.7.1), as a load reads it.
+fn solicited_node_word(addr: &Ipv6Addr) -> u32 {
+    wire32(0xff00_0000 | (u32::from_be_bytes(addr.octets()[12..].try_into().expect("4 bytes")) & 0x00ff_ffff))
+}
+
+/// Frame offsets from the start of the Ethernet header.
+mod at {
+    pub const ETHERTYPE: i16 = 12;
+    pub const ETH_END: i16 = 14;
+    pub const ARP_TARGET: i16 = 14 + 24;
+    pub const ARP_END: i16 = 14 + 28;
+    pub const IPV4_DST: i16 = 14 + 16;
+    pub const IPV4_END: i16 = 14 + 20;
+    pub const IPV6_NEXT_HEADER: i16 = 14 + 6;
+    pub const IPV6_DST: i16 = 14 + 24;
+    pub const IPV6_END: i16 = 14 + 40;
+    pub const ICMPV6_TYPE: i16 = IPV6_END;
+    pub const NS_TARGET: i16 = IPV6_END + 8;
+    pub const NS_END: i16 = NS_TARGET + 16;
+}
+
+const ETHERTYPE_IPV4: u32 = wire16(0x0800);
+const ETHERTYPE_ARP: u32 = wire16(0x0806);
+const ETHERTYPE_IPV6: u32 = wire16(0x86dd);
+const IPPROTO_ICMPV6: u32 = 58;
+const ICMPV6_ROUTER_ADVERT: u32 = 134;
+const ICMPV6_NEIGHBOUR_SOLICIT: u32 = 135;
+const ICMPV6_NEIGHBOUR_ADVERT: u32 = 136;
+
+/// `if r2 + end > r3 goto pass`: the bounds check before loads below `end` (3 instructions).
+fn check_end(a: &mut Asm, end: i16, pass: Label) {
+    a.mov(Reg::R4, Reg::R2);
+    a.add_imm(Reg::R4, i32::from(end));
+    a.jump_reg(Cond::Gt, Reg::R4, Reg::R3, pass);
+}
+
+/// Load the IPv6 address at `r2 + off` into `w5`, `w7`, `w8`, `w9` (4 instructions).
+fn load_ipv6(a: &mut Asm, off: i16) {
+    for (i, reg) in [Reg::R5, Reg::R7, Reg::R8, Reg::R9].into_iter().enumerate() {
+        a.load(Size::U32, reg, Reg::R2, off + 4 * i as i16);
+    }
+}
+
+/// `goto target` if the address in `w5`, `w7`, `w8`, `w9` is one of `addrs`; else fall
+/// through (4 instructions per address).
+fn jump_if_ipv6(a: &mut Asm, addrs: &[Ipv6Addr], target: Label) {
+    for addr in addrs {
+        let [w0, w1, w2, w3] = wire_words(addr);
+        let next = a.label();
+        a.jump32_imm(Cond::Ne, Reg::R5, w0, next);
+        a.jump32_imm(Cond::Ne, Reg::R7, w1, next);
+        a.jump32_imm(Cond::Ne, Reg::R8, w2, next);
+        a.jump32_imm(Cond::Eq, Reg::R9, w3, target);
+        a.bind(next);
+    }
+}
+
+/// Return the steering program for our addresses `addrs` with the XSKMAP `xskmap` (see the
+/// module docs), or [`XdpError::InvalidConfig`] if `addrs` is unusable (see
+/// [`MAX_ADDRS_PER_FAMILY`]).
 ///
 /// `fallback` is the action `bpf_redirect_map` returns when no socket is bound on the queue:
 /// [`XDP_PASS`] in production; tests use [`XDP_DROP`] to tell "redirect" from "pass".
-pub fn steering_program(ip: Ipv4Addr, xskmap: BorrowedFd<'_>, fallback: u32) -> Vec<BpfInsn> {
+pub fn steering_program(addrs: &[IpAddr], xskmap: BorrowedFd<'_>, fallback: u32) -> Result<Vec<BpfInsn>, XdpError> {
     use Reg::*;
-    // Packet fields sit in memory in network byte order; a load reads them in host order, so
-    // compare with constants laid out the same way.
-    let our_ip = u32::from_ne_bytes(ip.octets());
-    let ethertype_ipv4 = u16::from_ne_bytes([0x08, 0x00]) as u32;
-    let ethertype_arp = u16::from_ne_bytes([0x08, 0x06]) as u32;
+    let (v4, v6) = check_addrs(addrs)?;
+    let mut groups = Vec::new();
+    for group in v6.iter().map(solicited_node_word) {
+        if !groups.contains(&group) {
+            groups.push(group);
+        }
+    }
 
     let mut a = Asm::new();
-    let (arp, ipv4, redirect, pass) = (a.label(), a.label(), a.label(), a.label());
+    let (ipv4, ipv6, solicited, ns, redirect, pass) =
+        (a.label(), a.label(), a.label(), a.label(), a.label(), a.label());
 
     a.load(Size::U32, R6, R1, XDP_MD_RX_QUEUE_INDEX);
     a.load(Size::U32, R2, R1, XDP_MD_DATA);
     a.load(Size::U32, R3, R1, XDP_MD_DATA_END);
-    a.mov(R4, R2);
-    a.add_imm(R4, 14);
-    a.jump_reg(Cond::Gt, R4, R3, pass);
-    a.load(Size::U16, R5, R2, 12);
-    a.jump32_imm(Cond::Eq, R5, ethertype_ipv4, ipv4);
-    a.jump32_imm(Cond::Ne, R5, ethertype_arp, pass);
+    check_end(&mut a, at::ETH_END, pass);
+    a.load(Size::U16, R5, R2, at::ETHERTYPE);
+    if !v4.is_empty() {
+        a.jump32_imm(Cond::Eq, R5, ETHERTYPE_IPV4, ipv4);
+    }
+    if !v6.is_empty() {
+        a.jump32_imm(Cond::Eq, R5, ETHERTYPE_IPV6, ipv6);
+    }
+    if v4.is_empty() {
+        a.goto(pass);
+    } else {
+        a.jump32_imm(Cond::Ne, R5, ETHERTYPE_ARP, pass);
 
-    a.bind(arp);
-    a.mov(R4, R2);
-    a.add_imm(R4, 14 + 28);
-    a.jump_reg(Cond::Gt, R4, R3, pass);
-    a.load(Size::U32, R5, R2, 14 + 24);
-    a.jump32_imm(Cond::Ne, R5, our_ip, pass);
-    a.goto(redirect);
+        // arp:
+        check_end(&mut a, at::ARP_END, pass);
+        a.load(Size::U32, R5, R2, at::ARP_TARGET);
+        for ip in &v4 {
+            a.jump32_imm(Cond::Eq, R5, u32::from_ne_bytes(ip.octets()), redirect);
+        }
+        a.goto(pass);
 
-    a.bind(ipv4);
-    a.mov(R4, R2);
-    a.add_imm(R4, 14 + 20);
-    a.jump_reg(Cond::Gt, R4, R3, pass);
-    a.load(Size::U32, R5, R2, 14 + 16);
-    a.jump32_imm(Cond::Ne, R5, our_ip, pass);
+        a.bind(ipv4);
+        check_end(&mut a, at::IPV4_END, pass);
+        a.load(Size::U32, R5, R2, at::IPV4_DST);
+        for ip in &v4 {
+            a.jump32_imm(Cond::Eq, R5, u32::from_ne_bytes(ip.octets()), redirect);
+        }
+        a.goto(pass);
+    }
+
+    if !v6.is_empty() {
+        a.bind(ipv6);
+        check_end(&mut a, at::IPV6_END, pass);
+        load_ipv6(&mut a, at::IPV6_DST);
+        jump_if_ipv6(&mut a, &v6, redirect);
+        // Multicast: only ICMPv6 straight after the fixed header, to ff02::1 or ff02::1:ffXX:XXXX.
+        a.load(Size::U8, R4, R2, at::IPV6_NEXT_HEADER);
+        a.jump32_imm(Cond::Ne, R4, IPPROTO_ICMPV6, pass);
+        a.jump32_imm(Cond::Ne, R5, wire32(0xff02_0000), pass);
+        a.jump32_imm(Cond::Ne, R7, 0, pass);
+        a.jump32_imm(Cond::Eq, R8, wire32(1), solicited);
+        a.jump32_imm(Cond::Ne, R8, 0, pass);
+        a.jump32_imm(Cond::Ne, R9, wire32(1), pass);
+
+        // all_nodes:
+        check_end(&mut a, at::ICMPV6_TYPE + 1, pass);
+        a.load(Size::U8, R4, R2, at::ICMPV6_TYPE);
+        a.jump32_imm(Cond::Eq, R4, ICMPV6_ROUTER_ADVERT, redirect);
+        a.jump32_imm(Cond::Eq, R4, ICMPV6_NEIGHBOUR_ADVERT, redirect);
+        a.goto(pass);
+
+        a.bind(solicited);
+        for &group in &groups {
+            a.jump32_imm(Cond::Eq, R9, group, ns);
+        }
+        a.goto(pass);
+
+        a.bind(ns);
+        check_end(&mut a, at::NS_END, pass);
+        a.load(Size::U8, R4, R2, at::ICMPV6_TYPE);
+        a.jump32_imm(Cond::Ne, R4, ICMPV6_NEIGHBOUR_SOLICIT, pass);
+        load_ipv6(&mut a, at::NS_TARGET);
+        jump_if_ipv6(&mut a, &v6, redirect);
+        a.goto(pass);
+    }
 
     a.bind(redirect);
     a.load_map_fd(R1, xskmap);
@@ -337,7 +589,7 @@ pub fn steering_program(ip: Ipv4Addr, xskmap: BorrowedFd<'_>, fallback: u32) -> 
     a.bind(pass);
     a.mov_imm(R0, XDP_PASS as i32);
     a.exit();
-    a.finish()
+    Ok(a.finish())
 }
 
 /// Where the program runs, as obtained.
@@ -379,23 +631,24 @@ pub struct XdpProgram {
     iface: String,
     ifindex: u32,
     mode: AttachMode,
-    ip: Ipv4Addr,
+    addrs: Vec<IpAddr>,
     slots: u32,
 }
 
 impl XdpProgram {
-    /// Load the steering program for `ip` and attach it to `iface` (index `ifindex`) in `mode`,
-    /// with room for sockets on queues `0..slots`.
+    /// Load the steering program for our addresses `addrs` and attach it to `iface` (index
+    /// `ifindex`) in `mode`, with room for sockets on queues `0..slots`.
     pub(crate) fn attach(
         iface: &str,
         ifindex: u32,
-        ip: Ipv4Addr,
+        addrs: &[IpAddr],
         mode: XdpMode,
         slots: u32,
     ) -> Result<XdpProgram, XdpError> {
+        check_addrs(addrs)?; // before anything is created
         let map = sys::xskmap_create(slots, "bypass_xsks")
             .map_err(|e| XdpError::from_io(format!("create an XSKMAP for {iface}"), e))?;
-        let prog = load(ip, map.as_fd(), XDP_PASS)?;
+        let prog = load(addrs, map.as_fd(), XDP_PASS)?;
         let attach = |m: AttachMode| {
             super::retry_busy(|| sys::xdp_link_create(prog.as_fd(), ifindex, m.flags()))
                 .map(|link| (link, m))
@@ -416,8 +669,10 @@ impl XdpProgram {
                 Err(err) => return Err(err),
             },
         };
-        log::debug!("attached XDP program for {ip} to {iface} (index {ifindex}) in {}", mode.describe());
-        Ok(XdpProgram { _link: link, _prog: prog, map, iface: iface.to_string(), ifindex, mode, ip, slots })
+        let list = addrs.iter().map(IpAddr::to_string).collect::<Vec<_>>().join(", ");
+        log::debug!("attached XDP program for {list} to {iface} (index {ifindex}) in {}", mode.describe());
+        let addrs = addrs.to_vec();
+        Ok(XdpProgram { _link: link, _prog: prog, map, iface: iface.to_string(), ifindex, mode, addrs, slots })
     }
 
     /// Return where the program runs.
@@ -435,9 +690,9 @@ impl XdpProgram {
         self.ifindex
     }
 
-    /// Return the IPv4 address whose traffic the program redirects.
-    pub fn ip(&self) -> Ipv4Addr {
-        self.ip
+    /// Return our addresses, whose traffic the program redirects, as configured.
+    pub fn addrs(&self) -> &[IpAddr] {
+        &self.addrs
     }
 
     /// Return the number of queue slots in the XSKMAP.
@@ -456,10 +711,10 @@ impl XdpProgram {
     }
 }
 
-/// Load the steering program for `ip` using `xskmap`, with `fallback` as the redirect's
-/// fallback action.
-pub(crate) fn load(ip: Ipv4Addr, xskmap: BorrowedFd<'_>, fallback: u32) -> Result<OwnedFd, XdpError> {
-    let insns = steering_program(ip, xskmap, fallback);
+/// Load the steering program for our addresses `addrs` using `xskmap`, with `fallback` as
+/// the redirect's fallback action.
+pub(crate) fn load(addrs: &[IpAddr], xskmap: BorrowedFd<'_>, fallback: u32) -> Result<OwnedFd, XdpError> {
+    let insns = steering_program(addrs, xskmap, fallback)?;
     sys::xdp_prog_load(&insns, "bypass_steer").map_err(|(source, log)| match source.raw_os_error() {
         Some(libc::EPERM) => XdpError::NotPermitted { what: "loading the XDP program".into(), source },
         _ => XdpError::ProgramRejected { log, source },
@@ -534,18 +789,90 @@ mod tests {
     }
 
     #[test]
+    fn encodes_byte_loads() {
+        let mut a = Asm::new();
+        a.load(Size::U8, Reg::R4, Reg::R2, 20); // 71 24 14 00 00 00 00 00
+        assert_eq!(bytes(&a.finish()), vec![[0x71, 0x24, 0x14, 0, 0, 0, 0, 0]]);
+    }
+
+    const US4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+    const US4_B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 5);
+    const US6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 2);
+    const US6_B: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0x77, 2);
+    /// A kernel address whose low 24 bits, and so solicited-node group, are those of [`US6`].
+    const COLLIDES: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0xab00, 2);
+    const OTHER6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 3);
+    const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+    const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
+
+    #[test]
     fn jumps_land_where_the_listing_says() {
         let file = std::fs::File::open("/dev/null").unwrap();
-        let insns = steering_program(Ipv4Addr::new(10, 77, 0, 2), file.as_fd(), XDP_PASS);
-        assert_eq!(insns.len(), 28, "the module docs list 28 instruction slots");
+        let insns = steering_program(&[US4.into(), US6.into()], file.as_fd(), XDP_PASS).unwrap();
+        assert_eq!(insns.len(), 71, "the module docs list 71 instruction slots");
         let target = |at: usize| (at as isize + 1 + insns[at].off as isize) as usize;
-        assert_eq!(target(5), 26); // short frame -> pass
-        assert_eq!(target(7), 15); // IPv4 -> ipv4
-        assert_eq!(target(8), 26); // not ARP -> pass
-        assert_eq!(target(14), 20); // our ARP -> redirect
-        assert_eq!(target(19), 26); // not our IPv4 -> pass
-        assert_eq!(insns[13].imm, i32::from_ne_bytes([10, 77, 0, 2]));
-        assert_eq!(insns[24].imm, BPF_FUNC_REDIRECT_MAP);
+        let (redirect, pass) = (63, 69);
+        assert_eq!(target(5), pass); // short frame
+        assert_eq!(target(7), 16); // IPv4 -> ipv4
+        assert_eq!(target(8), 22); // IPv6 -> ipv6
+        assert_eq!(target(9), pass); // not ARP
+        assert_eq!((target(14), target(15)), (redirect, pass)); // ARP: ours, not ours
+        assert_eq!((target(20), target(21)), (redirect, pass)); // IPv4: ours, not ours
+        assert_eq!(target(24), pass); // short IPv6 header
+        assert_eq!([29, 30, 31].map(target), [33; 3]); // not our unicast address: try multicast
+        assert_eq!(target(32), redirect); // our unicast address
+        assert_eq!([34, 35, 36, 38, 39].map(target), [pass; 5]); // not ICMPv6 to ff02::1 or ff02::1:ff..
+        assert_eq!(target(37), 47); // solicited-node
+        assert_eq!([target(42), target(44), target(45), target(46)], [pass, redirect, redirect, pass]);
+        assert_eq!((target(47), target(48)), (49, pass)); // our group, not ours
+        assert_eq!((target(51), target(53)), (pass, pass)); // short, not a solicitation
+        assert_eq!([58, 59, 60].map(target), [62; 3]);
+        assert_eq!((target(61), target(62)), (redirect, pass));
+        assert_eq!(insns[14].imm, i32::from_ne_bytes([10, 77, 0, 2]));
+        assert_eq!(insns[32].imm, i32::from_ne_bytes([0, 0, 0, 2]));
+        assert_eq!(insns[47].imm, i32::from_ne_bytes([0xff, 0, 0, 2]));
+        assert_eq!(insns[67].imm, BPF_FUNC_REDIRECT_MAP);
+    }
+
+    #[test]
+    fn one_family_leaves_out_the_other() {
+        let file = std::fs::File::open("/dev/null").unwrap();
+        let v4 = steering_program(&[US4.into()], file.as_fd(), XDP_PASS).unwrap();
+        assert_eq!(v4.len(), 71 - 1 - 41, "no IPv6 dispatch (8) and no IPv6 blocks (22-62)");
+        let v6 = steering_program(&[US6.into()], file.as_fd(), XDP_PASS).unwrap();
+        assert_eq!(v6.len(), 71 - 1 - 12, "no IPv4 dispatch (7) and no ARP or IPv4 blocks (10-21)");
+    }
+
+    #[test]
+    fn addresses_are_checked() {
+        let err = |addrs: &[IpAddr]| match check_addrs(addrs) {
+            Err(XdpError::InvalidConfig(msg)) => msg,
+            other => panic!("{addrs:?}: {other:?}"),
+        };
+        assert!(err(&[]).contains("at least one address"));
+        assert!(err(&[Ipv4Addr::UNSPECIFIED.into()]).contains("unspecified"));
+        assert!(err(&[Ipv6Addr::UNSPECIFIED.into()]).contains("unspecified"));
+        assert!(err(&[ALL_NODES.into()]).contains("multicast"));
+        assert!(err(&[Ipv4Addr::new(224, 0, 0, 1).into()]).contains("multicast"));
+        assert!(err(&[Ipv4Addr::BROADCAST.into()]).contains("broadcast"));
+        let nine_v4: Vec<IpAddr> = (1..=9).map(|i| Ipv4Addr::new(10, 77, 0, i).into()).collect();
+        assert!(err(&nine_v4).contains("9 IPv4 addresses given"), "{}", err(&nine_v4));
+        let nine_v6: Vec<IpAddr> = (1..=9).map(|i| Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i).into()).collect();
+        assert!(err(&nine_v6).contains("9 IPv6 addresses given"), "{}", err(&nine_v6));
+        // Duplicates count once.
+        let repeated: Vec<IpAddr> = [US4, US4_B].iter().cycle().take(20).map(|&a| a.into()).collect();
+        assert_eq!(check_addrs(&repeated).unwrap(), (vec![US4, US4_B], vec![]));
+        let both = [US6.into(), US4.into(), US6_B.into(), US6.into()];
+        assert_eq!(check_addrs(&both).unwrap(), (vec![US4], vec![US6, US6_B]));
+    }
+
+    #[test]
+    fn solicited_node_groups_take_the_low_24_bits() {
+        let group = |a: Ipv6Addr| solicited_node_word(&a).to_ne_bytes();
+        assert_eq!(group(US6), [0xff, 0, 0, 2]);
+        assert_eq!(group(US6_B), [0xff, 0x77, 0, 2]);
+        assert_eq!(group(COLLIDES), group(US6));
+        assert_eq!(group(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0xfedc, 0xba98)), [0xff, 0xdc, 0xba, 0x98]);
     }
 
     /// Build an Ethernet frame: destination, source, EtherType, payload.
@@ -569,36 +896,215 @@ mod tests {
         ether([0x08, 0x00], &p)
     }
 
-    /// Run the program in the kernel (`BPF_PROG_TEST_RUN`) on hand-made frames. Built with
-    /// `XDP_DROP` as the redirect fallback and an empty XSKMAP, "redirect" shows as `XDP_DROP`.
+    /// Build an Ethernet/IPv6 frame from fd00:77::1 to `dst` with next header `next`. Nothing
+    /// the program does not read is made valid (checksums, hop limit).
+    fn ipv6(dst: Ipv6Addr, next: u8, payload: &[u8]) -> Vec<u8> {
+        let mut p = vec![0x60, 0, 0, 0];
+        p.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+        p.extend_from_slice(&[next, 255]);
+        p.extend_from_slice(&Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 1).octets());
+        p.extend_from_slice(&dst.octets());
+        p.extend_from_slice(payload);
+        ether([0x86, 0xdd], &p)
+    }
+
+    fn udp6(dst: Ipv6Addr) -> Vec<u8> {
+        ipv6(dst, 17, &[0x13, 0x88, 0x13, 0x88, 0, 12, 0, 0, b'p', b'i', b'n', b'g'])
+    }
+
+    /// An ICMPv6 message of `kind` with `body` after the 4-byte header.
+    fn icmpv6(dst: Ipv6Addr, kind: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![kind, 0, 0, 0];
+        m.extend_from_slice(body);
+        ipv6(dst, 58, &m)
+    }
+
+    /// Return the solicited-node group of `addr` (RFC 4291 2.7.1).
+    fn group_of(addr: Ipv6Addr) -> Ipv6Addr {
+        let o = addr.octets();
+        Ipv6Addr::from([0xff02, 0, 0, 0, 0, 1, 0xff00 | u16::from(o[13]), u16::from_be_bytes([o[14], o[15]])])
+    }
+
+    /// A Neighbour Solicitation for `target`, sent to `dst`, with a source link-layer option.
+    fn ns_to(dst: Ipv6Addr, target: Ipv6Addr) -> Vec<u8> {
+        let mut body = vec![0; 4]; // reserved
+        body.extend_from_slice(&target.octets());
+        body.extend_from_slice(&[1, 1, 0x02, 0, 0, 0, 0, 1]);
+        icmpv6(dst, 135, &body)
+    }
+
+    /// A Neighbour Solicitation for `target`, to its solicited-node group.
+    fn ns(target: Ipv6Addr) -> Vec<u8> {
+        ns_to(group_of(target), target)
+    }
+
+    /// A Router Advertisement (16 bytes after the header, no options).
+    fn ra() -> Vec<u8> {
+        icmpv6(ALL_NODES, 134, &[64, 0, 0x07, 0x08, 0, 0, 0, 0, 0, 0, 0, 0])
+    }
+
+    /// Run `prog` on `frame` in the kernel and return its action.
+    fn verdict(prog: &OwnedFd, frame: &[u8]) -> u32 {
+        sys::xdp_test_run(prog.as_fd(), frame).expect("BPF_PROG_TEST_RUN")
+    }
+
+    /// Run each (name, frame, action) case through `prog` in the kernel.
+    fn run_cases(prog: &OwnedFd, cases: &[(&str, Vec<u8>, u32)]) {
+        for (name, frame, want) in cases {
+            assert_eq!(verdict(prog, frame), *want, "{name} ({} bytes)", frame.len());
+        }
+    }
+
+    /// Load the program for `addrs` with an empty XSKMAP and `XDP_DROP` as the redirect's
+    /// fallback, so that "redirect" shows as `XDP_DROP`.
+    fn load_for_test(map: &OwnedFd, addrs: &[IpAddr]) -> OwnedFd {
+        load(addrs, map.as_fd(), XDP_DROP).unwrap_or_else(|e| panic!("{addrs:?}: {e}"))
+    }
+
+    const REDIRECT: u32 = XDP_DROP;
+
+    /// Run the program in the kernel (`BPF_PROG_TEST_RUN`) on hand-made frames.
     #[test]
     fn kernel_verifies_and_runs_the_program() {
         if !crate::testlab::lab_available("kernel_verifies_and_runs_the_program") {
             return;
         }
         let map = sys::xskmap_create(1, "bypass_test").expect("create XSKMAP");
-        let prog = load(Ipv4Addr::new(10, 77, 0, 2), map.as_fd(), XDP_DROP).unwrap_or_else(|e| panic!("{e}"));
-        let redirect = XDP_DROP;
-        let us = [10, 77, 0, 2];
+        let prog = load_for_test(&map, &[US4.into()]);
+        let us = US4.octets();
         let high = [10, 77, 0, 200]; // our address with the top bit of the last octet set
-        let cases: Vec<(&str, Vec<u8>, u32)> = vec![
-            ("ARP for us", arp(us), redirect),
-            ("ARP for another host", arp([10, 77, 0, 3]), XDP_PASS),
-            ("ARP truncated before the target address", arp(us)[..41].to_vec(), XDP_PASS),
-            ("IPv4 to us", ipv4(us), redirect),
-            ("IPv4 to another host", ipv4([10, 77, 0, 3]), XDP_PASS),
-            ("IPv4 to an address differing in the top bit", ipv4(high), XDP_PASS),
-            ("IPv4 truncated before the destination", ipv4(us)[..33].to_vec(), XDP_PASS),
-            ("bare Ethernet header", ether([0x08, 0x00], &[]), XDP_PASS),
-            ("IPv6", ether([0x86, 0xdd], &[0x60; 60]), XDP_PASS),
-            ("VLAN-tagged IPv4 to us", ether([0x81, 0x00], &ipv4(us)[12..]), XDP_PASS),
-        ];
-        for (name, frame, want) in cases {
-            let got = sys::xdp_test_run(prog.as_fd(), &frame).expect("BPF_PROG_TEST_RUN");
-            assert_eq!(got, want, "{name}");
-        }
-        let high_prog = load(Ipv4Addr::from(high), map.as_fd(), XDP_DROP).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(sys::xdp_test_run(high_prog.as_fd(), &ipv4(high)).unwrap(), redirect, "top-bit address");
+        run_cases(
+            &prog,
+            &[
+                ("ARP for us", arp(us), REDIRECT),
+                ("ARP for another host", arp([10, 77, 0, 3]), XDP_PASS),
+                ("ARP truncated before the target address", arp(us)[..41].to_vec(), XDP_PASS),
+                ("IPv4 to us", ipv4(us), REDIRECT),
+                ("IPv4 to another host", ipv4([10, 77, 0, 3]), XDP_PASS),
+                ("IPv4 to an address differing in the top bit", ipv4(high), XDP_PASS),
+                ("IPv4 truncated before the destination", ipv4(us)[..33].to_vec(), XDP_PASS),
+                ("bare Ethernet header", ether([0x08, 0x00], &[]), XDP_PASS),
+                ("IPv6", ether([0x86, 0xdd], &[0x60; 60]), XDP_PASS),
+                ("VLAN-tagged IPv4 to us", ether([0x81, 0x00], &ipv4(us)[12..]), XDP_PASS),
+                // Without an IPv6 address of ours, all of IPv6 stays with the kernel.
+                ("IPv4-only: Router Advertisement", ra(), XDP_PASS),
+                ("IPv4-only: IPv6 with an IPv4 address's bytes last", udp6(Ipv6Addr::from(0x0a4d_0002)), XDP_PASS),
+            ],
+        );
+        let high_prog = load_for_test(&map, &[Ipv4Addr::from(high).into()]);
+        assert_eq!(sys::xdp_test_run(high_prog.as_fd(), &ipv4(high)).unwrap(), REDIRECT, "top-bit address");
         assert_eq!(sys::xdp_test_run(high_prog.as_fd(), &ipv4(us)).unwrap(), XDP_PASS, "top-bit address");
+    }
+
+    #[test]
+    fn kernel_runs_the_dual_stack_program() {
+        if !crate::testlab::lab_available("kernel_runs_the_dual_stack_program") {
+            return;
+        }
+        let map = sys::xskmap_create(1, "bypass_test").expect("create XSKMAP");
+        let prog = load_for_test(&map, &[US4.into(), US6.into(), US4_B.into(), US6_B.into()]);
+        let mut ns_hop_by_hop = ns(US6);
+        ns_hop_by_hop[20] = 0;
+        let mut hop_by_hop_to_us = udp6(US6);
+        hop_by_hop_to_us[20] = 0;
+        let mut fragment_to_us = udp6(US6);
+        fragment_to_us[20] = 44;
+        let mut truncated_ns = ns(US6);
+        truncated_ns.truncate(77); // one byte short of the target's end
+        let ns_full = ns(US6);
+        #[rustfmt::skip]
+        run_cases(&prog, &[
+            // IPv4, both addresses.
+            ("ARP for our first IPv4 address", arp(US4.octets()), REDIRECT),
+            ("ARP for our second IPv4 address", arp(US4_B.octets()), REDIRECT),
+            ("ARP for another host", arp([10, 77, 0, 3]), XDP_PASS),
+            ("IPv4 to our first address", ipv4(US4.octets()), REDIRECT),
+            ("IPv4 to our second address", ipv4(US4_B.octets()), REDIRECT),
+            ("IPv4 to another host", ipv4([10, 77, 0, 3]), XDP_PASS),
+            ("IPv4 truncated before the destination", ipv4(US4_B.octets())[..33].to_vec(), XDP_PASS),
+            // IPv6 unicast.
+            ("IPv6 UDP to our first address", udp6(US6), REDIRECT),
+            ("IPv6 UDP to our second address", udp6(US6_B), REDIRECT),
+            ("IPv6 UDP to another address", udp6(OTHER6), XDP_PASS),
+            ("IPv6 UDP to the colliding kernel address", udp6(COLLIDES), XDP_PASS),
+            ("IPv6 with a Hop-by-Hop header to us", hop_by_hop_to_us, REDIRECT),
+            ("IPv6 fragment to us", fragment_to_us, REDIRECT),
+            ("ICMPv6 echo request to us", icmpv6(US6, 128, &[0, 1, 0, 1]), REDIRECT),
+            ("Neighbour Solicitation to our unicast address (NUD)", ns_to(US6, US6), REDIRECT),
+            // Neighbour Solicitations to solicited-node groups.
+            ("NS for our first address", ns(US6), REDIRECT),
+            ("NS for our second address", ns(US6_B), REDIRECT),
+            ("NS for another address", ns(OTHER6), XDP_PASS),
+            ("NS for the kernel's address, to our group (collision)", ns(COLLIDES), XDP_PASS),
+            ("NS for us, sent to another group", ns_to(group_of(OTHER6), US6), XDP_PASS),
+            ("NS for us behind a Hop-by-Hop header", ns_hop_by_hop, XDP_PASS),
+            ("NS for us truncated before the target's end", truncated_ns, XDP_PASS),
+            ("NS for us with nothing after the target", ns_full[..78].to_vec(), REDIRECT),
+            ("echo request to our group", icmpv6(group_of(US6), 128, &[0; 20]), XDP_PASS),
+            ("UDP to our group", udp6(group_of(US6)), XDP_PASS),
+            // All-nodes.
+            ("Router Advertisement to ff02::1", ra(), REDIRECT),
+            ("unsolicited Neighbour Advertisement to ff02::1", icmpv6(ALL_NODES, 136, &[0x20, 0, 0, 0]), REDIRECT),
+            ("MLD query (130) to ff02::1, as ICMPv6 straight after the header", icmpv6(ALL_NODES, 130, &[0; 20]), XDP_PASS),
+            ("echo request to ff02::1", icmpv6(ALL_NODES, 128, &[0, 1, 0, 1]), XDP_PASS),
+            ("UDP to ff02::1", udp6(ALL_NODES), XDP_PASS),
+            ("Router Advertisement to ff02::2", icmpv6(ALL_ROUTERS, 134, &[0; 12]), XDP_PASS),
+            ("Router Advertisement truncated before its type", ra()[..54].to_vec(), XDP_PASS),
+            ("Router Advertisement with just its type", ra()[..55].to_vec(), REDIRECT),
+            // Truncated and odd IPv6.
+            ("IPv6 to us truncated before the destination's end", udp6(US6)[..53].to_vec(), XDP_PASS),
+            ("IPv6 truncated to its first byte", udp6(US6)[..15].to_vec(), XDP_PASS),
+            ("bare Ethernet header, EtherType IPv6", ether([0x86, 0xdd], &[]), XDP_PASS),
+            ("VLAN-tagged IPv6 to us", ether([0x81, 0x00], &udp6(US6)[12..]), XDP_PASS),
+        ]);
+        // Our address with one bit flipped in each 32-bit word in turn, and in its top bit.
+        let flips = [24, 56, 88, 120, 127].map(|bit| Ipv6Addr::from(u128::from(US6) ^ (1 << bit)));
+        for addr in flips {
+            assert_eq!(verdict(&prog, &udp6(addr)), XDP_PASS, "IPv6 to {addr}, one bit off ours");
+            assert_eq!(verdict(&prog, &ns(addr)), XDP_PASS, "NS for {addr}, one bit off ours");
+        }
+        // Every truncation of a solicitation for us: pass until its target is whole.
+        for len in 14..ns_full.len() {
+            let want = if len >= 78 { REDIRECT } else { XDP_PASS };
+            assert_eq!(verdict(&prog, &ns_full[..len]), want, "NS for us cut to {len} bytes");
+        }
+    }
+
+    #[test]
+    fn kernel_runs_the_ipv6_only_program_and_the_largest() {
+        if !crate::testlab::lab_available("kernel_runs_the_ipv6_only_program_and_the_largest") {
+            return;
+        }
+        let map = sys::xskmap_create(1, "bypass_test").expect("create XSKMAP");
+        let prog = load_for_test(&map, &[US6.into()]);
+        run_cases(
+            &prog,
+            &[
+                ("IPv6-only: IPv6 to us", udp6(US6), REDIRECT),
+                ("IPv6-only: NS for us", ns(US6), REDIRECT),
+                ("IPv6-only: Router Advertisement", ra(), REDIRECT),
+                ("IPv6-only: ARP for 10.77.0.2", arp(US4.octets()), XDP_PASS),
+                ("IPv6-only: IPv4 to 10.77.0.2", ipv4(US4.octets()), XDP_PASS),
+                ("IPv6-only: IPv6 to another address", udp6(OTHER6), XDP_PASS),
+            ],
+        );
+        // The most addresses allowed, every one with its own solicited-node group.
+        let v4: Vec<IpAddr> = (1..=8).map(|i| Ipv4Addr::new(10, 77, 0, 10 + i).into()).collect();
+        let v6: Vec<Ipv6Addr> = (1..=8).map(|i| Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, i, 0x100 + i)).collect();
+        let all: Vec<IpAddr> = v4.iter().copied().chain(v6.iter().map(|&a| a.into())).collect();
+        let largest = load_for_test(&map, &all);
+        let last6 = v6[7];
+        run_cases(
+            &largest,
+            &[
+                ("largest: ARP for the last IPv4 address", arp([10, 77, 0, 18]), REDIRECT),
+                ("largest: IPv4 to the last address", ipv4([10, 77, 0, 18]), REDIRECT),
+                ("largest: IPv4 to another host", ipv4([10, 77, 0, 19]), XDP_PASS),
+                ("largest: IPv6 to the last address", udp6(last6), REDIRECT),
+                ("largest: NS for the last address", ns(last6), REDIRECT),
+                ("largest: NS for the first address", ns(v6[0]), REDIRECT),
+                ("largest: NS for another address", ns(OTHER6), XDP_PASS),
+            ],
+        );
     }
 }

@@ -1,8 +1,6 @@
 //! Transmission: each connection's segments written straight into the device's frames behind
 //! their headers, or held while the next hop is resolved.
 
-use std::net::{Ipv4Addr, SocketAddr};
-
 use bypass_tcp::{FourTuple, Instant, Segment};
 use etherparse::IpNumber;
 
@@ -22,17 +20,18 @@ impl Interface {
     ) -> std::io::Result<Option<usize>> {
         self.apply_budgets(index);
         let Some(sock) = self.slots[index as usize].sock.as_mut() else { return Ok(Some(0)) };
-        let Some(FourTuple { remote: SocketAddr::V4(remote), .. }) = sock.conn.tuple() else {
+        let Some(FourTuple { local, remote }) = sock.conn.tuple() else {
             // Back in LISTEN after an RST in SYN-RECEIVED: nothing to send; settle removes it.
             sock.dirty = false;
             self.settle(now, index);
             return Ok(Some(0));
         };
-        let dst = *remote.ip();
+        let (src, dst) = (local.ip(), remote.ip());
         let fallback = sock.peer_mac;
         let mac = self.next_hop_mac(now, dst, fallback);
         let max_frame = self.mtu + ETH_LEN;
-        let (our_mac, our_ip) = (self.mac, self.config.ip);
+        let our_mac = self.mac;
+        let headers = headers_len(dst);
         let mut sent = 0;
         loop {
             let sock = self.slots[index as usize].sock.as_mut().expect("live");
@@ -43,20 +42,20 @@ impl Interface {
                     let ok = device.send(&mut |buf: &mut [u8]| {
                         let end = buf.len().min(max_frame);
                         let before = sock.conn.state();
-                        let t = sock.conn.poll_transmit(now, &mut buf[HEADERS..end]);
+                        let t = sock.conn.poll_transmit(now, &mut buf[headers..end]);
                         produced = t;
                         match t {
                             Some(t) => {
-                                write_headers(buf, our_mac, mac, our_ip, dst, IpNumber::TCP, t.len);
+                                write_ip_headers(buf, our_mac, mac, src, dst, IpNumber::TCP, t.len);
                                 if let Some(capture) = capture.as_mut() {
                                     note.clear();
-                                    if let Ok(seg) = Segment::parse_unchecked(&buf[HEADERS..HEADERS + t.len]) {
+                                    if let Ok(seg) = Segment::parse_unchecked(&buf[headers..headers + t.len]) {
                                         note_segment(note, &seg, &sock.conn, Direction::Out, before);
                                         note_send(note, &sock.conn, t.kind);
                                     }
-                                    capture.frame(now, Direction::Out, &buf[..HEADERS + t.len], note);
+                                    capture.frame(now, Direction::Out, &buf[..headers + t.len], note);
                                 }
-                                HEADERS + t.len
+                                headers + t.len
                             }
                             None => 0,
                         }
@@ -67,18 +66,15 @@ impl Interface {
                     }
                 }
                 None => {
-                    // Unresolved: hold the frame in the ARP queue (RFC 1122 2.3.2.2).
+                    // Unresolved: hold the frame until the next hop is (RFC 1122 2.3.2.2,
+                    // RFC 4861 7.2.2).
                     let mut buf = self.spare.pop().unwrap_or_default();
                     buf.resize(max_frame, 0);
-                    if let Some(t) = sock.conn.poll_transmit(now, &mut buf[HEADERS..]) {
-                        write_headers(&mut buf, our_mac, [0; 6], our_ip, dst, IpNumber::TCP, t.len);
-                        buf.truncate(HEADERS + t.len);
+                    if let Some(t) = sock.conn.poll_transmit(now, &mut buf[headers..]) {
+                        write_ip_headers(&mut buf, our_mac, [0; 6], src, dst, IpNumber::TCP, t.len);
+                        buf.truncate(headers + t.len);
                         produced = Some(t);
-                        let hop = self.next_hop(dst);
-                        if let Err(frame) = self.arp.hold(hop, buf, now) {
-                            self.counters.drop(Drop::ArpQueueDrop);
-                            self.spare.push(frame);
-                        }
+                        self.hold_for_resolution(now, dst, buf);
                     } else {
                         self.spare.push(buf);
                     }
@@ -90,7 +86,7 @@ impl Interface {
             self.counters.bytes_copied += t.payload_len as u64;
             if mac.is_some() {
                 self.counters.tx_frames += 1;
-                self.counters.tx_bytes += (HEADERS + t.len) as u64;
+                self.counters.tx_bytes += (headers + t.len) as u64;
             }
         }
         if let Some(sock) = self.slots[index as usize].sock.as_mut() {
@@ -98,17 +94,5 @@ impl Interface {
         }
         self.settle(now, index);
         Ok(Some(sent))
-    }
-
-    /// Return the next hop's MAC for a connection's peer, resolving it if needed.
-    pub(super) fn next_hop_mac(&mut self, now: Instant, dst: Ipv4Addr, fallback: Option<[u8; 6]>) -> Option<[u8; 6]> {
-        let hop = self.next_hop(dst);
-        if let Some(mac) = self.arp.lookup(hop, now) {
-            return Some(mac);
-        }
-        if fallback.is_none() {
-            self.arp.resolve(hop, now);
-        }
-        fallback
     }
 }

@@ -3,8 +3,10 @@
 
 use std::fmt::Write as _;
 
+use std::net::IpAddr;
+
 use bypass_tcp::Instant;
-use etherparse::{EtherType, Ethernet2Header};
+use etherparse::{EtherType, Ethernet2Header, IpNumber};
 
 use super::*;
 use crate::counters::Drop;
@@ -16,12 +18,16 @@ impl Interface {
         let Ok((eth, payload)) = Ethernet2Header::from_slice(frame) else {
             return self.drop(Drop::Truncated, "frame shorter than an Ethernet header");
         };
-        if eth.destination != self.mac && eth.destination != BROADCAST {
+        // IPv6 multicast goes to 33:33 and the group's low 32 bits (RFC 2464 7); the IPv6
+        // layer checks the group is one we joined.
+        let multicast6 = eth.destination[..2] == [0x33, 0x33] && self.addrs.has_ipv6();
+        if eth.destination != self.mac && eth.destination != BROADCAST && !multicast6 {
             return self.drop(Drop::WrongMac, "not our MAC");
         }
         match eth.ether_type {
-            EtherType::ARP => self.receive_arp(now, payload),
-            EtherType::IPV4 => self.receive_ipv4(now, eth.source, payload),
+            EtherType::ARP if self.addrs.ipv4.is_some() => self.receive_arp(now, payload),
+            EtherType::IPV4 if self.addrs.ipv4.is_some() => self.receive_ipv4(now, eth.source, payload),
+            EtherType::IPV6 if self.addrs.has_ipv6() => self.receive_ipv6(now, eth.source, payload),
             _ => self.drop(Drop::UnknownEthertype, "ethertype"),
         }
     }
@@ -44,6 +50,32 @@ impl Interface {
         let mut b = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(128));
         b.clear();
         b
+    }
+}
+
+/// Return the length of the Ethernet and IP headers in front of an IP payload to `dst`.
+pub(super) fn headers_len(dst: IpAddr) -> usize {
+    match dst {
+        IpAddr::V4(_) => HEADERS,
+        IpAddr::V6(_) => HEADERS6,
+    }
+}
+
+/// Write the Ethernet and IP headers (of `src`'s family) at the front of `frame` for an IP
+/// payload of `len` bytes carrying `proto`; `frame` is at least `headers_len(dst)` long.
+pub(super) fn write_ip_headers(
+    frame: &mut [u8],
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: IpAddr,
+    dst: IpAddr,
+    proto: IpNumber,
+    len: usize,
+) {
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => ipv4::write_headers(frame, src_mac, dst_mac, s, d, proto, len),
+        (IpAddr::V6(s), IpAddr::V6(d)) => ipv6::write_headers(frame, src_mac, dst_mac, s, d, proto, len),
+        _ => unreachable!("a packet's addresses are of one family"),
     }
 }
 

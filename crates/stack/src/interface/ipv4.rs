@@ -2,13 +2,14 @@
 //! to the next hop, and the headers in front of what we send.
 
 use std::fmt::Write as _;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use bypass_tcp::Instant;
 use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv4HeaderSlice};
 
 use super::*;
 use crate::counters::Drop;
+use crate::fragments::{Fragment, FragmentKey};
 
 impl Interface {
     pub(super) fn receive_ipv4(&mut self, now: Instant, src_mac: [u8; 6], payload: &[u8]) {
@@ -19,10 +20,8 @@ impl Interface {
         if etherparse::checksum::Sum16BitWords::new().add_slice(header).ones_complement() != 0 {
             return self.drop(Drop::BadIpv4Checksum, "IPv4 header checksum");
         }
-        if ip.more_fragments() || ip.fragments_offset().value() != 0 {
-            return self.drop(Drop::Ipv4Fragment, "IPv4 fragment");
-        }
-        if ip.destination_addr() != self.config.ip {
+        let dst = ip.destination_addr();
+        if !self.addrs.is_ours_v4(dst) {
             return self.drop(Drop::WrongIpAddress, "IPv4 for another host");
         }
         let src = ip.source_addr();
@@ -31,11 +30,7 @@ impl Interface {
             // address that is invalid by the rules of that section.
             self.counters.drop(Drop::MartianSource);
             let proto = ip.protocol().0;
-            log::debug!(
-                "drop {}: {src} -> {} (IP protocol {proto}): source is {why}",
-                Drop::MartianSource.name(),
-                self.config.ip
-            );
+            log::debug!("drop {}: {src} -> {dst} (IP protocol {proto}): source is {why}", Drop::MartianSource.name(),);
             if self.capture.is_some() {
                 let _ = write!(self.note, "dropped: {} (source {src} is {why})", Drop::MartianSource.name());
             }
@@ -46,9 +41,30 @@ impl Interface {
             return self.drop(Drop::BadIpv4Header, "IPv4 total length");
         }
         let body = &payload[header.len()..total];
-        match ip.protocol() {
-            IpNumber::TCP => self.receive_tcp(now, src_mac, src, body),
-            IpNumber::ICMP => self.receive_icmp(src_mac, src, body),
+        let protocol = ip.protocol();
+        if ip.more_fragments() || ip.fragments_offset().value() != 0 {
+            let key = FragmentKey::ipv4(src, dst, ip.identification(), protocol.0);
+            let offset = usize::from(ip.fragments_offset().value()) * 8;
+            let frag = Fragment::new(offset, ip.more_fragments(), body);
+            return self.reassemble(now, key, frag, |host, datagram| {
+                host.receive_ipv4_payload(now, src_mac, src, dst, protocol, datagram.payload)
+            });
+        }
+        self.receive_ipv4_payload(now, src_mac, src, dst, protocol, body);
+    }
+
+    fn receive_ipv4_payload(
+        &mut self,
+        now: Instant,
+        src_mac: [u8; 6],
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        protocol: IpNumber,
+        body: &[u8],
+    ) {
+        match protocol {
+            IpNumber::TCP => self.receive_tcp(now, src_mac, src.into(), dst.into(), body),
+            IpNumber::ICMP => self.receive_icmp(now, src_mac, src, dst, body),
             _ => self.drop(Drop::UnknownProtocol, "IP protocol"),
         }
     }
@@ -60,11 +76,12 @@ impl Interface {
     /// 127/8 outside a host. Our own address from the wire is spoofed or a loop (Linux's
     /// `fib_validate_source` treats a local source as martian unless `accept_local`).
     pub(super) fn martian(&self, src: Ipv4Addr) -> Option<&'static str> {
-        let prefix = self.config.prefix_len.min(32);
+        let ours = self.addrs.ipv4?;
+        let prefix = ours.prefix_len.min(32);
         let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
         // A /31 has no broadcast address (RFC 3021), and a /32 has no other host.
-        let directed = (prefix <= 30).then(|| Ipv4Addr::from((u32::from(self.config.ip) & mask) | !mask));
-        if src == self.config.ip {
+        let directed = (prefix <= 30).then(|| Ipv4Addr::from((u32::from(ours.addr) & mask) | !mask));
+        if src == ours.addr {
             Some("our own address")
         } else if src.is_broadcast() {
             Some("the limited broadcast address (RFC 1122 3.2.1.3 (c))")
@@ -81,48 +98,50 @@ impl Interface {
         }
     }
 
-    /// ICMP echo request: answer with an echo reply (RFC 792).
-    pub(super) fn receive_icmp(&mut self, src_mac: [u8; 6], src: Ipv4Addr, body: &[u8]) {
+    /// ICMP (RFC 792): answer an echo request with an echo reply, and pass the errors that
+    /// quote one of our TCP segments to its connection (RFC 1122 3.2.2, 4.2.3.9).
+    pub(super) fn receive_icmp(&mut self, now: Instant, src_mac: [u8; 6], src: Ipv4Addr, dst: Ipv4Addr, body: &[u8]) {
         if body.len() < 8 || etherparse::checksum::Sum16BitWords::new().add_slice(body).ones_complement() != 0 {
             return self.drop(Drop::BadIcmp, "ICMP checksum or length");
         }
-        if body[0] != 8 || body[1] != 0 {
-            return self.drop(Drop::IcmpIgnored, "not an echo request");
+        match (body[0], body[1]) {
+            (8, 0) => self.reply_echo(src_mac, IpAddr::V4(dst), IpAddr::V4(src), body),
+            (3 | 11 | 12, _) => {
+                // Destination unreachable, time exceeded, parameter problem: the payload
+                // quotes the IPv4 header of what we sent and at least 8 octets of it (RFC 792;
+                // RFC 1812 4.3.2.3 lets routers quote more).
+                let quoted = &body[8..];
+                let Ok(inner) = Ipv4HeaderSlice::from_slice(quoted) else {
+                    return self.drop(Drop::BadIcmp, "ICMP error quoting no IPv4 header");
+                };
+                let next_hop_mtu = u16::from_be_bytes([body[6], body[7]]);
+                let error = bypass_tcp::IcmpError::from_icmpv4(body[0], body[1], next_hop_mtu);
+                let (ours, theirs) = (inner.source_addr(), inner.destination_addr());
+                if inner.protocol() != IpNumber::TCP || !self.addrs.is_ours_v4(ours) {
+                    return self.drop(Drop::IcmpIgnored, "ICMP error about no TCP segment of ours");
+                }
+                let Some(error) = error else {
+                    return self.drop(Drop::IcmpIgnored, "ICMP error TCP does not act on");
+                };
+                let tcp = &quoted[inner.slice().len()..];
+                self.icmp_error_for_tcp(now, IpAddr::V4(ours), IpAddr::V4(theirs), tcp, error);
+            }
+            (4, _) => self.drop(Drop::IcmpIgnored, "source quench (ignored, RFC 6633)"),
+            _ => self.drop(Drop::IcmpIgnored, "not an echo request or an error"),
         }
-        let len = HEADERS + body.len();
-        if len > self.mtu + ETH_LEN {
-            return self.drop(Drop::BadIcmp, "echo request larger than our MTU");
-        }
-        let mut buf = self.buffer();
-        buf.resize(len, 0);
-        buf[HEADERS..].copy_from_slice(body);
-        buf[HEADERS] = 0; // echo reply
-        buf[HEADERS + 2..HEADERS + 4].fill(0);
-        // The sum is of native-endian words, so it is stored native-endian (RFC 1071 2(B)).
-        let sum = etherparse::checksum::Sum16BitWords::new().add_slice(&buf[HEADERS..]).ones_complement();
-        buf[HEADERS + 2..HEADERS + 4].copy_from_slice(&sum.to_ne_bytes());
-        self.write_headers(&mut buf, src_mac, src, IpNumber::ICMP, body.len());
-        self.queue_control(buf, || format!("ICMP echo reply to {src}"));
-        if self.capture.is_some() {
-            let _ = write!(self.note, "ICMP echo request from {src}: answered");
-        }
-        self.counters.icmp_echo_replies += 1;
     }
 
+    /// Return the next hop towards IPv4 `dst`: `dst` itself in our subnet, else the gateway
+    /// (`dst` itself without one, as if on-link).
     pub(super) fn next_hop(&self, dst: Ipv4Addr) -> Ipv4Addr {
-        let mask = if self.config.prefix_len == 0 { 0 } else { u32::MAX << (32 - self.config.prefix_len.min(32)) };
-        let same_subnet = (u32::from(dst) & mask) == (u32::from(self.config.ip) & mask);
+        let on_link = self.addrs.ipv4.is_some_and(|c| c.contains(dst));
         match self.config.gateway {
-            Some(gw) if !same_subnet => gw,
+            Some(gw) if !on_link => gw,
             _ => dst,
         }
     }
-
-    /// Write the Ethernet and IPv4 headers in front of an IP payload of `len` bytes.
-    pub(super) fn write_headers(&self, frame: &mut [u8], dst_mac: [u8; 6], dst: Ipv4Addr, proto: IpNumber, len: usize) {
-        write_headers(frame, self.mac, dst_mac, self.config.ip, dst, proto, len);
-    }
 }
+
 /// Write Ethernet and IPv4 headers at the front of `frame` for an IP payload of `len` bytes.
 pub(super) fn write_headers(
     frame: &mut [u8],
@@ -137,6 +156,28 @@ pub(super) fn write_headers(
     frame[..ETH_LEN].copy_from_slice(&eth.to_bytes());
     let mut ip = Ipv4Header::new(len as u16, 64, proto, src.octets(), dst.octets()).expect("payload fits IPv4");
     ip.dont_fragment = true;
+    ip.header_checksum = ip.calc_header_checksum();
+    frame[ETH_LEN..HEADERS].copy_from_slice(&ip.to_bytes());
+}
+
+/// Write Ethernet and IPv4 headers for one fragment of a datagram: `id`, the fragment's
+/// `offset` in octets (a multiple of 8) and whether `more` follow (RFC 791 3.2); DF is clear.
+pub(super) fn write_fragment_headers(
+    frame: &mut [u8],
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    proto: IpNumber,
+    (id, offset, more): (u16, usize, bool),
+) {
+    let len = frame.len() - HEADERS;
+    let eth = Ethernet2Header { source: src_mac, destination: dst_mac, ether_type: EtherType::IPV4 };
+    frame[..ETH_LEN].copy_from_slice(&eth.to_bytes());
+    let mut ip = Ipv4Header::new(len as u16, 64, proto, src.octets(), dst.octets()).expect("fragment fits IPv4");
+    ip.identification = id;
+    ip.more_fragments = more;
+    ip.fragment_offset = etherparse::IpFragOffset::try_new((offset / 8) as u16).expect("offset below 65,536");
     ip.header_checksum = ip.calc_header_checksum();
     frame[ETH_LEN..HEADERS].copy_from_slice(&ip.to_bytes());
 }

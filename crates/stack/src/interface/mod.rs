@@ -7,38 +7,56 @@
 //! segment straight into the device's frame buffer behind the Ethernet and IPv4 headers.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use bypass_tcp::{Buffers, Config as TcpConfig, Connection, Event, FourTuple, Instant};
 use etherparse::ArpOperation;
 
+use crate::addr::{Addresses, Cidr};
 use crate::arp::{self, ArpCache, ArpConfig};
 use crate::capture::{Capture, Direction};
 use crate::counters::{Counters, Drop};
 use crate::device::Device;
+use crate::fragments::{Reassembler, ReassemblyConfig};
+use crate::ndp::{NdpCache, NdpConfig};
 use crate::ports::{EphemeralPorts, derive_key};
 use crate::syncookie::{RecentOverflow, SynCookies};
 
 const ETH_LEN: usize = 14;
 const IPV4_LEN: usize = 20;
+const IPV6_LEN: usize = 40;
 const HEADERS: usize = ETH_LEN + IPV4_LEN;
+const HEADERS6: usize = ETH_LEN + IPV6_LEN;
 const BROADCAST: [u8; 6] = [0xff; 6];
 
 /// Host settings.
 #[derive(Clone, Debug)]
 pub struct StackConfig {
-    /// Our IPv4 address.
-    pub ip: Ipv4Addr,
-    /// Prefix length of our subnet; other destinations go through `gateway`.
-    pub prefix_len: u8,
-    /// Next hop for destinations outside the subnet.
+    /// Our IPv4 address and subnet (`None`: the host speaks IPv6 only); destinations outside
+    /// the subnet go through `gateway`.
+    pub ipv4: Option<Cidr<Ipv4Addr>>,
+    /// Our IPv6 addresses and their subnets (none: the host speaks IPv4 only). The host
+    /// also has the link-local address made from its MAC (RFC 4291 2.1) whenever it has one
+    /// of these; other destinations go through `gateway6` or a router that advertised itself.
+    pub ipv6: Vec<Cidr<Ipv6Addr>>,
+    /// IPv4 next hop for destinations outside the subnet.
     pub gateway: Option<Ipv4Addr>,
+    /// IPv6 next hop for destinations off our links (a router's link-local or global address);
+    /// without it, the default router learnt from Router Advertisements (RFC 4861 6.3.4).
+    pub gateway6: Option<Ipv6Addr>,
+    /// Learn default routers and on-link prefixes from Router Advertisements (Linux:
+    /// `accept_ra`, on for hosts).
+    pub accept_router_advertisements: bool,
     /// Settings for every TCP connection (its `isn_secret` also keys, through keys derived
     /// from it, the SYN cookies and the ephemeral port choice).
     pub tcp: TcpConfig,
     /// ARP settings.
     pub arp: ArpConfig,
+    /// Neighbour Discovery settings (RFC 4861 10).
+    pub ndp: NdpConfig,
+    /// Fragment reassembly bounds (RFC 791 3.2, RFC 8200 4.5).
+    pub fragments: ReassemblyConfig,
     /// Half-open connections (SYN-RECEIVED) per listener before SYN cookies take over.
     pub syn_queue: usize,
     /// How long after a listener last answered a SYN with a cookie it still checks the ACKs
@@ -83,15 +101,20 @@ pub struct StackConfig {
 }
 
 impl StackConfig {
-    /// Return defaults for address `ip`/`prefix_len`, with `secret` keying ISNs and SYN
+    /// Return defaults for address `ip`/`prefix_len` (IPv4 or IPv6; add more with
+    /// [`with_address`](StackConfig::with_address)), with `secret` keying ISNs and SYN
     /// cookies (fill it from a random source).
-    pub fn new(ip: Ipv4Addr, prefix_len: u8, secret: [u8; 16]) -> Self {
-        StackConfig {
-            ip,
-            prefix_len,
+    pub fn new(ip: impl Into<IpAddr>, prefix_len: u8, secret: [u8; 16]) -> Self {
+        let config = StackConfig {
+            ipv4: None,
+            ipv6: Vec::new(),
             gateway: None,
+            gateway6: None,
+            accept_router_advertisements: true,
             tcp: TcpConfig { isn_secret: secret, ..TcpConfig::default() },
             arp: ArpConfig::default(),
+            ndp: NdpConfig::default(),
+            fragments: ReassemblyConfig::default(),
             syn_queue: 256,
             syn_cookie_valid: Duration::from_secs(120),
             accept_backlog: 1024,
@@ -102,7 +125,18 @@ impl StackConfig {
             max_orphan_memory: 64 << 20,
             window_budget: None,
             buffer_memory: 512 << 20,
+        };
+        config.with_address(ip, prefix_len)
+    }
+
+    /// Add address `ip`/`prefix_len`: IPv6 addresses add up, an IPv4 one replaces the IPv4
+    /// address (a host has one here).
+    pub fn with_address(mut self, ip: impl Into<IpAddr>, prefix_len: u8) -> Self {
+        match ip.into() {
+            IpAddr::V4(addr) => self.ipv4 = Some(Cidr { addr, prefix_len: prefix_len.min(32) }),
+            IpAddr::V6(addr) => self.ipv6.push(Cidr { addr, prefix_len: prefix_len.min(128) }),
         }
+        self
     }
 }
 
@@ -173,24 +207,39 @@ pub enum ListenError {
 pub enum ConnectError {
     /// Every ephemeral port towards that destination is in use.
     #[error("no free local port towards {0}; close some connections or widen the ephemeral range")]
-    NoFreePort(SocketAddrV4),
+    NoFreePort(SocketAddr),
     /// The table is full.
     #[error("the connection table is full ({0} connections); close some first")]
     TableFull(usize),
     /// The requested local port is zero or already connected to that destination.
     #[error("local port {0} is zero or already connected to that destination; choose another")]
     PortInUse(u16),
+    /// We have no address of that family (an IPv6 destination on an IPv4-only host, or the
+    /// other way round).
+    #[error("cannot connect to {0}: the host has no address of its family; add one with --ip")]
+    NoSourceAddress(SocketAddr),
     /// Port 0 or an unspecified address.
     #[error("cannot connect to {0}: give a real address and a non-zero port")]
-    InvalidAddress(SocketAddrV4),
+    InvalidAddress(SocketAddr),
 }
 
 /// The host: address, ARP, listeners and connections; see the module docs.
 pub struct Interface {
     config: StackConfig,
+    addrs: Addresses,
+    /// `config.tcp` for IPv6 connections: the MSS fits the MTU behind the longer header.
+    tcp6: TcpConfig,
     mac: [u8; 6],
     mtu: usize,
     arp: ArpCache,
+    ndp: NdpCache,
+    /// The reassembler; out of its place only while it lends a datagram it completed.
+    fragments: Option<Reassembler>,
+    /// Path MTUs learnt from ICMP, per destination, with when (RFC 1191 6.3, RFC 8201 4),
+    /// for the connections opened to it later.
+    path_mtu: HashMap<IpAddr, (u32, Instant)>,
+    /// The identification of the last datagram we cut into fragments.
+    fragment_id: u32,
     cookies: SynCookies,
     slots: Vec<Slot>,
     free: Vec<u32>,
@@ -223,29 +272,44 @@ pub struct Interface {
 
 mod egress;
 mod ethernet;
+mod icmp;
 mod ipv4;
+mod ipv6;
 mod neighbour;
 mod notes;
+mod reassembly;
 mod table;
 mod tcp;
 mod user;
 
-use ethernet::mac_string;
-use ipv4::write_headers;
+use ethernet::{headers_len, mac_string, write_ip_headers};
 use notes::{note_segment, note_send};
 
 impl Interface {
     /// Return a host with MAC `mac` and IP MTU `mtu`.
     pub fn new(config: StackConfig, mac: [u8; 6], mtu: usize) -> Self {
         let mut tcp = config.tcp.clone();
-        // Our segments must fit the MTU with IPv4 and TCP headers.
+        // Our segments must fit the MTU with IP and TCP headers.
         tcp.mss = tcp.mss.min((mtu - IPV4_LEN - 20) as u16);
+        let mut tcp6 = tcp.clone();
+        tcp6.mss = tcp.mss.min((mtu - IPV6_LEN - 20) as u16);
         // One secret, separate keys: what one use reveals says nothing about another's.
         let cookies = SynCookies::new(derive_key(&tcp.isn_secret, b"bypass SYN cookie key"));
         let ports =
             EphemeralPorts::new(derive_key(&tcp.isn_secret, b"bypass RFC 6056 port key"), config.ephemeral_ports);
         Interface {
+            addrs: Addresses::new(config.ipv4, config.ipv6.clone(), mac),
+            tcp6,
             arp: ArpCache::new(config.arp),
+            ndp: NdpCache::new(NdpConfig {
+                seed: u64::from_le_bytes(
+                    derive_key(&tcp.isn_secret, b"bypass NDP jitter seed")[..8].try_into().expect("8 bytes"),
+                ),
+                ..config.ndp
+            }),
+            fragments: Some(Reassembler::new(config.fragments)),
+            path_mtu: HashMap::new(),
+            fragment_id: 0,
             config: StackConfig { tcp, ..config },
             mac,
             mtu,
@@ -273,8 +337,6 @@ impl Interface {
     }
 
     /// Resolve `StackConfig::window_budget` for a device that holds `rx_frames` received
-
-    /// Resolve `StackConfig::window_budget` for a device that holds `rx_frames` received
     /// frames (`None`: no fixed ring). [`Stack::new`](crate::Stack::new) calls this.
     pub fn set_device_rx_frames(&mut self, rx_frames: Option<usize>) {
         let mss = usize::from(self.config.tcp.mss);
@@ -299,6 +361,20 @@ impl Interface {
     /// Return the receive windows the connections offer between them, as each last ran.
     pub fn offered_windows(&self) -> usize {
         self.offered_bytes
+    }
+
+    /// Return the TCP settings for connections from our address `local`: the IPv6 ones have
+    /// an MSS 20 bytes smaller, for the longer IP header.
+    fn tcp_config(&self, local: IpAddr) -> &TcpConfig {
+        match local {
+            IpAddr::V4(_) => &self.config.tcp,
+            IpAddr::V6(_) => &self.tcp6,
+        }
+    }
+
+    /// Return our addresses.
+    pub fn addresses(&self) -> &Addresses {
+        &self.addrs
     }
 
     /// Return the settings in force (the TCP MSS clamped to the MTU).
@@ -360,14 +436,14 @@ impl Interface {
 
     /// Return when `handle_timeouts` next has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match (self.timer_due, self.arp.next_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let fragments = self.fragments.as_ref().and_then(|f| f.poll_timeout());
+        [self.timer_due, self.arp.next_timeout(), self.ndp.next_timeout(), fragments].into_iter().flatten().min()
     }
 
-    /// Fire the connection and ARP timers due at `now`.
+    /// Fire the connection, ARP, Neighbour Discovery and reassembly timers due at `now`.
     pub fn handle_timeouts(&mut self, now: Instant) {
+        self.expire_fragments(now);
+        self.solicit_neighbours(now);
         if self.timer_due.is_some_and(|t| t <= now) {
             let mut next: Option<Instant> = None;
             for index in 0..self.slots.len() as u32 {
@@ -389,10 +465,11 @@ impl Interface {
             self.counters.drop(Drop::ArpQueueDrop);
         }
         self.counters.arp_requests_suppressed += due.suppressed as u64;
+        let ours = self.addrs.ipv4().unwrap_or(Ipv4Addr::UNSPECIFIED);
         for ip in hosts.drain(..) {
             let mut buf = self.buffer();
             buf.resize(arp::ARP_FRAME_LEN, 0);
-            arp::write_frame(&mut buf, ArpOperation::REQUEST, self.mac, self.config.ip, [0; 6], ip);
+            arp::write_frame(&mut buf, ArpOperation::REQUEST, self.mac, ours, [0; 6], ip);
             self.queue_control(buf, || format!("ARP request: who has {ip}?"));
             self.counters.arp_requests += 1;
         }

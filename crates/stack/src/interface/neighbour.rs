@@ -1,7 +1,9 @@
 //! Address resolution on the host: ARP (RFC 826) answers requests for our address and
 //! learns from them; the next hop's MAC for what we send.
 
+use std::collections::VecDeque;
 use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv6Addr};
 
 use bypass_tcp::Instant;
 use etherparse::ArpOperation;
@@ -9,18 +11,22 @@ use etherparse::ArpOperation;
 use super::*;
 use crate::arp::{self};
 use crate::counters::Drop;
+use crate::ndp::{self, NaFlags, NdpMessage};
 
 impl Interface {
     pub(super) fn receive_arp(&mut self, now: Instant, payload: &[u8]) {
         let Some(msg) = arp::parse(payload) else {
             return self.drop(Drop::BadArp, "malformed ARP");
         };
+        let Some(ours) = self.addrs.ipv4() else {
+            return self.drop(Drop::ArpNotForUs, "ARP on a host without IPv4");
+        };
         if msg.sender_ip.is_unspecified() || msg.sender_mac == BROADCAST {
             // Probes (RFC 5227) and nonsense teach us nothing.
-            if msg.target_ip != self.config.ip {
+            if msg.target_ip != ours {
                 return self.drop(Drop::ArpNotForUs, "probe");
             }
-        } else if msg.target_ip == self.config.ip {
+        } else if msg.target_ip == ours {
             // RFC 826: we are the target, so add the sender (merge or insert).
             let released = self.arp.learn(msg.sender_ip, msg.sender_mac, now);
             let ip = msg.sender_ip;
@@ -36,14 +42,180 @@ impl Interface {
             self.arp.refresh(msg.sender_ip, msg.sender_mac, now);
             return self.drop(Drop::ArpNotForUs, "ARP for another address");
         }
-        if msg.operation == ArpOperation::REQUEST && msg.target_ip == self.config.ip && !msg.sender_ip.is_unspecified()
-        {
+        if msg.operation == ArpOperation::REQUEST && msg.target_ip == ours && !msg.sender_ip.is_unspecified() {
             let mut buf = self.buffer();
             buf.resize(arp::ARP_FRAME_LEN, 0);
-            arp::write_frame(&mut buf, ArpOperation::REPLY, self.mac, self.config.ip, msg.sender_mac, msg.sender_ip);
-            let (us, them) = (self.config.ip, msg.sender_ip);
-            self.queue_control(buf, || format!("ARP reply to {them}: {us} is at our MAC"));
+            arp::write_frame(&mut buf, ArpOperation::REPLY, self.mac, ours, msg.sender_mac, msg.sender_ip);
+            let them = msg.sender_ip;
+            self.queue_control(buf, || format!("ARP reply to {them}: {ours} is at our MAC"));
             self.counters.arp_replies += 1;
+        }
+    }
+
+    /// Return the next hop's MAC for a packet to `dst`, starting its resolution if it is
+    /// unknown (ARP, RFC 826; Neighbour Discovery, RFC 4861 7.2.2); `fallback` (the MAC the
+    /// peer's own frames came from) stands in meanwhile.
+    pub(super) fn next_hop_mac(&mut self, now: Instant, dst: IpAddr, fallback: Option<[u8; 6]>) -> Option<[u8; 6]> {
+        match dst {
+            IpAddr::V4(dst) => {
+                let hop = self.next_hop(dst);
+                if let Some(mac) = self.arp.lookup(hop, now) {
+                    return Some(mac);
+                }
+                if fallback.is_none() {
+                    self.arp.resolve(hop, now);
+                }
+                fallback
+            }
+            IpAddr::V6(dst) => {
+                let hop = self.next_hop6(now, dst);
+                if let Some(mac) = self.ndp.lookup(hop, now) {
+                    return Some(mac);
+                }
+                if fallback.is_none() {
+                    self.ndp.resolve(hop, now);
+                }
+                fallback
+            }
+        }
+    }
+
+    /// Hold `frame`, to `dst`, until its next hop is resolved.
+    pub(super) fn hold_for_resolution(&mut self, now: Instant, dst: IpAddr, frame: Vec<u8>) {
+        let held = match dst {
+            IpAddr::V4(dst) => {
+                let hop = self.next_hop(dst);
+                self.arp.hold(hop, frame, now).map_err(|f| (f, Drop::ArpQueueDrop))
+            }
+            IpAddr::V6(dst) => {
+                let hop = self.next_hop6(now, dst);
+                match self.ndp.hold(hop, frame, now) {
+                    Ok(Some(oldest)) => Err((oldest, Drop::NeighbourQueueDrop)),
+                    Ok(None) => Ok(()),
+                    Err(frame) => Err((frame, Drop::NeighbourQueueDrop)),
+                }
+            }
+        };
+        if let Err((frame, reason)) = held {
+            self.counters.drop(reason);
+            self.spare.push(frame);
+        }
+    }
+
+    /// Neighbour Discovery (RFC 4861): answer solicitations for our addresses, learn from
+    /// advertisements and solicitations, and take default routers and on-link prefixes
+    /// from Router Advertisements.
+    pub(super) fn receive_ndp(
+        &mut self,
+        now: Instant,
+        src_mac: [u8; 6],
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        hop_limit: u8,
+        body: &[u8],
+    ) {
+        let msg = match ndp::parse(src, dst, hop_limit, body) {
+            Ok(msg) => msg,
+            Err(e) => {
+                self.counters.drop(Drop::BadNdp);
+                log::debug!("drop {}: {src} -> {dst}: {e}", Drop::BadNdp.name());
+                if self.capture.is_some() {
+                    let _ = write!(self.note, "dropped: {} ({e})", Drop::BadNdp.name());
+                }
+                return;
+            }
+        };
+        match msg {
+            NdpMessage::NeighborSolicitation(ns) => {
+                // RFC 4861 7.1.1's last rule (7.2.3): the target is one of our addresses.
+                if !self.addrs.is_ours_v6(ns.target) {
+                    return self.drop(Drop::Ipv6NotForUs, "solicitation for another address");
+                }
+                let update = self.ndp.handle_solicitation(src, &ns, now);
+                self.send_released(update.frames, src);
+                // RFC 4861 7.2.4: to the solicitation's source (solicited, at the MAC its
+                // option gave, or its frame's), or to all nodes if that was unspecified (DAD).
+                let (dst_mac, dst_ip, solicited) = if src.is_unspecified() {
+                    (ndp::multicast_mac(ndp::ALL_NODES), ndp::ALL_NODES, false)
+                } else {
+                    (ns.source_mac.unwrap_or(src_mac), src, true)
+                };
+                let flags = NaFlags { router: false, solicited, r#override: true };
+                let mut buf = self.buffer();
+                buf.resize(ndp::NDP_FRAME_LEN, 0);
+                let n = ndp::write_advertisement(&mut buf, self.mac, ns.target, dst_mac, dst_ip, ns.target, flags);
+                buf.truncate(n);
+                let target = ns.target;
+                self.queue_control(buf, || format!("Neighbour Advertisement to {dst_ip}: {target} is at our MAC"));
+                self.counters.ndp_advertisements += 1;
+                if self.capture.is_some() {
+                    let _ = write!(self.note, "Neighbour Solicitation from {src} for {target}: answered");
+                }
+            }
+            NdpMessage::NeighborAdvertisement(na) => {
+                if self.addrs.is_ours_v6(na.target) {
+                    // Another node claims our address (RFC 4862 5.4.4): say so, once per message.
+                    log::warn!(
+                        "{src} ({}) advertises {}, which is ours: a duplicate address",
+                        mac_string(src_mac),
+                        na.target
+                    );
+                    return self.drop(Drop::BadNdp, "advertisement of our own address");
+                }
+                let update = self.ndp.handle_advertisement(&na, now);
+                if self.capture.is_some() {
+                    let _ = write!(self.note, "Neighbour Advertisement from {src}: {} learned", na.target);
+                }
+                self.send_released(update.frames, na.target);
+            }
+            NdpMessage::RouterAdvertisement(ra) if self.config.accept_router_advertisements => {
+                let update = self.ndp.handle_router_advertisement(src, &ra, now);
+                if self.capture.is_some() {
+                    let _ =
+                        write!(self.note, "Router Advertisement from {src}: lifetime {} s", ra.router_lifetime_secs);
+                }
+                self.send_released(update.frames, src);
+            }
+            NdpMessage::RouterAdvertisement(_) => self.drop(Drop::IcmpIgnored, "router advertisement (not accepted)"),
+            // Hosts discard Router Solicitations (RFC 4861 6.2.6 is for routers).
+            NdpMessage::RouterSolicitation(_) => self.drop(Drop::IcmpIgnored, "router solicitation (we are no router)"),
+            // Redirects would re-point a destination's first hop (RFC 4861 8.3); with one
+            // configured gateway or default router we keep to it.
+            NdpMessage::Redirect(_) => self.drop(Drop::IcmpIgnored, "redirect (not followed)"),
+        }
+    }
+
+    /// Queue the frames Neighbour Discovery held for `ip` and has now resolved.
+    fn send_released(&mut self, frames: VecDeque<Vec<u8>>, ip: Ipv6Addr) {
+        for frame in frames {
+            self.queue_control(frame, || format!("held for Neighbour Discovery of {ip}; now sent"));
+        }
+    }
+
+    /// Send the Neighbour Solicitations that are due, and drop the frames of resolutions
+    /// that failed (RFC 4861 7.2.2, 7.3.3).
+    pub(super) fn solicit_neighbours(&mut self, now: Instant) {
+        if self.ndp.next_timeout().is_none_or(|t| t > now) {
+            return;
+        }
+        let mut asks = Vec::new();
+        let failed = self.ndp.due(now, |ip, kind| asks.push((ip, kind)));
+        for f in failed {
+            log::debug!("NDP: {} did not answer; {} frames dropped", f.ip, f.frames.len());
+            for frame in f.frames {
+                self.counters.drop(Drop::NeighbourQueueDrop);
+                self.spare.push(frame);
+            }
+        }
+        for (target, kind) in asks {
+            // RFC 4861 7.2.2: from an address of ours (the one a packet to it comes from).
+            let Some(IpAddr::V6(src)) = self.addrs.source_for(IpAddr::V6(target)) else { continue };
+            let mut buf = self.buffer();
+            buf.resize(ndp::NDP_FRAME_LEN, 0);
+            let n = ndp::write_solicitation(&mut buf, self.mac, src, target, kind);
+            buf.truncate(n);
+            self.queue_control(buf, || format!("Neighbour Solicitation: who has {target}?"));
+            self.counters.ndp_solicitations += 1;
         }
     }
 }

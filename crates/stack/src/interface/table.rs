@@ -45,11 +45,15 @@ impl Interface {
 
     pub(super) fn insert(
         &mut self,
+        now: Instant,
         tuple: FourTuple,
-        conn: Connection,
+        mut conn: Connection,
         owner: Owner,
         peer_mac: Option<[u8; 6]>,
     ) -> SocketId {
+        if let Some(mtu) = self.known_path_mtu(now, tuple.remote.ip()) {
+            conn.set_path_mtu(now, mtu);
+        }
         let index = match self.free.pop() {
             Some(i) => i,
             None => {

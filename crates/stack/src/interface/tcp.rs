@@ -2,7 +2,7 @@
 //! answered with RST.
 
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 
 use bypass_tcp::{Connection, FourTuple, Instant, Segment, State};
 use etherparse::IpNumber;
@@ -12,8 +12,9 @@ use crate::capture::Direction;
 use crate::counters::Drop;
 
 impl Interface {
-    pub(super) fn receive_tcp(&mut self, now: Instant, src_mac: [u8; 6], src: Ipv4Addr, body: &[u8]) {
-        let seg = match Segment::parse(body, IpAddr::V4(src), IpAddr::V4(self.config.ip)) {
+    /// A segment from `src` to our address `dst` (its checksum is checked against both).
+    pub(super) fn receive_tcp(&mut self, now: Instant, src_mac: [u8; 6], src: IpAddr, dst: IpAddr, body: &[u8]) {
+        let seg = match Segment::parse(body, src, dst) {
             Ok(seg) => seg,
             Err(e) => {
                 self.counters.drop(Drop::BadTcp);
@@ -23,10 +24,7 @@ impl Interface {
         };
         self.counters.tcp_segments_in += 1;
         self.counters.bytes_copied += seg.payload.len() as u64;
-        let tuple = FourTuple {
-            local: SocketAddr::new(IpAddr::V4(self.config.ip), seg.dst_port),
-            remote: SocketAddr::new(IpAddr::V4(src), seg.src_port),
-        };
+        let tuple = FourTuple { local: SocketAddr::new(dst, seg.dst_port), remote: SocketAddr::new(src, seg.src_port) };
         if let Some(&index) = self.table.get(&tuple) {
             if self.reopen_time_wait(now, index, &seg) {
                 return;
@@ -47,7 +45,7 @@ impl Interface {
         if self.listeners.contains_key(&seg.dst_port) {
             return self.receive_for_listener(now, src_mac, tuple, &seg);
         }
-        self.reply_reset(src_mac, src, &seg, Drop::NoListener);
+        self.reply_reset(src_mac, tuple, &seg, Drop::NoListener);
     }
 
     /// Let a SYN that finds a closed connection in TIME-WAIT open a new one through the port's
@@ -89,10 +87,6 @@ impl Interface {
     /// A segment for a listening port with no connection (RFC 9293 3.10.7.2, RFC 4987).
     pub(super) fn receive_for_listener(&mut self, now: Instant, src_mac: [u8; 6], tuple: FourTuple, seg: &Segment<'_>) {
         let port = seg.dst_port;
-        let src = match tuple.remote.ip() {
-            IpAddr::V4(a) => a,
-            IpAddr::V6(_) => return,
-        };
         let flags = seg.flags;
         if flags.rst() {
             return;
@@ -111,8 +105,8 @@ impl Interface {
                 // cookies (Linux: `tcp_synq_overflow`).
                 self.listeners.get_mut(&port).expect("listener").overflow.record(now);
                 let iss = self.cookies.make(&tuple, seg.seq, seg.options.mss, now);
-                let reply = Connection::syn_cookie_reply(&self.config.tcp, &tuple, seg, iss, now);
-                self.queue_segment(src_mac, src, &reply, || "SYN-ACK carrying a SYN cookie (RFC 4987)".into());
+                let reply = Connection::syn_cookie_reply(self.tcp_config(tuple.local.ip()), &tuple, seg, iss, now);
+                self.queue_segment(src_mac, tuple, &reply, || "SYN-ACK carrying a SYN cookie (RFC 4987)".into());
                 if self.capture.is_some() {
                     let _ = write!(self.note, "SYN to port {port}: SYN queue full, answered with a SYN cookie");
                 }
@@ -120,12 +114,12 @@ impl Interface {
                 return;
             }
             let buffers = self.take_buffers();
-            if let Some(conn) = Connection::accept_with(&self.config.tcp, tuple, seg, now, buffers) {
+            if let Some(conn) = Connection::accept_with(self.tcp_config(tuple.local.ip()), tuple, seg, now, buffers) {
                 if self.capture.is_some() {
                     note_segment(&mut self.note, seg, &conn, Direction::In, State::Listen);
                 }
                 self.listeners.get_mut(&port).expect("listener").half_open += 1;
-                self.insert(tuple, conn, Owner::Listener(port), Some(src_mac));
+                self.insert(now, tuple, conn, Owner::Listener(port), Some(src_mac));
             }
             return;
         }
@@ -135,7 +129,7 @@ impl Interface {
                 // RFC 9293 3.10.7.2 (LISTEN, second: an ACK is bad, send <SEQ=SEG.ACK><CTL=RST>).
                 // Linux checks cookies only after a recent overflow likewise
                 // (`tcp_synq_no_recent_overflow`), or every stray ACK would be a guess.
-                return self.reply_reset(src_mac, src, seg, Drop::StrayAck);
+                return self.reply_reset(src_mac, tuple, seg, Drop::StrayAck);
             }
             if let Some((iss, mss)) = self.cookies.check(&tuple, seg.seq, seg.ack, now) {
                 if listener.ready.len() >= self.config.accept_backlog || self.table.len() >= self.config.max_connections
@@ -143,61 +137,74 @@ impl Interface {
                     return self.drop(Drop::BacklogFull, "accept backlog full (cookie)");
                 }
                 let buffers = self.take_buffers();
-                let conn = Connection::from_syn_cookie_with(&self.config.tcp, tuple, iss, mss, seg, now, buffers);
+                let conn = Connection::from_syn_cookie_with(
+                    self.tcp_config(tuple.local.ip()),
+                    tuple,
+                    iss,
+                    mss,
+                    seg,
+                    now,
+                    buffers,
+                );
                 if self.capture.is_some() {
                     let _ = write!(self.note, "valid SYN cookie: connection rebuilt | ");
                     note_segment(&mut self.note, seg, &conn, Direction::In, State::Listen);
                 }
-                let id = self.insert(tuple, conn, Owner::Listener(port), Some(src_mac));
+                let id = self.insert(now, tuple, conn, Owner::Listener(port), Some(src_mac));
                 self.listeners.get_mut(&port).expect("listener").ready.push_back(id);
                 self.counters.syn_cookies_accepted += 1;
                 return;
             }
-            return self.reply_reset(src_mac, src, seg, Drop::BadSynCookie);
+            return self.reply_reset(src_mac, tuple, seg, Drop::BadSynCookie);
         }
         if flags.ack() {
             // A SYN-ACK: an ACK is bad in LISTEN (RFC 9293 3.10.7.2, second).
-            return self.reply_reset(src_mac, src, seg, Drop::StrayAck);
+            return self.reply_reset(src_mac, tuple, seg, Drop::StrayAck);
         }
         // Fourth: any other control or text without SYN is dropped, and answered with
         // nothing (a FIN, or data, alone).
         self.drop(Drop::ListenNoSyn, "neither SYN nor ACK to a listener")
     }
 
-    pub(super) fn reply_reset(&mut self, src_mac: [u8; 6], src: Ipv4Addr, seg: &Segment<'_>, reason: Drop) {
+    /// Answer `seg`, which came on `tuple` and matched no connection, with RST (RFC 9293
+    /// 3.10.7.1), counting it as dropped for `reason`.
+    pub(super) fn reply_reset(&mut self, src_mac: [u8; 6], tuple: FourTuple, seg: &Segment<'_>, reason: Drop) {
+        let src = tuple.remote;
         self.counters.drop(reason);
-        log::debug!("drop {}: {src}:{} -> port {} [{}]", reason.name(), seg.src_port, seg.dst_port, seg.flags);
+        log::debug!("drop {}: {src} -> port {} [{}]", reason.name(), seg.dst_port, seg.flags);
         if self.capture.is_some() {
             let _ = write!(
                 self.note,
-                "{src}:{} -> port {} [{}]: dropped: {} (answered with RST, RFC 9293 3.10.7.1)",
-                seg.src_port,
+                "{src} -> port {} [{}]: dropped: {} (answered with RST, RFC 9293 3.10.7.1)",
                 seg.dst_port,
                 seg.flags,
                 reason.name()
             );
         }
         if let Some(rst) = bypass_tcp::reset_for(seg) {
-            self.queue_segment(src_mac, src, &rst, || "RST for a segment that matched no connection".into());
+            self.queue_segment(src_mac, tuple, &rst, || "RST for a segment that matched no connection".into());
             self.counters.tcp_resets_out += 1;
         }
     }
 
-    /// Queue a segment that belongs to no connection, to `dst` at `dst_mac`.
+    /// Queue a segment that belongs to no connection, from `tuple.local` to `tuple.remote`
+    /// at `dst_mac`.
     pub(super) fn queue_segment(
         &mut self,
         dst_mac: [u8; 6],
-        dst: Ipv4Addr,
+        tuple: FourTuple,
         seg: &Segment<'_>,
         what: impl FnOnce() -> String,
     ) {
+        let (src, dst) = (tuple.local.ip(), tuple.remote.ip());
+        let headers = headers_len(dst);
         let mut buf = self.buffer();
-        buf.resize(HEADERS + seg.header_len() + seg.payload.len(), 0);
-        let Ok(n) = seg.emit(IpAddr::V4(self.config.ip), IpAddr::V4(dst), &mut buf[HEADERS..]) else {
+        buf.resize(headers + seg.header_len() + seg.payload.len(), 0);
+        let Ok(n) = seg.emit(src, dst, &mut buf[headers..]) else {
             return;
         };
-        buf.truncate(HEADERS + n);
-        self.write_headers(&mut buf, dst_mac, dst, IpNumber::TCP, n);
+        buf.truncate(headers + n);
+        write_ip_headers(&mut buf, self.mac, dst_mac, src, dst, IpNumber::TCP, n);
         self.queue_control(buf, what);
     }
 }

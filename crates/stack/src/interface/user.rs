@@ -1,7 +1,7 @@
 //! The application's side of the host: listeners, opens, closes and events.
 
 use std::collections::VecDeque;
-use std::net::{IpAddr, SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 
 use bypass_tcp::{Connection, Event, FourTuple, Instant, State};
 
@@ -58,49 +58,49 @@ impl Interface {
         None
     }
 
-    /// Open a connection to `remote` from an ephemeral port.
-    pub fn connect(&mut self, now: Instant, remote: SocketAddrV4) -> Result<SocketId, ConnectError> {
+    /// Open a connection to `remote` (IPv4 or IPv6) from an ephemeral port.
+    pub fn connect(&mut self, now: Instant, remote: impl Into<SocketAddr>) -> Result<SocketId, ConnectError> {
         self.connect_from(now, None, remote)
     }
 
-    /// Open a connection to `remote` from `local_port`, or an ephemeral port if `None`.
+    /// Open a connection to `remote` from `local_port`, or an ephemeral port if `None`; the
+    /// local address is ours of the destination's family ([`crate::addr::Addresses::source_for`]).
     pub fn connect_from(
         &mut self,
         now: Instant,
         local_port: Option<u16>,
-        remote: SocketAddrV4,
+        remote: impl Into<SocketAddr>,
     ) -> Result<SocketId, ConnectError> {
-        if remote.port() == 0 || remote.ip().is_unspecified() {
+        let remote = remote.into();
+        if remote.port() == 0 || remote.ip().is_unspecified() || remote.ip().is_multicast() {
             return Err(ConnectError::InvalidAddress(remote));
         }
+        let Some(ip) = self.addrs.source_for(remote.ip()) else {
+            return Err(ConnectError::NoSourceAddress(remote));
+        };
         if self.table.len() >= self.config.max_connections {
             return Err(ConnectError::TableFull(self.config.max_connections));
         }
-        if let Some(port) = local_port {
-            let tuple =
-                FourTuple { local: SocketAddr::new(IpAddr::V4(self.config.ip), port), remote: SocketAddr::V4(remote) };
-            if port == 0 || self.table.contains_key(&tuple) {
+        let tuple = |port| FourTuple { local: SocketAddr::new(ip, port), remote };
+        let port = match local_port {
+            Some(port) if port == 0 || self.table.contains_key(&tuple(port)) => {
                 return Err(ConnectError::PortInUse(port));
             }
-            let buffers = self.take_buffers();
-            let conn = Connection::connect_with(&self.config.tcp, tuple, now, buffers);
-            self.counters.connections_opened += 1;
-            return Ok(self.insert(tuple, conn, Owner::User, None));
-        }
-        let ip = self.config.ip;
-        let (table, listeners) = (&self.table, &self.listeners);
-        let tuple = |port| FourTuple { local: SocketAddr::new(IpAddr::V4(ip), port), remote: SocketAddr::V4(remote) };
-        // RFC 6056 section 3.3.4: a port is suitable if no connection uses the 4-tuple
-        // (several destinations may share a local port) and no listener holds it.
-        let suitable = |port| port != 0 && !table.contains_key(&tuple(port)) && !listeners.contains_key(&port);
-        let Some(port) = self.ports.select(ip, remote, suitable) else {
-            return Err(ConnectError::NoFreePort(remote));
+            Some(port) => port,
+            None => {
+                let (table, listeners) = (&self.table, &self.listeners);
+                // RFC 6056 section 3.3.4: a port is suitable if no connection uses the
+                // 4-tuple (several destinations may share a local port) and no listener
+                // holds it.
+                let suitable = |port| port != 0 && !table.contains_key(&tuple(port)) && !listeners.contains_key(&port);
+                self.ports.select(ip, remote, suitable).ok_or(ConnectError::NoFreePort(remote))?
+            }
         };
         let tuple = tuple(port);
         let buffers = self.take_buffers();
-        let conn = Connection::connect_with(&self.config.tcp, tuple, now, buffers);
+        let conn = Connection::connect_with(self.tcp_config(ip), tuple, now, buffers);
         self.counters.connections_opened += 1;
-        Ok(self.insert(tuple, conn, Owner::User, None))
+        Ok(self.insert(now, tuple, conn, Owner::User, None))
     }
 
     /// Return the connection behind `id`, if it still exists.

@@ -1,0 +1,191 @@
+//! ICMP for both families: echo replies (RFC 792, RFC 4443 4.2), errors passed to the TCP
+//! connection they quote (RFC 1122 4.2.3.9, RFC 5927, RFC 1191, RFC 8201), and datagrams too
+//! large for the link cut into fragments (RFC 791 2.3, RFC 8200 4.5).
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+
+use bypass_tcp::{FourTuple, IcmpError, IcmpIgnored, IcmpOutcome, Instant, SeqNum};
+use etherparse::IpNumber;
+
+use super::*;
+use crate::counters::Drop;
+
+/// How long a learnt path MTU holds for new connections (RFC 1191 6.3: "no less than 10
+/// minutes"; Linux `net.ipv4.route.mtu_expires`, 10 minutes).
+const PATH_MTU_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+/// Most destinations with a learnt path MTU.
+const PATH_MTU_ENTRIES: usize = 4096;
+
+impl Interface {
+    /// Answer the echo request `request` (the ICMP or ICMPv6 message) from `theirs` to our
+    /// `ours`: the same identifier, sequence number and data back (RFC 792; RFC 4443 4.2),
+    /// in fragments if it came in fragments.
+    pub(super) fn reply_echo(&mut self, dst_mac: [u8; 6], ours: IpAddr, theirs: IpAddr, request: &[u8]) {
+        let mut reply = self.buffer();
+        reply.extend_from_slice(request);
+        reply[2..4].fill(0);
+        let proto = match (ours, theirs) {
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                reply[0] = 129;
+                let sum = crate::ndp::checksum(s, d, &reply);
+                reply[2..4].copy_from_slice(&sum.to_be_bytes());
+                IpNumber::IPV6_ICMP
+            }
+            _ => {
+                reply[0] = 0;
+                // The sum is of native-endian words, so it is stored native-endian (RFC 1071 2(B)).
+                let sum = etherparse::checksum::Sum16BitWords::new().add_slice(&reply).ones_complement();
+                reply[2..4].copy_from_slice(&sum.to_ne_bytes());
+                IpNumber::ICMP
+            }
+        };
+        if self.queue_datagram(dst_mac, ours, theirs, proto, &reply, "echo reply") {
+            if self.capture.is_some() {
+                let _ = write!(self.note, "echo request from {theirs}: answered");
+            }
+            self.counters.icmp_echo_replies += 1;
+        }
+        self.spare.push(reply);
+    }
+
+    /// Queue an IP datagram carrying `payload` from `src` to `dst` at `dst_mac`, cut into
+    /// fragments when it does not fit the MTU: IPv4 without DF, every fragment but the last
+    /// a multiple of 8 octets (RFC 791 2.3, 3.2); IPv6 with a Fragment header (RFC 8200 4.5).
+    /// Return whether it was queued (a datagram beyond 65,535 octets is not).
+    pub(super) fn queue_datagram(
+        &mut self,
+        dst_mac: [u8; 6],
+        src: IpAddr,
+        dst: IpAddr,
+        proto: IpNumber,
+        payload: &[u8],
+        what: &str,
+    ) -> bool {
+        let headers = headers_len(dst);
+        let room = self.mtu + ETH_LEN - headers;
+        if payload.len() <= room {
+            let mut frame = self.buffer();
+            frame.resize(headers + payload.len(), 0);
+            frame[headers..].copy_from_slice(payload);
+            write_ip_headers(&mut frame, self.mac, dst_mac, src, dst, proto, payload.len());
+            self.queue_control(frame, || format!("{what} to {dst}"));
+            return true;
+        }
+        // IPv4's Total Length counts its header (RFC 791 3.1); IPv6's fragmentable part may
+        // reach 65,535 octets (RFC 8200 4.5).
+        let largest = usize::from(u16::MAX) - if dst.is_ipv6() { 0 } else { IPV4_LEN };
+        if payload.len() > largest {
+            self.drop(Drop::BadIcmp, "reply larger than an IP datagram");
+            return false;
+        }
+        self.fragment_id = self.fragment_id.wrapping_add(1);
+        let id = self.fragment_id;
+        let frag_header = if dst.is_ipv6() { 8 } else { 0 };
+        let chunk = (room - frag_header) & !7;
+        let count = payload.len().div_ceil(chunk);
+        for (i, part) in payload.chunks(chunk).enumerate() {
+            let offset = i * chunk;
+            let more = i + 1 < count;
+            let mut frame = self.buffer();
+            frame.resize(headers + frag_header + part.len(), 0);
+            frame[headers + frag_header..].copy_from_slice(part);
+            match (src, dst) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => {
+                    ipv4::write_fragment_headers(&mut frame, self.mac, dst_mac, s, d, proto, (id as u16, offset, more));
+                }
+                (IpAddr::V6(s), IpAddr::V6(d)) => {
+                    let fragment = [u8::from(proto), 0, ((offset >> 8) as u8), (offset as u8 & 0xf8) | u8::from(more)];
+                    frame[headers..headers + 4].copy_from_slice(&fragment);
+                    frame[headers + 4..headers + 8].copy_from_slice(&id.to_be_bytes());
+                    let len = frag_header + part.len();
+                    ipv6::write_headers(&mut frame, self.mac, dst_mac, s, d, IpNumber::IPV6_FRAGMENTATION_HEADER, len);
+                }
+                _ => unreachable!("a packet's addresses are of one family"),
+            }
+            self.queue_control(frame, || format!("{what} to {dst}, fragment {} of {count}", i + 1));
+        }
+        true
+    }
+
+    /// Pass an ICMP error from `theirs` about the TCP segment quoted in `tcp` (at least its
+    /// ports and sequence number, RFC 792's "64 bits of the original datagram") that we sent
+    /// from `ours`, to its connection. TCP checks the quoted sequence number is in the window
+    /// (RFC 5927 4.1); a "packet too big" lowers the path MTU of every connection to the
+    /// destination (RFC 1191 section 6, RFC 8201 section 4: the path MTU is per destination).
+    pub(super) fn icmp_error_for_tcp(
+        &mut self,
+        now: Instant,
+        ours: IpAddr,
+        theirs: IpAddr,
+        tcp: &[u8],
+        error: IcmpError,
+    ) {
+        if tcp.len() < 8 {
+            return self.drop(Drop::BadIcmp, "ICMP error quoting fewer than 8 octets of TCP");
+        }
+        let (src_port, dst_port) = (u16::from_be_bytes([tcp[0], tcp[1]]), u16::from_be_bytes([tcp[2], tcp[3]]));
+        let seq = SeqNum(u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]));
+        let tuple = FourTuple { local: SocketAddr::new(ours, src_port), remote: SocketAddr::new(theirs, dst_port) };
+        let Some(&index) = self.table.get(&tuple) else {
+            return self.drop(Drop::IcmpOutOfWindow, "ICMP error for no connection of ours");
+        };
+        let sock = self.slots[index as usize].sock.as_mut().expect("table points at live slots");
+        let outcome = sock.conn.handle_icmp(now, seq, error);
+        if self.capture.is_some() {
+            let _ = write!(self.note, "ICMP error from {theirs} about {tuple}: {error:?} -> {outcome:?}");
+        }
+        match outcome {
+            IcmpOutcome::Ignored(why) => {
+                // Out of the window (RFC 5927), or for a connection not open: what a blind
+                // attack looks like. A report that lowers nothing (the router's errors
+                // about the rest of a window already resent smaller) is only ignored.
+                let reason = match why {
+                    IcmpIgnored::OutOfWindow | IcmpIgnored::NotOpen => Drop::IcmpOutOfWindow,
+                    IcmpIgnored::MtuNotLower | IcmpIgnored::BelowMinimumMtu => Drop::IcmpIgnored,
+                };
+                self.counters.drop(reason);
+                log::debug!("drop {}: {error:?} about {tuple}: {why:?}", reason.name());
+                return;
+            }
+            IcmpOutcome::MtuLowered { mtu, .. } => {
+                // The MTU TCP took: the report with its floors and RFC 1191 5's plateaus.
+                self.counters.path_mtu_lowered += 1;
+                self.lower_path_mtu(now, theirs, mtu, index);
+            }
+            _ => {}
+        }
+        self.counters.icmp_errors += 1;
+        self.mark_dirty(index);
+    }
+
+    /// Return the path MTU learnt for `dst`, if one was in the last 10 minutes (RFC 1191
+    /// 6.3 and RFC 8201 4: an estimate ages so that a larger one is tried again).
+    pub(super) fn known_path_mtu(&mut self, now: Instant, dst: IpAddr) -> Option<u32> {
+        let &(mtu, when) = self.path_mtu.get(&dst)?;
+        if now.saturating_duration_since(when) > PATH_MTU_AGE {
+            self.path_mtu.remove(&dst);
+            return None;
+        }
+        Some(mtu)
+    }
+
+    /// Apply a path MTU learnt for `dst` to its other connections, and keep it for new ones.
+    fn lower_path_mtu(&mut self, now: Instant, dst: IpAddr, mtu: u32, except: u32) {
+        if self.path_mtu.len() >= PATH_MTU_ENTRIES {
+            // Bounded: the oldest estimates go first (ICMP from many routers cannot grow it).
+            self.path_mtu.retain(|_, &mut (_, when)| now.saturating_duration_since(when) <= PATH_MTU_AGE / 2);
+        }
+        if self.path_mtu.len() < PATH_MTU_ENTRIES {
+            self.path_mtu.insert(dst, (mtu, now));
+        }
+        let others: Vec<u32> =
+            self.table.iter().filter(|&(t, &i)| t.remote.ip() == dst && i != except).map(|(_, &i)| i).collect();
+        for index in others {
+            if let Some(sock) = self.slots[index as usize].sock.as_mut() {
+                sock.conn.set_path_mtu(now, mtu);
+                self.mark_dirty(index);
+            }
+        }
+    }
+}
