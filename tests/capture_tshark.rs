@@ -2,7 +2,7 @@
 //! the handshake complete, every checksum valid, no `tcp.analysis` warnings in a clean run,
 //! and a comment on every packet. These are the commands the README tells users to run.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, UNIX_EPOCH};
@@ -14,6 +14,8 @@ use bypass_tcp::sim::LinkConfig;
 
 const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 6, 0, 1);
 const SERVER: Ipv4Addr = Ipv4Addr::new(10, 6, 0, 2);
+const CLIENT6: Ipv6Addr = Ipv6Addr::new(0xfd00, 6, 0, 0, 0, 0, 0, 1);
+const SERVER6: Ipv6Addr = Ipv6Addr::new(0xfd00, 6, 0, 0, 0, 0, 0, 2);
 
 /// Return whether tshark is there; under CI=true its absence fails the test.
 fn tshark_available() -> bool {
@@ -40,17 +42,19 @@ fn tshark(file: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// An echo conversation between two of our stacks, recorded on the server.
-fn record(path: &Path) {
+/// An echo conversation between two of our stacks at `client` and `server`, recorded on the
+/// server.
+fn record(path: &Path, client_ip: IpAddr, server_ip: IpAddr) {
     let (dc, ds) = MemoryLink::pair(LinkConfig::default(), LinkConfig::default(), 9);
-    let mut c = Stack::new(dc, StackConfig::new(CLIENT, 24, [3; 16]));
-    let mut s = Stack::new(ds, StackConfig::new(SERVER, 24, [4; 16]));
+    let prefix = if server_ip.is_ipv4() { 24 } else { 64 };
+    let mut c = Stack::new(dc, StackConfig::new(client_ip, prefix, [3; 16]));
+    let mut s = Stack::new(ds, StackConfig::new(server_ip, prefix, [4; 16]));
     let mut now = Instant::from_millis(1);
     c.set_time(now);
     s.set_time(now);
     s.set_capture(Box::new(PcapNgCapture::create(path, "mem0", "bypass test", UNIX_EPOCH).unwrap()));
     let listener = s.listen(7).unwrap();
-    let client = c.connect(SocketAddrV4::new(SERVER, 7)).unwrap();
+    let client = c.connect(SocketAddr::new(server_ip, 7)).unwrap();
     let mut server = None;
     let mut buf = [0u8; 4096];
     for tick in 0..3000 {
@@ -84,11 +88,31 @@ fn record(path: &Path) {
 
 #[test]
 fn tshark_finds_a_clean_annotated_conversation() {
+    check_conversation(CLIENT.into(), SERVER.into());
+}
+
+/// The same over IPv6: the Neighbour Discovery that precedes it included, with its ICMPv6
+/// checksums.
+#[test]
+fn tshark_finds_a_clean_annotated_ipv6_conversation() {
+    check_conversation(CLIENT6.into(), SERVER6.into());
+}
+
+fn check_conversation(client: IpAddr, server: IpAddr) -> Option<()> {
     if !tshark_available() {
-        return;
+        return None;
     }
-    let path = std::env::temp_dir().join(format!("bypass-tshark-{}.pcapng", std::process::id()));
-    record(&path);
+    let family = if server.is_ipv4() { "v4" } else { "v6" };
+    let path = std::env::temp_dir().join(format!("bypass-tshark-{family}-{}.pcapng", std::process::id()));
+    record(&path, client, server);
+    if server.is_ipv6() {
+        let ndp = tshark(&path, &["-Y", "icmpv6.type == 135 || icmpv6.type == 136"]);
+        assert!(ndp.lines().count() >= 2, "no Neighbour Discovery recorded:\n{ndp}");
+        let bad = tshark(&path, &["-Y", r#"icmpv6.checksum.status == "Bad""#]);
+        assert!(bad.is_empty(), "bad ICMPv6 checksums:\n{bad}");
+        let tcp6 = tshark(&path, &["-Y", "ipv6 && tcp"]);
+        assert!(tcp6.lines().count() >= 10, "{tcp6}");
+    }
     let all = tshark(&path, &[]);
     let packets = all.lines().count();
     assert!(packets >= 10, "{all}");
@@ -107,4 +131,5 @@ fn tshark_finds_a_clean_annotated_conversation() {
     assert_eq!(comments.lines().filter(|l| !l.trim().is_empty()).count(), packets, "{comments}");
     assert!(comments.contains("LISTEN -> SYN-RECEIVED") && comments.contains("cwnd="), "{comments}");
     let _ = std::fs::remove_file(&path);
+    Some(())
 }
