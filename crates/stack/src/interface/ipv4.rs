@@ -176,6 +176,9 @@ pub(super) fn write_fragment_headers(
     frame[..ETH_LEN].copy_from_slice(&eth.to_bytes());
     let mut ip = Ipv4Header::new(len as u16, 64, proto, src.octets(), dst.octets()).expect("fragment fits IPv4");
     ip.identification = id;
+    // `Ipv4Header::new` sets DF: a fragment must let a router on a narrower link cut it
+    // further (RFC 791 2.3).
+    ip.dont_fragment = false;
     ip.more_fragments = more;
     ip.fragment_offset = etherparse::IpFragOffset::try_new((offset / 8) as u16).expect("offset below 65,536");
     ip.header_checksum = ip.calc_header_checksum();
