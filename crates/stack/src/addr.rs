@@ -116,9 +116,14 @@ impl Addresses {
     /// and for IPv6 the link-local one towards link-local destinations, else the one that
     /// shares the longest prefix with `dst` (RFC 6724 5, rules 2 and 8, the ones that can
     /// differ between addresses of one interface with no deprecated or temporary ones).
+    /// None for IPv6 loopback and IPv4-mapped destinations, which never go on a link (RFC
+    /// 4291 2.5.3, 2.5.5.2: a peer drops them, as [`martian_v6`](Self::martian_v6) does).
     pub fn source_for(&self, dst: IpAddr) -> Option<IpAddr> {
         match dst {
+            // Loopback, this-network, broadcast: never on the wire (RFC 1122 3.2.1.3).
+            IpAddr::V4(d) if d.is_loopback() || d.octets()[0] == 0 || d.is_broadcast() => None,
             IpAddr::V4(_) => self.ipv4().map(IpAddr::V4),
+            IpAddr::V6(d) if d.is_loopback() || d.to_ipv4_mapped().is_some() => None,
             IpAddr::V6(d) if is_link_local(d) => self.has_ipv6().then_some(IpAddr::V6(self.link_local)),
             IpAddr::V6(d) => self.ipv6.iter().map(|c| c.addr).max_by_key(|&a| common_prefix(a, d)).map(IpAddr::V6),
         }
@@ -183,6 +188,8 @@ mod tests {
         assert_eq!(src("2001:db8:1::1"), "2001:db8:1::5");
         assert_eq!(src("fe80::1"), "fe80::ff:fe77:2");
         assert_eq!(src("10.9.9.9"), "10.0.0.1");
+        assert_eq!(h.source_for("::1".parse().unwrap()), None);
+        assert_eq!(h.source_for("::ffff:10.0.0.9".parse().unwrap()), None);
     }
 
     #[test]

@@ -94,7 +94,11 @@ impl Interface {
         body: &[u8],
     ) {
         match protocol {
-            IpNumber::IPV6_ICMP => self.receive_icmpv6(now, src_mac, src, dst, hop_limit, body),
+            // Only Neighbour Discovery comes from :: (RFC 4861 7.1.1); an error's source is
+            // the unicast address of the node that sends it (RFC 4443 2.2).
+            IpNumber::IPV6_ICMP if !src.is_unspecified() || is_ndp(protocol, body) => {
+                self.receive_icmpv6(now, src_mac, src, dst, hop_limit, body)
+            }
             _ if src.is_unspecified() => self.drop(Drop::MartianSource, "IPv6 from :: that is not NDP"),
             IpNumber::TCP if dst.is_multicast() => self.drop(Drop::Ipv6NotForUs, "TCP to a multicast group"),
             IpNumber::TCP => self.receive_tcp(now, src_mac, src.into(), dst.into(), body),
@@ -119,9 +123,7 @@ impl Interface {
             // Echo request (RFC 4443 4.1). Those to a multicast group are not answered (Linux
             // answers them unless `icmp.echo_ignore_multicast`; a host that serves TCP has
             // no need to, and an answer would come from a unicast address anyway).
-            128 if src.is_unspecified() || dst.is_multicast() => {
-                self.drop(Drop::IcmpIgnored, "echo request to a multicast group")
-            }
+            128 if dst.is_multicast() => self.drop(Drop::IcmpIgnored, "echo request to a multicast group"),
             128 => self.reply_echo(src_mac, IpAddr::V6(dst), IpAddr::V6(src), body),
             // Destination unreachable, packet too big, time exceeded, parameter problem: as
             // much of the packet we sent as fits (RFC 4443 2.4 (c), 3).
@@ -297,5 +299,13 @@ mod tests {
             Payload::Whole(IpNumber::TCP, [7])
         ));
         assert!(matches!(walk_extension_headers(IpNumber::IPV6_NO_NEXT_HEADER, &[]), Payload::Nothing(None)));
+        // Hop-by-hop behind another header (RFC 8200 4.1), NDP in an atomic fragment (RFC 6980).
+        let late = [0, 0, 1, 4, 0, 0, 0, 0, 6, 0, 1, 4, 0, 0, 0, 0];
+        assert!(matches!(walk_extension_headers(IpNumber::IPV6_DESTINATION_OPTIONS, &late), Payload::Nothing(Some(_))));
+        let ndp = [58, 0, 0, 0, 0, 0, 0, 9, 135, 0];
+        assert!(matches!(
+            walk_extension_headers(IpNumber::IPV6_FRAGMENTATION_HEADER, &ndp),
+            Payload::Nothing(Some((Drop::BadNdp, _)))
+        ));
     }
 }

@@ -214,9 +214,12 @@ pub enum ConnectError {
     /// The requested local port is zero or already connected to that destination.
     #[error("local port {0} is zero or already connected to that destination; choose another")]
     PortInUse(u16),
-    /// We have no address of that family (an IPv6 destination on an IPv4-only host, or the
-    /// other way round).
-    #[error("cannot connect to {0}: the host has no address of its family; add one with --ip")]
+    /// No address of ours may send there: the host has none of the destination's family (an
+    /// IPv6 destination on an IPv4-only host, or the other way round), or the destination
+    /// never goes on a wire (loopback, IPv4-mapped, broadcast).
+    #[error(
+        "cannot connect to {0}: the host has no address to send there from (none of its family, or the address never goes on a wire)"
+    )]
     NoSourceAddress(SocketAddr),
     /// Port 0 or an unspecified address.
     #[error("cannot connect to {0}: give a real address and a non-zero port")]
