@@ -142,7 +142,8 @@ impl Interface {
     }
 }
 
-/// Write Ethernet and IPv4 headers at the front of `frame` for an IP payload of `len` bytes.
+/// Write Ethernet and IPv4 headers at the front of `frame` for an IP payload of `len` bytes,
+/// with DF set: our TCP segments fit the path MTU and are never fragmented (RFC 1191 3).
 pub(super) fn write_headers(
     frame: &mut [u8],
     src_mac: [u8; 6],
@@ -152,16 +153,12 @@ pub(super) fn write_headers(
     proto: IpNumber,
     len: usize,
 ) {
-    let eth = Ethernet2Header { source: src_mac, destination: dst_mac, ether_type: EtherType::IPV4 };
-    frame[..ETH_LEN].copy_from_slice(&eth.to_bytes());
-    let mut ip = Ipv4Header::new(len as u16, 64, proto, src.octets(), dst.octets()).expect("payload fits IPv4");
-    ip.dont_fragment = true;
-    ip.header_checksum = ip.calc_header_checksum();
-    frame[ETH_LEN..HEADERS].copy_from_slice(&ip.to_bytes());
+    write_ipv4(frame, (src_mac, dst_mac), src, dst, proto, len, None);
 }
 
-/// Write Ethernet and IPv4 headers for one fragment of a datagram: `id`, the fragment's
-/// `offset` in octets (a multiple of 8) and whether `more` follow (RFC 791 3.2); DF is clear.
+/// Write Ethernet and IPv4 headers for one fragment of a datagram, the rest of `frame`: `id`,
+/// the fragment's `offset` in octets (a multiple of 8) and whether `more` follow (RFC 791
+/// 3.2); DF is clear, so a router on a narrower link may cut it further (RFC 791 2.3).
 pub(super) fn write_fragment_headers(
     frame: &mut [u8],
     src_mac: [u8; 6],
@@ -169,18 +166,32 @@ pub(super) fn write_fragment_headers(
     src: Ipv4Addr,
     dst: Ipv4Addr,
     proto: IpNumber,
-    (id, offset, more): (u16, usize, bool),
+    fragment: (u16, usize, bool),
 ) {
     let len = frame.len() - HEADERS;
+    write_ipv4(frame, (src_mac, dst_mac), src, dst, proto, len, Some(fragment));
+}
+
+/// Write the headers: whole with DF (`fragment` `None`), or one fragment `(id, offset, more)`.
+fn write_ipv4(
+    frame: &mut [u8],
+    (src_mac, dst_mac): ([u8; 6], [u8; 6]),
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    proto: IpNumber,
+    len: usize,
+    fragment: Option<(u16, usize, bool)>,
+) {
     let eth = Ethernet2Header { source: src_mac, destination: dst_mac, ether_type: EtherType::IPV4 };
     frame[..ETH_LEN].copy_from_slice(&eth.to_bytes());
-    let mut ip = Ipv4Header::new(len as u16, 64, proto, src.octets(), dst.octets()).expect("fragment fits IPv4");
-    ip.identification = id;
-    // `Ipv4Header::new` sets DF: a fragment must let a router on a narrower link cut it
-    // further (RFC 791 2.3).
-    ip.dont_fragment = false;
-    ip.more_fragments = more;
-    ip.fragment_offset = etherparse::IpFragOffset::try_new((offset / 8) as u16).expect("offset below 65,536");
+    // `Ipv4Header::new` sets DF.
+    let mut ip = Ipv4Header::new(len as u16, 64, proto, src.octets(), dst.octets()).expect("payload fits IPv4");
+    if let Some((id, offset, more)) = fragment {
+        ip.identification = id;
+        ip.dont_fragment = false;
+        ip.more_fragments = more;
+        ip.fragment_offset = etherparse::IpFragOffset::try_new((offset / 8) as u16).expect("offset below 65,536");
+    }
     ip.header_checksum = ip.calc_header_checksum();
     frame[ETH_LEN..HEADERS].copy_from_slice(&ip.to_bytes());
 }
