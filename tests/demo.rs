@@ -6,7 +6,7 @@
 
 use std::process::Command;
 
-use bypass_io::testlab::lab_available;
+use bypass_lab::testlab::lab_available;
 
 const TRANSPORTS: [(&str, &str); 10] = [
     ("kernel-blocking", "1 kernel TCP, blocking"),

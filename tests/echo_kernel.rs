@@ -18,7 +18,7 @@ use std::io::Write;
 use std::net::Shutdown;
 use std::time::{Duration, Instant};
 
-use bypass_io::testlab::{Lab, lab_available};
+use bypass_lab::testlab::{Lab, lab_available};
 use common::{
     Backend, Capture, EchoServer, TestLab, abort, data, echo_many, echo_with_reader, peer_connect, peer_connect_many,
     peer_nstat, read_to_eof, server_addr,

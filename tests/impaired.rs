@@ -53,9 +53,9 @@ use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use bypass_io::impair::{ImpairStats, Impaired, Impairment};
-use bypass_io::testlab::{Lab, LabConfig, in_namespace, lab_available};
 use bypass_io::xdp::{XdpConfig, XdpDevice};
 use bypass_io::{PacketDevice, PcapNgCapture};
+use bypass_lab::testlab::{Lab, LabConfig, in_namespace, lab_available};
 use bypass_stack::{Device, Stack, StackConfig};
 use bypass_tcp::{Event, State};
 use common::{Backend, Capture, PORT, PeerChanges, data, echo_with_reader, peer_connect, peer_nstat, read_to_eof};

@@ -13,8 +13,8 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStrea
 use std::time::{Duration, Instant};
 
 use bypass_io::PacketDevice;
-use bypass_io::testlab::{Lab, LabConfig, lab_available, ping_sized, ping6};
 use bypass_io::xdp::{XdpConfig, XdpDevice};
+use bypass_lab::testlab::{Lab, LabConfig, lab_available, ping_sized, ping6};
 use bypass_stack::{Device, Stack, StackConfig};
 use bypass_tcp::State;
 use common::{Backend, EchoServer, PORT, data, echo_many, echo_with_reader, peer_connect, peer_connect_many};

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use bypass_io::read_capture;
-use bypass_io::replay::{Role, play_into_stack, replay};
+use bypass_lab::replay::{Role, play_into_stack, replay};
 
 fn captures() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("pcap");

@@ -11,7 +11,7 @@ use std::net::{Ipv4Addr, Shutdown, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bypass_io::testlab::{Lab, lab_available};
+use bypass_lab::testlab::{Lab, lab_available};
 use common::{
     Backend, Capture, EchoServer, Injector, Rng, SYN, Tcp, data, echo_with_reader, ethernet, ipv4, peer_connect,
     peer_connect_many, read_to_eof, server_addr, tcp, with_peer_injector,
@@ -91,7 +91,7 @@ fn kernel_shares_interface(backend: Backend) {
     }
     assert_eq!(kernel.join().unwrap().expect("kernel server"), 4 << 20);
     // The kernel still answers ping on its address.
-    let ping = lab.in_peer(|| bypass_io::testlab::ping(Ipv4Addr::new(10, 77, 0, 3), Duration::from_secs(2)));
+    let ping = lab.in_peer(|| bypass_lab::testlab::ping(Ipv4Addr::new(10, 77, 0, 3), Duration::from_secs(2)));
     assert!(ping.is_ok(), "the kernel at 10.77.0.3 does not answer ping: {ping:?}");
     let done = server.stop();
     done.assert_clean_exit();

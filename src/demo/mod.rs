@@ -52,12 +52,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use bypass_device::LinkConfig;
 use bypass_io::memory::Clock;
 use bypass_io::netdev;
-use bypass_io::testlab::{Lab, LabConfig};
 use bypass_io::xdp::{XdpConfig, XdpDevice};
 use bypass_io::{MemoryLink, PacketDevice};
-use bypass_tcp::sim::LinkConfig;
+use bypass_lab::testlab::{Lab, LabConfig};
 
 use kernel::{ClientPlan, Shared};
 pub use report::{Figures, Row};
@@ -433,7 +433,7 @@ impl Floor {
 
 /// Measure the floor in `lab` (both programs are gone when it returns).
 fn measure_floor(lab: &Lab, rounds: usize, limit: Duration) -> Result<Floor, String> {
-    let r = bypass_io::floor::xdp_pingpong(lab, rounds, 64, limit).map_err(|e| e.to_string())?;
+    let r = bypass_lab::floor::xdp_pingpong(lab, rounds, 64, limit).map_err(|e| e.to_string())?;
     if r.rtts.is_empty() {
         return Err("no frame came back".into());
     }
@@ -457,7 +457,7 @@ fn progress_line() -> bool {
 
 /// Run the demo with the command line's options.
 pub fn run(args: crate::DemoArgs) -> Result<(), String> {
-    let lab_ready = bypass_io::testlab::check_preconditions();
+    let lab_ready = bypass_lab::testlab::check_preconditions();
     let mut transports = Vec::new();
     if args.only.is_empty() {
         // The in-memory row is the fallback when the lab is out of reach.
@@ -528,7 +528,7 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
         }
         Err(e) => {
             let e = match e {
-                bypass_io::testlab::LabError::NotRoot => "not root".to_string(),
+                bypass_lab::testlab::LabError::NotRoot => "not root".to_string(),
                 e => e.to_string(),
             };
             let why = format!(

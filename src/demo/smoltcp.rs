@@ -726,11 +726,11 @@ mod tests {
     use std::net::{SocketAddr, SocketAddrV4};
     use std::sync::atomic::AtomicBool;
 
+    use bypass_device::LinkConfig;
     use bypass_io::memory::Clock as LinkClock;
     use bypass_io::{MemoryDevice, MemoryLink};
     use bypass_stack::{SocketId, Stack, StackConfig};
     use bypass_tcp::State;
-    use bypass_tcp::sim::LinkConfig;
 
     use super::super::kernel::{ClientPlan, wait_ready};
     use super::super::measure::{DONE, MEASURING};
@@ -946,8 +946,8 @@ mod tests {
     /// two-namespace lab (root only; skipped elsewhere, outside CI), as the demo's row 6.
     #[test]
     fn smoltcp_on_af_xdp_serves_the_kernel_client() {
-        use bypass_io::testlab::{Lab, LabConfig, lab_available};
         use bypass_io::xdp::{XdpConfig, XdpDevice};
+        use bypass_lab::testlab::{Lab, LabConfig, lab_available};
 
         if !lab_available("smoltcp_on_af_xdp_serves_the_kernel_client") {
             return;

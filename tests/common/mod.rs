@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bypass_io::PacketDevice;
-use bypass_io::testlab::Lab;
+use bypass_lab::testlab::Lab;
 use bypass_stack::Device;
 
 /// The echo port the tests serve on.
@@ -54,7 +54,7 @@ impl Backend {
 /// the kernel peer).
 pub fn create_lab(test: &str, queues: u32) -> TestLab {
     let serial = serial();
-    let lab = Lab::with_config(bypass_io::testlab::LabConfig { queues, ..bypass_io::testlab::LabConfig::new(test) })
+    let lab = Lab::with_config(bypass_lab::testlab::LabConfig { queues, ..bypass_lab::testlab::LabConfig::new(test) })
         .expect("create the lab");
     peer_without_tail_loss_probes(&lab);
     TestLab { lab, _serial: serial }

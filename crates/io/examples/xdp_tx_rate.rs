@@ -8,9 +8,9 @@
 
 use std::time::Instant;
 
-use bypass_io::testlab::Lab;
+use bypass_device::Device;
 use bypass_io::xdp::{XdpConfig, XdpDevice, XdpMode};
-use bypass_stack::Device;
+use bypass_lab::testlab::Lab;
 
 const FRAMES: u64 = 2_000_000;
 

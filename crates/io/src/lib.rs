@@ -1,17 +1,43 @@
-//! `bypass-io`: packet I/O backends behind [`bypass_stack::Device`].
+//! `bypass-io`: the kernel-bypass packet devices behind [`bypass_device::Device`], and the
+//! interface facts they need.
+//!
+//! - [`xdp`]: AF_XDP ([`xdp::XdpDevice`]), with the XDP program that steers our addresses'
+//!   frames to its socket;
+//! - [`packet`]: AF_PACKET ([`PacketDevice`]), the fallback where AF_XDP is unavailable;
+//! - [`netdev`]: what the kernel knows about an interface (addresses, offloads through the
+//!   ethtool ioctl, the driver and its statistics).
+//!
+//! The in-memory link, impairment and captures live in `bypass-device` now, the namespace
+//! labs, the floor and replay in `bypass-lab`. The old paths of the first three are
+//! re-exported here (`bypass_io::{MemoryLink, MemoryDevice, Clock, PcapNgCapture,
+//! read_capture, parse_capture, CaptureFile, ...}` and the modules `bypass_io::memory`,
+//! `bypass_io::impair`, `bypass_io::pcap`), so code written against them keeps compiling.
+//!
+//! ```no_run
+//! use bypass_device::Device;
+//! use bypass_io::PacketDevice;
+//!
+//! let mut dev = PacketDevice::open("eth0")?;
+//! println!("{}: MTU {}, {}", dev.info().name, dev.info().mtu, dev.info().mode);
+//! dev.recv(64, &mut |frame| println!("{} bytes", frame.len()))?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod floor;
-pub mod impair;
-pub mod memory;
+mod ifreq;
+/// Impairment as middleware: re-exported from bypass-device.
+pub use bypass_device::impair;
+/// The in-memory link: re-exported from bypass-device.
+pub use bypass_device::memory;
 pub mod netdev;
 pub mod packet;
-pub mod pcap;
-pub mod replay;
-pub mod testlab;
+/// Recording and reading captures: re-exported from bypass-device.
+pub use bypass_device::pcap;
 pub mod xdp;
 
-pub use memory::{Clock, MemoryDevice, MemoryLink};
+/// Re-exported from bypass-device.
+pub use bypass_device::{CaptureFile, CapturedFrame, PcapNgCapture, ReadCaptureError, parse_capture, read_capture};
+/// Re-exported from bypass-device.
+pub use bypass_device::{Clock, MemoryDevice, MemoryLink};
 pub use packet::{PacketConfig, PacketDevice, PacketError, PacketStats};
-pub use pcap::{CaptureFile, CapturedFrame, PcapNgCapture, ReadCaptureError, parse_capture, read_capture};

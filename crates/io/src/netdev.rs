@@ -8,7 +8,7 @@
 //!
 //! Everything acts on the network namespace of the calling thread (the ioctl goes through a
 //! socket made there): to reach an interface in another namespace, call these from
-//! [`crate::testlab::in_namespace`].
+//! `bypass_lab::testlab::in_namespace`.
 //!
 //! ```no_run
 //! use bypass_io::netdev::{self, Offload};
@@ -261,7 +261,8 @@ mod sys {
     use std::ffi::CStr;
     use std::io;
     use std::net::Ipv4Addr;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    use crate::ifreq::ethtool;
 
     /// The commands used here (`linux/ethtool.h`).
     const ETHTOOL_GDRVINFO: u32 = 0x03;
@@ -307,38 +308,6 @@ mod sys {
         testinfo_len: u32,
         eedump_len: u32,
         regdump_len: u32,
-    }
-
-    /// Issue `SIOCETHTOOL` on `iface` with `data` (an ethtool command structure, its first
-    /// `u32` the command) through a datagram socket of the calling thread's namespace.
-    ///
-    /// # Safety
-    /// `data` must point to a structure of the size and layout the command in its first word
-    /// expects (`linux/ethtool.h`), valid for reads and writes for the duration of the call.
-    unsafe fn ethtool(iface: &str, data: *mut libc::c_void) -> io::Result<()> {
-        // SAFETY: socket(2) has no memory preconditions; the result is checked.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a descriptor we just opened and own.
-        let socket = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: ifreq is plain data; all zeroes is a valid (empty) value.
-        let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-        let name = iface.as_bytes();
-        if name.is_empty() || name.len() >= ifr.ifr_name.len() || name.contains(&0) {
-            return Err(io::Error::from_raw_os_error(libc::ENODEV));
-        }
-        for (dst, &b) in ifr.ifr_name.iter_mut().zip(name) {
-            *dst = b as libc::c_char;
-        }
-        ifr.ifr_ifru.ifru_data = data.cast();
-        // SAFETY: `ifr` is a valid ifreq naming the interface (NUL-terminated by the zeroing),
-        // and its data pointer meets this function's contract.
-        if unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCETHTOOL, &mut ifr) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
     }
 
     /// Return the names of the feature bits (`ETHTOOL_GSSET_INFO`, then `ETHTOOL_GSTRINGS` of

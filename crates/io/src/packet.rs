@@ -28,7 +28,9 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use bypass_stack::{Device, DeviceInfo};
+use bypass_device::{ChecksumCaps, Device, DeviceInfo};
+
+use crate::ifreq;
 
 /// How a [`PacketDevice`] sizes its buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,7 +140,7 @@ impl PacketDevice {
     /// Open `iface` in the calling thread's network namespace.
     pub fn open_with(iface: &str, config: &PacketConfig) -> Result<PacketDevice, PacketError> {
         let ifindex =
-            sys::if_index(iface).map_err(|source| PacketError::NoSuchInterface { iface: iface.to_owned(), source })?;
+            ifreq::index(iface).map_err(|source| PacketError::NoSuchInterface { iface: iface.to_owned(), source })?;
         let setup = |action| move |source| PacketError::Setup { iface: iface.to_owned(), action, source };
 
         // Protocol 0 receives nothing until bind, so no frame from another interface slips
@@ -147,12 +149,12 @@ impl PacketDevice {
             Some(libc::EPERM | libc::EACCES) => PacketError::NotPermitted { source },
             _ => setup("open an AF_PACKET socket")(source),
         })?;
-        let (hatype, mac) = socket.hwaddr(iface).map_err(setup("read the MAC address (SIOCGIFHWADDR)"))?;
+        let (hatype, mac) = ifreq::hardware_address(iface).map_err(setup("read the MAC address (SIOCGIFHWADDR)"))?;
         if hatype != libc::ARPHRD_ETHER {
             return Err(PacketError::NotEthernet { iface: iface.to_owned(), hatype });
         }
-        let mtu = socket.mtu(iface).map_err(setup("read the MTU (SIOCGIFMTU)"))?;
-        let info_mtu = usize::try_from(mtu).unwrap_or(0);
+        let mtu = ifreq::mtu(iface).map_err(setup("read the MTU (SIOCGIFMTU)"))?;
+        let info_mtu = mtu as usize;
         let max_frame = info_mtu + 14;
 
         socket
@@ -181,7 +183,7 @@ impl PacketDevice {
             tx_len: vec![0; tx_frames].into_boxed_slice(),
             tx_first: 0,
             tx_queued: 0,
-            info: DeviceInfo { name: iface.to_owned(), mac, mtu: info_mtu, mode },
+            info: DeviceInfo::new(iface, mac, info_mtu, mode),
             stats: PacketStats::default(),
         })
     }
@@ -209,6 +211,12 @@ impl Device for PacketDevice {
 
     fn rx_frames(&self) -> Option<usize> {
         Some(self.rx.frames())
+    }
+
+    /// Software: the ring's `TP_STATUS_CSUM_VALID` and the socket's `PACKET_VNET_HDR` offloads
+    /// are not used, so the host checks and writes every checksum.
+    fn checksums(&self) -> ChecksumCaps {
+        ChecksumCaps::SOFTWARE
     }
 
     fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
@@ -323,7 +331,6 @@ impl Device for PacketDevice {
 /// The system calls and the shared-memory ring, behind a safe interface.
 #[allow(unsafe_code)]
 mod sys {
-    use std::ffi::CString;
     use std::io;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
     use std::ptr::NonNull;
@@ -333,16 +340,6 @@ mod sys {
     use libc::{c_int, c_void, socklen_t};
 
     use super::TX_BATCH;
-
-    /// Return the index of interface `name` in the calling thread's network namespace.
-    pub(super) fn if_index(name: &str) -> io::Result<u32> {
-        let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: `name` is a NUL-terminated string that outlives the call.
-        match unsafe { libc::if_nametoindex(name.as_ptr()) } {
-            0 => Err(io::Error::last_os_error()),
-            index => Ok(index),
-        }
-    }
 
     fn check(rc: c_int) -> io::Result<c_int> {
         if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc) }
@@ -395,42 +392,6 @@ mod sys {
             // SAFETY: `addr` is a valid sockaddr_ll of `len` bytes, alive for the call.
             let rc = unsafe { libc::bind(self.raw_fd(), (&raw const addr).cast::<libc::sockaddr>(), len) };
             check(rc).map(drop)
-        }
-
-        /// Issue interface ioctl `request` for `iface` and return the filled request.
-        fn ifreq(&self, iface: &str, request: libc::c_ulong) -> io::Result<libc::ifreq> {
-            // SAFETY: ifreq is plain old data (integers, arrays, a union of them and a pointer
-            // nobody reads here); all zeroes is a valid value.
-            let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-            if iface.len() >= req.ifr_name.len() || iface.as_bytes().contains(&0) {
-                return Err(io::Error::from(io::ErrorKind::InvalidInput));
-            }
-            for (dst, &src) in req.ifr_name.iter_mut().zip(iface.as_bytes()) {
-                *dst = src as libc::c_char;
-            }
-            // SAFETY: `req` is a valid, NUL-terminated ifreq the kernel reads and fills for
-            // the SIOCGIF* requests used here.
-            check(unsafe { libc::ioctl(self.raw_fd(), request as _, &raw mut req) })?;
-            Ok(req)
-        }
-
-        /// Return the ARP hardware type and MAC address of `iface`.
-        pub(super) fn hwaddr(&self, iface: &str) -> io::Result<(u16, [u8; 6])> {
-            let req = self.ifreq(iface, libc::SIOCGIFHWADDR)?;
-            // SAFETY: SIOCGIFHWADDR fills the union's `ifru_hwaddr` member.
-            let addr = unsafe { req.ifr_ifru.ifru_hwaddr };
-            let mut mac = [0; 6];
-            for (dst, &src) in mac.iter_mut().zip(&addr.sa_data) {
-                *dst = src as u8;
-            }
-            Ok((addr.sa_family, mac))
-        }
-
-        /// Return the MTU of `iface`.
-        pub(super) fn mtu(&self, iface: &str) -> io::Result<i32> {
-            let req = self.ifreq(iface, libc::SIOCGIFMTU)?;
-            // SAFETY: SIOCGIFMTU fills the union's `ifru_mtu` member.
-            Ok(unsafe { req.ifr_ifru.ifru_mtu })
         }
 
         /// Return the frames the kernel dropped since the last call (`PACKET_STATISTICS`).

@@ -1,15 +1,15 @@
 //! The AF_PACKET backend against a kernel peer across a veth pair between two namespaces.
 //!
-//! Needs root and `ip` (the lab of `bypass_io::testlab`: a missing precondition fails the test
+//! Needs root and `ip` (the lab of `bypass_lab::testlab`: a missing precondition fails the test
 //! under `CI=true` and skips it otherwise). Every test builds its own lab and removes it on
 //! every exit path.
 
 use std::net::{SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
-use bypass_io::testlab::{Lab, lab_available};
+use bypass_device::Device;
 use bypass_io::{PacketConfig, PacketDevice, PacketError};
-use bypass_stack::Device;
+use bypass_lab::testlab::{Lab, lab_available};
 use etherparse::{ArpEthIpv4Packet, ArpOperation, NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 
 const TIMEOUT: Duration = Duration::from_secs(5);

@@ -10,9 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bypass_io::testlab::{Lab, LabConfig, lab_available, ping};
+use bypass_device::Device;
 use bypass_io::xdp::{XdpConfig, XdpDevice, XdpError, XdpMode};
-use bypass_stack::Device;
+use bypass_lab::testlab::{Lab, LabConfig, lab_available, ping};
 
 fn init_log() {
     let _ = env_logger::builder().is_test(true).try_init();
@@ -673,7 +673,7 @@ fn raw_frames_bounce_between_two_xdp_sockets() {
     }
     init_log();
     let lab = Lab::create("floor").unwrap();
-    let result = bypass_io::floor::xdp_pingpong(&lab, 2000, 64, Duration::from_secs(10)).unwrap();
+    let result = bypass_lab::floor::xdp_pingpong(&lab, 2000, 64, Duration::from_secs(10)).unwrap();
     assert!(result.rtts.len() >= 1990, "{} came back, {} lost", result.rtts.len(), result.lost);
     let mut sorted = result.rtts.clone();
     sorted.sort();

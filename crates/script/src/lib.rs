@@ -132,7 +132,7 @@
 //! # The wire mode
 //!
 //! [`check_wire`] / [`check_file_wire`] run a script in real time over a veth pair between
-//! two network namespaces of a `bypass_io::testlab::Lab` (root; the lab is removed on every
+//! two network namespaces of a `bypass_lab::testlab::Lab` (root; the lab is removed on every
 //! exit path), against a [`Backend`]:
 //!
 //! - **The tester** is an AF_PACKET socket (`bypass_io::packet::PacketDevice`) on one veth

@@ -6,11 +6,10 @@
 //! its MAC from it), drops our ARP replies, and answers any ARP request of ours at once.
 
 use std::collections::{HashMap, VecDeque};
-use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::time::Duration;
 
-use bypass_stack::{ConnectError, Device, DeviceInfo, Interface, ListenError, ListenerId, SocketId};
+use bypass_device::{DeviceInfo, ScriptedDevice};
+use bypass_stack::{ConnectError, Interface, ListenError, ListenerId, SocketId};
 use bypass_tcp::{Event, Instant, RecvError, SendError, State};
 use etherparse::{ArpOperation, EtherType, Ethernet2Header, IpNumber, Ipv4Header, NetSlice, SlicedPacket};
 
@@ -26,40 +25,11 @@ const EPOCH: u64 = 1_000_000;
 /// asking to run now.
 const SPIN_LIMIT: u32 = 10_000;
 
-/// A device that only collects what the stack sends.
-struct Collector {
-    info: DeviceInfo,
-    frames: Vec<Vec<u8>>,
-}
-
-impl Device for Collector {
-    fn info(&self) -> &DeviceInfo {
-        &self.info
-    }
-    fn recv(&mut self, _budget: usize, _on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        Ok(0)
-    }
-    fn send(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<bool> {
-        let mut buf = vec![0u8; self.info.max_frame()];
-        let len = fill(&mut buf);
-        if len > 0 {
-            buf.truncate(len);
-            self.frames.push(buf);
-        }
-        Ok(true)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-    fn wait(&mut self, _timeout: Option<Duration>) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The virtual-time target (see the module docs).
 pub struct VirtualTarget {
     iface: Interface,
-    device: Collector,
+    /// Only collects what the stack sends: the target feeds frames to `iface` itself.
+    device: ScriptedDevice,
     now: Micros,
     us: Ipv4Addr,
     tester: Ipv4Addr,
@@ -72,10 +42,10 @@ impl VirtualTarget {
     pub fn new(settings: &Settings) -> VirtualTarget {
         let mtu = 1500;
         let iface = Interface::new(settings.stack.clone(), OUR_MAC, mtu);
-        let info = DeviceInfo { name: "script".into(), mac: OUR_MAC, mtu, mode: "virtual time".into() };
+        let info = DeviceInfo::new("script", OUR_MAC, mtu, "virtual time");
         let mut t = VirtualTarget {
             iface,
-            device: Collector { info, frames: Vec::new() },
+            device: ScriptedDevice::new(info),
             now: 0,
             us: settings.local_ip(),
             tester: settings.tester_ip,
@@ -107,11 +77,11 @@ impl VirtualTarget {
         loop {
             let now = self.instant();
             self.iface.deliver_events();
-            // The collector never refuses a frame.
+            // The device never refuses a frame.
             let _ = self.iface.transmit(now, &mut self.device);
             self.app.collect_events(&mut self.iface);
             let mut answer = false;
-            for frame in std::mem::take(&mut self.device.frames) {
+            for (_, frame) in self.device.take_sent() {
                 let Ok(packet) = SlicedPacket::from_ethernet(&frame) else { continue };
                 match packet.net {
                     Some(NetSlice::Arp(arp)) => {

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::{Duration, Instant as Clock};
 
 use bypass_io::packet::{PacketConfig, PacketDevice};
-use bypass_io::testlab::{Lab, LabConfig, in_namespace};
 use bypass_io::xdp::{XdpConfig, XdpDevice};
+use bypass_lab::testlab::{Lab, LabConfig, in_namespace};
 use bypass_stack::{Device, Interface};
 use bypass_tcp::{Instant, Segment};
 use etherparse::{ArpOperation, EtherType, Ethernet2Header, IpNumber, Ipv4Header, NetSlice, SlicedPacket};
@@ -229,7 +229,7 @@ pub struct WireTarget {
 pub enum WireError {
     /// The lab (namespaces, veth, addresses) could not be made.
     #[error("build the lab: {0}")]
-    Lab(#[from] bypass_io::testlab::LabError),
+    Lab(#[from] bypass_lab::testlab::LabError),
     /// The tester's or the stack's device could not be opened.
     #[error("open {what}: {message}")]
     Device {

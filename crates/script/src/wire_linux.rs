@@ -217,7 +217,7 @@ impl LinuxApp {
     /// Open a TCP socket in the namespace with the script's options set.
     fn socket(&self) -> io::Result<OwnedFd> {
         let setup = self.setup.clone();
-        let fd = bypass_io::testlab::in_namespace(&self.ns, sys::tcp_socket).map_err(io::Error::other)??;
+        let fd = bypass_lab::testlab::in_namespace(&self.ns, sys::tcp_socket).map_err(io::Error::other)??;
         sys::set_int(&fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
         if let Some(mss) = setup.mss {
             sys::set_int(&fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, i32::from(mss))?;
@@ -359,7 +359,8 @@ impl LinuxApp {
     /// Return the state of the socket with this 4-tuple in `/proc/net/tcp` of the namespace
     /// (orphans and TIME-WAIT included), CLOSED if there is none.
     fn table_state(&self, local: SocketAddrV4, peer: SocketAddrV4) -> State {
-        let table = bypass_io::testlab::in_namespace(&self.ns, || std::fs::read_to_string("/proc/thread-self/net/tcp"));
+        let table =
+            bypass_lab::testlab::in_namespace(&self.ns, || std::fs::read_to_string("/proc/thread-self/net/tcp"));
         let Ok(Ok(table)) = table else { return State::Closed };
         let hex = |a: SocketAddrV4| format!("{:08X}:{:04X}", u32::from_ne_bytes(a.ip().octets()), a.port());
         let (l, p) = (hex(local), hex(peer));

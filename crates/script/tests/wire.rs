@@ -102,7 +102,7 @@ fn representative() -> Vec<PathBuf> {
 /// set against our stack on AF_XDP and on AF_PACKET. `BYPASS_WIRE=linux,xdp,packet` picks.
 #[test]
 fn wire() {
-    if !bypass_io::testlab::lab_available("wire") {
+    if !bypass_lab::testlab::lab_available("wire") {
         return;
     }
     let _ = env_logger::builder().is_test(true).try_init();

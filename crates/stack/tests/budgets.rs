@@ -1,86 +1,77 @@
-//! The host's two budgets, on virtual time over the in-memory link: the sum of the receive
+//! The host's two budgets, on virtual time over a simulated link: the sum of the receive
 //! windows stays within what the device's receive ring can hold, and autotuning stops
 //! growing buffers once the host's buffer memory is spent. Data arrives intact either way.
 
-use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
-use bypass_io::{MemoryDevice, MemoryLink};
-use bypass_stack::{Device, DeviceInfo, SocketId, Stack, StackConfig};
-use bypass_tcp::sim::LinkConfig;
-use bypass_tcp::{Instant, State};
+use bypass_device::{DeviceInfo, Instant, Link, LinkConfig, ScriptedDevice, mix};
+use bypass_stack::{SocketId, Stack, StackConfig};
+use bypass_tcp::State;
 
 const A: Ipv4Addr = Ipv4Addr::new(10, 11, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(10, 11, 0, 2);
 const PORT: u16 = 9;
 
-/// A memory device that says it has a receive ring of `frames` frames, as the AF_XDP and
-/// AF_PACKET devices do (the memory link itself queues without limit).
-struct Ringed {
-    inner: MemoryDevice,
-    frames: Option<usize>,
-}
-
-impl Device for Ringed {
-    fn info(&self) -> &DeviceInfo {
-        self.inner.info()
-    }
-    fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        self.inner.recv(budget, on_frame)
-    }
-    fn send(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<bool> {
-        self.inner.send(fill)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-    fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        self.inner.wait(timeout)
-    }
-    fn rx_frames(&self) -> Option<usize> {
-        self.frames
-    }
-}
-
-/// Client host A, server host B (whose device claims `rx_frames`).
+/// Client host A, server host B (whose device says it has a receive ring of `rx_frames`
+/// frames, as the AF_XDP and AF_PACKET devices do), each on a scripted device, joined by a
+/// simulated link each way that the test carries frames across.
 struct Net {
-    a: Stack<MemoryDevice>,
-    b: Stack<Ringed>,
+    a: Stack<ScriptedDevice>,
+    b: Stack<ScriptedDevice>,
+    /// A to B, B to A.
+    links: [Link; 2],
     now: Instant,
 }
 
 impl Net {
     fn new(link: LinkConfig, rx_frames: Option<usize>, tweak: impl Fn(&mut StackConfig)) -> Net {
         let _ = env_logger::builder().is_test(true).try_init();
-        let (da, db) = MemoryLink::pair(link, link, 3);
+        // 256 frames between flushes, as the in-memory link's devices.
+        let device =
+            |name: &str, mac| ScriptedDevice::new(DeviceInfo::new(name, mac, 1500, "test")).with_tx_capacity(256);
+        let da = device("a", [2, 0, 0, 0, 0, 0x0a]);
+        let db = device("b", [2, 0, 0, 0, 0, 0x0b]).with_rx_frames(rx_frames);
         let ca = StackConfig::new(A, 24, [1; 16]);
         let mut cb = StackConfig::new(B, 24, [2; 16]);
         tweak(&mut cb);
         let mut a = Stack::new(da, ca);
-        let mut b = Stack::new(Ringed { inner: db, frames: rx_frames }, cb);
+        let mut b = Stack::new(db, cb);
         a.set_time(Instant::ZERO);
         b.set_time(Instant::ZERO);
-        Net { a, b, now: Instant::ZERO }
+        let links = [Link::new(link, mix(3, 1)), Link::new(link, mix(3, 2))];
+        Net { a, b, links, now: Instant::ZERO }
     }
 
     fn step(&mut self) {
         self.a.poll().unwrap();
         self.b.poll().unwrap();
+        let [ab, ba] = &mut self.links;
+        for (from, link) in [(&mut self.a, &mut *ab), (&mut self.b, &mut *ba)] {
+            for (at, frame) in from.device_mut().take_sent() {
+                link.send(at, &frame);
+            }
+        }
         let next = [
             self.a.poll_timeout(),
             self.b.poll_timeout(),
-            self.a.device().next_arrival(),
-            self.b.device().inner.next_arrival(),
+            self.links[0].next_delivery(),
+            self.links[1].next_delivery(),
         ]
         .into_iter()
         .flatten()
         .min();
         let next = next.unwrap_or(self.now + Duration::from_millis(10)).max(self.now);
         self.now = next;
-        self.a.device().clock().advance_to(next);
-        self.a.set_time(next);
-        self.b.set_time(next);
+        let [ab, ba] = &mut self.links;
+        for (link, to) in [(ab, &mut self.b), (ba, &mut self.a)] {
+            while let Some(packet) = link.recv(next) {
+                to.device_mut().push_rx(packet.bytes());
+                link.recycle(packet);
+            }
+            to.device_mut().set_time(next);
+            to.set_time(next);
+        }
     }
 }
 

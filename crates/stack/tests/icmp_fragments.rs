@@ -4,14 +4,16 @@
 
 use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use bypass_io::{MemoryDevice, MemoryLink};
+mod common;
+
+use bypass_device::{LinkConfig, MemoryDevice, MemoryLink};
 use bypass_stack::fragments::{Fragment, FragmentKey, Reassembler, ReassemblyConfig};
-use bypass_stack::{Capture, Device, DeviceInfo, Direction, Drop, Interface, SocketId, Stack, StackConfig, arp, ndp};
-use bypass_tcp::sim::LinkConfig;
+use bypass_stack::{Device, Drop, SocketId, Stack, StackConfig, arp, ndp};
 use bypass_tcp::{Event, IcmpError, Instant, Segment, SeqNum, State};
+use common::{Collector, Host, Net};
 use etherparse::{
     ArpOperation, EtherType, Ethernet2Header, IpFragOffset, IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header,
 };
@@ -23,8 +25,8 @@ const ROUTER4: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 254);
 const A6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
 const B6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
 const ROUTER6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0xfe);
-const MAC_A: [u8; 6] = bypass_io::memory::MAC_A;
-const MAC_B: [u8; 6] = bypass_io::memory::MAC_B;
+const MAC_A: [u8; 6] = bypass_device::memory::MAC_A;
+const MAC_B: [u8; 6] = bypass_device::memory::MAC_B;
 
 const ICMP: u8 = 1;
 const TCP: u8 = 6;
@@ -35,68 +37,12 @@ const FRAGMENT: u8 = 44;
 // Two stacks over the in-memory link.
 // -------------------------------------------------------------------------------------
 
-struct Net {
-    a: Stack<MemoryDevice>,
-    b: Stack<MemoryDevice>,
-    now: Instant,
-}
-
 impl Net {
     /// Dual-stack hosts A (10.9.0.1, fd00::1) and B (10.9.0.2, fd00::2).
-    fn new() -> Net {
-        let _ = env_logger::builder().is_test(true).try_init();
-        let (da, db) = MemoryLink::pair(LinkConfig::default(), LinkConfig::default(), 1);
-        let mut ca = StackConfig::new(A4, 24, [1; 16]).with_address(A6, 64);
-        let mut cb = StackConfig::new(B4, 24, [2; 16]).with_address(B6, 64);
-        for c in [&mut ca, &mut cb] {
-            c.tcp.min_rto = Duration::from_millis(200);
-        }
-        let mut a = Stack::new(da, ca);
-        let mut b = Stack::new(db, cb);
-        a.set_time(Instant::ZERO);
-        b.set_time(Instant::ZERO);
-        Net { a, b, now: Instant::ZERO }
-    }
-
-    /// Advance virtual time to the next thing that happens and poll both hosts.
-    fn step(&mut self) {
-        self.a.poll().unwrap();
-        self.b.poll().unwrap();
-        let next = [
-            self.a.poll_timeout(),
-            self.b.poll_timeout(),
-            self.a.device().next_arrival(),
-            self.b.device().next_arrival(),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        let next = next.unwrap_or(self.now + Duration::from_millis(10)).max(self.now);
-        self.now = next;
-        self.a.device().clock().advance_to(next);
-        self.a.set_time(next);
-        self.b.set_time(next);
-        self.a.poll().unwrap();
-        self.b.poll().unwrap();
-    }
-
-    fn run_until(&mut self, mut done: impl FnMut(&mut Net) -> bool) {
-        let deadline = self.now + Duration::from_secs(120);
-        while !done(self) {
-            assert!(self.now < deadline, "virtual deadline passed");
-            self.step();
-        }
-    }
-
-    /// Connect A to B at `remote`, B listening on its port; return both ends.
-    fn connect(&mut self, remote: SocketAddr, listener: bypass_stack::ListenerId) -> (SocketId, SocketId) {
-        let client = self.a.connect(remote).unwrap();
-        let mut server = None;
-        self.run_until(|n| {
-            server = server.or_else(|| n.b.accept(listener));
-            server.is_some() && n.a.state(client) == State::Established
-        });
-        (client, server.unwrap())
+    fn dual_stack() -> Net {
+        let ca = StackConfig::new(A4, 24, [1; 16]).with_address(A6, 64);
+        let cb = StackConfig::new(B4, 24, [2; 16]).with_address(B6, 64);
+        Net::new(LinkConfig::default(), ca, cb)
     }
 
     /// Put `frames` on the link from B's side, so that they arrive at A.
@@ -170,89 +116,14 @@ impl Bulk {
     }
 }
 
-/// Collects the frames a stack sends.
-struct Collector(Arc<Mutex<Vec<Vec<u8>>>>);
-
-impl Collector {
-    fn install(stack: &mut Stack<MemoryDevice>) -> Arc<Mutex<Vec<Vec<u8>>>> {
-        let frames = Arc::new(Mutex::new(Vec::new()));
-        stack.set_capture(Box::new(Collector(frames.clone())));
-        frames
-    }
-}
-
-impl Capture for Collector {
-    fn frame(&mut self, _now: Instant, dir: Direction, frame: &[u8], _note: &str) {
-        if dir == Direction::Out {
-            self.0.lock().unwrap().push(frame.to_vec());
-        }
-    }
-}
-
 // -------------------------------------------------------------------------------------
 // One interface fed by hand: B's addresses and MAC, A speaking.
 // -------------------------------------------------------------------------------------
 
-/// A device that keeps what the host sends.
-struct Wire {
-    info: DeviceInfo,
-    frames: Vec<Vec<u8>>,
-}
-
-impl Device for Wire {
-    fn info(&self) -> &DeviceInfo {
-        &self.info
-    }
-    fn recv(&mut self, _budget: usize, _on_frame: &mut dyn FnMut(&[u8])) -> std::io::Result<usize> {
-        Ok(0)
-    }
-    fn send(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> std::io::Result<bool> {
-        let mut buf = vec![0xa5; self.info.max_frame()];
-        let len = fill(&mut buf);
-        if len > 0 {
-            buf.truncate(len);
-            self.frames.push(buf);
-        }
-        Ok(true)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn wait(&mut self, _timeout: Option<Duration>) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-struct Host {
-    iface: Interface,
-    wire: Wire,
-    now: Instant,
-}
-
 impl Host {
     /// The dual-stack host B (10.9.0.2/24, fd00::2/64) at `MAC_B`.
-    fn new() -> Host {
-        let _ = env_logger::builder().is_test(true).try_init();
-        let config = StackConfig::new(B4, 24, [3; 16]).with_address(B6, 64);
-        let info = DeviceInfo { name: "test".into(), mac: MAC_B, mtu: 1500, mode: "by hand".into() };
-        Host { iface: Interface::new(config, MAC_B, 1500), wire: Wire { info, frames: Vec::new() }, now: Instant::ZERO }
-    }
-
-    fn receive(&mut self, frame: &[u8]) {
-        self.iface.receive(self.now, frame);
-        self.iface.handle_timeouts(self.now);
-        self.iface.deliver_events();
-    }
-
-    fn sent(&mut self) -> Vec<Vec<u8>> {
-        self.iface.transmit(self.now, &mut self.wire).unwrap();
-        std::mem::take(&mut self.wire.frames)
-    }
-
-    fn advance_to(&mut self, to: Instant) {
-        self.now = to;
-        self.iface.handle_timeouts(to);
-        self.iface.deliver_events();
+    fn dual_stack() -> Host {
+        Host::new(StackConfig::new(B4, 24, [3; 16]).with_address(B6, 64), MAC_B)
     }
 
     fn dropped_fragments(&self) -> u64 {
@@ -539,7 +410,7 @@ fn ping_data() -> Vec<u8> {
 
 #[test]
 fn a_fragmented_ipv4_echo_request_is_reassembled_and_answered_in_fragments() {
-    let mut host = Host::new();
+    let mut host = Host::dual_stack();
     let data = ping_data();
     let request = icmpv4(8, 0, [0x4b, 0x1d, 0, 1], &data);
     assert_eq!(request.len(), 4008);
@@ -576,7 +447,7 @@ fn a_fragmented_ipv4_echo_request_is_reassembled_and_answered_in_fragments() {
 fn the_largest_ipv4_echo_request_is_answered() {
     // `ping -s 65507`: 65,515 bytes of ICMP, a 65,535-byte datagram (RFC 791 3.1: Total
     // Length is 16 bits), 45 fragments each way.
-    let mut host = Host::new();
+    let mut host = Host::dual_stack();
     let data: Vec<u8> = (0..65507u32).map(|i| (i % 199) as u8).collect();
     let request = icmpv4(8, 0, [0, 1, 0, 2], &data);
     for (i, chunk) in request.chunks(1480).enumerate() {
@@ -594,7 +465,7 @@ fn the_largest_ipv4_echo_request_is_answered() {
 
 #[test]
 fn a_fragmented_icmpv6_echo_request_is_reassembled_and_answered_in_fragments() {
-    let mut host = Host::new();
+    let mut host = Host::dual_stack();
     let data = ping_data();
     let request = icmpv6(A6, B6, 128, 0, [0x4b, 0x1d, 0, 2], &data);
     // 1448-byte fragments: 1448, 1448 and 1112 bytes.
@@ -633,7 +504,7 @@ fn a_fragmented_icmpv6_echo_request_is_reassembled_and_answered_in_fragments() {
 #[test]
 fn the_largest_icmpv6_echo_request_is_answered() {
     // RFC 8200 4.5: the fragmentable part may reach 65,535 bytes.
-    let mut host = Host::new();
+    let mut host = Host::dual_stack();
     let data: Vec<u8> = (0..65527u32).map(|i| (i % 197) as u8).collect();
     let request = icmpv6(A6, B6, 128, 0, [0, 1, 0, 3], &data);
     assert_eq!(request.len(), 65535);
@@ -656,7 +527,7 @@ fn the_largest_icmpv6_echo_request_is_answered() {
 
 #[test]
 fn overlapping_and_oversized_ipv4_trains_are_dropped_until_their_time_runs_out() {
-    let mut host = Host::new();
+    let mut host = Host::dual_stack();
     let request = icmpv4(8, 0, [0, 5, 0, 5], &[0x42; 24]);
     let frag = |id: u16, from: usize, to: usize, more: bool| {
         ipv4_fragment((MAC_A, MAC_B), (A4, B4), ICMP, (id, from, more), &request[from..to])
@@ -702,7 +573,7 @@ fn overlapping_and_oversized_ipv4_trains_are_dropped_until_their_time_runs_out()
 
 #[test]
 fn overlapping_and_oversized_ipv6_trains_are_dropped_until_their_time_runs_out() {
-    let mut host = Host::new();
+    let mut host = Host::dual_stack();
     let request = icmpv6(A6, B6, 128, 0, [0, 6, 0, 6], &[0x42; 24]);
     let frag = |id: u32, from: usize, to: usize, more: bool| {
         ipv6_frame((MAC_A, MAC_B), (A6, B6), FRAGMENT, &fragment6(ICMPV6, from, more, id, &request[from..to]))
@@ -749,7 +620,7 @@ fn fragmented_neighbour_discovery_is_ignored() {
     // RFC 6980 5: a host MUST silently ignore Neighbour Discovery messages that use
     // fragmentation (an attacker hides options in later fragments). A solicitation to a
     // multicast group is dropped for that already; this one is a unicast probe.
-    let mut host = Host::new();
+    let mut host = Host::dual_stack();
     let mut body = B6.octets().to_vec();
     body.extend_from_slice(&[1, 1]);
     body.extend_from_slice(&MAC_A);
@@ -803,7 +674,7 @@ fn packet_too_big_from(src: Ipv6Addr, packet: &[u8], mtu: u32) -> Vec<u8> {
 /// an old sequence number changes nothing, a real one lowers the MSS to `mss`, what follows
 /// fits `mtu`, and the transfer completes. `message(packet, mtu)` builds the ICMP frame.
 fn path_mtu_discovery(remote: IpAddr, message: fn(&[u8], u32) -> Vec<u8>, mtu: u32, mss: u16) {
-    let mut net = Net::new();
+    let mut net = Net::dual_stack();
     let sent = Collector::install(&mut net.a);
     let listener = net.b.listen(5001).unwrap();
     let (client, server) = net.connect(SocketAddr::new(remote, 5001), listener);
@@ -864,7 +735,7 @@ fn ipv6_packet_too_big_in_window_lowers_the_mss_and_a_forged_one_does_not() {
 #[test]
 fn an_ipv6_packet_too_big_below_1280_is_ignored() {
     // RFC 8201 4: a node must not reduce its estimate below the IPv6 minimum link MTU.
-    let mut net = Net::new();
+    let mut net = Net::dual_stack();
     let sent = Collector::install(&mut net.a);
     let listener = net.b.listen(5001).unwrap();
     let (client, server) = net.connect(SocketAddr::new(B6.into(), 5001), listener);
@@ -882,7 +753,7 @@ fn an_ipv6_packet_too_big_below_1280_is_ignored() {
 fn icmpv6_errors_from_the_unspecified_address_are_dropped() {
     // RFC 4443 2.2: an error's source is a unicast address of the node that sends it; only
     // Neighbour Discovery may come from :: (RFC 4861 7.1.1 duplicate address detection).
-    let mut net = Net::new();
+    let mut net = Net::dual_stack();
     let sent = Collector::install(&mut net.a);
     let listener = net.b.listen(5001).unwrap();
     let (client, server) = net.connect(SocketAddr::new(B6.into(), 5001), listener);
@@ -953,7 +824,7 @@ fn port_unreachable_in_syn_sent_refuses_the_connect() {
 #[test]
 fn icmpv6_port_unreachable_in_syn_sent_aborts_the_connection() {
     // ICMPv6 type 1 code 4 (RFC 4443 3.1) maps to port unreachable: hard (RFC 1122 4.2.3.9).
-    let mut host = Host::new();
+    let mut host = Host::dual_stack();
     let id = host.iface.connect(host.now, SocketAddr::new(A6.into(), 80)).unwrap();
     host.sent();
     host.advance_to(host.now);
@@ -990,7 +861,7 @@ fn icmpv6_port_unreachable_in_syn_sent_aborts_the_connection() {
 fn host_unreachable_when_established_is_soft() {
     // RFC 9293 3.9.2.2 (MUST-56) and RFC 5927 5.2: in the synchronized states no ICMP error
     // aborts; it is kept for the application and cleared by an acceptable ACK.
-    let mut net = Net::new();
+    let mut net = Net::dual_stack();
     let sent = Collector::install(&mut net.a);
     let listener = net.b.listen(5001).unwrap();
     let (client, server) = net.connect(SocketAddr::new(B4.into(), 5001), listener);
@@ -1292,7 +1163,7 @@ impl Storm {
 fn twenty_thousand_random_frames_do_not_disturb_the_host() {
     // STYLE: never panic on bytes from the wire; RFC 5927: ICMP errors in the window do not
     // break a connection in the synchronized states.
-    let mut net = Net::new();
+    let mut net = Net::dual_stack();
     let listener = net.b.listen(7).unwrap();
     // A connection of each family up before the storm, kept through it; B sends A data on
     // the IPv6 one all along, so that errors quoting it may fall in its window.

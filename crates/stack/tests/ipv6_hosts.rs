@@ -4,14 +4,16 @@
 //! each other; one `Interface` fed crafted frames where a peer must misbehave.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
 
-use bypass_io::{MemoryDevice, MemoryLink};
+mod common;
+
+use bypass_device::LinkConfig;
 use bypass_stack::ndp::{self, NdpMessage};
-use bypass_stack::{Capture, Device, DeviceInfo, Direction, Drop, Interface, SocketId, Stack, StackConfig};
-use bypass_tcp::sim::LinkConfig;
+use bypass_stack::{Drop, SocketId, StackConfig};
 use bypass_tcp::{Event, Flags, Instant, Segment, SeqNum, State, TcpOptions};
+use common::{Collector, Host, Net};
 use etherparse::icmpv6::NeighborAdvertisementHeader;
 use etherparse::{EtherType, Ethernet2Header, Icmpv6Slice, Icmpv6Type, IpNumber, Ipv6FlowLabel, Ipv6Header};
 
@@ -34,68 +36,7 @@ const TCP: u8 = 6;
 // Two stacks over the in-memory link.
 // -------------------------------------------------------------------------------------
 
-struct Net {
-    a: Stack<MemoryDevice>,
-    b: Stack<MemoryDevice>,
-    now: Instant,
-}
-
 impl Net {
-    fn new(mut ca: StackConfig, mut cb: StackConfig) -> Net {
-        let _ = env_logger::builder().is_test(true).try_init();
-        let (da, db) = MemoryLink::pair(LinkConfig::default(), LinkConfig::default(), 1);
-        for c in [&mut ca, &mut cb] {
-            c.tcp.min_rto = Duration::from_millis(200);
-        }
-        let mut a = Stack::new(da, ca);
-        let mut b = Stack::new(db, cb);
-        a.set_time(Instant::ZERO);
-        b.set_time(Instant::ZERO);
-        Net { a, b, now: Instant::ZERO }
-    }
-
-    /// Advance virtual time to the next thing that happens and poll both hosts.
-    fn step(&mut self) {
-        self.a.poll().unwrap();
-        self.b.poll().unwrap();
-        let next = [
-            self.a.poll_timeout(),
-            self.b.poll_timeout(),
-            self.a.device().next_arrival(),
-            self.b.device().next_arrival(),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        let next = next.unwrap_or(self.now + Duration::from_millis(10)).max(self.now);
-        self.now = next;
-        self.a.device().clock().advance_to(next);
-        self.a.set_time(next);
-        self.b.set_time(next);
-        self.a.poll().unwrap();
-        self.b.poll().unwrap();
-    }
-
-    fn run_until(&mut self, mut done: impl FnMut(&mut Net) -> bool) {
-        let deadline = self.now + Duration::from_secs(120);
-        while !done(self) {
-            assert!(self.now < deadline, "virtual deadline passed");
-            self.step();
-        }
-    }
-
-    /// Connect A to B at `remote` (B listening on its port); return both ends once
-    /// established.
-    fn connect(&mut self, remote: SocketAddr, listener: bypass_stack::ListenerId) -> (SocketId, SocketId) {
-        let client = self.a.connect(remote).unwrap();
-        let mut server = None;
-        self.run_until(|n| {
-            server = server.or_else(|| n.b.accept(listener));
-            server.is_some() && n.a.state(client) == State::Established
-        });
-        (client, server.unwrap())
-    }
-
     /// Close both ends of a connection, A first: A ends in TIME-WAIT, B's end is gone.
     fn close(&mut self, client: SocketId, server: SocketId) {
         self.a.close(client);
@@ -138,99 +79,14 @@ fn echo(net: &mut Net, pairs: &[(SocketId, SocketId)], message: &[u8]) {
     }
 }
 
-/// Collects the frames a stack sends.
-struct Collector(Arc<Mutex<Vec<Vec<u8>>>>);
-
-impl Collector {
-    fn install(stack: &mut Stack<MemoryDevice>) -> Arc<Mutex<Vec<Vec<u8>>>> {
-        let frames = Arc::new(Mutex::new(Vec::new()));
-        stack.set_capture(Box::new(Collector(frames.clone())));
-        frames
-    }
-}
-
-impl Capture for Collector {
-    fn frame(&mut self, _now: Instant, dir: Direction, frame: &[u8], _note: &str) {
-        if dir == Direction::Out {
-            self.0.lock().unwrap().push(frame.to_vec());
-        }
-    }
-}
-
 // -------------------------------------------------------------------------------------
 // One interface fed by hand.
 // -------------------------------------------------------------------------------------
 
-/// A device that keeps what the host sends.
-struct Wire {
-    info: DeviceInfo,
-    frames: Vec<Vec<u8>>,
-}
-
-impl Device for Wire {
-    fn info(&self) -> &DeviceInfo {
-        &self.info
-    }
-    fn recv(&mut self, _budget: usize, _on_frame: &mut dyn FnMut(&[u8])) -> std::io::Result<usize> {
-        Ok(0)
-    }
-    fn send(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> std::io::Result<bool> {
-        let mut buf = vec![0xa5; self.info.max_frame()];
-        let len = fill(&mut buf);
-        if len > 0 {
-            buf.truncate(len);
-            self.frames.push(buf);
-        }
-        Ok(true)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn wait(&mut self, _timeout: Option<Duration>) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The host under test, at `US_MAC`, driven in the order `Stack::poll` uses.
-struct Host {
-    iface: Interface,
-    wire: Wire,
-    now: Instant,
-}
-
 impl Host {
-    fn new(config: StackConfig) -> Host {
-        let _ = env_logger::builder().is_test(true).try_init();
-        let info = DeviceInfo { name: "test".into(), mac: US_MAC, mtu: 1500, mode: "by hand".into() };
-        Host {
-            iface: Interface::new(config, US_MAC, 1500),
-            wire: Wire { info, frames: Vec::new() },
-            now: Instant::ZERO,
-        }
-    }
-
     /// A host with only `US`/64.
     fn v6() -> Host {
-        Host::new(StackConfig::new(US, 64, [3; 16]))
-    }
-
-    /// Take `frame` now, then fire due timers and pass events on.
-    fn receive(&mut self, frame: &[u8]) {
-        self.iface.receive(self.now, frame);
-        self.iface.handle_timeouts(self.now);
-        self.iface.deliver_events();
-    }
-
-    /// Return what the host sends now.
-    fn sent(&mut self) -> Vec<Vec<u8>> {
-        self.iface.transmit(self.now, &mut self.wire).unwrap();
-        std::mem::take(&mut self.wire.frames)
-    }
-
-    fn advance_to(&mut self, to: Instant) {
-        self.now = to;
-        self.iface.handle_timeouts(to);
-        self.iface.deliver_events();
+        Host::new(StackConfig::new(US, 64, [3; 16]), US_MAC)
     }
 }
 
@@ -386,7 +242,8 @@ fn solicited_target(frame: &[u8]) -> Option<(Ipv6Addr, Ipv6Addr)> {
 #[test]
 fn ipv6_only_hosts_resolve_each_other_and_echo_200_kb_over_tcp() {
     // RFC 4861 7.2: address resolution; RFC 8200 5 / RFC 9293 3.7.1: MSS = MTU - 60.
-    let mut net = Net::new(StackConfig::new(PEER, 64, [1; 16]), StackConfig::new(US, 64, [2; 16]));
+    let mut net =
+        Net::new(LinkConfig::default(), StackConfig::new(PEER, 64, [1; 16]), StackConfig::new(US, 64, [2; 16]));
     let sent_a = Collector::install(&mut net.a);
     let listener = net.b.listen(7).unwrap();
     let (client, server) = net.connect(SocketAddr::new(US.into(), 7), listener);
@@ -432,7 +289,7 @@ fn dual_stack_hosts_serve_ipv4_and_ipv6_on_one_listener_at_once() {
     let (a4, b4) = (Ipv4Addr::new(10, 9, 0, 1), Ipv4Addr::new(10, 9, 0, 2));
     let ca = StackConfig::new(a4, 24, [1; 16]).with_address(PEER, 64);
     let cb = StackConfig::new(b4, 24, [2; 16]).with_address(US, 64);
-    let mut net = Net::new(ca, cb);
+    let mut net = Net::new(LinkConfig::default(), ca, cb);
     let listener = net.b.listen(7).unwrap();
     let c4 = net.a.connect(SocketAddr::new(b4.into(), 7)).unwrap();
     let c6 = net.a.connect(SocketAddr::new(US.into(), 7)).unwrap();
@@ -689,7 +546,7 @@ fn off_link_destinations_go_through_the_configured_router() {
     // is its address that is resolved.
     let mut config = StackConfig::new(US, 64, [3; 16]);
     config.gateway6 = Some(ROUTER);
-    let mut host = Host::new(config);
+    let mut host = Host::new(config, US_MAC);
     let sent = connect_far(&mut host);
     assert_eq!(sent.len(), 1);
     assert_eq!(solicited_target(&sent[0]), Some((ROUTER, ndp::solicited_node(ROUTER))), "asks for the router");
@@ -769,7 +626,7 @@ fn multicast_frames_are_taken_only_for_groups_we_joined() {
     host.receive(&solicitation(PEER, ndp::solicited_node(US), US, 255, true));
     assert_eq!(host.sent().len(), 1);
     // An IPv4-only host takes no 33:33 frame at all.
-    let mut v4 = Host::new(StackConfig::new(Ipv4Addr::new(10, 9, 0, 2), 24, [3; 16]));
+    let mut v4 = Host::new(StackConfig::new(Ipv4Addr::new(10, 9, 0, 2), 24, [3; 16]), US_MAC);
     v4.receive(&solicitation(PEER, ndp::solicited_node(US), US, 255, true));
     assert_eq!(v4.iface.counters().drops(Drop::WrongMac), 1);
 }

@@ -4,71 +4,28 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
-use bypass_io::{MemoryDevice, MemoryLink};
-use bypass_stack::{Device, Drop, Stack, StackConfig};
-use bypass_tcp::sim::LinkConfig;
-use bypass_tcp::{Event, Instant, State};
+mod common;
+
+use bypass_device::LinkConfig;
+use bypass_stack::{Device, Drop, StackConfig};
+use bypass_tcp::{Event, State};
+use common::{Collector, Net};
 
 const A: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 2);
 
-struct Net {
-    a: Stack<MemoryDevice>,
-    b: Stack<MemoryDevice>,
-    now: Instant,
-}
-
-impl Net {
-    fn new(link: LinkConfig, tweak: impl Fn(&mut StackConfig)) -> Net {
-        let _ = env_logger::builder().is_test(true).try_init();
-        let (da, db) = MemoryLink::pair(link, link, 1);
-        let mut ca = StackConfig::new(A, 24, [1; 16]);
-        let mut cb = StackConfig::new(B, 24, [2; 16]);
-        for c in [&mut ca, &mut cb] {
-            c.tcp.min_rto = Duration::from_millis(200);
-            tweak(c);
-        }
-        let mut a = Stack::new(da, ca);
-        let mut b = Stack::new(db, cb);
-        a.set_time(Instant::ZERO);
-        b.set_time(Instant::ZERO);
-        Net { a, b, now: Instant::ZERO }
-    }
-
-    /// Advance virtual time to the next thing that happens and poll both hosts.
-    fn step(&mut self) {
-        self.a.poll().unwrap();
-        self.b.poll().unwrap();
-        let next = [
-            self.a.poll_timeout(),
-            self.b.poll_timeout(),
-            self.a.device().next_arrival(),
-            self.b.device().next_arrival(),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        let next = next.unwrap_or(self.now + Duration::from_millis(10)).max(self.now);
-        self.now = next;
-        self.a.device().clock().advance_to(next);
-        self.a.set_time(next);
-        self.b.set_time(next);
-        self.a.poll().unwrap();
-        self.b.poll().unwrap();
-    }
-
-    fn run_until(&mut self, mut done: impl FnMut(&mut Net) -> bool) {
-        let deadline = self.now + Duration::from_secs(120);
-        while !done(self) {
-            assert!(self.now < deadline, "virtual deadline passed");
-            self.step();
-        }
-    }
+/// Hosts A and B (10.9.0.1 and .2, /24) over `link`, each config changed by `tweak`.
+fn net(link: LinkConfig, tweak: impl Fn(&mut StackConfig)) -> Net {
+    let mut ca = StackConfig::new(A, 24, [1; 16]);
+    let mut cb = StackConfig::new(B, 24, [2; 16]);
+    tweak(&mut ca);
+    tweak(&mut cb);
+    Net::new(link, ca, cb)
 }
 
 #[test]
 fn tcp_echo_across_two_hosts_resolving_arp() {
-    let mut net = Net::new(LinkConfig::default(), |_| {});
+    let mut net = net(LinkConfig::default(), |_| {});
     let listener = net.b.listen(7).unwrap();
     let client = net.a.connect(SocketAddrV4::new(B, 7)).unwrap();
     let mut server = None;
@@ -121,7 +78,7 @@ fn connections_one_after_another_reuse_buffers_and_see_only_their_own_bytes() {
     // Small buffers, so a transfer wraps the rings and the next connection gets storage
     // written all over; kept at that size (autotuning would grow them, and grown buffers
     // are freed, not pooled).
-    let mut net = Net::new(LinkConfig::default(), |c| {
+    let mut net = net(LinkConfig::default(), |c| {
         c.tcp.send_buffer = 4096;
         c.tcp.recv_buffer = 4096;
         c.tcp.send_buffer_max = 4096;
@@ -160,7 +117,7 @@ fn connections_one_after_another_reuse_buffers_and_see_only_their_own_bytes() {
 
 #[test]
 fn connect_to_closed_port_is_refused_with_rst() {
-    let mut net = Net::new(LinkConfig::default(), |_| {});
+    let mut net = net(LinkConfig::default(), |_| {});
     let client = net.a.connect(SocketAddrV4::new(B, 9999)).unwrap();
     let mut events = Vec::new();
     net.run_until(|n| {
@@ -176,7 +133,7 @@ fn connect_to_closed_port_is_refused_with_rst() {
 
 #[test]
 fn syn_cookies_take_over_when_the_syn_queue_is_full() {
-    let mut net = Net::new(LinkConfig::default(), |c| c.syn_queue = 0);
+    let mut net = net(LinkConfig::default(), |c| c.syn_queue = 0);
     let listener = net.b.listen(80).unwrap();
     let clients: Vec<_> = (0..5).map(|_| net.a.connect(SocketAddrV4::new(B, 80)).unwrap()).collect();
     let mut accepted = Vec::new();
@@ -211,7 +168,7 @@ fn syn_cookies_take_over_when_the_syn_queue_is_full() {
 #[test]
 fn lossy_link_still_delivers_everything() {
     let link = LinkConfig::default().with_loss(0.05).with_duplicate(0.01).with_reorder(0.05, Duration::from_millis(3));
-    let mut net = Net::new(link, |_| {});
+    let mut net = net(link, |_| {});
     let listener = net.b.listen(7).unwrap();
     let client = net.a.connect(SocketAddrV4::new(B, 7)).unwrap();
     let mut server = None;
@@ -240,7 +197,7 @@ fn lossy_link_still_delivers_everything() {
 
 #[test]
 fn malformed_frames_are_counted_and_dropped() {
-    let mut net = Net::new(LinkConfig::default(), |_| {});
+    let mut net = net(LinkConfig::default(), |_| {});
     let listener = net.b.listen(7).unwrap();
     let mac_b = net.b.device().info().mac;
     let mac_a = net.a.device().info().mac;
@@ -314,7 +271,7 @@ fn etherparse_header(proto: u8, dst: Ipv4Addr, frag: u16) -> [u8; 20] {
 
 #[test]
 fn icmp_echo_reply_checksum_is_valid() {
-    let mut net = Net::new(LinkConfig::default(), |_| {});
+    let mut net = net(LinkConfig::default(), |_| {});
     let (mac_a, mac_b) = (net.a.device().info().mac, net.b.device().info().mac);
     // An echo request from A's MAC to B, built by hand with a correct checksum.
     let mut icmp = vec![8u8, 0, 0, 0, 0x12, 0x34, 0, 1, b'p', b'i', b'n', b'g'];
@@ -354,7 +311,7 @@ fn icmp_echo_reply_checksum_is_valid() {
 fn rst_in_syn_received_frees_the_table_entry() {
     // Found by the stack_frame fuzz target: a connection back in LISTEN after an RST kept
     // its table entry, and the next segment for that 4-tuple panicked.
-    let mut net = Net::new(LinkConfig::default(), |_| {});
+    let mut net = net(LinkConfig::default(), |_| {});
     let _listener = net.b.listen(7).unwrap();
     let (mac_a, mac_b) = (net.a.device().info().mac, net.b.device().info().mac);
     let tcp = |flags: u8, seq: u32| {
@@ -450,7 +407,7 @@ fn send_raw(net: &mut Net, frames: &[Vec<u8>]) {
 
 #[test]
 fn martian_sources_are_counted_and_dropped() {
-    let mut net = Net::new(LinkConfig::default(), |_| {});
+    let mut net = net(LinkConfig::default(), |_| {});
     net.b.listen(7).unwrap();
     let martians = [
         Ipv4Addr::BROADCAST,
@@ -484,31 +441,12 @@ fn the_directed_broadcast_follows_the_prefix() {
     // 10.9.0.3 is the broadcast address of B's /30, but on a /31 (RFC 3021: no broadcast)
     // it is the other end of the link.
     for (prefix, martian) in [(30, true), (31, false), (24, false)] {
-        let mut net = Net::new(LinkConfig::default(), |c| c.ipv4.as_mut().expect("IPv4 host").prefix_len = prefix);
+        let mut net = net(LinkConfig::default(), |c| c.ipv4.as_mut().expect("IPv4 host").prefix_len = prefix);
         let [_, ping] = syn_and_ping_from(&net, Ipv4Addr::new(10, 9, 0, 3));
         send_raw(&mut net, &[ping]);
         let c = net.b.counters();
         assert_eq!(c.drops(Drop::MartianSource), u64::from(martian), "/{prefix}: {c}");
         assert_eq!(c.icmp_echo_replies, u64::from(!martian), "/{prefix}: {c}");
-    }
-}
-
-/// Collects the frames a host sends.
-struct Collector(std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>);
-
-impl Collector {
-    fn install(stack: &mut Stack<MemoryDevice>) -> std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>> {
-        let frames = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        stack.set_capture(Box::new(Collector(frames.clone())));
-        frames
-    }
-}
-
-impl bypass_stack::Capture for Collector {
-    fn frame(&mut self, _now: Instant, dir: bypass_stack::Direction, frame: &[u8], _note: &str) {
-        if dir == bypass_stack::Direction::Out {
-            self.0.lock().unwrap().push(frame.to_vec());
-        }
     }
 }
 

@@ -4,8 +4,12 @@
 //! world: no sockets, no threads, no clock. Segments come in as parsed [`Segment`] values,
 //! segments go out as bytes written into a buffer you own, and time is an [`Instant`] you
 //! pass in. That makes every behaviour reproducible: the tests drive connections over a
-//! simulated network ([`sim`]) on virtual time, and the host stack (`bypass-stack`) drives
-//! the same code over AF_XDP.
+//! simulated network (`sim`, behind the `sim` feature) on virtual time, and the host stack
+//! (`bypass-stack`) drives the same code over AF_XDP.
+//!
+//! The time type [`Instant`] (and its module, [`time`]) comes from `bypass-device`, the
+//! crate below this one, and is re-exported here: `bypass_tcp::Instant` and
+//! `bypass_tcp::time::Instant` are the same type as `bypass_device::Instant`.
 //!
 //! | file | concern |
 //! |---|---|
@@ -21,7 +25,7 @@
 //! | `buffer.rs`, `reassembly.rs` | send/receive rings; out-of-order tracking |
 //! | `icmp.rs`, `path.rs` | ICMP errors (RFC 1122 4.2.3.9, RFC 5461, RFC 5927) and the path MTU (RFC 1191, RFC 8201) |
 //! | `isn.rs` | initial sequence numbers (RFC 6528) |
-//! | `sim.rs` | a seeded lossy link and a `Pair` harness on virtual time |
+//! | `sim.rs` | feature `sim`: the `Pair` harness, two connections over seeded lossy links on virtual time |
 //!
 //! # Example: a handshake and one message, by hand
 //!
@@ -68,7 +72,8 @@ pub mod options;
 pub mod segment;
 pub mod seq;
 pub mod state;
-pub mod time;
+/// Time as the core sees it: re-exported from bypass-device.
+pub use bypass_device::time;
 pub mod timer;
 pub mod tuple;
 
@@ -113,4 +118,5 @@ pub use connection::SequenceSpace;
 pub use open::CookieOptions;
 pub use outcome::{DropReason, Outcome};
 pub use wire::{EmitError, ParseError};
+#[cfg(feature = "sim")]
 pub mod sim;

@@ -12,7 +12,7 @@
 //! use std::net::{Ipv4Addr, Ipv6Addr};
 //!
 //! use bypass_io::xdp::{XdpConfig, XdpDevice};
-//! use bypass_stack::Device;
+//! use bypass_device::Device;
 //!
 //! // Dual stack: one IPv4 and one IPv6 address on the interface.
 //! let config = XdpConfig::new("veth0", Ipv4Addr::new(10, 77, 0, 2)).with_addr("fd00:77::2".parse::<Ipv6Addr>()?);
@@ -37,7 +37,9 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bypass_stack::{Device, DeviceInfo};
+use bypass_device::{ChecksumCaps, Device, DeviceInfo};
+
+use crate::ifreq;
 
 pub use error::XdpError;
 pub use program::{AttachMode, MAX_ADDRS_PER_FAMILY, XdpProgram};
@@ -47,7 +49,6 @@ pub use umem::{Frame, Umem};
 
 use socket::BindOptions;
 use sys::RingSizes;
-pub(crate) use sys::{euid, setns_net as enter_netns};
 
 /// Where to run the XDP program.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -197,9 +198,9 @@ impl XdpDevice {
         }
         let iface = config.iface.as_str();
         let no_iface = |source| XdpError::NoSuchInterface { iface: iface.to_string(), source };
-        let ifindex = sys::if_index(iface).map_err(no_iface)?;
-        let mac = sys::if_mac(iface).map_err(no_iface)?;
-        let mtu = sys::if_mtu(iface).map_err(no_iface)?;
+        let ifindex = ifreq::index(iface).map_err(no_iface)?;
+        let (_, mac) = ifreq::hardware_address(iface).map_err(no_iface)?;
+        let mtu = ifreq::mtu(iface).map_err(no_iface)?;
         let max_mtu = config.frame_size - sys::XDP_PACKET_HEADROOM - 14;
         if mtu > max_mtu {
             return Err(XdpError::MtuTooLargeForFrame {
@@ -269,7 +270,7 @@ impl XdpDevice {
             devices.push(XdpDevice {
                 socket,
                 program: Arc::clone(&program),
-                info: DeviceInfo { name: iface.to_string(), mac, mtu: mtu as usize, mode },
+                info: DeviceInfo::new(iface, mac, mtu as usize, mode),
                 rx_batch: Vec::with_capacity(config.rx_size as usize),
                 busy_poll,
                 rx_frames: config.fill_size.min(config.rx_size) as usize,
@@ -317,6 +318,12 @@ impl Device for XdpDevice {
 
     fn rx_frames(&self) -> Option<usize> {
         Some(self.rx_frames)
+    }
+
+    /// Software: copy mode hands over the bytes alone, without the driver's receive checksum
+    /// verdict, and the device asks for no transmit checksum offload.
+    fn checksums(&self) -> ChecksumCaps {
+        ChecksumCaps::SOFTWARE
     }
 
     fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {

@@ -966,7 +966,7 @@ mod tests {
     /// Run the program in the kernel (`BPF_PROG_TEST_RUN`) on hand-made frames.
     #[test]
     fn kernel_verifies_and_runs_the_program() {
-        if !crate::testlab::lab_available("kernel_verifies_and_runs_the_program") {
+        if !bypass_lab::testlab::lab_available("kernel_verifies_and_runs_the_program") {
             return;
         }
         let map = sys::xskmap_create(1, "bypass_test").expect("create XSKMAP");
@@ -998,7 +998,7 @@ mod tests {
 
     #[test]
     fn kernel_runs_the_dual_stack_program() {
-        if !crate::testlab::lab_available("kernel_runs_the_dual_stack_program") {
+        if !bypass_lab::testlab::lab_available("kernel_runs_the_dual_stack_program") {
             return;
         }
         let map = sys::xskmap_create(1, "bypass_test").expect("create XSKMAP");
@@ -1072,7 +1072,7 @@ mod tests {
 
     #[test]
     fn kernel_runs_the_ipv6_only_program_and_the_largest() {
-        if !crate::testlab::lab_available("kernel_runs_the_ipv6_only_program_and_the_largest") {
+        if !bypass_lab::testlab::lab_available("kernel_runs_the_ipv6_only_program_and_the_largest") {
             return;
         }
         let map = sys::xskmap_create(1, "bypass_test").expect("create XSKMAP");

@@ -1,4 +1,5 @@
-//! Raw Linux interfaces for AF_XDP and eBPF: the only module of the crate with `unsafe`.
+//! Raw Linux interfaces for AF_XDP and eBPF: the AF_XDP backend's only module with `unsafe` (the
+//! interface queries it needs are in `crate::ifreq`).
 //!
 //! Everything here is a thin, checked wrapper over one system call or one piece of shared
 //! memory, and every wrapper is safe to call. The layouts come from the kernel's uapi headers
@@ -13,8 +14,6 @@
 
 #![allow(unsafe_code)]
 
-use std::ffi::CString;
-use std::fs::File;
 use std::io;
 use std::mem::{self, MaybeUninit};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -254,57 +253,8 @@ pub fn xdp_test_run(prog: BorrowedFd<'_>, frame: &[u8]) -> io::Result<u32> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Interfaces, limits, namespaces
+// Limits
 // ---------------------------------------------------------------------------------------------
-
-/// Return the index of the interface `name` in the calling thread's network namespace.
-pub fn if_index(name: &str) -> io::Result<u32> {
-    let cname = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::ENODEV))?;
-    // SAFETY: `cname` is a valid NUL-terminated string for the duration of the call.
-    let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-    if index == 0 { Err(io::Error::last_os_error()) } else { Ok(index) }
-}
-
-/// Fill an `ifreq` for `name` and run the interface ioctl `request` on a throwaway socket.
-fn if_ioctl(name: &str, request: libc::c_ulong) -> io::Result<libc::ifreq> {
-    if name.len() >= libc::IFNAMSIZ {
-        return Err(io::Error::from_raw_os_error(libc::ENODEV));
-    }
-    // SAFETY: plain socket(2) call; the result is checked below.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let sock = owned_fd(fd as libc::c_long);
-    // SAFETY: `ifreq` is a plain C struct/union for which all-zero bytes are a valid value.
-    let mut req: libc::ifreq = unsafe { mem::zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(name.bytes()) {
-        *dst = src as libc::c_char;
-    }
-    // SAFETY: `req` is a valid `ifreq` with a NUL-terminated name; the kernel writes only into it.
-    let ret = unsafe { libc::ioctl(sock.as_raw_fd(), request as _, &mut req as *mut libc::ifreq) };
-    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(req) }
-}
-
-/// Return the MAC address of the interface `name`.
-pub fn if_mac(name: &str) -> io::Result<[u8; 6]> {
-    let req = if_ioctl(name, libc::SIOCGIFHWADDR)?;
-    // SAFETY: SIOCGIFHWADDR fills the `ifru_hwaddr` member of the union.
-    let data = unsafe { req.ifr_ifru.ifru_hwaddr.sa_data };
-    let mut mac = [0u8; 6];
-    for (dst, src) in mac.iter_mut().zip(data.iter()) {
-        *dst = *src as u8;
-    }
-    Ok(mac)
-}
-
-/// Return the MTU of the interface `name`.
-pub fn if_mtu(name: &str) -> io::Result<u32> {
-    let req = if_ioctl(name, libc::SIOCGIFMTU)?;
-    // SAFETY: SIOCGIFMTU fills the `ifru_mtu` member of the union.
-    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
-    Ok(mtu.max(0) as u32)
-}
 
 /// Try to lift `RLIMIT_MEMLOCK`. Failing is normal without `CAP_SYS_RESOURCE`, and harmless
 /// where `CAP_IPC_LOCK` (root) or memcg accounting (Linux 5.11+) lets the UMEM be pinned anyway.
@@ -313,20 +263,6 @@ pub fn raise_memlock() -> io::Result<()> {
     // SAFETY: `limit` is a valid rlimit read by the call.
     let ret = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &limit) };
     if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
-}
-
-/// Move the calling thread into the network namespace `ns` (an open `/var/run/netns/NAME`).
-/// Sockets and BPF links the thread creates afterwards belong to that namespace.
-pub fn setns_net(ns: &File) -> io::Result<()> {
-    // SAFETY: plain setns(2) on a descriptor we hold open; it changes only this thread's namespace.
-    let ret = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
-}
-
-/// Return the effective user id of the process.
-pub fn euid() -> u32 {
-    // SAFETY: geteuid(2) has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
 }
 
 // ---------------------------------------------------------------------------------------------

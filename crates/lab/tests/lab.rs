@@ -1,4 +1,4 @@
-//! The namespace lab (`bypass_io::testlab`) and the interface facts it relies on
+//! The namespace lab (`bypass_lab::testlab`) and the interface facts it relies on
 //! (`bypass_io::netdev`): offloads set through the ethtool ioctl, ICMP echo from code, IPv6 on
 //! the peer, the routed lab's path MTU discovery and fragmentation between kernels, and a lab
 //! built on a machine where `ip` is the only program there is.
@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bypass_io::netdev::{self, NetdevError, Offload};
-use bypass_io::testlab::{
+use bypass_lab::testlab::{
     Lab, LabConfig, LabError, RoutedConfig, RoutedLab, lab_available, ping, ping_dont_fragment, ping_sized, ping6,
 };
 
@@ -401,7 +401,7 @@ fn a_routed_lab_has_four_namespaces_and_a_narrow_link() {
         }
     }
     for router in [&lab.r1_ns, &lab.r2_ns] {
-        let (v4, v6, rate) = bypass_io::testlab::in_namespace(router, || {
+        let (v4, v6, rate) = bypass_lab::testlab::in_namespace(router, || {
             (sysctl("net/ipv4/ip_forward"), sysctl("net/ipv6/conf/all/forwarding"), sysctl("net/ipv4/icmp_ratelimit"))
         })
         .unwrap();

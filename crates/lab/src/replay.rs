@@ -13,20 +13,23 @@
 //! recording had them), every SYN, FIN and RST with its relative sequence and acknowledgment
 //! numbers, and the bytes of data in order. Pure ACKs may differ in number (delayed-ACK
 //! policies differ between stacks) but the last acknowledgment must match.
+//!
+//! [`play_into_stack`] plays a whole capture, frames of any kind, into a listening stack.
+//! Both run the stack on a [`ScriptedDevice`] on virtual time: recorded frames go into its
+//! inbox, what the stack sends is kept with the time it left, and in a replay the device
+//! answers our ARP requests and Neighbour Solicitations for the recorded peer.
 
-use std::collections::VecDeque;
 use std::fmt::{self, Write as _};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use bypass_stack::{Capture, Device, DeviceInfo, Stack, StackConfig};
-use bypass_tcp::{Flags, Instant, Segment, SeqNum, TcpOptions};
+use bypass_device::{Capture, CaptureFile, DeviceInfo, Instant, ScriptedDevice};
+use bypass_stack::{Stack, StackConfig};
+use bypass_tcp::{Flags, Segment, SeqNum, TcpOptions};
 use etherparse::{
     EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header, NetSlice, SlicedPacket, TransportSlice,
 };
-
-use crate::pcap::CaptureFile;
 
 const OUR_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xbb, 0x02];
 const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xbb, 0x01];
@@ -195,56 +198,10 @@ fn conversation(file: &CaptureFile) -> Option<((SocketAddr, SocketAddr), Vec<Rec
     endpoints.map(|e| (e, segments))
 }
 
-/// A device fed by the harness: frames to deliver, frames sent, and ARP and Neighbour
-/// Discovery answered for the peer.
-struct ScriptDevice {
-    info: DeviceInfo,
-    inbox: VecDeque<Vec<u8>>,
-    /// Frames we sent, with the virtual time they left.
-    sent: Vec<(Duration, Vec<u8>)>,
-    now: Duration,
-    buf: Vec<u8>,
-    peer_ip: IpAddr,
-}
-
-impl Device for ScriptDevice {
-    fn info(&self) -> &DeviceInfo {
-        &self.info
-    }
-
-    fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        let mut n = 0;
-        while n < budget
-            && let Some(frame) = self.inbox.pop_front()
-        {
-            on_frame(&frame);
-            n += 1;
-        }
-        Ok(n)
-    }
-
-    fn send(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<bool> {
-        self.buf.resize(self.info.max_frame(), 0);
-        let n = fill(&mut self.buf);
-        if n > 0 {
-            let frame = self.buf[..n].to_vec();
-            // Answer our ARP requests and Neighbour Solicitations for the peer, as the
-            // recorded peer's host would.
-            if let Some(reply) = arp_reply(&frame, self.peer_ip).or_else(|| ndp_reply(&frame, self.peer_ip)) {
-                self.inbox.push_back(reply);
-            }
-            self.sent.push((self.now, frame));
-        }
-        Ok(true)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn wait(&mut self, _timeout: Option<Duration>) -> io::Result<()> {
-        Ok(())
-    }
+/// Answer our ARP requests and Neighbour Solicitations for the peer, as the recorded peer's
+/// host would (the replay device's responder).
+fn neighbour_reply(frame: &[u8], peer_ip: IpAddr) -> Option<Vec<u8>> {
+    arp_reply(frame, peer_ip).or_else(|| ndp_reply(frame, peer_ip))
 }
 
 fn arp_reply(frame: &[u8], peer_ip: IpAddr) -> Option<Vec<u8>> {
@@ -333,14 +290,10 @@ pub fn replay(file: &CaptureFile, role: Role, capture: Option<Box<dyn Capture>>)
     let ours_is_client = role == Role::Client;
     // Our side's recorded ISN; `None` when it never sent a SYN (a refused connection, say).
     let rec_our_isn = recorded.iter().find(|r| r.from_client == ours_is_client && r.flags.syn()).map(|r| r.seq);
-    let device = ScriptDevice {
-        info: DeviceInfo { name: "replay".into(), mac: OUR_MAC, mtu: 1500, mode: "replay of a capture".into() },
-        inbox: VecDeque::new(),
-        sent: Vec::new(),
-        now: Duration::ZERO,
-        buf: Vec::new(),
-        peer_ip: peer.ip(),
-    };
+    // Frames to deliver, frames sent, and ARP and Neighbour Discovery answered for the peer.
+    let peer_ip = peer.ip();
+    let device = ScriptedDevice::new(DeviceInfo::new("replay", OUR_MAC, 1500, "replay of a capture"))
+        .with_responder(move |frame| neighbour_reply(frame, peer_ip));
     let prefix = if us.is_ipv4() { 24 } else { 64 };
     let mut config = StackConfig::new(us.ip(), prefix, [0x42; 16]);
     // Match the recorded handshake's options where we can.
@@ -440,7 +393,7 @@ pub fn replay(file: &CaptureFile, role: Role, capture: Option<Box<dyn Capture>>)
             options: r.options,
             payload: &r.payload,
         };
-        stack.device_mut().inbox.push_back(frame(peer, us, &seg));
+        stack.device_mut().push_rx(frame(peer, us, &seg));
         stack.poll()?;
         if let Some(l) = listener
             && socket.is_none()
@@ -460,7 +413,7 @@ pub fn replay(file: &CaptureFile, role: Role, capture: Option<Box<dyn Capture>>)
     let end = now + Duration::from_secs(1);
     advance(&mut stack, &mut now, end)?;
 
-    let sent = std::mem::take(&mut stack.device_mut().sent);
+    let sent = stack.device_mut().take_sent();
     let our_rows = rows_from_frames(&sent, us, peer);
     let peer_isn = recorded.iter().find(|r| r.from_client != ours_is_client && r.flags.syn()).map(|r| r.seq);
     let expected = relative_rows(recorded.iter().filter(|r| r.from_client == ours_is_client), rec_our_isn, peer_isn);
@@ -469,12 +422,16 @@ pub fn replay(file: &CaptureFile, role: Role, capture: Option<Box<dyn Capture>>)
     Ok(ReplayReport { role, endpoints: (client, server), expected, actual, mismatches })
 }
 
+/// Return `d` after the replay's start as the stack's and the device's time.
+fn at(d: Duration) -> Instant {
+    Instant::from_micros(d.as_micros() as u64)
+}
+
 /// Run the stack's timers up to `to` on virtual time, then arrive there.
-fn advance(stack: &mut Stack<ScriptDevice>, now: &mut Duration, to: Duration) -> io::Result<()> {
-    let at = |d: Duration| Instant::from_micros(d.as_micros() as u64);
+fn advance(stack: &mut Stack<ScriptedDevice>, now: &mut Duration, to: Duration) -> io::Result<()> {
     loop {
         stack.set_time(at(*now));
-        stack.device_mut().now = *now;
+        stack.device_mut().set_time(at(*now));
         stack.poll()?;
         match stack.poll_timeout().map(|t| Duration::from_micros(t.as_micros())) {
             Some(next) if next > *now && next <= to => *now = next,
@@ -483,15 +440,15 @@ fn advance(stack: &mut Stack<ScriptDevice>, now: &mut Duration, to: Duration) ->
     }
     *now = (*now).max(to);
     stack.set_time(at(*now));
-    stack.device_mut().now = *now;
+    stack.device_mut().set_time(at(*now));
     stack.poll()?;
     Ok(())
 }
 
-fn our_isn(stack: &Stack<ScriptDevice>, socket: Option<bypass_stack::SocketId>) -> Option<SeqNum> {
+fn our_isn(stack: &Stack<ScriptedDevice>, socket: Option<bypass_stack::SocketId>) -> Option<SeqNum> {
     // The ISN we chose is in our first SYN on the wire.
     let _ = socket;
-    stack.device().sent.iter().find_map(|(_, f)| {
+    stack.device().sent().iter().find_map(|(_, f)| {
         let packet = SlicedPacket::from_ethernet(f).ok()?;
         let TransportSlice::Tcp(tcp) = packet.transport? else { return None };
         let seg = Segment::parse_unchecked(tcp.slice()).ok()?;
@@ -500,7 +457,7 @@ fn our_isn(stack: &Stack<ScriptDevice>, socket: Option<bypass_stack::SocketId>) 
 }
 
 /// Our sent frames as recorded segments (only those of the conversation).
-fn rows_from_frames(frames: &[(Duration, Vec<u8>)], us: SocketAddr, peer: SocketAddr) -> Vec<Recorded> {
+fn rows_from_frames(frames: &[(Instant, Vec<u8>)], us: SocketAddr, peer: SocketAddr) -> Vec<Recorded> {
     frames
         .iter()
         .filter_map(|(at, f)| {
@@ -510,7 +467,7 @@ fn rows_from_frames(frames: &[(Duration, Vec<u8>)], us: SocketAddr, peer: Socket
             let (_, dst_ip) = packet.net.as_ref().and_then(addresses)?;
             let dst = SocketAddr::new(dst_ip, seg.dst_port);
             (seg.src_port == us.port() && dst == peer).then(|| Recorded {
-                at: *at,
+                at: Duration::from_micros(at.as_micros()),
                 from_client: false,
                 flags: seg.flags,
                 seq: seg.seq,
@@ -628,104 +585,26 @@ fn show(v: &[(Flags, u32, Option<u32>)]) -> String {
     parts.join(", ")
 }
 
-/// A device that plays a capture's frames into a stack at their recorded spacing, on the
-/// stack's virtual time, and keeps what the stack sends. Frames of any kind go in as they
-/// are: the stack counts and drops what it cannot use.
-pub struct ReplayDevice {
-    info: DeviceInfo,
-    frames: VecDeque<(Duration, Vec<u8>)>,
-    start: Option<Duration>,
-    now: Duration,
-    /// Frames the stack sent.
-    pub sent: Vec<Vec<u8>>,
-    buf: Vec<u8>,
-}
-
-impl ReplayDevice {
-    /// Return a device that delivers `file`'s frames (all of them, both directions) with MAC
-    /// `mac` and MTU 1500. Frames the capture marked outbound are left out when
-    /// `inbound_only` is set.
-    pub fn new(file: &CaptureFile, mac: [u8; 6], inbound_only: bool) -> Self {
-        let frames: VecDeque<(Duration, Vec<u8>)> = file
-            .frames
-            .iter()
-            .filter(|f| !(inbound_only && f.direction == Some(bypass_stack::Direction::Out)))
-            .map(|f| (f.timestamp, f.data.clone()))
-            .collect();
-        let start = frames.front().map(|f| f.0);
-        ReplayDevice {
-            info: DeviceInfo { name: "replay".into(), mac, mtu: 1500, mode: "replay of a capture".into() },
-            frames,
-            start,
-            now: Duration::ZERO,
-            sent: Vec::new(),
-            buf: Vec::new(),
-        }
-    }
-
-    /// Set the time since the capture's first frame; frames up to it become deliverable.
-    pub fn set_elapsed(&mut self, elapsed: Duration) {
-        self.now = elapsed;
-    }
-
-    /// Return when the next frame is due (time since the first frame), if any is left.
-    pub fn next_due(&self) -> Option<Duration> {
-        Some(self.frames.front()?.0.saturating_sub(self.start?))
-    }
-
-    /// Return how many frames are still to be delivered.
-    pub fn remaining(&self) -> usize {
-        self.frames.len()
-    }
-}
-
-impl Device for ReplayDevice {
-    fn info(&self) -> &DeviceInfo {
-        &self.info
-    }
-
-    fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        let mut n = 0;
-        while n < budget && self.next_due().is_some_and(|due| due <= self.now) {
-            let (_, frame) = self.frames.pop_front().expect("checked");
-            on_frame(&frame);
-            n += 1;
-        }
-        Ok(n)
-    }
-
-    fn send(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<bool> {
-        self.buf.resize(self.info.max_frame(), 0);
-        let n = fill(&mut self.buf);
-        if n > 0 {
-            self.sent.push(self.buf[..n].to_vec());
-        }
-        Ok(true)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn wait(&mut self, _timeout: Option<Duration>) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Play every frame of `file` into a stack owning `ip` (listening on `ports`) at the
 /// recorded spacing, on virtual time; return the stack's counters. Any capture is safe:
 /// unusable frames are counted and dropped by the stack, never a panic.
 pub fn play_into_stack(file: &CaptureFile, ip: IpAddr, ports: &[u16]) -> io::Result<bypass_stack::Counters> {
-    let device = ReplayDevice::new(file, OUR_MAC, false);
+    // Every frame of the capture, both directions, due at its time since the first frame;
+    // frames of any kind go in as they are.
+    let mut device = ScriptedDevice::new(DeviceInfo::new("replay", OUR_MAC, 1500, "replay of a capture"));
+    let start = file.frames.first().map_or(Duration::ZERO, |f| f.timestamp);
+    for f in &file.frames {
+        device.push_rx_at(at(f.timestamp.saturating_sub(start)), f.data.clone());
+    }
     let prefix = if ip.is_ipv4() { 24 } else { 64 };
     let mut stack = Stack::new(device, StackConfig::new(ip, prefix, [0x17; 16]));
     stack.set_time(Instant::ZERO);
     for &port in ports {
         let _ = stack.listen(port);
     }
-    while let Some(due) = stack.device().next_due() {
-        stack.device_mut().set_elapsed(due);
-        stack.set_time(Instant::from_micros(due.as_micros() as u64));
+    while let Some(due) = stack.device().next_rx() {
+        stack.device_mut().set_time(due);
+        stack.set_time(due);
         stack.poll()?;
     }
     Ok(stack.counters().clone())

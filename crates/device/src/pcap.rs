@@ -1,5 +1,6 @@
-//! Recording: a pcapng writer for the host's annotated capture (see
-//! [`bypass_stack::Capture`]), to open in Wireshark or replay in tests.
+//! Recording and reading captures: a pcapng writer for the host's annotated capture (a
+//! [`Capture`] sink), to open in Wireshark or replay in tests, and a reader of pcap and pcapng
+//! files (Ethernet, Linux cooked and raw IP) into Ethernet frames.
 //!
 //! The file has one interface description block naming the interface, with nanosecond
 //! timestamps; each frame is an enhanced packet block whose flags give its direction
@@ -12,8 +13,8 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bypass_stack::{Capture, Direction};
-use bypass_tcp::Instant;
+use crate::capture::{Capture, Direction};
+use crate::time::Instant;
 use pcap_file::DataLink;
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};

@@ -10,9 +10,9 @@
 //! # Determinism
 //!
 //! Each direction draws from its own SplitMix64 generator, seeded from the run seed
-//! ([`bypass_tcp::sim::mix`]`(seed, 1)` for receiving, `(seed, 2)` for sending), and draws
+//! ([`mix`]`(seed, 1)` for receiving, `(seed, 2)` for sending), and draws
 //! for every frame in a fixed order: loss, then duplication, then reordering, skipping the
-//! draw of a knob set to 0 (as [`bypass_tcp::sim::Link`] does). So *which* frames are lost,
+//! draw of a knob set to 0 (as the simulated `Link` does). So *which* frames are lost,
 //! duplicated or held back is a function of the seed and the frame's position in its
 //! direction alone, whatever the timing.
 //!
@@ -41,10 +41,8 @@
 //! ```
 //! use std::time::Duration;
 //!
-//! use bypass_io::MemoryLink;
-//! use bypass_io::impair::{Impaired, Impairment};
-//! use bypass_stack::Device;
-//! use bypass_tcp::sim::LinkConfig;
+//! use bypass_device::impair::{Impaired, Impairment};
+//! use bypass_device::{Device, LinkConfig, MemoryLink};
 //!
 //! let link = LinkConfig::default().with_delay(Duration::ZERO);
 //! let (a, mut b) = MemoryLink::pair(link, link, 1);
@@ -65,7 +63,8 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use bypass_stack::{Device, DeviceInfo};
+use crate::device::{ChecksumCaps, Device, DeviceInfo};
+use crate::seed::{mix, splitmix64};
 
 /// How one direction of an [`Impaired`] device treats its frames.
 ///
@@ -165,11 +164,11 @@ struct SplitMix64(u64);
 
 impl SplitMix64 {
     fn next_u64(&mut self) -> u64 {
+        // The generator's output for state s is the hash of s; the state then steps by the
+        // golden gamma that `splitmix64` adds first.
+        let out = splitmix64(self.0);
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        out
     }
 
     /// Return whether an event of probability `p` happens; draw nothing when `p` is 0.
@@ -349,8 +348,8 @@ impl<D: Device> Impaired<D> {
         tx.validate("tx");
         let max_frame = inner.info().max_frame();
         Impaired {
-            rx: Lane::new(rx, bypass_tcp::sim::mix(seed, 1), DEFAULT_MAX_HELD, max_frame),
-            tx: Lane::new(tx, bypass_tcp::sim::mix(seed, 2), DEFAULT_MAX_HELD, max_frame),
+            rx: Lane::new(rx, mix(seed, 1), DEFAULT_MAX_HELD, max_frame),
+            tx: Lane::new(tx, mix(seed, 2), DEFAULT_MAX_HELD, max_frame),
             scratch: Vec::with_capacity(max_frame),
             name: inner.info().name.clone(),
             inner,
@@ -618,13 +617,17 @@ impl<D: Device> Device for Impaired<D> {
     fn rx_frames(&self) -> Option<usize> {
         self.inner.rx_frames()
     }
+
+    /// The inner device's: impairment passes the bytes it does not drop untouched.
+    fn checksums(&self) -> ChecksumCaps {
+        self.inner.checksums()
+    }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "sim"))]
 mod tests {
     use super::*;
-    use crate::{Clock, MemoryDevice, MemoryLink};
-    use bypass_tcp::sim::LinkConfig;
+    use crate::{Clock, LinkConfig, MemoryDevice, MemoryLink};
 
     /// Return two devices joined by a perfect link without delay.
     fn link() -> (MemoryDevice, MemoryDevice) {

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bypass_stack::Device;
+use bypass_device::Device;
+use bypass_io::xdp::{XdpConfig, XdpDevice, XdpError};
 use etherparse::PacketBuilder;
 
 use crate::testlab::Lab;
-use crate::xdp::{XdpConfig, XdpDevice, XdpError};
 
 /// UDP port the floor's frames use (both ends).
 const PORT: u16 = 9;

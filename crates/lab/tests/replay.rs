@@ -1,16 +1,14 @@
 //! Record a conversation of our own stack, then replay it in each role: our stack must give
 //! the same replies (record -> replay -> same replies). Captures of Linux peers under pcap/
-//! are replayed by the workspace tests (tests/replay.rs).
+//! are replayed by the workspace tests (tests/replay_captures.rs).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
-use bypass_io::replay::{Role, replay};
-use bypass_io::{MemoryDevice, MemoryLink, PcapNgCapture, read_capture};
+use bypass_device::{Instant, LinkConfig, MemoryDevice, MemoryLink, PcapNgCapture, read_capture};
+use bypass_lab::replay::{Role, replay};
 use bypass_stack::{Stack, StackConfig};
-use bypass_tcp::Instant;
-use bypass_tcp::sim::LinkConfig;
 
 const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 5, 0, 1);
 const SERVER: Ipv4Addr = Ipv4Addr::new(10, 5, 0, 2);
@@ -135,14 +133,14 @@ fn a_different_conversation_shows_a_readable_diff() {
 
 #[test]
 fn captures_without_a_conversation_are_a_clear_error() {
-    let file = bypass_io::CaptureFile::default();
+    let file = bypass_device::CaptureFile::default();
     let err = replay(&file, Role::Server, None).unwrap_err().to_string();
     assert!(err.contains("no TCP conversation"), "{err}");
 }
 
 #[test]
 fn any_capture_plays_into_the_stack_without_panicking() {
-    use bypass_io::CapturedFrame;
+    use bypass_device::CapturedFrame;
     // Garbage, truncated, IPv6, VLAN-tagged and broadcast frames, plus a real recording.
     let path = std::env::temp_dir().join(format!("bypass-replay-any-{}.pcapng", std::process::id()));
     record(&path, false);
@@ -168,7 +166,7 @@ fn any_capture_plays_into_the_stack_without_panicking() {
     for (i, data) in junk.into_iter().enumerate() {
         file.frames.insert(i * 2, CapturedFrame { timestamp: Duration::ZERO, data, direction: None, comment: None });
     }
-    let counters = bypass_io::replay::play_into_stack(&file, SERVER.into(), &[7]).unwrap();
+    let counters = bypass_lab::replay::play_into_stack(&file, SERVER.into(), &[7]).unwrap();
     assert!(counters.total_drops() >= 3, "{counters}");
     assert!(counters.rx_frames as usize >= file.frames.len() - 1);
     let _ = std::fs::remove_file(&path);

@@ -4,7 +4,7 @@
 //!
 //! Nothing is formatted unless a [`Capture`] is installed.
 
-use bypass_tcp::Instant;
+use crate::time::Instant;
 
 /// Which way a frame went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -11,6 +11,10 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 /// Facts about an opened device.
+///
+/// Build one with [`DeviceInfo::new`]. What the device does with checksums is
+/// [`Device::checksums`] (a trait method rather than a field here, so that the
+/// `DeviceInfo { .. }` literals written before it keep compiling).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {
     /// Interface name (or a label for in-memory devices).
@@ -25,10 +29,42 @@ pub struct DeviceInfo {
 }
 
 impl DeviceInfo {
+    /// Return the facts of a device named `name` with MAC address `mac`, IP MTU `mtu`, moving
+    /// packets as `mode` says (for people).
+    pub fn new(name: impl Into<String>, mac: [u8; 6], mtu: usize, mode: impl Into<String>) -> DeviceInfo {
+        DeviceInfo { name: name.into(), mac, mtu, mode: mode.into() }
+    }
+
     /// Return the largest frame the device sends or receives: MTU plus the Ethernet header.
     pub fn max_frame(&self) -> usize {
         self.mtu + 14
     }
+}
+
+/// Which checksums a device computes or verifies itself, so that the host need not.
+///
+/// Today every device of ours leaves all of them to software: AF_XDP in copy mode and
+/// AF_PACKET hand over frames with the checksums they carried on the wire and send ours as
+/// written (the lab turns its kernel peer's offloads off, so the peer's frames carry real
+/// checksums too), and the in-memory link and the scripted device move bytes untouched. The host
+/// (`bypass-stack`) computes and verifies every IPv4 header, TCP, UDP and ICMP checksum in
+/// software whatever a device reports; these flags say what a device could spare it once the
+/// host reads them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ChecksumCaps {
+    /// The device has verified the IPv4 header, TCP, UDP and ICMP checksums of every frame it
+    /// delivers, and delivers none that fail (a NIC's `CHECKSUM_UNNECESSARY`): the host may
+    /// skip verifying them on receive.
+    pub rx_verified: bool,
+    /// The device fills in the TCP and UDP checksums of the frames it sends (a NIC's
+    /// `CHECKSUM_PARTIAL` transmit offload): the host may leave them for it, writing only the
+    /// pseudo-header sum, on transmit.
+    pub tx_offload: bool,
+}
+
+impl ChecksumCaps {
+    /// Everything in software: the device verifies nothing and computes nothing.
+    pub const SOFTWARE: ChecksumCaps = ChecksumCaps { rx_verified: false, tx_offload: false };
 }
 
 /// A source and sink of Ethernet frames.
@@ -81,6 +117,12 @@ pub trait Device {
     fn rx_frames(&self) -> Option<usize> {
         None
     }
+
+    /// Return which checksums the device verifies on receive and computes on transmit.
+    /// The default, and the answer of every device here today, is [`ChecksumCaps::SOFTWARE`].
+    fn checksums(&self) -> ChecksumCaps {
+        ChecksumCaps::SOFTWARE
+    }
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
@@ -110,5 +152,8 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn rx_frames(&self) -> Option<usize> {
         (**self).rx_frames()
+    }
+    fn checksums(&self) -> ChecksumCaps {
+        (**self).checksums()
     }
 }

@@ -1,9 +1,9 @@
 //! An in-memory link between two stacks in one process.
 //!
 //! [`MemoryLink::pair`] returns two [`MemoryDevice`]s joined by a simulated cable: one
-//! [`bypass_tcp::sim::Link`] each way, so Ethernet frames meet exactly the delay, bandwidth,
-//! loss, reordering, duplication and corruption of the TCP core's `Pair` harness, drawn from
-//! the same seeded RNG. The links live behind `Arc<Mutex<..>>`, so the two devices can be
+//! [`Link`] each way, so Ethernet frames meet exactly the delay, bandwidth, loss, reordering,
+//! duplication and corruption of the TCP core's `Pair` harness (`bypass_tcp::sim`), drawn
+//! from the same seeded RNG. The links live behind `Arc<Mutex<..>>`, so the two devices can be
 //! driven from one thread or from two.
 //!
 //! Time comes from a [`Clock`]: [`Clock::Virtual`] is a counter the test advances (a run is
@@ -15,9 +15,7 @@
 //! ```
 //! use std::time::Duration;
 //!
-//! use bypass_io::MemoryLink;
-//! use bypass_stack::Device;
-//! use bypass_tcp::sim::LinkConfig;
+//! use bypass_device::{Device, LinkConfig, MemoryLink};
 //!
 //! let link = LinkConfig::default().with_delay(Duration::from_millis(5));
 //! let (mut a, mut b) = MemoryLink::pair(link, link, 7);
@@ -37,9 +35,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use bypass_stack::{Device, DeviceInfo};
-use bypass_tcp::Instant;
-use bypass_tcp::sim::{Link, LinkConfig, LinkStats, Packet};
+use crate::device::{ChecksumCaps, Device, DeviceInfo};
+use crate::link::{Link, LinkConfig, LinkStats, Packet};
+use crate::seed::mix;
+use crate::time::Instant;
 
 /// Where a [`MemoryDevice`] gets the time.
 #[derive(Clone, Debug)]
@@ -159,20 +158,13 @@ impl MemoryLink {
         // The same seed derivation as `bypass_tcp::sim::Pair` (streams 1 and 2), so a pair
         // and a `Pair` built with one seed draw the same impairments in each direction.
         let dirs = [(self.config_ab, 1), (self.config_ba, 2)].map(|(config, stream)| Direction {
-            link: Mutex::new(Link::new(config, bypass_tcp::sim::mix(self.seed, stream))),
+            link: Mutex::new(Link::new(config, mix(self.seed, stream))),
             arrived: Condvar::new(),
         });
         let shared = Arc::new(dirs);
         let device = |name: &str, mac, tx| {
-            let info = DeviceInfo {
-                name: name.to_owned(),
-                mac,
-                mtu: self.mtu,
-                mode: format!(
-                    "in-memory link, {} time",
-                    if matches!(self.clock, Clock::Virtual(_)) { "virtual" } else { "real" }
-                ),
-            };
+            let time = if matches!(self.clock, Clock::Virtual(_)) { "virtual" } else { "real" };
+            let info = DeviceInfo::new(name, mac, self.mtu, format!("in-memory link, {time} time"));
             let max_frame = info.max_frame();
             MemoryDevice {
                 shared: Arc::clone(&shared),
@@ -323,6 +315,12 @@ impl Device for MemoryDevice {
         self.tx_queued = 0;
         self.tx_dir().arrived.notify_all();
         Ok(())
+    }
+
+    /// Software: the link moves bytes as they are (corrupting some, if configured to), and
+    /// checks and computes nothing.
+    fn checksums(&self) -> ChecksumCaps {
+        ChecksumCaps::SOFTWARE
     }
 
     fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {

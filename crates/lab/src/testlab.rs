@@ -34,7 +34,7 @@
 //! [`Lab::bypass_cmd`] / [`Lab::peer_cmd`].
 //!
 //! A lab needs root and `ip` (iproute2, on every Debian machine) and nothing else: the
-//! offloads are set through the kernel's ethtool ioctl ([`crate::netdev`]), not the `ethtool`
+//! offloads are set through the kernel's ethtool ioctl ([`bypass_io::netdev`]), not the `ethtool`
 //! program, and [`ping`], [`ping6`], [`ping_sized`] and [`ping_dont_fragment`] send ICMP
 //! echo from code, so a fresh machine can build one. Tests call [`lab_available`] first:
 //! without root or `ip`, a test is skipped with a message, except under `CI=true`, where it
@@ -42,7 +42,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use bypass_io::testlab::{lab_available, ping, Lab};
+//! use bypass_lab::testlab::{lab_available, ping, Lab};
 //!
 //! if lab_available("my_test") {
 //!     let lab = Lab::create("mytest").unwrap();
@@ -59,7 +59,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::{netdev, xdp};
+use bypass_io::netdev;
 
 /// Prefix of every lab namespace name.
 const PREFIX: &str = "bxt";
@@ -124,7 +124,7 @@ pub fn lab_available(test: &str) -> bool {
 /// Check that the process is root and that `ip` (iproute2), the one program labs run, is
 /// installed.
 pub fn check_preconditions() -> Result<(), LabError> {
-    if xdp::euid() != 0 {
+    if sys::euid() != 0 {
         return Err(LabError::NotRoot);
     }
     if Command::new("ip").arg("-V").output().is_err() {
@@ -901,7 +901,7 @@ pub fn in_namespace<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T
     let file = File::open(&path).map_err(|source| LabError::Io { what: format!("open {path}"), source })?;
     std::thread::scope(|scope| {
         let thread = scope.spawn(move || {
-            xdp::enter_netns(&file).map_err(|source| LabError::Io { what: format!("enter namespace {ns}"), source })?;
+            sys::enter_netns(&file).map_err(|source| LabError::Io { what: format!("enter namespace {ns}"), source })?;
             Ok(f())
         });
         thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
@@ -1043,10 +1043,27 @@ fn remove_stale_labs() {
 
 #[allow(unsafe_code)]
 mod sys {
+    use std::fs::File;
     use std::io;
     use std::net::IpAddr;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::time::Duration;
+
+    /// Return the effective user id of the process.
+    pub fn euid() -> u32 {
+        // SAFETY: geteuid(2) has no preconditions and cannot fail.
+        unsafe { libc::geteuid() }
+    }
+
+    /// Move the calling thread into the network namespace `ns` (an open
+    /// `/var/run/netns/NAME`). Sockets and BPF links the thread creates afterwards belong to
+    /// that namespace.
+    pub fn enter_netns(ns: &File) -> io::Result<()> {
+        // SAFETY: plain setns(2) on a descriptor we hold open; it changes only this thread's
+        // namespace.
+        let ret = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+        if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    }
 
     /// A raw ICMP socket: `socket(AF_INET, SOCK_RAW, IPPROTO_ICMP)` or `socket(AF_INET6,
     /// SOCK_RAW, IPPROTO_ICMPV6)`.

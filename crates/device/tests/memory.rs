@@ -3,11 +3,8 @@
 
 use std::time::Duration;
 
-use bypass_io::memory::{MAC_A, MAC_B};
-use bypass_io::{Clock, MemoryDevice, MemoryLink};
-use bypass_stack::Device;
-use bypass_tcp::Instant;
-use bypass_tcp::sim::LinkConfig;
+use bypass_device::memory::{MAC_A, MAC_B};
+use bypass_device::{Clock, Device, Instant, LinkConfig, LinkStats, MemoryDevice, MemoryLink};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -142,7 +139,7 @@ fn send_reports_a_full_queue_until_flushed() {
 
 /// Send `n` frames from A, one every 100 us of virtual time, and return what B receives with
 /// the (virtual) time of each receipt, and the A-to-B link's counters.
-fn run(config: LinkConfig, seed: u64, n: u32) -> (Vec<(Instant, Vec<u8>)>, bypass_tcp::sim::LinkStats) {
+fn run(config: LinkConfig, seed: u64, n: u32) -> (Vec<(Instant, Vec<u8>)>, LinkStats) {
     let (mut a, mut b) = MemoryLink::pair(config, LinkConfig::default(), seed);
     let clock = a.clock().clone();
     let mut out = Vec::new();

@@ -1,0 +1,30 @@
+//! `bypass-lab`: what tests, demos and the `bypass` command build around the stack to watch
+//! it work, none of which a program using the stack needs:
+//!
+//! - [`testlab`]: throwaway network labs, two network namespaces joined by a veth pair
+//!   ([`testlab::Lab`], the kernel on one side) or four in a row with two kernel routers
+//!   ([`testlab::RoutedLab`]); ICMP echo from code; running code inside a namespace;
+//! - [`floor`]: raw AF_XDP frames bounced between a lab's two namespaces, the latency floor
+//!   every other figure is read against;
+//! - [`replay`]: one side of a recorded TCP conversation played against our stack on virtual
+//!   time, its replies compared with the recording's; and any capture played into a stack.
+//!
+//! Labs need root and `ip` (iproute2); [`testlab::lab_available`] says whether a test can run
+//! (under `CI=true` a missing precondition fails it instead).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use bypass_lab::testlab::{Lab, lab_available, ping};
+//!
+//! if lab_available("example") {
+//!     let lab = Lab::create("example").unwrap();
+//!     let rtt = lab.in_peer(|| ping(lab.peer_ip, Duration::from_secs(1))).unwrap();
+//!     println!("the peer answers itself in {rtt:?}");
+//! }
+//! ```
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod floor;
+pub mod replay;
+pub mod testlab;

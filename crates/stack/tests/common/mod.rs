@@ -1,0 +1,136 @@
+//! What the in-memory host tests share: two stacks over the in-memory link on virtual time
+//! ([`Net`]), one `Interface` fed by hand on a [`ScriptedDevice`] ([`Host`]), and a capture
+//! that keeps what a stack sends ([`Collector`]).
+#![allow(dead_code)] // Each test binary uses a different part of this module.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bypass_device::{DeviceInfo, LinkConfig, MemoryDevice, MemoryLink, ScriptedDevice};
+use bypass_stack::{Capture, Direction, Interface, ListenerId, SocketId, Stack, StackConfig};
+use bypass_tcp::{Instant, State};
+
+/// Two hosts, A and B, over the in-memory link, on virtual time.
+pub struct Net {
+    pub a: Stack<MemoryDevice>,
+    pub b: Stack<MemoryDevice>,
+    pub now: Instant,
+}
+
+impl Net {
+    /// Return hosts with `ca` and `cb` over a link of `link` each way (seed 1), with a
+    /// minimum RTO of 200 ms.
+    pub fn new(link: LinkConfig, mut ca: StackConfig, mut cb: StackConfig) -> Net {
+        let _ = env_logger::builder().is_test(true).try_init();
+        let (da, db) = MemoryLink::pair(link, link, 1);
+        for c in [&mut ca, &mut cb] {
+            c.tcp.min_rto = Duration::from_millis(200);
+        }
+        let mut a = Stack::new(da, ca);
+        let mut b = Stack::new(db, cb);
+        a.set_time(Instant::ZERO);
+        b.set_time(Instant::ZERO);
+        Net { a, b, now: Instant::ZERO }
+    }
+
+    /// Advance virtual time to the next thing that happens and poll both hosts.
+    pub fn step(&mut self) {
+        self.a.poll().unwrap();
+        self.b.poll().unwrap();
+        let next = [
+            self.a.poll_timeout(),
+            self.b.poll_timeout(),
+            self.a.device().next_arrival(),
+            self.b.device().next_arrival(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let next = next.unwrap_or(self.now + Duration::from_millis(10)).max(self.now);
+        self.now = next;
+        self.a.device().clock().advance_to(next);
+        self.a.set_time(next);
+        self.b.set_time(next);
+        self.a.poll().unwrap();
+        self.b.poll().unwrap();
+    }
+
+    /// Step until `done`, failing after two minutes of virtual time.
+    pub fn run_until(&mut self, mut done: impl FnMut(&mut Net) -> bool) {
+        let deadline = self.now + Duration::from_secs(120);
+        while !done(self) {
+            assert!(self.now < deadline, "virtual deadline passed");
+            self.step();
+        }
+    }
+
+    /// Connect A to B at `remote` (B listening on its port with `listener`); return both
+    /// ends once established.
+    pub fn connect(&mut self, remote: SocketAddr, listener: ListenerId) -> (SocketId, SocketId) {
+        let client = self.a.connect(remote).unwrap();
+        let mut server = None;
+        self.run_until(|n| {
+            server = server.or_else(|| n.b.accept(listener));
+            server.is_some() && n.a.state(client) == State::Established
+        });
+        (client, server.unwrap())
+    }
+}
+
+/// Keeps the frames a stack sends (its capture).
+pub struct Collector(Arc<Mutex<Vec<Vec<u8>>>>);
+
+impl Collector {
+    /// Install a collector on `stack`; return the frames it will keep.
+    pub fn install(stack: &mut Stack<MemoryDevice>) -> Arc<Mutex<Vec<Vec<u8>>>> {
+        let frames = Arc::new(Mutex::new(Vec::new()));
+        stack.set_capture(Box::new(Collector(frames.clone())));
+        frames
+    }
+}
+
+impl Capture for Collector {
+    fn frame(&mut self, _now: Instant, dir: Direction, frame: &[u8], _note: &str) {
+        if dir == Direction::Out {
+            self.0.lock().unwrap().push(frame.to_vec());
+        }
+    }
+}
+
+/// The host under test, driven by hand in the order `Stack::poll` uses: frames in with
+/// [`Host::receive`], what it sends out with [`Host::sent`].
+pub struct Host {
+    pub iface: Interface,
+    pub wire: ScriptedDevice,
+    pub now: Instant,
+}
+
+impl Host {
+    /// Return a host with `config` at `mac` on a 1500-byte link.
+    pub fn new(config: StackConfig, mac: [u8; 6]) -> Host {
+        let _ = env_logger::builder().is_test(true).try_init();
+        let wire = ScriptedDevice::new(DeviceInfo::new("test", mac, 1500, "by hand"));
+        Host { iface: Interface::new(config, mac, 1500), wire, now: Instant::ZERO }
+    }
+
+    /// Take `frame` now, then fire due timers and pass events on.
+    pub fn receive(&mut self, frame: &[u8]) {
+        self.iface.receive(self.now, frame);
+        self.iface.handle_timeouts(self.now);
+        self.iface.deliver_events();
+    }
+
+    /// Return what the host sends now.
+    pub fn sent(&mut self) -> Vec<Vec<u8>> {
+        self.iface.transmit(self.now, &mut self.wire).unwrap();
+        self.wire.take_sent().into_iter().map(|(_, f)| f).collect()
+    }
+
+    /// Move the clock to `to`, fire due timers and pass events on.
+    pub fn advance_to(&mut self, to: Instant) {
+        self.now = to;
+        self.iface.handle_timeouts(to);
+        self.iface.deliver_events();
+    }
+}
