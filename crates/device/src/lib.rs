@@ -68,7 +68,7 @@ pub mod scripted;
 pub mod seed;
 pub mod time;
 
-pub use capture::{Capture, Direction};
+pub use capture::{Capture, Direction, NoteBoard, Recorder};
 pub use device::{ChecksumCaps, Device, DeviceInfo};
 pub use impair::{ImpairStats, Impaired, Impairment};
 #[cfg(feature = "sim")]

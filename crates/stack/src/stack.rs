@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use bypass_tcp::{Event, Instant, RecvError, SendError, State};
 
+use crate::capture::{Capture, NoteBoard, Recorder};
 use crate::counters::Counters;
 use crate::device::Device;
 use crate::interface::{ConnectError, Interface, ListenError, ListenerId, SocketId, StackConfig};
@@ -63,6 +64,9 @@ pub struct Stack<D: Device> {
     device: D,
     iface: Interface,
     time: Time,
+    /// The capture and the board the host leaves its notes on: while set, the device is
+    /// wrapped in a [`Recorder`] for each turn of the loop.
+    capture: Option<(Box<dyn Capture>, NoteBoard)>,
 }
 
 impl<D: Device> Stack<D> {
@@ -71,7 +75,7 @@ impl<D: Device> Stack<D> {
         let info = device.info().clone();
         let mut iface = Interface::new(config, info.mac, info.mtu);
         iface.set_device_rx_frames(device.rx_frames());
-        Stack { iface, device, time: Time::Real(std::time::Instant::now()) }
+        Stack { iface, device, time: Time::Real(std::time::Instant::now()), capture: None }
     }
 
     /// Switch to caller-driven time, starting at `now`.
@@ -88,9 +92,21 @@ impl<D: Device> Stack<D> {
         }
     }
 
-    /// Report every frame received and sent, annotated, to `capture`.
-    pub fn set_capture(&mut self, capture: Box<dyn crate::capture::Capture>) {
-        self.iface.set_capture(Some(capture));
+    /// Report every frame received and sent, annotated, to `capture`: the device is recorded
+    /// by a [`Recorder`] (a middleware device), and the host leaves its note about each frame
+    /// for it.
+    pub fn set_capture(&mut self, capture: Box<dyn Capture>) {
+        let board = NoteBoard::default();
+        self.iface.set_notes(Some(board.clone()));
+        self.capture = Some((capture, board));
+    }
+
+    /// Run `f` with the device, wrapped in its recorder while capturing.
+    fn with_device<T>(&mut self, f: impl FnOnce(&mut Interface, &mut dyn Device) -> T) -> T {
+        match &mut self.capture {
+            Some((capture, board)) => f(&mut self.iface, &mut Recorder::new(&mut self.device, capture.as_mut(), board)),
+            None => f(&mut self.iface, &mut self.device),
+        }
     }
 
     /// Return the current time as the TCP core sees it.
@@ -141,18 +157,20 @@ impl<D: Device> Stack<D> {
     /// host takes to get to the back of its ring).
     pub fn poll_rx(&mut self) -> io::Result<usize> {
         let now = self.now();
-        let iface = &mut self.iface;
-        let mut received = 0;
-        for _ in 0..RX_DRAIN {
-            let n = self.device.recv(RX_BATCH, &mut |frame| iface.receive(now, frame))?;
-            received += n;
-            if n < RX_BATCH {
-                break;
+        let received = self.with_device(|iface, device| -> io::Result<usize> {
+            let mut received = 0;
+            for _ in 0..RX_DRAIN {
+                let n = device.recv(RX_BATCH, &mut |frame| iface.receive(now, frame))?;
+                received += n;
+                if n < RX_BATCH {
+                    break;
+                }
+                // More is waiting: answer this batch first, so that a sender hears of every
+                // batch's holes and duplicates (its SACK and D-SACK blocks), not only the last's.
+                iface.transmit(now, device)?;
             }
-            // More is waiting: answer this batch first, so that a sender hears of every
-            // batch's holes and duplicates (its SACK and D-SACK blocks), not only the last's.
-            iface.transmit(now, &mut self.device)?;
-        }
+            Ok(received)
+        })?;
         self.iface.handle_timeouts(now);
         self.iface.deliver_events();
         Ok(received)
@@ -167,9 +185,11 @@ impl<D: Device> Stack<D> {
     /// timeout when the connection has nothing new to send.
     pub fn poll_tx(&mut self) -> io::Result<usize> {
         let now = self.now();
-        let sent = self.iface.transmit(now, &mut self.device)?;
-        self.device.flush()?;
-        Ok(sent)
+        self.with_device(|iface, device| {
+            let sent = iface.transmit(now, device)?;
+            device.flush()?;
+            Ok(sent)
+        })
     }
 
     /// Sleep on the device until a frame may be waiting, the next timer, or `timeout`,
@@ -182,8 +202,8 @@ impl<D: Device> Stack<D> {
             (a, b) => a.or(b),
         };
         if wait != Some(Duration::ZERO) {
-            self.iface.flush_capture();
-            self.device.wait(wait)?;
+            // The recorder pushes the capture's buffered frames out before it sleeps.
+            self.with_device(|_, device| device.wait(wait))?;
         }
         Ok(())
     }

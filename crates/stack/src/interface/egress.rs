@@ -36,7 +36,7 @@ impl Interface {
         loop {
             let sock = self.slots[index as usize].sock.as_mut().expect("live");
             let mut produced = None;
-            let (capture, note) = (&mut self.capture, &mut self.note);
+            let (notes, note) = (&self.notes, &mut self.note);
             match mac {
                 Some(mac) => {
                     let ok = device.send(&mut |buf: &mut [u8]| {
@@ -47,13 +47,13 @@ impl Interface {
                         match t {
                             Some(t) => {
                                 write_ip_headers(buf, our_mac, mac, src, dst, IpNumber::TCP, t.len);
-                                if let Some(capture) = capture.as_mut() {
+                                if let Some(board) = notes {
                                     note.clear();
                                     if let Ok(seg) = Segment::parse_unchecked(&buf[headers..headers + t.len]) {
                                         note_segment(note, &seg, &sock.conn, Direction::Out, before);
                                         note_send(note, &sock.conn, t.kind);
                                     }
-                                    capture.frame(now, Direction::Out, &buf[..headers + t.len], note);
+                                    board.write(now, note);
                                 }
                                 headers + t.len
                             }

@@ -35,14 +35,14 @@ impl Interface {
     pub(super) fn drop(&mut self, reason: Drop, what: &str) {
         self.counters.drop(reason);
         log::debug!("drop {}: {what}", reason.name());
-        if self.capture.is_some() {
+        if self.notes.is_some() {
             let _ = write!(self.note, "dropped: {} ({what})", reason.name());
         }
     }
 
     /// Queue a frame that belongs to no connection, noting `what` when capturing.
     pub(super) fn queue_control(&mut self, frame: Vec<u8>, what: impl FnOnce() -> String) {
-        let note = if self.capture.is_some() { what() } else { String::new() };
+        let note = if self.notes.is_some() { what() } else { String::new() };
         self.control.push_back((frame, note));
     }
 

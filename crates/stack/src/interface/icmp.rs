@@ -41,7 +41,7 @@ impl Interface {
             }
         };
         if self.queue_datagram(dst_mac, ours, theirs, proto, &reply, "echo reply") {
-            if self.capture.is_some() {
+            if self.notes.is_some() {
                 let _ = write!(self.note, "echo request from {theirs}: answered");
             }
             self.counters.icmp_echo_replies += 1;
@@ -132,7 +132,7 @@ impl Interface {
         };
         let sock = self.slots[index as usize].sock.as_mut().expect("table points at live slots");
         let outcome = sock.conn.handle_icmp(now, seq, error);
-        if self.capture.is_some() {
+        if self.notes.is_some() {
             let _ = write!(self.note, "ICMP error from {theirs} about {tuple}: {error:?} -> {outcome:?}");
         }
         match outcome {

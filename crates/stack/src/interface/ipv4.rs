@@ -31,7 +31,7 @@ impl Interface {
             self.counters.drop(Drop::MartianSource);
             let proto = ip.protocol().0;
             log::debug!("drop {}: {src} -> {dst} (IP protocol {proto}): source is {why}", Drop::MartianSource.name(),);
-            if self.capture.is_some() {
+            if self.notes.is_some() {
                 let _ = write!(self.note, "dropped: {} (source {src} is {why})", Drop::MartianSource.name());
             }
             return;

@@ -50,7 +50,7 @@ impl Interface {
         {
             self.counters.drop(Drop::MartianSource);
             log::debug!("drop {}: {src} -> {dst}: source is {why}", Drop::MartianSource.name());
-            if self.capture.is_some() {
+            if self.notes.is_some() {
                 let _ = write!(self.note, "dropped: {} (source {src} is {why})", Drop::MartianSource.name());
             }
             return;

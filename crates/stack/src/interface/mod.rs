@@ -15,7 +15,7 @@ use etherparse::ArpOperation;
 
 use crate::addr::{Addresses, Cidr};
 use crate::arp::{self, ArpCache, ArpConfig};
-use crate::capture::{Capture, Direction};
+use crate::capture::NoteBoard;
 use crate::counters::{Counters, Drop};
 use crate::device::Device;
 use crate::fragments::{Reassembler, ReassemblyConfig};
@@ -252,7 +252,9 @@ pub struct Interface {
     /// Frames that belong to no connection, with their capture note.
     control: VecDeque<(Vec<u8>, String)>,
     spare: Vec<Vec<u8>>,
-    capture: Option<Box<dyn Capture>>,
+    /// Where the note of each frame goes while a [`Recorder`](crate::capture::Recorder)
+    /// records the device (`None`: no notes are formatted).
+    notes: Option<NoteBoard>,
     /// What the frame being received meant (filled only while capturing).
     note: String,
     events: VecDeque<(SocketId, Event)>,
@@ -324,7 +326,7 @@ impl Interface {
             dirty: Vec::new(),
             control: VecDeque::new(),
             spare: Vec::new(),
-            capture: None,
+            notes: None,
             note: String::new(),
             events: VecDeque::new(),
             buffers: Vec::new(),
@@ -385,21 +387,15 @@ impl Interface {
         &self.config
     }
 
-    /// Report every frame received and sent, annotated, to `capture` (`None` stops).
-    pub fn set_capture(&mut self, capture: Option<Box<dyn Capture>>) {
-        self.capture = capture;
+    /// Leave a note about every frame received and sent on `board`, for the
+    /// [`Recorder`](crate::capture::Recorder) that records the device (`None` stops).
+    pub fn set_notes(&mut self, board: Option<NoteBoard>) {
+        self.notes = board;
     }
 
-    /// Push the capture's buffered frames out (the host is about to idle).
-    pub fn flush_capture(&mut self) {
-        if let Some(capture) = self.capture.as_mut() {
-            capture.flush();
-        }
-    }
-
-    /// Return whether a capture is installed.
+    /// Return whether the host leaves notes for a recorder (a capture is installed).
     pub fn capturing(&self) -> bool {
-        self.capture.is_some()
+        self.notes.is_some()
     }
 
     /// Return the counters.
@@ -432,8 +428,8 @@ impl Interface {
     pub fn receive(&mut self, now: Instant, frame: &[u8]) {
         self.note.clear();
         self.receive_frame(now, frame);
-        if let Some(capture) = self.capture.as_mut() {
-            capture.frame(now, Direction::In, frame, &self.note);
+        if let Some(board) = &self.notes {
+            board.write(now, &self.note);
         }
     }
 
@@ -483,12 +479,12 @@ impl Interface {
         let mut sent = 0;
         while let Some((frame, note)) = self.control.pop_front() {
             let mut len = 0;
-            let capture = &mut self.capture;
+            let notes = &self.notes;
             let ok = device.send(&mut |buf: &mut [u8]| {
                 len = frame.len().min(buf.len());
                 buf[..len].copy_from_slice(&frame[..len]);
-                if let Some(capture) = capture.as_mut() {
-                    capture.frame(now, Direction::Out, &buf[..len], &note);
+                if let Some(board) = notes {
+                    board.write(now, &note);
                 }
                 len
             })?;

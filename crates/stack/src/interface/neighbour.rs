@@ -33,7 +33,7 @@ impl Interface {
             for frame in released {
                 self.queue_control(frame, || format!("held for ARP resolution of {ip}; now sent"));
             }
-            if self.capture.is_some() {
+            if self.notes.is_some() {
                 let op = if msg.operation == ArpOperation::REQUEST { "request" } else { "reply" };
                 let _ = write!(self.note, "ARP {op} from {} ({}): learned", msg.sender_ip, mac_string(msg.sender_mac));
             }
@@ -119,7 +119,7 @@ impl Interface {
             Err(e) => {
                 self.counters.drop(Drop::BadNdp);
                 log::debug!("drop {}: {src} -> {dst}: {e}", Drop::BadNdp.name());
-                if self.capture.is_some() {
+                if self.notes.is_some() {
                     let _ = write!(self.note, "dropped: {} ({e})", Drop::BadNdp.name());
                 }
                 return;
@@ -148,7 +148,7 @@ impl Interface {
                 let target = ns.target;
                 self.queue_control(buf, || format!("Neighbour Advertisement to {dst_ip}: {target} is at our MAC"));
                 self.counters.ndp_advertisements += 1;
-                if self.capture.is_some() {
+                if self.notes.is_some() {
                     let _ = write!(self.note, "Neighbour Solicitation from {src} for {target}: answered");
                 }
             }
@@ -163,14 +163,14 @@ impl Interface {
                     return self.drop(Drop::BadNdp, "advertisement of our own address");
                 }
                 let update = self.ndp.handle_advertisement(&na, now);
-                if self.capture.is_some() {
+                if self.notes.is_some() {
                     let _ = write!(self.note, "Neighbour Advertisement from {src}: {} learned", na.target);
                 }
                 self.send_released(update.frames, na.target);
             }
             NdpMessage::RouterAdvertisement(ra) if self.config.accept_router_advertisements => {
                 let update = self.ndp.handle_router_advertisement(src, &ra, now);
-                if self.capture.is_some() {
+                if self.notes.is_some() {
                     let _ =
                         write!(self.note, "Router Advertisement from {src}: lifetime {} s", ra.router_lifetime_secs);
                 }

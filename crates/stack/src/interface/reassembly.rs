@@ -24,7 +24,7 @@ impl Interface {
         match fragments.insert(now, key, frag) {
             Ok(Some(datagram)) => {
                 self.counters.fragments_reassembled += 1;
-                if self.capture.is_some() {
+                if self.notes.is_some() {
                     let _ = write!(
                         self.note,
                         "fragment of {key}: datagram of {} bytes reassembled | ",
@@ -34,14 +34,14 @@ impl Interface {
                 deliver(self, datagram);
             }
             Ok(None) => {
-                if self.capture.is_some() {
+                if self.notes.is_some() {
                     let _ = write!(self.note, "fragment of {key} at offset {}: held for reassembly", frag.offset);
                 }
             }
             Err(reason) => {
                 self.counters.drop(Drop::FragmentDropped);
                 log::debug!("drop {}: {key} offset {}: {reason}", Drop::FragmentDropped.name(), frag.offset);
-                if self.capture.is_some() {
+                if self.notes.is_some() {
                     let _ = write!(self.note, "dropped: {} ({reason})", reason.name());
                     if reason.discards_datagram() {
                         self.note.push_str(", datagram discarded");

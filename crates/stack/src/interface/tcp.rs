@@ -43,7 +43,7 @@ impl Interface {
                 self.ndp.confirm(hop, now);
             }
             let sock = self.slots[index as usize].sock.as_mut().expect("table points at live slots");
-            if self.capture.is_some() {
+            if self.notes.is_some() {
                 note_segment(&mut self.note, &seg, &sock.conn, Direction::In, before);
                 if let Some(reason) = outcome.drop_reason() {
                     let _ = write!(self.note, " | dropped by TCP: {reason:?}");
@@ -84,7 +84,7 @@ impl Interface {
             self.orphans -= 1;
             self.orphan_bytes -= bytes;
         }
-        if self.capture.is_some() {
+        if self.notes.is_some() {
             let _ = write!(self.note, "new SYN in TIME-WAIT: a new connection (RFC 6191) | ");
             note_segment(&mut self.note, seg, &sock.conn, Direction::In, before);
         }
@@ -117,7 +117,7 @@ impl Interface {
                 let iss = self.cookies.make(&tuple, seg.seq, seg.options.mss, now);
                 let reply = Connection::syn_cookie_reply(self.tcp_config(tuple.local.ip()), &tuple, seg, iss, now);
                 self.queue_segment(src_mac, tuple, &reply, || "SYN-ACK carrying a SYN cookie (RFC 4987)".into());
-                if self.capture.is_some() {
+                if self.notes.is_some() {
                     let _ = write!(self.note, "SYN to port {port}: SYN queue full, answered with a SYN cookie");
                 }
                 self.counters.syn_cookies_sent += 1;
@@ -125,7 +125,7 @@ impl Interface {
             }
             let buffers = self.take_buffers();
             if let Some(conn) = Connection::accept_with(self.tcp_config(tuple.local.ip()), tuple, seg, now, buffers) {
-                if self.capture.is_some() {
+                if self.notes.is_some() {
                     note_segment(&mut self.note, seg, &conn, Direction::In, State::Listen);
                 }
                 self.listeners.get_mut(&port).expect("listener").half_open += 1;
@@ -156,7 +156,7 @@ impl Interface {
                     now,
                     buffers,
                 );
-                if self.capture.is_some() {
+                if self.notes.is_some() {
                     let _ = write!(self.note, "valid SYN cookie: connection rebuilt | ");
                     note_segment(&mut self.note, seg, &conn, Direction::In, State::Listen);
                 }
@@ -182,7 +182,7 @@ impl Interface {
         let src = tuple.remote;
         self.counters.drop(reason);
         log::debug!("drop {}: {src} -> port {} [{}]", reason.name(), seg.dst_port, seg.flags);
-        if self.capture.is_some() {
+        if self.notes.is_some() {
             let _ = write!(
                 self.note,
                 "{src} -> port {} [{}]: dropped: {} (answered with RST, RFC 9293 3.10.7.1)",
