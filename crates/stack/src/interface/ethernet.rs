@@ -3,13 +3,15 @@
 
 use std::fmt::Write as _;
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use bypass_tcp::Instant;
-use etherparse::{EtherType, Ethernet2Header, IpNumber};
+use bypass_tcp::{FourTuple, Instant, Segment};
+use etherparse::{ArpOperation, EtherType, Ethernet2Header, IpNumber};
 
 use super::*;
+use crate::arp;
 use crate::counters::Drop;
+use crate::ndp::{self, NaFlags, Solicit};
 
 impl Interface {
     pub(super) fn receive_frame(&mut self, now: Instant, frame: &[u8]) {
@@ -42,14 +44,67 @@ impl Interface {
 
     /// Queue a frame that belongs to no connection, noting `what` when capturing.
     pub(super) fn queue_control(&mut self, frame: Vec<u8>, what: impl FnOnce() -> String) {
+        self.queue_reply(Reply::Frame(frame), what);
+    }
+
+    /// Queue a reply that belongs to no connection, to be written at transmit straight into
+    /// the device's frame; note `what` when capturing.
+    pub(super) fn queue_reply(&mut self, reply: Reply, what: impl FnOnce() -> String) {
         let note = if self.notes.is_some() { what() } else { String::new() };
-        self.control.push_back((frame, note));
+        self.control.push_back((reply, note));
     }
 
     pub(super) fn buffer(&mut self) -> Vec<u8> {
         let mut b = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(128));
         b.clear();
         b
+    }
+}
+
+/// A frame that belongs to no connection, waiting for a transmit buffer: the few fields it is
+/// written from rather than the written frame, so that it is written once, straight into the
+/// device's buffer at transmit. Only echo replies (their data) and frames held for address
+/// resolution keep bytes of their own.
+pub(super) enum Reply {
+    /// An ARP request or reply from our IPv4 address `src_ip` (RFC 826).
+    Arp { op: ArpOperation, src_ip: Ipv4Addr, dst_mac: [u8; 6], dst_ip: Ipv4Addr },
+    /// A Neighbour Advertisement of our `target` (RFC 4861 7.2.4).
+    Advertisement { dst_mac: [u8; 6], dst_ip: Ipv6Addr, target: Ipv6Addr, flags: NaFlags },
+    /// A Neighbour Solicitation for `target` from our `src` (RFC 4861 7.2.2, 7.3.3).
+    Solicitation { src: Ipv6Addr, target: Ipv6Addr, dst: Solicit },
+    /// A TCP segment for no connection (an RST, or a SYN-ACK carrying a cookie), from
+    /// `tuple.local` to `tuple.remote` at `dst_mac`.
+    Segment { dst_mac: [u8; 6], tuple: FourTuple, segment: Segment<'static> },
+    /// A whole frame.
+    Frame(Vec<u8>),
+}
+
+impl Reply {
+    /// Write the frame from `our_mac` into `buf` (at least a full frame); return its length,
+    /// 0 if it cannot be written.
+    pub(super) fn write(&self, buf: &mut [u8], our_mac: [u8; 6]) -> usize {
+        match *self {
+            Reply::Arp { op, src_ip, dst_mac, dst_ip } => {
+                arp::write_frame(&mut buf[..arp::ARP_FRAME_LEN], op, our_mac, src_ip, dst_mac, dst_ip);
+                arp::ARP_FRAME_LEN
+            }
+            Reply::Advertisement { dst_mac, dst_ip, target, flags } => {
+                ndp::write_advertisement(buf, our_mac, target, dst_mac, dst_ip, target, flags)
+            }
+            Reply::Solicitation { src, target, dst } => ndp::write_solicitation(buf, our_mac, src, target, dst),
+            Reply::Segment { dst_mac, tuple, ref segment } => {
+                let (src, dst) = (tuple.local.ip(), tuple.remote.ip());
+                let headers = headers_len(dst);
+                let Ok(n) = segment.emit(src, dst, &mut buf[headers..]) else { return 0 };
+                write_ip_headers(buf, our_mac, dst_mac, src, dst, IpNumber::TCP, n);
+                headers + n
+            }
+            Reply::Frame(ref frame) => {
+                let len = frame.len().min(buf.len());
+                buf[..len].copy_from_slice(&frame[..len]);
+                len
+            }
+        }
     }
 }
 

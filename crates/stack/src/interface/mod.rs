@@ -1,10 +1,12 @@
 //! The host, without a device: Ethernet frames in, Ethernet frames out.
 //!
-//! [`Interface::receive`] takes one frame and dispatches it (ARP, IPv4, ICMP echo, TCP to
-//! a connection or a listener). Replies that do not belong to a connection (ARP replies,
-//! echo replies, resets, SYN cookies) wait in a small queue; connections keep their own
-//! output. [`Interface::transmit`] then writes everything due into a [`Device`], each TCP
-//! segment straight into the device's frame buffer behind the Ethernet and IPv4 headers.
+//! [`Interface::receive`] takes one frame and dispatches it, layer by layer (`ethernet`,
+//! `neighbour`, `ipv4`, `ipv6`, `icmp`, `reassembly`, `tcp`). A reply that belongs to no
+//! connection (ARP and NDP, resets, SYN cookies) waits as the few fields it is written from
+//! (`ethernet::Reply`), not as a frame; connections keep their own output.
+//! [`Interface::transmit`] then writes everything due into a [`Device`]: each reply and
+//! each TCP segment straight into the device's frame buffer behind its headers. Only echo
+//! replies (their data) and frames held for address resolution keep bytes of their own.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -14,7 +16,7 @@ use bypass_tcp::{Buffers, Config as TcpConfig, Connection, Event, FourTuple, Ins
 use etherparse::ArpOperation;
 
 use crate::addr::{Addresses, Cidr};
-use crate::arp::{self, ArpCache, ArpConfig};
+use crate::arp::{ArpCache, ArpConfig};
 use crate::capture::NoteBoard;
 use crate::counters::{Counters, Drop};
 use crate::device::Device;
@@ -249,8 +251,8 @@ pub struct Interface {
     table: HashMap<FourTuple, u32>,
     listeners: HashMap<u16, Listener>,
     dirty: Vec<u32>,
-    /// Frames that belong to no connection, with their capture note.
-    control: VecDeque<(Vec<u8>, String)>,
+    /// Replies that belong to no connection, with their capture note.
+    control: VecDeque<(ethernet::Reply, String)>,
     spare: Vec<Vec<u8>>,
     /// Where the note of each frame goes while a [`Recorder`](crate::capture::Recorder)
     /// records the device (`None`: no notes are formatted).
@@ -466,10 +468,8 @@ impl Interface {
         self.counters.arp_requests_suppressed += due.suppressed as u64;
         let ours = self.addrs.ipv4().unwrap_or(Ipv4Addr::UNSPECIFIED);
         for ip in hosts.drain(..) {
-            let mut buf = self.buffer();
-            buf.resize(arp::ARP_FRAME_LEN, 0);
-            arp::write_frame(&mut buf, ArpOperation::REQUEST, self.mac, ours, [0; 6], ip);
-            self.queue_control(buf, || format!("ARP request: who has {ip}?"));
+            let request = ethernet::Reply::Arp { op: ArpOperation::REQUEST, src_ip: ours, dst_mac: [0; 6], dst_ip: ip };
+            self.queue_reply(request, || format!("ARP request: who has {ip}?"));
             self.counters.arp_requests += 1;
         }
     }
@@ -477,12 +477,12 @@ impl Interface {
     /// Write everything due into `device` (without flushing it). Return how many frames.
     pub fn transmit(&mut self, now: Instant, device: &mut dyn Device) -> std::io::Result<usize> {
         let mut sent = 0;
-        while let Some((frame, note)) = self.control.pop_front() {
+        let our_mac = self.mac;
+        while let Some((reply, note)) = self.control.pop_front() {
             let mut len = 0;
             let notes = &self.notes;
             let ok = device.send(&mut |buf: &mut [u8]| {
-                len = frame.len().min(buf.len());
-                buf[..len].copy_from_slice(&frame[..len]);
+                len = reply.write(buf, our_mac);
                 if let Some(board) = notes {
                     board.write(now, &note);
                 }
@@ -490,13 +490,17 @@ impl Interface {
             })?;
             if !ok {
                 self.counters.drop(Drop::TxRingFull);
-                self.control.push_front((frame, note));
+                self.control.push_front((reply, note));
                 return Ok(sent);
             }
-            self.counters.tx_frames += 1;
-            self.counters.tx_bytes += len as u64;
-            sent += 1;
-            self.spare.push(frame);
+            if len > 0 {
+                self.counters.tx_frames += 1;
+                self.counters.tx_bytes += len as u64;
+                sent += 1;
+            }
+            if let ethernet::Reply::Frame(frame) = reply {
+                self.spare.push(frame);
+            }
         }
         let mut i = 0;
         while i < self.dirty.len() {

@@ -8,6 +8,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use bypass_tcp::Instant;
 use etherparse::ArpOperation;
 
+use super::ethernet::Reply;
 use super::*;
 use crate::arp::{self};
 use crate::counters::Drop;
@@ -43,11 +44,9 @@ impl Interface {
             return self.drop(Drop::ArpNotForUs, "ARP for another address");
         }
         if msg.operation == ArpOperation::REQUEST && msg.target_ip == ours && !msg.sender_ip.is_unspecified() {
-            let mut buf = self.buffer();
-            buf.resize(arp::ARP_FRAME_LEN, 0);
-            arp::write_frame(&mut buf, ArpOperation::REPLY, self.mac, ours, msg.sender_mac, msg.sender_ip);
             let them = msg.sender_ip;
-            self.queue_control(buf, || format!("ARP reply to {them}: {ours} is at our MAC"));
+            let reply = Reply::Arp { op: ArpOperation::REPLY, src_ip: ours, dst_mac: msg.sender_mac, dst_ip: them };
+            self.queue_reply(reply, || format!("ARP reply to {them}: {ours} is at our MAC"));
             self.counters.arp_replies += 1;
         }
     }
@@ -141,12 +140,9 @@ impl Interface {
                     (ns.source_mac.unwrap_or(src_mac), src, true)
                 };
                 let flags = NaFlags { router: false, solicited, r#override: true };
-                let mut buf = self.buffer();
-                buf.resize(ndp::NDP_FRAME_LEN, 0);
-                let n = ndp::write_advertisement(&mut buf, self.mac, ns.target, dst_mac, dst_ip, ns.target, flags);
-                buf.truncate(n);
                 let target = ns.target;
-                self.queue_control(buf, || format!("Neighbour Advertisement to {dst_ip}: {target} is at our MAC"));
+                let reply = Reply::Advertisement { dst_mac, dst_ip, target, flags };
+                self.queue_reply(reply, || format!("Neighbour Advertisement to {dst_ip}: {target} is at our MAC"));
                 self.counters.ndp_advertisements += 1;
                 if self.notes.is_some() {
                     let _ = write!(self.note, "Neighbour Solicitation from {src} for {target}: answered");
@@ -210,11 +206,8 @@ impl Interface {
         for (target, kind) in asks {
             // RFC 4861 7.2.2: from an address of ours (the one a packet to it comes from).
             let Some(IpAddr::V6(src)) = self.addrs.source_for(IpAddr::V6(target)) else { continue };
-            let mut buf = self.buffer();
-            buf.resize(ndp::NDP_FRAME_LEN, 0);
-            let n = ndp::write_solicitation(&mut buf, self.mac, src, target, kind);
-            buf.truncate(n);
-            self.queue_control(buf, || format!("Neighbour Solicitation: who has {target}?"));
+            let solicitation = Reply::Solicitation { src, target, dst: kind };
+            self.queue_reply(solicitation, || format!("Neighbour Solicitation: who has {target}?"));
             self.counters.ndp_solicitations += 1;
         }
     }

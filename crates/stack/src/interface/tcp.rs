@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 
 use bypass_tcp::{Connection, FourTuple, Instant, Segment, State};
-use etherparse::IpNumber;
 
 use super::*;
 use crate::capture::Direction;
@@ -116,7 +115,7 @@ impl Interface {
                 self.listeners.get_mut(&port).expect("listener").overflow.record(now);
                 let iss = self.cookies.make(&tuple, seg.seq, seg.options.mss, now);
                 let reply = Connection::syn_cookie_reply(self.tcp_config(tuple.local.ip()), &tuple, seg, iss, now);
-                self.queue_segment(src_mac, tuple, &reply, || "SYN-ACK carrying a SYN cookie (RFC 4987)".into());
+                self.queue_segment(src_mac, tuple, reply, || "SYN-ACK carrying a SYN cookie (RFC 4987)".into());
                 if self.notes.is_some() {
                     let _ = write!(self.note, "SYN to port {port}: SYN queue full, answered with a SYN cookie");
                 }
@@ -192,7 +191,7 @@ impl Interface {
             );
         }
         if let Some(rst) = bypass_tcp::reset_for(seg) {
-            self.queue_segment(src_mac, tuple, &rst, || "RST for a segment that matched no connection".into());
+            self.queue_segment(src_mac, tuple, rst, || "RST for a segment that matched no connection".into());
             self.counters.tcp_resets_out += 1;
         }
     }
@@ -203,18 +202,9 @@ impl Interface {
         &mut self,
         dst_mac: [u8; 6],
         tuple: FourTuple,
-        seg: &Segment<'_>,
+        segment: Segment<'static>,
         what: impl FnOnce() -> String,
     ) {
-        let (src, dst) = (tuple.local.ip(), tuple.remote.ip());
-        let headers = headers_len(dst);
-        let mut buf = self.buffer();
-        buf.resize(headers + seg.header_len() + seg.payload.len(), 0);
-        let Ok(n) = seg.emit(src, dst, &mut buf[headers..]) else {
-            return;
-        };
-        buf.truncate(headers + n);
-        write_ip_headers(&mut buf, self.mac, dst_mac, src, dst, IpNumber::TCP, n);
-        self.queue_control(buf, what);
+        self.queue_reply(super::ethernet::Reply::Segment { dst_mac, tuple, segment }, what);
     }
 }
