@@ -217,7 +217,7 @@ impl Host {
         let config = StackConfig::new(HOST_IP, 24, KEY).with_address(HOST_IP6, 64);
         let mut iface = Interface::new(config, HOST_MAC, MTU);
         let listener = iface.listen(ECHO_PORT).expect("a fresh host has the port free");
-        let info = DeviceInfo { name: "fuzz".into(), mac: HOST_MAC, mtu: MTU, mode: "fuzz sink".into() };
+        let info = DeviceInfo::new("fuzz", HOST_MAC, MTU, "fuzz sink");
         Host {
             iface,
             device: Sink { info, budget: usize::MAX, buf: Vec::new(), check, keep: false, kept: Vec::new() },

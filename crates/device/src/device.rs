@@ -12,9 +12,8 @@ use std::time::Duration;
 
 /// Facts about an opened device.
 ///
-/// Build one with [`DeviceInfo::new`]. What the device does with checksums is
-/// [`Device::checksums`] (a trait method rather than a field here, so that the
-/// `DeviceInfo { .. }` literals written before it keep compiling).
+/// Build one with [`DeviceInfo::new`] (every checksum in software), and state what the
+/// device verifies or computes itself in `checksums`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {
     /// Interface name (or a label for in-memory devices).
@@ -26,13 +25,15 @@ pub struct DeviceInfo {
     /// How the device moves packets, for people: for example
     /// `"AF_XDP, copy mode, driver (native) XDP, queue 0"`.
     pub mode: String,
+    /// Which checksums the device verifies on receive and computes on transmit.
+    pub checksums: ChecksumCaps,
 }
 
 impl DeviceInfo {
     /// Return the facts of a device named `name` with MAC address `mac`, IP MTU `mtu`, moving
     /// packets as `mode` says (for people).
     pub fn new(name: impl Into<String>, mac: [u8; 6], mtu: usize, mode: impl Into<String>) -> DeviceInfo {
-        DeviceInfo { name: name.into(), mac, mtu, mode: mode.into() }
+        DeviceInfo { name: name.into(), mac, mtu, mode: mode.into(), checksums: ChecksumCaps::SOFTWARE }
     }
 
     /// Return the largest frame the device sends or receives: MTU plus the Ethernet header.
@@ -47,9 +48,9 @@ impl DeviceInfo {
 /// AF_PACKET hand over frames with the checksums they carried on the wire and send ours as
 /// written (the lab turns its kernel peer's offloads off, so the peer's frames carry real
 /// checksums too), and the in-memory link and the scripted device move bytes untouched. The host
-/// (`bypass-stack`) computes and verifies every IPv4 header, TCP, UDP and ICMP checksum in
-/// software whatever a device reports; these flags say what a device could spare it once the
-/// host reads them.
+/// (`bypass-stack`) skips verifying what a device states it verified (`rx_verified`); it still
+/// computes every checksum it sends, since no device of ours offloads one (`tx_offload` is
+/// stated for the devices that will).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ChecksumCaps {
     /// The device has verified the IPv4 header, TCP, UDP and ICMP checksums of every frame it
@@ -118,10 +119,11 @@ pub trait Device {
         None
     }
 
-    /// Return which checksums the device verifies on receive and computes on transmit.
-    /// The default, and the answer of every device here today, is [`ChecksumCaps::SOFTWARE`].
+    /// Return which checksums the device verifies on receive and computes on transmit:
+    /// what its [`DeviceInfo::checksums`] states ([`ChecksumCaps::SOFTWARE`] for every
+    /// device here today).
     fn checksums(&self) -> ChecksumCaps {
-        ChecksumCaps::SOFTWARE
+        self.info().checksums
     }
 }
 

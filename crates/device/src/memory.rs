@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crate::device::{ChecksumCaps, Device, DeviceInfo};
+use crate::device::{Device, DeviceInfo};
 use crate::link::{Link, LinkConfig, LinkStats, Packet};
 use crate::seed::mix;
 use crate::time::Instant;
@@ -315,12 +315,6 @@ impl Device for MemoryDevice {
         self.tx_queued = 0;
         self.tx_dir().arrived.notify_all();
         Ok(())
-    }
-
-    /// Software: the link moves bytes as they are (corrupting some, if configured to), and
-    /// checks and computes nothing.
-    fn checksums(&self) -> ChecksumCaps {
-        ChecksumCaps::SOFTWARE
     }
 
     fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {

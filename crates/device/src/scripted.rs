@@ -67,7 +67,6 @@ pub struct ScriptedDevice {
     tx_capacity: usize,
     flush_limit: Option<usize>,
     rx_frames: Option<usize>,
-    checksums: ChecksumCaps,
     responder: Option<Responder>,
     buf: Vec<u8>,
 }
@@ -85,7 +84,6 @@ impl ScriptedDevice {
             tx_capacity: usize::MAX,
             flush_limit: None,
             rx_frames: None,
-            checksums: ChecksumCaps::SOFTWARE,
             responder: None,
             buf: Vec::new(),
         }
@@ -111,7 +109,9 @@ impl ScriptedDevice {
 
     /// Report `caps` from [`Device::checksums`] (the bytes are moved untouched whatever it says).
     pub fn with_checksums(self, caps: ChecksumCaps) -> ScriptedDevice {
-        ScriptedDevice { checksums: caps, ..self }
+        let mut device = self;
+        device.info.checksums = caps;
+        device
     }
 
     /// Run `respond` on every frame as it goes on the wire and put its answer, if any, in the
@@ -249,10 +249,6 @@ impl Device for ScriptedDevice {
 
     fn rx_frames(&self) -> Option<usize> {
         self.rx_frames
-    }
-
-    fn checksums(&self) -> ChecksumCaps {
-        self.checksums
     }
 }
 

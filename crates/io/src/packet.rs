@@ -28,7 +28,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use bypass_device::{ChecksumCaps, Device, DeviceInfo};
+use bypass_device::{Device, DeviceInfo};
 
 use crate::ifreq;
 
@@ -183,6 +183,8 @@ impl PacketDevice {
             tx_len: vec![0; tx_frames].into_boxed_slice(),
             tx_first: 0,
             tx_queued: 0,
+            // Checksums in software: neither the ring's TP_STATUS_CSUM_VALID nor the socket's
+            // PACKET_VNET_HDR offloads are used.
             info: DeviceInfo::new(iface, mac, info_mtu, mode),
             stats: PacketStats::default(),
         })
@@ -211,12 +213,6 @@ impl Device for PacketDevice {
 
     fn rx_frames(&self) -> Option<usize> {
         Some(self.rx.frames())
-    }
-
-    /// Software: the ring's `TP_STATUS_CSUM_VALID` and the socket's `PACKET_VNET_HDR` offloads
-    /// are not used, so the host checks and writes every checksum.
-    fn checksums(&self) -> ChecksumCaps {
-        ChecksumCaps::SOFTWARE
     }
 
     fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {

@@ -75,6 +75,7 @@ impl<D: Device> Stack<D> {
         let info = device.info().clone();
         let mut iface = Interface::new(config, info.mac, info.mtu);
         iface.set_device_rx_frames(device.rx_frames());
+        iface.set_device_checksums(device.checksums());
         Stack { iface, device, time: Time::Real(std::time::Instant::now()), capture: None }
     }
 

@@ -458,3 +458,31 @@ fn internet_checksum(data: &[u8]) -> u16 {
     }
     !(sum as u16)
 }
+
+/// A device that states it verified every checksum (`ChecksumCaps::rx_verified`, a NIC's
+/// `CHECKSUM_UNNECESSARY`) spares the host verifying them: the same SYN with a wrong TCP
+/// checksum is dropped as `bad_tcp` behind a device that verifies nothing, and answered
+/// behind one that says it verified it (such a device would never deliver it).
+#[test]
+fn checksums_the_device_verified_are_not_verified_again() {
+    use bypass_stack::ChecksumCaps;
+    let net = net(LinkConfig::default(), |_| {});
+    let [mut syn, _] = syn_and_ping_from(&net, A);
+    syn[14 + 20 + 16] ^= 0x5a;
+    let mac_b = net.b.device().info().mac;
+    for verified in [false, true] {
+        let mut host = common::Host::new(StackConfig::new(B, 24, [5; 16]), mac_b);
+        host.iface.set_device_checksums(ChecksumCaps { rx_verified: verified, tx_offload: false });
+        host.iface.listen(7).unwrap();
+        host.receive(&syn);
+        let sent = host.sent();
+        let bad = host.iface.counters().drops(Drop::BadTcp);
+        if verified {
+            assert_eq!(bad, 0);
+            assert!(sent.iter().any(|f| f.len() > 34 && f[23] == 6), "no SYN-ACK: {sent:02x?}");
+        } else {
+            assert_eq!(bad, 1);
+            assert!(sent.iter().all(|f| f.len() < 34 || f[23] != 6), "a bad SYN was answered");
+        }
+    }
+}

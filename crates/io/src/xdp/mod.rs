@@ -37,7 +37,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bypass_device::{ChecksumCaps, Device, DeviceInfo};
+use bypass_device::{Device, DeviceInfo};
 
 use crate::ifreq;
 
@@ -270,6 +270,8 @@ impl XdpDevice {
             devices.push(XdpDevice {
                 socket,
                 program: Arc::clone(&program),
+                // Checksums in software: copy mode hands over the bytes alone, without the
+                // driver's receive verdict, and asks for no transmit offload.
                 info: DeviceInfo::new(iface, mac, mtu as usize, mode),
                 rx_batch: Vec::with_capacity(config.rx_size as usize),
                 busy_poll,
@@ -318,12 +320,6 @@ impl Device for XdpDevice {
 
     fn rx_frames(&self) -> Option<usize> {
         Some(self.rx_frames)
-    }
-
-    /// Software: copy mode hands over the bytes alone, without the driver's receive checksum
-    /// verdict, and the device asks for no transmit checksum offload.
-    fn checksums(&self) -> ChecksumCaps {
-        ChecksumCaps::SOFTWARE
     }
 
     fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {

@@ -273,6 +273,9 @@ pub struct Interface {
     window_budget: usize,
     /// Bytes allocated to the buffers of the connections in the table.
     buffer_bytes: usize,
+    /// The device verifies IPv4 header, TCP and ICMP checksums itself and delivers no frame
+    /// that fails ([`ChecksumCaps::rx_verified`](crate::ChecksumCaps)): skip verifying them.
+    rx_verified: bool,
     /// The receive windows the connections offer, summed as each last ran.
     offered_bytes: usize,
 }
@@ -339,6 +342,7 @@ impl Interface {
             orphan_bytes: 0,
             window_budget: usize::MAX,
             buffer_bytes: 0,
+            rx_verified: false,
             offered_bytes: 0,
         }
     }
@@ -352,6 +356,14 @@ impl Interface {
             (None, Some(frames)) => frames * mss / 2,
             (None, None) => usize::MAX,
         };
+    }
+
+    /// Take the device's checksum capabilities ([`Device::checksums`]): checksums the
+    /// device states it verified are not verified again. [`Stack::new`](crate::Stack::new)
+    /// calls this. Every checksum we send is still computed here (no device of ours offloads
+    /// one; `tx_offload` is not acted on).
+    pub fn set_device_checksums(&mut self, caps: crate::ChecksumCaps) {
+        self.rx_verified = caps.rx_verified;
     }
 
     /// Return the bytes of receive window all connections may offer between them
