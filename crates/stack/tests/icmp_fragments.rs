@@ -200,27 +200,10 @@ fn ipv4_frame(macs: ([u8; 6], [u8; 6]), (src, dst): (Ipv4Addr, Ipv4Addr), proto:
     f
 }
 
-/// Return an Ethernet frame carrying an IPv6 packet with `payload` behind the fixed header.
-fn ipv6_frame(
-    (src_mac, dst_mac): ([u8; 6], [u8; 6]),
-    (src, dst): (Ipv6Addr, Ipv6Addr),
-    next: u8,
-    payload: &[u8],
-) -> Vec<u8> {
-    let eth = Ethernet2Header { source: src_mac, destination: dst_mac, ether_type: EtherType::IPV6 };
-    let ip = Ipv6Header {
-        traffic_class: 0,
-        flow_label: Ipv6FlowLabel::ZERO,
-        payload_length: payload.len() as u16,
-        next_header: IpNumber(next),
-        hop_limit: 64,
-        source: src.octets(),
-        destination: dst.octets(),
-    };
-    let mut f = eth.to_bytes().to_vec();
-    f.extend_from_slice(&ip.to_bytes());
-    f.extend_from_slice(payload);
-    f
+/// Return an Ethernet frame carrying an IPv6 packet with `payload` behind the fixed header
+/// (hop limit 64).
+fn ipv6_frame(macs: ([u8; 6], [u8; 6]), (src, dst): (Ipv6Addr, Ipv6Addr), next: u8, payload: &[u8]) -> Vec<u8> {
+    common::ipv6_frame(macs, src, dst, 64, next, payload)
 }
 
 /// Return an IPv6 Fragment header (RFC 8200 4.5) and `data` behind it.

@@ -13,9 +13,9 @@ use bypass_device::LinkConfig;
 use bypass_stack::ndp::{self, NdpMessage};
 use bypass_stack::{Drop, SocketId, StackConfig};
 use bypass_tcp::{Event, Flags, Instant, Segment, SeqNum, State, TcpOptions};
-use common::{Collector, Host, Net};
+use common::{Collector, Host, Net, ipv6_frame};
 use etherparse::icmpv6::NeighborAdvertisementHeader;
-use etherparse::{EtherType, Ethernet2Header, Icmpv6Slice, Icmpv6Type, IpNumber, Ipv6FlowLabel, Ipv6Header};
+use etherparse::{EtherType, Ethernet2Header, Icmpv6Slice, Icmpv6Type, IpNumber, Ipv6Header};
 
 /// The host under test when it is driven by hand.
 const US: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
@@ -88,32 +88,6 @@ impl Host {
     fn v6() -> Host {
         Host::new(StackConfig::new(US, 64, [3; 16]), US_MAC)
     }
-}
-
-/// Return an Ethernet frame carrying an IPv6 packet with `payload` behind a fixed header
-/// whose Next Header is `next`.
-fn ipv6_frame(
-    (src_mac, dst_mac): ([u8; 6], [u8; 6]),
-    src: Ipv6Addr,
-    dst: Ipv6Addr,
-    hop_limit: u8,
-    next: u8,
-    payload: &[u8],
-) -> Vec<u8> {
-    let eth = Ethernet2Header { source: src_mac, destination: dst_mac, ether_type: EtherType::IPV6 };
-    let ip = Ipv6Header {
-        traffic_class: 0,
-        flow_label: Ipv6FlowLabel::ZERO,
-        payload_length: payload.len() as u16,
-        next_header: IpNumber(next),
-        hop_limit,
-        source: src.octets(),
-        destination: dst.octets(),
-    };
-    let mut f = eth.to_bytes().to_vec();
-    f.extend_from_slice(&ip.to_bytes());
-    f.extend_from_slice(payload);
-    f
 }
 
 /// Return the MAC a packet to `dst` on the link goes to: the multicast one for a group

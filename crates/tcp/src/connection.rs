@@ -603,6 +603,12 @@ impl Connection {
         &self.trace
     }
 
+    /// Return SND.UNA, the oldest sequence number not yet acknowledged (cheap: no window is
+    /// computed, unlike [`sequence_space`](Connection::sequence_space)).
+    pub fn snd_una(&self) -> SeqNum {
+        self.snd.una
+    }
+
     /// Return the send and receive sequence variables, for annotations and tests.
     pub fn sequence_space(&self) -> SequenceSpace {
         SequenceSpace {

@@ -31,14 +31,15 @@ impl Interface {
             }
             let sock = self.slots[index as usize].sock.as_mut().expect("table points at live slots");
             let before = sock.conn.state();
-            let acked_before = sock.conn.sequence_space().snd_una;
+            let acked_before = sock.conn.snd_una();
             let outcome = sock.conn.handle_segment(now, &seg);
             sock.peer_mac = Some(src_mac);
             // New data acknowledged is proof the neighbour (or the router towards the peer)
             // is reachable: RFC 4861 7.3.1's upper-layer confirmation, which keeps a neighbour
             // in use REACHABLE instead of probing it every ReachableTime.
-            let progressed = sock.conn.sequence_space().snd_una != acked_before;
-            if progressed && let IpAddr::V6(peer) = src {
+            if let IpAddr::V6(peer) = src
+                && sock.conn.snd_una() != acked_before
+            {
                 let hop = self.next_hop6(now, peer);
                 self.ndp.confirm(hop, now);
             }

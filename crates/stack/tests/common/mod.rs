@@ -3,13 +3,14 @@
 //! that keeps what a stack sends ([`Collector`]).
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
-use std::net::SocketAddr;
+use std::net::{Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bypass_device::{DeviceInfo, LinkConfig, MemoryDevice, MemoryLink, ScriptedDevice};
 use bypass_stack::{Capture, Direction, Interface, ListenerId, SocketId, Stack, StackConfig};
 use bypass_tcp::{Instant, State};
+use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv6FlowLabel, Ipv6Header};
 
 /// Two hosts, A and B, over the in-memory link, on virtual time.
 pub struct Net {
@@ -133,4 +134,30 @@ impl Host {
         self.iface.handle_timeouts(to);
         self.iface.deliver_events();
     }
+}
+
+/// Return an Ethernet frame carrying an IPv6 packet with `payload` behind a fixed header
+/// whose Next Header is `next`.
+pub fn ipv6_frame(
+    (src_mac, dst_mac): ([u8; 6], [u8; 6]),
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    hop_limit: u8,
+    next: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    let eth = Ethernet2Header { source: src_mac, destination: dst_mac, ether_type: EtherType::IPV6 };
+    let ip = Ipv6Header {
+        traffic_class: 0,
+        flow_label: Ipv6FlowLabel::ZERO,
+        payload_length: payload.len() as u16,
+        next_header: IpNumber(next),
+        hop_limit,
+        source: src.octets(),
+        destination: dst.octets(),
+    };
+    let mut f = eth.to_bytes().to_vec();
+    f.extend_from_slice(&ip.to_bytes());
+    f.extend_from_slice(payload);
+    f
 }
