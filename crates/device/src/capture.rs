@@ -14,7 +14,7 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::device::{ChecksumCaps, Device, DeviceInfo};
+use crate::device::{ChecksumCaps, Device, DeviceInfo, Waker};
 use crate::time::Instant;
 
 /// Which way a frame went.
@@ -126,5 +126,9 @@ impl<D: Device + ?Sized> Device for Recorder<'_, D> {
 
     fn checksums(&self) -> ChecksumCaps {
         self.inner.checksums()
+    }
+
+    fn waker(&mut self) -> Option<Waker> {
+        self.inner.waker()
     }
 }

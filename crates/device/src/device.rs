@@ -125,6 +125,36 @@ pub trait Device {
     fn checksums(&self) -> ChecksumCaps {
         self.info().checksums
     }
+
+    /// Return a handle that ends a [`wait`](Device::wait) in progress from another thread
+    /// (an application handing the stack's thread new work), where the device can be woken;
+    /// `None` when it cannot, and a waiting thread must bound its waits instead. A wake with
+    /// no wait in progress makes the next `wait` return at once.
+    fn waker(&mut self) -> Option<Waker> {
+        None
+    }
+}
+
+/// Ends a device's [`wait`](Device::wait) from another thread: see [`Device::waker`].
+#[derive(Clone)]
+pub struct Waker(std::sync::Arc<dyn Fn() + Send + Sync>);
+
+impl Waker {
+    /// Return a waker that runs `wake` (which must make the device's `wait` return).
+    pub fn new(wake: impl Fn() + Send + Sync + 'static) -> Waker {
+        Waker(std::sync::Arc::new(wake))
+    }
+
+    /// Wake the device: its `wait` in progress, or else its next one, returns.
+    pub fn wake(&self) {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Waker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Waker")
+    }
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
@@ -157,5 +187,8 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn checksums(&self) -> ChecksumCaps {
         (**self).checksums()
+    }
+    fn waker(&mut self) -> Option<Waker> {
+        (**self).waker()
     }
 }

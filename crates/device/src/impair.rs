@@ -622,6 +622,10 @@ impl<D: Device> Device for Impaired<D> {
     fn checksums(&self) -> ChecksumCaps {
         self.inner.checksums()
     }
+
+    fn waker(&mut self) -> Option<crate::device::Waker> {
+        self.inner.waker()
+    }
 }
 
 #[cfg(all(test, feature = "sim"))]

@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crate::device::{Device, DeviceInfo};
+use crate::device::{Device, DeviceInfo, Waker};
 use crate::link::{Link, LinkConfig, LinkStats, Packet};
 use crate::seed::mix;
 use crate::time::Instant;
@@ -95,6 +95,8 @@ impl Clock {
 struct Direction {
     link: Mutex<Link>,
     arrived: Condvar,
+    /// Set by a [`Waker`] of the receiving device: its wait returns.
+    woken: std::sync::atomic::AtomicBool,
 }
 
 impl Direction {
@@ -160,6 +162,7 @@ impl MemoryLink {
         let dirs = [(self.config_ab, 1), (self.config_ba, 2)].map(|(config, stream)| Direction {
             link: Mutex::new(Link::new(config, mix(self.seed, stream))),
             arrived: Condvar::new(),
+            woken: Default::default(),
         });
         let shared = Arc::new(dirs);
         let device = |name: &str, mac, tx| {
@@ -325,6 +328,9 @@ impl Device for MemoryDevice {
         let dir = self.rx_dir();
         let mut link = dir.lock();
         loop {
+            if dir.woken.swap(false, Ordering::AcqRel) {
+                return Ok(());
+            }
             let now = self.clock.now();
             let due = link.next_delivery();
             if due.is_some_and(|due| due <= now) {
@@ -345,5 +351,18 @@ impl Device for MemoryDevice {
                 None => dir.arrived.wait(link).unwrap_or_else(PoisonError::into_inner),
             };
         }
+    }
+
+    /// Wake this device's waits: set the flag, then notify under the link's lock, so a
+    /// waiter between its check of the flag and its sleep cannot miss it.
+    fn waker(&mut self) -> Option<Waker> {
+        let shared = Arc::clone(&self.shared);
+        let rx = 1 - self.tx;
+        Some(Waker::new(move || {
+            let dir = &shared[rx];
+            dir.woken.store(true, Ordering::Release);
+            let _link = dir.lock();
+            dir.arrived.notify_all();
+        }))
     }
 }

@@ -34,6 +34,7 @@ pub mod netdev;
 pub mod packet;
 /// Recording and reading captures: re-exported from bypass-device.
 pub use bypass_device::pcap;
+mod wake;
 pub mod xdp;
 
 /// Re-exported from bypass-device.

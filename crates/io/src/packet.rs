@@ -129,6 +129,8 @@ pub struct PacketDevice {
     tx_queued: usize,
     info: DeviceInfo,
     stats: PacketStats,
+    /// Polled beside the socket once a [`Waker`](bypass_device::Waker) was asked for.
+    wake: Option<crate::wake::WakeFd>,
 }
 
 impl PacketDevice {
@@ -187,6 +189,7 @@ impl PacketDevice {
             // PACKET_VNET_HDR offloads are used.
             info: DeviceInfo::new(iface, mac, info_mtu, mode),
             stats: PacketStats::default(),
+            wake: None,
         })
     }
 
@@ -301,7 +304,20 @@ impl Device for PacketDevice {
             return Ok(());
         }
         self.stats.syscalls += 1;
-        self.socket.poll_readable(timeout)
+        let result = self.socket.poll_readable(timeout, self.wake.as_ref().map(|w| w.fd()));
+        if let Some(wake) = &self.wake {
+            wake.drain();
+        }
+        result
+    }
+
+    fn waker(&mut self) -> Option<bypass_device::Waker> {
+        if self.wake.is_none() {
+            self.wake = crate::wake::WakeFd::new()
+                .map_err(|e| log::warn!("no eventfd for waking {}: {e}", self.info.name))
+                .ok();
+        }
+        self.wake.as_ref().map(|w| w.waker())
     }
 
     fn syscalls(&self) -> u64 {
@@ -328,7 +344,7 @@ impl Device for PacketDevice {
 #[allow(unsafe_code)]
 mod sys {
     use std::io;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+    use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
     use std::ptr::NonNull;
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Duration;
@@ -430,16 +446,21 @@ mod sys {
 
         /// Block until the socket is readable, has an error, or `timeout` passes. An error
         /// pending on the socket (the interface went down) is returned, once.
-        pub(super) fn poll_readable(&self, timeout: Option<Duration>) -> io::Result<()> {
-            let mut pfd = libc::pollfd { fd: self.raw_fd(), events: libc::POLLIN, revents: 0 };
+        pub(super) fn poll_readable(&self, timeout: Option<Duration>, also: Option<BorrowedFd<'_>>) -> io::Result<()> {
+            let mut pfds = [
+                libc::pollfd { fd: self.raw_fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: also.map_or(-1, |f| f.as_raw_fd()), events: libc::POLLIN, revents: 0 },
+            ];
             let ts = timeout.map(|t| libc::timespec {
                 tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
                 tv_nsec: t.subsec_nanos() as libc::c_long,
             });
             let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
-            // SAFETY: `pfd` is one valid pollfd and `ts_ptr` is null or points to `ts`, both
-            // alive for the call; a null signal mask leaves the mask alone.
-            let rc = unsafe { libc::ppoll(&raw mut pfd, 1, ts_ptr, std::ptr::null()) };
+            let count = if also.is_some() { 2 } else { 1 };
+            // SAFETY: `pfds` holds `count` valid pollfds and `ts_ptr` is null or points to
+            // `ts`, all alive for the call; a null signal mask leaves the mask alone.
+            let rc = unsafe { libc::ppoll(pfds.as_mut_ptr(), count, ts_ptr, std::ptr::null()) };
+            let pfd = pfds[0];
             match check(rc) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
                 Err(e) => return Err(e),

@@ -75,6 +75,11 @@ pub struct StackConfig {
     /// Ports for active opens, inclusive. Chosen per destination by RFC 6056 algorithm 4
     /// (double-hash): neither sequential across destinations nor predictable without the key.
     pub ephemeral_ports: (u16, u16),
+    /// `(index, count)`: take only ephemeral ports `p` with `p % count == index`. Stacks that
+    /// share addresses, one per device queue (shards), each get their own residue, so two
+    /// never open the same 4-tuple; a device that steers replies by destination port can
+    /// then bring them back to the shard that opened the connection. `(0, 1)`: every port.
+    pub ephemeral_port_share: (u16, u16),
     /// Buffers of finished connections kept for new ones, so opening a connection does not
     /// allocate (each is `tcp.send_buffer + tcp.recv_buffer` bytes: 512 KiB by default).
     pub buffer_pool: usize,
@@ -122,6 +127,7 @@ impl StackConfig {
             accept_backlog: 1024,
             max_connections: 65536,
             ephemeral_ports: (49152, 65535),
+            ephemeral_port_share: (0, 1),
             buffer_pool: 16,
             max_orphans: 16_384,
             max_orphan_memory: 64 << 20,

@@ -92,7 +92,11 @@ impl Interface {
                 // RFC 6056 section 3.3.4: a port is suitable if no connection uses the
                 // 4-tuple (several destinations may share a local port) and no listener
                 // holds it.
-                let suitable = |port| port != 0 && !table.contains_key(&tuple(port)) && !listeners.contains_key(&port);
+                let (index, count) = self.config.ephemeral_port_share;
+                let ours = |port: u16| count <= 1 || port % count == index % count;
+                let suitable = |port| {
+                    port != 0 && ours(port) && !table.contains_key(&tuple(port)) && !listeners.contains_key(&port)
+                };
                 self.ports.select(ip, remote, suitable).ok_or(ConnectError::NoFreePort(remote))?
             }
         };

@@ -1,0 +1,53 @@
+//! Waking a device's wait from another thread: an `eventfd(2)` polled beside the socket.
+//!
+//! A thread that runs a stack sleeps in `poll(2)` on its socket when idle; an application
+//! thread that hands it work (data to send, a connection to open) writes the eventfd, and
+//! the sleeper's `poll` returns. The device drains the counter when its wait ends.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+use bypass_device::Waker;
+
+/// An eventfd shared by the device (which polls and drains it) and its [`Waker`]s.
+#[derive(Debug)]
+pub(crate) struct WakeFd(Arc<File>);
+
+impl WakeFd {
+    /// Create a non-blocking eventfd.
+    pub(crate) fn new() -> io::Result<WakeFd> {
+        #[allow(unsafe_code)]
+        // SAFETY: eventfd takes no pointers; a non-negative result is a new descriptor that
+        // nothing else owns, so OwnedFd may take it.
+        let fd = unsafe {
+            let fd = libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC);
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            OwnedFd::from_raw_fd(fd)
+        };
+        Ok(WakeFd(Arc::new(File::from(fd))))
+    }
+
+    /// Return the descriptor to poll for readability.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+
+    /// Return a waker that makes the eventfd readable.
+    pub(crate) fn waker(&self) -> Waker {
+        let file = Arc::clone(&self.0);
+        Waker::new(move || {
+            // Only a counter at its maximum refuses (EAGAIN), and then it is readable anyway.
+            let _ = (&*file).write(&1u64.to_ne_bytes());
+        })
+    }
+
+    /// Reset the counter after a wait (nothing to read is fine).
+    pub(crate) fn drain(&self) {
+        let mut buf = [0u8; 8];
+        let _ = (&*self.0).read(&mut buf);
+    }
+}

@@ -1,0 +1,413 @@
+//! A shard: one [`Stack`] on one device queue, run by its own thread.
+//!
+//! Each turn of the loop: take the applications' commands (a connection to look at, a
+//! port to listen on, a connection to open), receive and run timers, move bytes between
+//! every connection that changed and its queues, hand accepted and established
+//! connections out, transmit. Idle, it sleeps on the device until a frame, a timer or an
+//! application's command ([`Device::waker`]), or spins when busy-polling.
+
+use std::collections::HashMap;
+use std::io::{self, ErrorKind};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Waker;
+use std::time::Duration;
+
+use bypass_device::Device;
+use bypass_stack::{Counters, ListenerId, SocketId, Stack};
+use bypass_tcp::Event;
+use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError, bounded};
+
+use crate::listener::ListenerShared;
+use crate::pool::Pool;
+use crate::stream::{RxMsg, Shared, TcpStream, TxMsg};
+
+/// Chunks queued per connection each way (16 of 16 KiB: 256 KiB), on top of the TCP buffers.
+const QUEUE_CHUNKS: usize = 16;
+/// How long an idle shard sleeps at most when its device cannot be woken.
+const UNWAKEABLE_SLEEP: Duration = Duration::from_millis(1);
+/// How often a shard publishes its counters.
+const PUBLISH_EVERY: Duration = Duration::from_millis(50);
+
+/// What an application asks of a shard.
+pub(crate) enum Command {
+    /// Look at this connection: bytes to send, room to receive, or its handle is gone.
+    Kick(SocketId),
+    /// Listen on a port, handing accepted connections to `accepted`.
+    Listen { port: u16, accepted: Sender<TcpStream>, shared: Arc<ListenerShared>, reply: Sender<io::Result<()>> },
+    /// Stop listening on a port.
+    Unlisten(u16),
+    /// Open a connection; the reply comes once it is established or has failed.
+    Connect { remote: SocketAddr, reply: ConnectReply },
+    /// Turn Nagle's algorithm off or on.
+    SetNodelay(SocketId, bool),
+    /// Reset everything and end the thread.
+    Stop,
+}
+
+/// Where the result of a connect goes, and who to wake (the tokio feature).
+pub(crate) struct ConnectReply {
+    pub(crate) tx: Sender<io::Result<TcpStream>>,
+    pub(crate) waker: Arc<Mutex<Option<Waker>>>,
+}
+
+impl ConnectReply {
+    fn send(self, result: io::Result<TcpStream>) {
+        // The application may have given up waiting; its stream then drops here, closing.
+        let _ = self.tx.send(result);
+        if let Some(w) = self.waker.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            w.wake();
+        }
+    }
+}
+
+/// An application's way to a shard: its command queue and the means to wake it.
+pub(crate) struct ShardLink {
+    pub(crate) index: usize,
+    commands: Sender<Command>,
+    waker: Option<bypass_device::Waker>,
+    sleeping: AtomicBool,
+}
+
+impl ShardLink {
+    /// Queue `command` and wake the shard if it sleeps.
+    pub(crate) fn command(&self, command: Command) {
+        if self.commands.send(command).is_err() {
+            return; // The shard has stopped; the caller's queues tell it so.
+        }
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst)
+            && let Some(w) = &self.waker
+        {
+            w.wake();
+        }
+    }
+}
+
+/// The shard's side of one connection the application holds.
+struct Conn {
+    shared: Arc<Shared>,
+    /// Received bytes go here; `None` once the reader is gone or was told the end.
+    rx: Option<Sender<RxMsg>>,
+    /// Bytes to send come from here; `None` once drained after the writer went, or failed.
+    tx: Option<Receiver<TxMsg>>,
+    /// A chunk taken from `tx` that the send buffer has not taken whole.
+    head: Option<(crate::pool::Chunk, usize)>,
+}
+
+/// What a shard's thread owns.
+pub(crate) struct Shard<D: Device> {
+    stack: Stack<D>,
+    link: Arc<ShardLink>,
+    commands: Receiver<Command>,
+    pool: Pool,
+    busy_poll: bool,
+    conns: HashMap<SocketId, Conn>,
+    listeners: HashMap<u16, (ListenerId, Sender<TcpStream>, Arc<ListenerShared>)>,
+    connecting: HashMap<SocketId, ConnectReply>,
+    published: Arc<Mutex<Counters>>,
+}
+
+/// Return a shard's link and the receiving end of its command queue.
+pub(crate) fn link(index: usize, waker: Option<bypass_device::Waker>) -> (Arc<ShardLink>, Receiver<Command>) {
+    let (commands, rx) = crossbeam_channel::unbounded();
+    (Arc::new(ShardLink { index, commands, waker, sleeping: AtomicBool::new(false) }), rx)
+}
+
+impl<D: Device> Shard<D> {
+    pub(crate) fn new(
+        stack: Stack<D>,
+        link: Arc<ShardLink>,
+        commands: Receiver<Command>,
+        pool: Pool,
+        busy_poll: bool,
+        published: Arc<Mutex<Counters>>,
+    ) -> Self {
+        Shard {
+            stack,
+            link,
+            commands,
+            pool,
+            busy_poll,
+            conns: HashMap::new(),
+            listeners: HashMap::new(),
+            connecting: HashMap::new(),
+            published,
+        }
+    }
+
+    /// Run until [`Command::Stop`] or every application handle is gone; return the
+    /// stack's counters.
+    pub(crate) fn run(mut self) -> io::Result<Counters> {
+        let mut last_publish = std::time::Instant::now();
+        loop {
+            let mut busy = false;
+            loop {
+                match self.commands.try_recv() {
+                    Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return self.stop(),
+                    Ok(command) => {
+                        busy = true;
+                        self.handle(command);
+                    }
+                    Err(TryRecvError::Empty) => break,
+                }
+            }
+            busy |= self.stack.poll_rx()? > 0;
+            while let Some((id, event)) = self.stack.poll_event() {
+                self.on_event(id, event);
+            }
+            self.accept_all();
+            busy |= self.stack.poll_tx()? > 0;
+            if last_publish.elapsed() >= PUBLISH_EVERY {
+                *self.published.lock().unwrap_or_else(PoisonError::into_inner) = self.stack.counters().clone();
+                last_publish = std::time::Instant::now();
+            }
+            if busy {
+                continue;
+            }
+            if self.busy_poll {
+                std::hint::spin_loop();
+                continue;
+            }
+            self.link.sleeping.store(true, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            if self.commands.is_empty() {
+                let cap = if self.link.waker.is_some() { None } else { Some(UNWAKEABLE_SLEEP) };
+                self.stack.wait(cap)?;
+            }
+            self.link.sleeping.store(false, Ordering::SeqCst);
+        }
+    }
+
+    fn stop(mut self) -> io::Result<Counters> {
+        for (_, reply) in self.connecting.drain() {
+            reply.send(Err(io::Error::new(ErrorKind::NotConnected, "the runtime stopped")));
+        }
+        for conn in self.conns.values() {
+            let _ = conn.shared.error.set((ErrorKind::NotConnected, "the runtime stopped".into()));
+        }
+        self.conns.clear();
+        self.listeners.clear();
+        self.stack.abort_all();
+        self.stack.poll_tx()?;
+        let counters = self.stack.counters().clone();
+        *self.published.lock().unwrap_or_else(PoisonError::into_inner) = counters.clone();
+        Ok(counters)
+    }
+
+    fn handle(&mut self, command: Command) {
+        match command {
+            Command::Kick(id) => self.pump(id),
+            Command::Listen { port, accepted, shared, reply } => {
+                let result = self.stack.listen(port).map_err(|e| match e {
+                    bypass_stack::ListenError::AddrInUse(_) => io::Error::new(ErrorKind::AddrInUse, e),
+                    bypass_stack::ListenError::InvalidPort => io::Error::new(ErrorKind::InvalidInput, e),
+                });
+                let result = result.map(|id| {
+                    self.listeners.insert(port, (id, accepted, shared));
+                });
+                let _ = reply.send(result);
+            }
+            Command::Unlisten(port) => {
+                if let Some((id, _, _)) = self.listeners.remove(&port) {
+                    self.stack.unlisten(id);
+                }
+            }
+            Command::Connect { remote, reply } => match self.stack.connect(remote) {
+                Ok(id) => {
+                    self.connecting.insert(id, reply);
+                }
+                Err(e) => {
+                    use bypass_stack::ConnectError as C;
+                    let kind = match e {
+                        C::InvalidAddress(_) => ErrorKind::InvalidInput,
+                        C::NoSourceAddress(_) | C::NoFreePort(_) => ErrorKind::AddrNotAvailable,
+                        C::PortInUse(_) => ErrorKind::AddrInUse,
+                        C::TableFull(_) => ErrorKind::OutOfMemory,
+                    };
+                    reply.send(Err(io::Error::new(kind, e)));
+                }
+            },
+            Command::SetNodelay(id, nodelay) => self.stack.set_nodelay(id, nodelay),
+            Command::Stop => unreachable!("handled by the loop"),
+        }
+    }
+
+    fn on_event(&mut self, id: SocketId, event: Event) {
+        if let Some(reply) = self.connecting.remove(&id) {
+            match event {
+                Event::Established => {
+                    let stream = self.adopt(id);
+                    reply.send(Ok(stream));
+                }
+                Event::Reset | Event::TimedOut | Event::Unreachable | Event::Closed => {
+                    let err = match self.stack.read(id, &mut []) {
+                        Err(e) if e.kind() == ErrorKind::ConnectionReset => {
+                            io::Error::new(ErrorKind::ConnectionRefused, "connection refused (the peer answered RST)")
+                        }
+                        Err(e) => e,
+                        Ok(_) => io::Error::new(ErrorKind::ConnectionRefused, "the connection closed while opening"),
+                    };
+                    self.stack.close(id);
+                    reply.send(Err(err));
+                }
+                _ => {
+                    self.connecting.insert(id, reply);
+                }
+            }
+            return;
+        }
+        self.pump(id);
+    }
+
+    /// Hand out established connections, as long as each listener's queue has room.
+    fn accept_all(&mut self) {
+        let ports: Vec<u16> = self.listeners.keys().copied().collect();
+        for port in ports {
+            loop {
+                let (lid, accepted, _) = &self.listeners[&port];
+                if accepted.is_full() {
+                    break;
+                }
+                let Some(id) = self.stack.accept(*lid) else { break };
+                let stream = self.adopt(id);
+                let (_, accepted, shared) = &self.listeners[&port];
+                if accepted.send(stream).is_err() {
+                    break; // The listener is gone; its Unlisten is on the way.
+                }
+                shared.wake();
+                self.pump(id);
+            }
+        }
+    }
+
+    /// Make the application's handle for `id` and keep the shard's side.
+    fn adopt(&mut self, id: SocketId) -> TcpStream {
+        let tuple = self.stack.interface().connection(id).and_then(|c| c.tuple()).expect("a live connection");
+        let shared = Arc::new(Shared::new(tuple.local, tuple.remote));
+        let (rx_tx, rx_rx) = bounded(QUEUE_CHUNKS);
+        let (tx_tx, tx_rx) = bounded(QUEUE_CHUNKS);
+        self.conns.insert(id, Conn { shared: Arc::clone(&shared), rx: Some(rx_tx), tx: Some(tx_rx), head: None });
+        TcpStream::new(shared, Arc::clone(&self.link), id, self.pool.clone(), rx_rx, tx_tx)
+    }
+
+    /// Move bytes between `id`'s queues and its connection, and close it once its handle is
+    /// gone and everything written has gone into the send buffer.
+    fn pump(&mut self, id: SocketId) {
+        let Some(conn) = self.conns.get_mut(&id) else { return };
+        conn.shared.kicked.store(false, Ordering::SeqCst);
+        let stack = &mut self.stack;
+        let pool = &self.pool;
+
+        // The application's bytes into the send buffer, in order.
+        let mut took = false;
+        loop {
+            if conn.head.is_none() {
+                let Some(tx) = &conn.tx else { break };
+                match tx.try_recv() {
+                    Ok(TxMsg::Data(chunk)) => conn.head = Some((chunk, 0)),
+                    Ok(TxMsg::Shutdown) => {
+                        stack.shutdown(id);
+                        took = true;
+                        continue;
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        conn.tx = None;
+                        break;
+                    }
+                }
+                took = true;
+            }
+            let (chunk, pos) = conn.head.as_mut().expect("just set");
+            match stack.write(id, &chunk.bytes()[*pos..]) {
+                Ok(n) => {
+                    *pos += n;
+                    if *pos < chunk.len {
+                        break;
+                    }
+                    pool.give(conn.head.take().expect("present").0);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    // Writers blocked on a full queue learn of the failure at once.
+                    let _ = conn.shared.error.set((e.kind(), e.to_string()));
+                    if let Some((chunk, _)) = conn.head.take() {
+                        pool.give(chunk);
+                    }
+                    conn.tx = None;
+                    break;
+                }
+            }
+        }
+        if took {
+            Shared::wake(&conn.shared.write_waker);
+        }
+
+        // Received bytes to the application, while its queue has room.
+        let mut gave = false;
+        while let Some(rx) = &conn.rx {
+            if rx.is_full() {
+                // Flag first, then look again: the reader that makes room either is seen
+                // here or sees the flag (and asks for this connection to be pumped).
+                conn.shared.rx_stalled.store(true, Ordering::SeqCst);
+                if rx.is_full() {
+                    break;
+                }
+            }
+            let mut chunk = pool.take();
+            let msg = match stack.read(id, &mut chunk.data) {
+                Ok(0) => {
+                    pool.give(chunk);
+                    RxMsg::End
+                }
+                Ok(n) => {
+                    chunk.len = n;
+                    RxMsg::Data(chunk)
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    pool.give(chunk);
+                    break;
+                }
+                Err(e) => {
+                    pool.give(chunk);
+                    let _ = conn.shared.error.set((e.kind(), e.to_string()));
+                    conn.tx = None;
+                    RxMsg::Failed
+                }
+            };
+            let last = !matches!(msg, RxMsg::Data(_));
+            match rx.try_send(msg) {
+                Ok(()) => gave = true,
+                Err(TrySendError::Full(_)) => unreachable!("the shard is the only sender and saw room"),
+                Err(TrySendError::Disconnected(m)) => {
+                    if let RxMsg::Data(chunk) = m {
+                        pool.give(chunk);
+                    }
+                    conn.rx = None;
+                    break;
+                }
+            }
+            if last {
+                conn.rx = None;
+            }
+        }
+        if gave {
+            Shared::wake(&conn.shared.read_waker);
+        }
+
+        // The handle is gone and nothing it wrote is left outside the send buffer: close
+        // as close(2) would.
+        let handle_gone = conn.shared.dropped.load(Ordering::SeqCst);
+        if handle_gone && conn.head.is_none() && conn.tx.as_ref().is_none_or(|tx| tx.is_empty()) {
+            let unread = conn.shared.unread.load(Ordering::SeqCst);
+            self.conns.remove(&id);
+            if unread {
+                self.stack.abort(id);
+            } else {
+                self.stack.close(id);
+            }
+        }
+    }
+}
