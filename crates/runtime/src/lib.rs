@@ -114,10 +114,15 @@ impl Runtime {
         let pool = Pool::new();
         let mut runtime =
             Runtime { links: Vec::new(), threads: Vec::new(), counters: Vec::new(), local, next: AtomicUsize::new(0) };
-        for (index, mut device) in devices.into_iter().enumerate() {
-            let (link, commands) = shard::link(index, device.waker());
+        let mut devices: Vec<D> = devices;
+        let links: Vec<_> =
+            devices.iter_mut().enumerate().map(|(index, device)| shard::link(index, device.waker())).collect();
+        let all: Vec<Arc<ShardLink>> = links.iter().map(|(link, _)| Arc::clone(link)).collect();
+        for ((device, (link, commands)), index) in devices.into_iter().zip(links).zip(0..) {
             let mut config = config.clone();
             config.ephemeral_port_share = (index as u16, count as u16);
+            config.share_neighbours = count > 1;
+            let siblings: Vec<_> = all.iter().filter(|l| l.index != index).cloned().collect();
             let published = Arc::new(Mutex::new(Counters::default()));
             let (link2, pool2, published2, options2) =
                 (Arc::clone(&link), pool.clone(), Arc::clone(&published), options.clone());
@@ -126,7 +131,7 @@ impl Runtime {
                 if let Some(factory) = &options2.capture {
                     stack.set_capture(factory(index, stack.epoch())?);
                 }
-                Shard::new(stack, link2, commands, pool2, options2.busy_poll, published2).run()
+                Shard::new(stack, link2, commands, pool2, options2.busy_poll, published2, siblings).run()
             })?;
             runtime.links.push(link);
             runtime.threads.push(thread);

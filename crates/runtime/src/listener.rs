@@ -33,6 +33,7 @@ pub struct TcpListener {
     pub(crate) port: u16,
     pub(crate) local: SocketAddr,
     pub(crate) accepted: Receiver<TcpStream>,
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) shared: Arc<ListenerShared>,
     pub(crate) links: Vec<Arc<ShardLink>>,
     nonblocking: bool,

@@ -42,6 +42,10 @@ pub(crate) enum Command {
     Connect { remote: SocketAddr, reply: ConnectReply },
     /// Turn Nagle's algorithm off or on.
     SetNodelay(SocketId, bool),
+    /// A frame a sibling received for one of this shard's connections.
+    Frame(Vec<u8>),
+    /// A sibling shard learned where a neighbour is (its answer came to that shard's queue).
+    Neighbour(std::net::IpAddr, [u8; 6]),
     /// Reset everything and end the thread.
     Stop,
 }
@@ -107,6 +111,8 @@ pub(crate) struct Shard<D: Device> {
     listeners: HashMap<u16, (ListenerId, Sender<TcpStream>, Arc<ListenerShared>)>,
     connecting: HashMap<SocketId, ConnectReply>,
     published: Arc<Mutex<Counters>>,
+    /// The other shards, told of every neighbour this one learns.
+    siblings: Vec<Arc<ShardLink>>,
 }
 
 /// Return a shard's link and the receiving end of its command queue.
@@ -123,6 +129,7 @@ impl<D: Device> Shard<D> {
         pool: Pool,
         busy_poll: bool,
         published: Arc<Mutex<Counters>>,
+        siblings: Vec<Arc<ShardLink>>,
     ) -> Self {
         Shard {
             stack,
@@ -134,6 +141,7 @@ impl<D: Device> Shard<D> {
             listeners: HashMap::new(),
             connecting: HashMap::new(),
             published,
+            siblings,
         }
     }
 
@@ -154,6 +162,18 @@ impl<D: Device> Shard<D> {
                 }
             }
             busy |= self.stack.poll_rx()? > 0;
+            if !self.siblings.is_empty() {
+                for (ip, mac) in self.stack.take_learned_neighbours() {
+                    for sibling in &self.siblings {
+                        sibling.command(Command::Neighbour(ip, mac));
+                    }
+                }
+                for (owner, frame) in self.stack.take_foreign_frames() {
+                    if let Some(sibling) = self.siblings.iter().find(|s| s.index == usize::from(owner)) {
+                        sibling.command(Command::Frame(frame));
+                    }
+                }
+            }
             while let Some((id, event)) = self.stack.poll_event() {
                 self.on_event(id, event);
             }
@@ -230,6 +250,8 @@ impl<D: Device> Shard<D> {
                 }
             },
             Command::SetNodelay(id, nodelay) => self.stack.set_nodelay(id, nodelay),
+            Command::Neighbour(ip, mac) => self.stack.learn_neighbour(ip, mac),
+            Command::Frame(frame) => self.stack.receive_handed_over(&frame),
             Command::Stop => unreachable!("handled by the loop"),
         }
     }

@@ -235,6 +235,7 @@ impl TcpStream {
     }
 
     /// Queue FIN after what was written without waiting: `Ok(false)` when the queue is full.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn try_shutdown_write(&mut self) -> io::Result<bool> {
         let Some(tx) = &self.tx else { return Ok(true) };
         match tx.try_send(TxMsg::Shutdown) {

@@ -207,6 +207,14 @@ pub struct Counters {
     /// Bytes copied by the CPU on the data path (payload into and out of connection
     /// buffers), for the demo's copies-per-byte figure.
     pub bytes_copied: u64,
+    /// Bytes the application read or wrote in place in connection buffers, with
+    /// [`Stack::recv_with`](crate::Stack::recv_with) and
+    /// [`Stack::send_with`](crate::Stack::send_with): not copied by the host, and not in
+    /// `bytes_copied`.
+    pub bytes_in_place: u64,
+    /// Frames received for a sibling host's connection (another shard's active open, whose
+    /// replies the device steered to this queue) and handed over to it.
+    pub frames_handed_over: u64,
     drops: [u64; Drop::ALL.len()],
 }
 
@@ -260,6 +268,8 @@ impl fmt::Display for Counters {
             ("ndp_solicitations", self.ndp_solicitations),
             ("ndp_advertisements", self.ndp_advertisements),
             ("bytes_copied", self.bytes_copied),
+            ("bytes_in_place", self.bytes_in_place),
+            ("frames_handed_over", self.frames_handed_over),
         ];
         for (name, value) in plain {
             if value != 0 {

@@ -1147,6 +1147,12 @@ impl NdpCache {
     // Receiving (RFC 4861 6.3.4, 7.2.3, 7.2.5, 8.3, appendix C).
     // ---------------------------------------------------------------------------------
 
+    /// Take `ip`'s link-layer address from a sibling cache (a host sharing our addresses on
+    /// another queue saw it), as from a solicitation's source option: see [`Self::learn`].
+    pub fn learn_from_sibling(&mut self, ip: Ipv6Addr, mac: [u8; 6], now: Instant) -> Update {
+        self.learn(ip, mac, false, now)
+    }
+
     /// Take a link-layer address from a message other than an advertisement (NS, RA,
     /// Redirect): appendix C's second table. A new entry is STALE; an INCOMPLETE one becomes
     /// STALE and releases its frames; a resolved one with a different MAC takes it and

@@ -133,6 +133,29 @@ impl<D: Device> Stack<D> {
         &self.iface
     }
 
+    /// Return the neighbours learned from received frames since the last call, for sibling
+    /// stacks on other queues (see [`StackConfig::share_neighbours`]).
+    pub fn take_learned_neighbours(&mut self) -> Vec<(std::net::IpAddr, [u8; 6])> {
+        self.iface.take_learned_neighbours()
+    }
+
+    /// Return frames for sibling stacks' connections ([`Interface::take_foreign_frames`]).
+    pub fn take_foreign_frames(&mut self) -> Vec<(u16, Vec<u8>)> {
+        self.iface.take_foreign_frames()
+    }
+
+    /// Take in a frame a sibling stack received for one of our connections.
+    pub fn receive_handed_over(&mut self, frame: &[u8]) {
+        let now = self.now();
+        self.iface.receive(now, frame);
+    }
+
+    /// Learn a neighbour a sibling stack saw ([`Interface::learn_neighbour`]).
+    pub fn learn_neighbour(&mut self, ip: std::net::IpAddr, mac: [u8; 6]) {
+        let now = self.now();
+        self.iface.learn_neighbour(now, ip, mac);
+    }
+
     /// Return the host's counters.
     pub fn counters(&self) -> &Counters {
         self.iface.counters()
@@ -256,13 +279,7 @@ impl<D: Device> Stack<D> {
     pub fn read(&mut self, id: SocketId, buf: &mut [u8]) -> io::Result<usize> {
         let conn = self.iface.connection_mut(id).ok_or_else(stale)?;
         let icmp = conn.error();
-        let n = conn.recv(buf).map_err(|e| match e {
-            RecvError::WouldBlock => io::Error::from(ErrorKind::WouldBlock),
-            RecvError::Reset | RecvError::TimedOut if icmp.is_some() => icmp_io_error(e, icmp),
-            RecvError::Reset => io::Error::new(ErrorKind::ConnectionReset, e),
-            RecvError::TimedOut => io::Error::new(ErrorKind::TimedOut, e),
-            RecvError::InvalidState(_) => io::Error::new(ErrorKind::NotConnected, e),
-        })?;
+        let n = conn.recv(buf).map_err(|e| recv_io_error(e, icmp))?;
         self.iface.counters_mut().bytes_copied += n as u64;
         Ok(n)
     }
@@ -271,15 +288,47 @@ impl<D: Device> Stack<D> {
     pub fn write(&mut self, id: SocketId, data: &[u8]) -> io::Result<usize> {
         let conn = self.iface.connection_mut(id).ok_or_else(stale)?;
         let icmp = conn.error();
-        let n = conn.send(data).map_err(|e| match e {
-            SendError::WouldBlock => io::Error::from(ErrorKind::WouldBlock),
-            SendError::Reset | SendError::TimedOut if icmp.is_some() => icmp_io_error(e, icmp),
-            SendError::Reset => io::Error::new(ErrorKind::ConnectionReset, e),
-            SendError::TimedOut => io::Error::new(ErrorKind::TimedOut, e),
-            SendError::InvalidState(_) => io::Error::new(ErrorKind::BrokenPipe, e),
-        })?;
+        let n = conn.send(data).map_err(|e| send_io_error(e, icmp))?;
         self.iface.counters_mut().bytes_copied += n as u64;
         Ok(n)
+    }
+
+    /// Read received data in place: call `f` with the bytes at the front of the receive
+    /// buffer; it returns how many it consumed and a value, which is returned. An empty slice
+    /// means the end of the stream. On failure `f` is not called, and the error is
+    /// [`read`](Stack::read)'s (`WouldBlock` when nothing is there yet). See
+    /// [`Connection::recv_with`](bypass_tcp::Connection::recv_with).
+    ///
+    /// What is copied: the payload of each frame into the receive buffer, as it arrives
+    /// (counted in [`Counters::bytes_copied`]). What is not: the bytes `f` consumes, which it
+    /// reads where they are (counted in [`Counters::bytes_in_place`]); `read` copies them
+    /// out a second time.
+    pub fn recv_with<R>(&mut self, id: SocketId, f: impl FnOnce(&[u8]) -> (usize, R)) -> io::Result<R> {
+        let conn = self.iface.connection_mut(id).ok_or_else(stale)?;
+        let icmp = conn.error();
+        let before = conn.recv_available();
+        let value = conn.recv_with(f).map_err(|e| recv_io_error(e, icmp))?;
+        let consumed = before - conn.recv_available();
+        self.iface.counters_mut().bytes_in_place += consumed as u64;
+        Ok(value)
+    }
+
+    /// Queue data written in place: call `f` with free space at the end of the send buffer;
+    /// it returns how many bytes it wrote there and a value, which is returned. On failure
+    /// `f` is not called, and the error is [`write`](Stack::write)'s (`WouldBlock` when the
+    /// send buffer is full). See [`Connection::send_with`](bypass_tcp::Connection::send_with).
+    ///
+    /// What is copied: the bytes from the send buffer into each frame that carries them
+    /// (counted in [`Counters::bytes_copied`]). What is not: the bytes `f` writes, which are
+    /// the ones sent (counted in [`Counters::bytes_in_place`]); `write` copies them in first.
+    pub fn send_with<R>(&mut self, id: SocketId, f: impl FnOnce(&mut [u8]) -> (usize, R)) -> io::Result<R> {
+        let conn = self.iface.connection_mut(id).ok_or_else(stale)?;
+        let icmp = conn.error();
+        let before = conn.send_queued();
+        let value = conn.send_with(f).map_err(|e| send_io_error(e, icmp))?;
+        let queued = conn.send_queued() - before;
+        self.iface.counters_mut().bytes_in_place += queued as u64;
+        Ok(value)
     }
 
     /// Half-close: send FIN after queued data; reading goes on (`shutdown(Write)`).
@@ -353,6 +402,30 @@ impl<D: Device> Stack<D> {
 
 fn stale() -> io::Error {
     io::Error::new(ErrorKind::NotConnected, "the connection no longer exists (closed or never opened)")
+}
+
+/// Return the `io::Error` for a read that failed with `e` on a connection whose ICMP error,
+/// if any, is `icmp`.
+fn recv_io_error(e: RecvError, icmp: Option<bypass_tcp::IcmpError>) -> io::Error {
+    match e {
+        RecvError::WouldBlock => io::Error::from(ErrorKind::WouldBlock),
+        RecvError::Reset | RecvError::TimedOut if icmp.is_some() => icmp_io_error(e, icmp),
+        RecvError::Reset => io::Error::new(ErrorKind::ConnectionReset, e),
+        RecvError::TimedOut => io::Error::new(ErrorKind::TimedOut, e),
+        RecvError::InvalidState(_) => io::Error::new(ErrorKind::NotConnected, e),
+    }
+}
+
+/// Return the `io::Error` for a write that failed with `e` on a connection whose ICMP
+/// error, if any, is `icmp`.
+fn send_io_error(e: SendError, icmp: Option<bypass_tcp::IcmpError>) -> io::Error {
+    match e {
+        SendError::WouldBlock => io::Error::from(ErrorKind::WouldBlock),
+        SendError::Reset | SendError::TimedOut if icmp.is_some() => icmp_io_error(e, icmp),
+        SendError::Reset => io::Error::new(ErrorKind::ConnectionReset, e),
+        SendError::TimedOut => io::Error::new(ErrorKind::TimedOut, e),
+        SendError::InvalidState(_) => io::Error::new(ErrorKind::BrokenPipe, e),
+    }
 }
 
 /// A blocking `std::io::Read` and `Write` adapter over one connection: it drives the

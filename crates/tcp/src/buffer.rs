@@ -15,7 +15,9 @@
 //!    | committed (readable)      | uncommitted (write_at)       |
 //! ```
 //!
-//! - The send side appends with [`push`](RingBuffer::push), reads segments to
+//! - The send side appends with [`push`](RingBuffer::push), or writes in place into
+//!   [`free_slices_mut`](RingBuffer::free_slices_mut) and commits what it wrote with
+//!   [`commit`](RingBuffer::commit); it reads segments to
 //!   (re)transmit with [`peek`](RingBuffer::peek) at their offset from
 //!   SND.UNA, and drops acknowledged bytes with
 //!   [`discard`](RingBuffer::discard) (RFC 9293 section 3.8.6 keeps data until
@@ -24,7 +26,8 @@
 //!   [`write_at`](RingBuffer::write_at), even out of order, and makes bytes
 //!   readable with [`commit`](RingBuffer::commit) once they are contiguous
 //!   (RFC 9293 section 3.10.7.4, "seventh, process the segment text"); the
-//!   application drains them with [`pop`](RingBuffer::pop).
+//!   application drains them with [`pop`](RingBuffer::pop), or reads them in place
+//!   through [`as_slices`](RingBuffer::as_slices) and then [`discard`](RingBuffer::discard)s them.
 //!
 //! Consuming bytes from the front moves the front but never moves or clears
 //! bytes already written beyond the committed data, so out-of-order data stays
@@ -151,8 +154,9 @@ impl RingBuffer {
         n
     }
 
-    /// Make `n` more bytes readable: those placed with [`write_at`](Self::write_at)
-    /// right after the committed data. Clamp at the capacity.
+    /// Make `n` more bytes readable: those placed right after the committed data, with
+    /// [`write_at`](Self::write_at) or through [`free_slices_mut`](Self::free_slices_mut).
+    /// Clamp at the capacity.
     pub fn commit(&mut self, n: usize) {
         self.len = self.len.saturating_add(n).min(self.capacity());
     }
@@ -205,6 +209,32 @@ impl RingBuffer {
         let first = &self.storage[self.head..self.head + first_len];
         let second = &self.storage[..self.len - first_len];
         (first, second)
+    }
+
+    /// Return the free area after the committed bytes as at most two mutable slices, front
+    /// first, to write in place; then [`commit`](Self::commit) what was written at the start
+    /// of the first slice (and on into the second).
+    ///
+    /// The slices' lengths add up to [`free`](Self::free); the second is empty unless the
+    /// free area wraps around the end of the storage, and both are empty when the ring is
+    /// full. They hold whatever lies there: old bytes, and anything placed with
+    /// [`write_at`](Self::write_at) and not yet committed, which writing here overwrites (so
+    /// this is for the send side, which places nothing out of order).
+    ///
+    /// The ring cannot tell which of these bytes the caller writes, so it counts all of
+    /// them as written: [`into_storage`](Self::into_storage) clears them for the next ring.
+    pub fn free_slices_mut(&mut self) -> (&mut [u8], &mut [u8]) {
+        let free = self.free();
+        if free == 0 {
+            return (&mut [], &mut []);
+        }
+        let start = self.wrap(self.head + self.len);
+        let first = free.min(self.capacity() - start);
+        let second = free - first;
+        // Every byte lent out may come back written.
+        self.written = self.written.max(start + first).max(second);
+        let (low, high) = self.storage.split_at_mut(start);
+        (&mut high[..first], &mut low[..second])
     }
 
     /// Reduce a storage index in `0..2 * capacity` to `0..capacity`.
@@ -524,6 +554,85 @@ mod tests {
         assert_eq!(ring.written, 11, "reading does not shrink the written extent");
     }
 
+    #[test]
+    fn free_slices_cover_the_free_area_front_first() {
+        let mut ring = RingBuffer::new(8);
+        let (a, b) = ring.free_slices_mut();
+        assert_eq!((a.len(), b.len()), (8, 0), "an empty ring lends all of its storage at once");
+        ring.push(b"abcde");
+        ring.discard(3); // "de" at storage 3..5
+        let (a, b) = ring.free_slices_mut();
+        assert_eq!((a.len(), b.len()), (3, 3), "storage 5..8, then 0..3");
+        a.copy_from_slice(b"fgh");
+        b.copy_from_slice(b"ijk");
+        ring.commit(6);
+        assert_eq!(peek_all(&ring), b"defghijk");
+        let (a, b) = ring.free_slices_mut();
+        assert!(a.is_empty() && b.is_empty(), "a full ring lends nothing");
+    }
+
+    #[test]
+    fn the_free_area_between_a_wrapped_tail_and_the_front_is_one_slice() {
+        let mut ring = RingBuffer::new(8);
+        ring.push(b"abcdef");
+        ring.discard(5);
+        ring.push(b"ghij"); // "fghij": storage 5..8, then 0..2
+        let (a, b) = ring.free_slices_mut();
+        assert_eq!((a.len(), b.len()), (3, 0), "storage 2..5");
+        a.copy_from_slice(b"klm");
+        ring.commit(2);
+        assert_eq!(peek_all(&ring), b"fghijkl");
+        let (a, b) = ring.free_slices_mut();
+        assert_eq!((&*a, &*b), (&b"m"[..], &[][..]), "what was written and not committed stays out");
+    }
+
+    #[test]
+    fn bytes_written_in_place_beyond_the_commit_are_not_readable() {
+        let mut ring = RingBuffer::new(8);
+        ring.push(b"ab");
+        let (a, b) = ring.free_slices_mut();
+        // A writer that scribbles over all it was lent and reports two bytes.
+        a.fill(0xa5);
+        b.fill(0xa5);
+        a[..2].copy_from_slice(b"cd");
+        ring.commit(2);
+        assert_eq!(peek_all(&ring), b"abcd");
+        assert_eq!(ring.pop(&mut [0xa5; 8]), 4);
+        assert!(ring.is_empty());
+        // The next writer finds the scribbles: unwritten bytes show.
+        let (a, b) = ring.free_slices_mut();
+        assert_eq!((&*a, &*b), (&[0xa5; 4][..], &b"abcd"[..]));
+    }
+
+    #[test]
+    fn bytes_lent_for_writing_in_place_are_cleared_on_recycling() {
+        // Lent past everything written before: the written extent grows to cover the loan.
+        let mut ring = RingBuffer::new(16);
+        ring.push(b"abc");
+        let (a, _) = ring.free_slices_mut();
+        a.fill(0xa5);
+        assert_eq!(ring.written, 16);
+        ring.commit(1);
+        assert!(ring.into_storage().0.iter().all(|&b| b == 0), "every byte lent is cleared");
+        // Lent in two pieces around the end of the storage.
+        let mut ring = RingBuffer::new(16);
+        ring.push(&[1; 12]);
+        ring.discard(12);
+        let (a, b) = ring.free_slices_mut();
+        assert_eq!((a.len(), b.len()), (4, 12));
+        a.fill(0xa5);
+        b.fill(0xa5);
+        assert!(ring.into_storage().0.iter().all(|&b| b == 0), "both pieces are cleared");
+        // A full ring lends nothing and counts nothing.
+        let mut ring = RingBuffer::new(16);
+        ring.push(&[1; 16]);
+        ring.discard(4);
+        ring.push(&[2; 4]);
+        let written = ring.written;
+        let _ = ring.free_slices_mut();
+        assert_eq!(ring.written, written);
+    }
+
     /// One operation in the model test.
     #[derive(Debug, Clone)]
     enum Op {
@@ -533,6 +642,9 @@ mod tests {
         Peek(usize, usize),
         WriteAt(usize, Vec<u8>),
         Commit(usize),
+        /// Write the bytes front first into the free slices, 0xa5 over the rest of them,
+        /// and commit at most that many of them.
+        InPlace(Vec<u8>, usize),
         Clear,
     }
 
@@ -565,7 +677,8 @@ mod tests {
             (0usize..24).prop_map(Op::Pop),
             (0usize..24).prop_map(Op::Discard),
             (0usize..24, 0usize..24).prop_map(|(o, n)| Op::Peek(o, n)),
-            (0usize..24, bytes).prop_map(|(o, d)| Op::WriteAt(o, d)),
+            (0usize..24, bytes.clone()).prop_map(|(o, d)| Op::WriteAt(o, d)),
+            (bytes, 0usize..24).prop_map(|(d, k)| Op::InPlace(d, k)),
             (0usize..12).prop_map(Op::Commit),
             Just(Op::Clear),
         ]
@@ -631,6 +744,21 @@ mod tests {
                     Op::Commit(n) => {
                         ring.commit(n);
                         len = (len + n).min(cap);
+                    }
+                    Op::InPlace(d, k) => {
+                        let free = cap - len;
+                        let n = d.len().min(free);
+                        let (a, b) = ring.free_slices_mut();
+                        prop_assert_eq!(a.len() + b.len(), free);
+                        prop_assert!(free == 0 || !a.is_empty(), "the first slice is empty only when full");
+                        let lent = a.iter_mut().chain(b.iter_mut());
+                        for (i, (byte, slot)) in lent.zip(&mut window[len..]).enumerate() {
+                            *byte = if i < n { d[i] } else { 0xa5 };
+                            *slot = Some(*byte);
+                        }
+                        let k = k.min(n);
+                        ring.commit(k);
+                        len += k;
                     }
                     Op::Clear => {
                         ring.clear();

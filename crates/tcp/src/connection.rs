@@ -16,7 +16,9 @@
 //!
 //! The application side is [`send`](Connection::send), [`recv`](Connection::recv),
 //! [`close`](Connection::close) and [`abort`](Connection::abort); after any of
-//! them, call `poll_transmit` again.
+//! them, call `poll_transmit` again. [`send_with`](Connection::send_with) and
+//! [`recv_with`](Connection::recv_with) are `send` and `recv` without the copy: the
+//! application writes into the send buffer and reads from the receive buffer in place.
 //!
 //! This file holds the TCB and the user calls (RFC 9293 3.10.1-3.10.6). The TCB's parts
 //! live in files of their own, each with its invariants: `send_space.rs` (with the SACK
@@ -379,13 +381,7 @@ impl Connection {
     ///
     /// Data queued in SYN-SENT or SYN-RECEIVED goes out once the connection is established.
     pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
-        self.check_failure().map_err(|f| match f {
-            Failure::Reset | Failure::Unreachable => SendError::Reset,
-            Failure::TimedOut => SendError::TimedOut,
-        })?;
-        if !self.state.can_send() || self.snd.fin_queued {
-            return Err(SendError::InvalidState(self.state));
-        }
+        self.check_send()?;
         if data.is_empty() {
             return Ok(0);
         }
@@ -400,22 +396,103 @@ impl Connection {
         }
     }
 
+    /// Queue data written in place: call `f` with the free space of the send buffer that
+    /// lies contiguous after the queued data, and queue the first `n` bytes of it, where `f`
+    /// returns `(n, value)`; return `value` (RFC 9293 3.10.2, as [`send`](Connection::send)).
+    ///
+    /// Nothing is copied: the bytes `f` writes are the ones sent. The slice may be shorter
+    /// than [`send_capacity`](Connection::send_capacity) where the free space wraps around
+    /// the end of the buffer; the next call gets the rest. It holds whatever was there
+    /// before, not zeroes. Bytes `f` writes past the `n` it reports are not sent (the next
+    /// call sees them again), and an `n` larger than the slice counts as all of it.
+    ///
+    /// The errors are `send`'s, and with any of them `f` is not called: `WouldBlock` when
+    /// the buffer is full, `InvalidState`, `Reset` or `TimedOut` when no data may be queued.
+    pub fn send_with<R>(&mut self, f: impl FnOnce(&mut [u8]) -> (usize, R)) -> Result<R, SendError> {
+        self.check_send()?;
+        let (free, _) = self.snd.buf.free_slices_mut();
+        if free.is_empty() {
+            // As when `send` finds no room: the buffer holds the application back.
+            self.snd.limited = true;
+            return Err(SendError::WouldBlock);
+        }
+        let room = free.len();
+        let (n, value) = f(free);
+        self.snd.buf.commit(n.min(room));
+        Ok(value)
+    }
+
+    /// Return why no data may be queued now, if it may not: the connection failed, is not
+    /// open for sending, or the user closed it (RFC 9293 3.10.2).
+    fn check_send(&self) -> Result<(), SendError> {
+        self.check_failure().map_err(|f| match f {
+            Failure::Reset | Failure::Unreachable => SendError::Reset,
+            Failure::TimedOut => SendError::TimedOut,
+        })?;
+        if !self.state.can_send() || self.snd.fin_queued {
+            return Err(SendError::InvalidState(self.state));
+        }
+        Ok(())
+    }
+
     /// Read received data; `Ok(0)` means the peer closed and everything was read
     /// (RFC 9293 3.10.3).
     pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize, RecvError> {
         if !self.rcv.buf.is_empty() {
             let n = self.rcv.read(buf);
-            // Receive-buffer autotuning measures what the application takes, not what arrives.
-            self.rcv.drs_bytes = self.rcv.drs_bytes.saturating_add(n as u32);
-            // Receiver-side SWS avoidance (RFC 9293 3.8.6.2.2): a window update at once
-            // only when reading opened the window by a worthwhile amount.
-            if self.state.can_receive() && self.rcv.read_opens_window(self.config.mss) {
-                self.rcv.ack_due = AckDue::Now;
-            }
+            self.note_read(n);
             return Ok(n);
         }
+        self.check_end_of_stream()?;
+        Ok(0)
+    }
+
+    /// Read received data in place: call `f` with the received bytes that lie contiguous
+    /// at the front of the receive buffer, and consume the first `n` of them, where `f`
+    /// returns `(n, value)`; return `value` (RFC 9293 3.10.3, as [`recv`](Connection::recv)).
+    ///
+    /// Nothing is copied: `f` reads the buffer itself. The slice may hold fewer bytes than
+    /// [`recv_available`](Connection::recv_available) where the data wraps around the end of
+    /// the buffer; the next call gets the rest. Bytes not consumed stay for the next call,
+    /// and an `n` larger than the slice consumes all of it. Consuming opens the window as
+    /// `recv` does, with a window update at once when that is worthwhile.
+    ///
+    /// When the peer closed and everything was read, `f` is called with an empty slice (the
+    /// end of the stream, where `recv` returns `Ok(0)`), as often as `recv_with` is called.
+    /// Otherwise, with nothing to read, `f` is not called and the error is `recv`'s:
+    /// `WouldBlock` while data may still come, `Reset` or `TimedOut` when the connection
+    /// failed, `InvalidState` when it is not open for receiving.
+    pub fn recv_with<R>(&mut self, f: impl FnOnce(&[u8]) -> (usize, R)) -> Result<R, RecvError> {
+        if !self.rcv.buf.is_empty() {
+            let front = self.rcv.readable_front();
+            let len = front.len();
+            let (n, value) = f(front);
+            let n = self.rcv.consume(n.min(len));
+            self.note_read(n);
+            return Ok(value);
+        }
+        self.check_end_of_stream()?;
+        Ok(f(&[]).1)
+    }
+
+    /// Account for `n` bytes the application read: they count for receive-buffer
+    /// autotuning, and a window update is owed at once if reading opened the window enough.
+    fn note_read(&mut self, n: usize) {
+        // Receive-buffer autotuning measures what the application takes, not what arrives.
+        self.rcv.drs_bytes = self.rcv.drs_bytes.saturating_add(n as u32);
+        // Receiver-side SWS avoidance (RFC 9293 3.8.6.2.2): a window update at once
+        // only when reading opened the window by a worthwhile amount.
+        if self.state.can_receive() && self.rcv.read_opens_window(self.config.mss) {
+            self.rcv.ack_due = AckDue::Now;
+        }
+    }
+
+    /// With nothing left to read, return `Ok` at the end of the stream (the peer's FIN
+    /// arrived), else why there is nothing: data may still come, the connection failed, or
+    /// it is not open for receiving (RFC 9293 3.10.3).
+    fn check_end_of_stream(&self) -> Result<(), RecvError> {
         if self.rcv.fin_received {
-            return Ok(0);
+            return Ok(());
         }
         self.check_failure().map_err(|f| match f {
             Failure::Reset | Failure::Unreachable => RecvError::Reset,

@@ -239,10 +239,25 @@ impl RecvSpace {
         Ok(text)
     }
 
-    /// Read committed bytes into `buf`; return how many. With everything read and no
-    /// out-of-order data held, the ring starts over at the front of its storage.
+    /// Read committed bytes into `buf` and consume them (see [`consume`](Self::consume));
+    /// return how many.
     pub(crate) fn read(&mut self, buf: &mut [u8]) -> usize {
-        let n = self.buf.pop(buf);
+        let n = self.buf.peek(0, buf);
+        self.consume(n)
+    }
+
+    /// Return the committed bytes at the front that lie contiguous in the ring, to read in
+    /// place: all of them unless they wrap around the end of its storage.
+    pub(crate) fn readable_front(&self) -> &[u8] {
+        self.buf.as_slices().0
+    }
+
+    /// Consume `n` committed bytes from the front, or all of them if fewer; return how many.
+    /// With everything read and no out-of-order data held, the ring starts over at the front
+    /// of its storage.
+    pub(crate) fn consume(&mut self, n: usize) -> usize {
+        let n = n.min(self.buf.len());
+        self.buf.discard(n);
         if self.assembler.is_empty() {
             self.buf.rewind_if_empty();
         }

@@ -80,6 +80,11 @@ pub struct StackConfig {
     /// never open the same 4-tuple; a device that steers replies by destination port can
     /// then bring them back to the shard that opened the connection. `(0, 1)`: every port.
     pub ephemeral_port_share: (u16, u16),
+    /// Keep the neighbours (ARP, NDP) learned from received frames for
+    /// [`Interface::take_learned_neighbours`], so stacks that share addresses, one per device
+    /// queue, can tell each other: an answer to one's ARP request may arrive on another's
+    /// queue.
+    pub share_neighbours: bool,
     /// Buffers of finished connections kept for new ones, so opening a connection does not
     /// allocate (each is `tcp.send_buffer + tcp.recv_buffer` bytes: 512 KiB by default).
     pub buffer_pool: usize,
@@ -128,6 +133,7 @@ impl StackConfig {
             max_connections: 65536,
             ephemeral_ports: (49152, 65535),
             ephemeral_port_share: (0, 1),
+            share_neighbours: false,
             buffer_pool: 16,
             max_orphans: 16_384,
             max_orphan_memory: 64 << 20,
@@ -147,6 +153,9 @@ impl StackConfig {
         self
     }
 }
+
+/// Frames for sibling hosts kept between takes, at most (the rest are answered as before).
+const MAX_FOREIGN: usize = 4096;
 
 /// Names a connection owned by the host; stale ids (of removed connections) are detected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -260,6 +269,12 @@ pub struct Interface {
     /// Replies that belong to no connection, with their capture note.
     control: VecDeque<(ethernet::Reply, String)>,
     spare: Vec<Vec<u8>>,
+    /// Neighbours learned from received frames since the last take (`share_neighbours`).
+    learned: Vec<(IpAddr, [u8; 6])>,
+    /// The frame being received belongs to a sibling's connection (see `take_foreign_frames`).
+    misrouted: Option<u16>,
+    /// Frames for siblings' connections, with the sibling's index, since the last take.
+    foreign: Vec<(u16, Vec<u8>)>,
     /// Where the note of each frame goes while a [`Recorder`](crate::capture::Recorder)
     /// records the device (`None`: no notes are formatted).
     notes: Option<NoteBoard>,
@@ -337,6 +352,9 @@ impl Interface {
             dirty: Vec::new(),
             control: VecDeque::new(),
             spare: Vec::new(),
+            learned: Vec::new(),
+            misrouted: None,
+            foreign: Vec::new(),
             notes: None,
             note: String::new(),
             events: VecDeque::new(),
@@ -448,9 +466,33 @@ impl Interface {
     pub fn receive(&mut self, now: Instant, frame: &[u8]) {
         self.note.clear();
         self.receive_frame(now, frame);
+        if let Some(owner) = self.misrouted.take()
+            && self.foreign.len() < MAX_FOREIGN
+        {
+            self.foreign.push((owner, frame.to_vec()));
+            self.counters.frames_handed_over += 1;
+        }
         if let Some(board) = &self.notes {
             board.write(now, &self.note);
         }
+    }
+
+    /// Return the frames received for connections of sibling hosts since the last call,
+    /// each with the sibling's index (see [`StackConfig::ephemeral_port_share`]), for the
+    /// sibling's [`receive`](Interface::receive). A device whose steering a source port
+    /// cannot choose (a veth, where the queue is the peer's transmit queue) brings replies to
+    /// one shard's active opens to another shard's queue; they are handed over instead of
+    /// being answered with RST.
+    pub fn take_foreign_frames(&mut self) -> Vec<(u16, Vec<u8>)> {
+        std::mem::take(&mut self.foreign)
+    }
+
+    /// Return the sibling that opened connections from local `port`, if not this host.
+    pub(super) fn sibling_owner(&self, port: u16) -> Option<u16> {
+        let (index, count) = self.config.ephemeral_port_share;
+        let (lo, hi) = self.config.ephemeral_ports;
+        let ephemeral = (lo.min(hi)..=lo.max(hi)).contains(&port);
+        (count > 1 && ephemeral && port % count != index % count).then_some(port % count)
     }
 
     /// Return when `handle_timeouts` next has work.

@@ -31,6 +31,7 @@ impl Interface {
             // RFC 826: we are the target, so add the sender (merge or insert).
             let released = self.arp.learn(msg.sender_ip, msg.sender_mac, now);
             let ip = msg.sender_ip;
+            self.note_learned(IpAddr::V4(ip), msg.sender_mac);
             for frame in released {
                 self.queue_control(frame, || format!("held for ARP resolution of {ip}; now sent"));
             }
@@ -132,6 +133,9 @@ impl Interface {
                 }
                 let update = self.ndp.handle_solicitation(src, &ns, now);
                 self.send_released(update.frames, src);
+                if let Some(mac) = ns.source_mac.filter(|_| !src.is_unspecified()) {
+                    self.note_learned(IpAddr::V6(src), mac);
+                }
                 // RFC 4861 7.2.4: to the solicitation's source (solicited, at the MAC its
                 // option gave, or its frame's), or to all nodes if that was unspecified (DAD).
                 let (dst_mac, dst_ip, solicited) = if src.is_unspecified() {
@@ -159,6 +163,9 @@ impl Interface {
                     return self.drop(Drop::BadNdp, "advertisement of our own address");
                 }
                 let update = self.ndp.handle_advertisement(&na, now);
+                if let Some(mac) = na.target_mac {
+                    self.note_learned(IpAddr::V6(na.target), mac);
+                }
                 if self.notes.is_some() {
                     let _ = write!(self.note, "Neighbour Advertisement from {src}: {} learned", na.target);
                 }
@@ -178,6 +185,40 @@ impl Interface {
             // Redirects would re-point a destination's first hop (RFC 4861 8.3); with one
             // configured gateway or default router we keep to it.
             NdpMessage::Redirect(_) => self.drop(Drop::IcmpIgnored, "redirect (not followed)"),
+        }
+    }
+
+    /// Keep a neighbour learned from a frame for the host's siblings (`share_neighbours`).
+    fn note_learned(&mut self, ip: IpAddr, mac: [u8; 6]) {
+        if self.config.share_neighbours && self.learned.len() < 1024 {
+            self.learned.push((ip, mac));
+        }
+    }
+
+    /// Return the neighbours learned from received frames since the last call (empty
+    /// unless [`StackConfig::share_neighbours`]), for a sibling's
+    /// [`learn_neighbour`](Interface::learn_neighbour).
+    pub fn take_learned_neighbours(&mut self) -> Vec<(IpAddr, [u8; 6])> {
+        std::mem::take(&mut self.learned)
+    }
+
+    /// Learn that `ip` is at `mac` from a sibling host that saw it answer (one sharing our
+    /// addresses on another queue): as from an ARP message for us (RFC 826 merge), or as
+    /// from a Neighbour Solicitation's source option (STALE, RFC 4861 7.2.3: reachability is
+    /// still to be confirmed), releasing frames held for it.
+    pub fn learn_neighbour(&mut self, now: Instant, ip: IpAddr, mac: [u8; 6]) {
+        match ip {
+            IpAddr::V4(ip) => {
+                for frame in self.arp.learn(ip, mac, now) {
+                    self.queue_control(frame, || {
+                        format!("held for ARP resolution of {ip}; now sent (a sibling learned it)")
+                    });
+                }
+            }
+            IpAddr::V6(ip) => {
+                let update = self.ndp.learn_from_sibling(ip, mac, now);
+                self.send_released(update.frames, ip);
+            }
         }
     }
 

@@ -56,6 +56,16 @@ impl Interface {
         if self.listeners.contains_key(&seg.dst_port) {
             return self.receive_for_listener(now, src_mac, tuple, &seg);
         }
+        if let Some(owner) = self.sibling_owner(seg.dst_port)
+            && self.foreign.len() < MAX_FOREIGN
+        {
+            // A reply to a sibling's active open that the device steered to our queue.
+            self.misrouted = Some(owner);
+            if self.notes.is_some() {
+                let _ = write!(self.note, "for a connection of shard {owner}: handed over");
+            }
+            return;
+        }
         self.reply_reset(src_mac, tuple, &seg, Drop::NoListener);
     }
 
