@@ -55,11 +55,12 @@ struct DemoArgs {
     /// stack-afpacket-both, stack-afxdp, stack-afxdp-ipv6, stack-afxdp-both, smoltcp-afxdp,
     /// smoltcp-afxdp-both,
     /// stack-memory (our stack at both ends over an in-memory link; run by default only when
-    /// the lab is out of reach).
+    /// the lab is out of reach), http (the application row: the HTTP server on kernel sockets
+    /// and on our stack under tokio, loaded by wrk or ab).
     #[arg(long, value_delimiter = ',', value_name = "TRANSPORT,...")]
     only: Vec<String>,
     /// Run only these workloads, comma-separated: rr-64B-1c, rr-1024B-1c, rr-64B-100c,
-    /// bulk-up, bulk-down, connect.
+    /// bulk-up, bulk-down, connect, http (the application row).
     #[arg(long, value_delimiter = ',', value_name = "WORKLOAD,...")]
     workload: Vec<String>,
     /// Seconds per measurement (default 2, 0.5 with --quick).

@@ -70,6 +70,12 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
     // Every transport has a row with numbers in every workload, in the table and in both files.
     let md = std::fs::read_to_string(out.join("results.md")).expect("results.md written");
     let json = std::fs::read_to_string(out.join("results.json")).expect("results.json written");
+    // The application row is there, and on a fresh machine (no wrk, no ab) says what to install.
+    for text in [&stdout[..], &md[..]] {
+        assert!(text.contains("## application: HTTP/1.1 keep-alive"), "no application section:\n{text}");
+        assert!(text.contains("not measured: neither wrk (Debian package wrk) nor ab"), "no reason given:\n{text}");
+    }
+    assert!(json.contains("\"application\": {\"load\": \"not measured"), "no application in results.json:\n{json}");
     for (name, label) in TRANSPORTS {
         for workload in WORKLOADS {
             let row = json

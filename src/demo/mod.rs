@@ -37,6 +37,7 @@
 //! Transports run one after the other (at most two spinning threads on a 2-core machine),
 //! interleaved across repetitions; every figure is the median of the repetitions.
 
+mod app;
 mod charts;
 mod client;
 mod kernel;
@@ -397,6 +398,8 @@ pub struct Conditions {
     pub note: Option<String>,
     /// Row 0: raw AF_XDP frames bounced between the namespaces, no TCP.
     pub floor: Option<Floor>,
+    /// The application row: the HTTP server on kernel sockets and on our stack.
+    pub app: Option<app::AppSection>,
 }
 
 /// Row 0, the floor: what any bypass stack could reach on this veth pair.
@@ -459,11 +462,18 @@ fn progress_line() -> bool {
 pub fn run(args: crate::DemoArgs) -> Result<(), String> {
     let lab_ready = bypass_lab::testlab::check_preconditions();
     let mut transports = Vec::new();
-    if args.only.is_empty() {
+    // The application row runs in the full demo, or when `--only` or `--workload` names it.
+    let app_wanted = (args.only.is_empty() || args.only.iter().any(|n| n.trim() == app::NAME))
+        && (args.workload.is_empty() || args.workload.iter().any(|n| n.trim() == app::NAME));
+    let only: Vec<&String> = args.only.iter().filter(|n| n.trim() != app::NAME).collect();
+    let app_only = !args.only.is_empty() && only.is_empty();
+    if app_only {
+        // Only the application row.
+    } else if args.only.is_empty() {
         // The in-memory row is the fallback when the lab is out of reach.
         transports.extend(Transport::ALL.iter().filter(|t| lab_ready.is_err() || **t != Transport::StackMemory));
     } else {
-        for name in &args.only {
+        for name in only {
             let t = Transport::ALL.iter().find(|t| t.name() == name.trim()).ok_or_else(|| {
                 let names: Vec<_> = Transport::ALL.iter().map(|t| t.name()).collect();
                 format!("unknown transport `{name}` (known: {})", names.join(", "))
@@ -477,8 +487,8 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
     let mut workloads: Vec<Workload> = WORKLOADS.to_vec();
     if !args.workload.is_empty() {
         for name in &args.workload {
-            if !WORKLOADS.iter().any(|w| w.key() == name.trim()) {
-                let keys: Vec<_> = WORKLOADS.iter().map(|w| w.key()).collect();
+            if name.trim() != app::NAME && !WORKLOADS.iter().any(|w| w.key() == name.trim()) {
+                let keys: Vec<_> = WORKLOADS.iter().map(|w| w.key()).chain([app::NAME.to_string()]).collect();
                 return Err(format!("unknown workload `{name}` (known: {})", keys.join(", ")));
             }
         }
@@ -613,6 +623,25 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
     if progress {
         eprint!("\r\x1b[K");
     }
+    if app_wanted && !interrupted.load(Ordering::Relaxed) {
+        match &net {
+            Net::Lab(lab) => {
+                if progress {
+                    eprint!("\r\x1b[K[app] HTTP server, kernel sockets and ours, {runs} runs");
+                }
+                conditions.app = Some(app::measure(lab, KERNEL_SERVER_IP, runs, duration, &mut port));
+                if progress {
+                    eprint!("\r\x1b[K");
+                }
+            }
+            Net::Loopback => {
+                conditions.app = Some(app::AppSection {
+                    tool: "not measured: needs root and the namespace lab".into(),
+                    rows: Vec::new(),
+                });
+            }
+        }
+    }
     conditions.floor = Floor::median(&floors);
     let net_was_lab = matches!(net, Net::Lab(_));
     drop(net); // remove the lab before printing, on every path from here
@@ -638,7 +667,12 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
             }
         })
         .collect();
-    let text = report::table(&rows, &conditions);
+    let mut text = report::table(&rows, &conditions);
+    let mut markdown = report::markdown(&rows, &conditions);
+    if let Some(app) = &conditions.app {
+        text.push_str(&app::markdown(app));
+        markdown.push_str(&app::markdown(app));
+    }
     let json = report::json(&rows, &conditions);
     if args.json {
         println!("{json}");
@@ -646,7 +680,7 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
         print!("{text}");
     }
     std::fs::create_dir_all(&args.out).map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
-    for (name, body) in [("results.md", report::markdown(&rows, &conditions)), ("results.json", json)] {
+    for (name, body) in [("results.md", markdown), ("results.json", json)] {
         let path = args.out.join(name);
         std::fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }

@@ -419,6 +419,12 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
         }
         None => out.push_str("  \"floor\": null,\n"),
     }
+    match &c.app {
+        Some(app) => {
+            let _ = writeln!(out, "  \"application\": {},", super::app::json(app, js));
+        }
+        None => out.push_str("  \"application\": null,\n"),
+    }
     out.push_str("  \"rows\": [\n");
     for (i, r) in rows.iter().enumerate() {
         let mut o = format!(

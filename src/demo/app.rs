@@ -1,0 +1,282 @@
+//! The application row: the HTTP/1.1 server of `examples/http_server` (the same code, its
+//! `serve.rs`) on kernel sockets (`tokio::net`) and on our stack over AF_XDP
+//! (`bypass_runtime::tokio`), each under a tokio runtime of one worker thread, loaded with
+//! keep-alive requests for `/` by `wrk` (or, without it, `ab -k`) from the peer namespace:
+//! the comparison an application developer makes.
+
+use std::fmt::Write as _;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::Command;
+use std::time::Duration;
+
+use bypass_io::xdp::{XdpConfig, XdpDevice};
+use bypass_lab::testlab::Lab;
+use bypass_runtime::{Runtime, RuntimeOptions};
+use bypass_stack::StackConfig;
+
+#[path = "../../examples/http_server/serve.rs"]
+#[allow(dead_code)] // the example's pattern helpers are for its tests
+mod serve;
+
+/// The name `--only` and `--workload` know the application row by.
+pub const NAME: &str = "http";
+
+/// Concurrent connections the load generator keeps open.
+const CONNECTIONS: usize = 100;
+
+/// One server's figures (medians over the repetitions).
+#[derive(Clone, Debug, Default)]
+pub struct AppRow {
+    pub server: &'static str,
+    pub per_sec: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    /// Socket errors and non-2xx responses the load generator counted, summed.
+    pub errors: u64,
+    pub failure: Option<String>,
+}
+
+/// The section under the tables.
+#[derive(Clone, Debug, Default)]
+pub struct AppSection {
+    /// The load generator's command line (or why none ran).
+    pub tool: String,
+    pub rows: Vec<AppRow>,
+}
+
+/// Which load generator is installed in the peer namespace's view of the file system.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tool {
+    Wrk,
+    Ab,
+}
+
+fn installed(program: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success())
+}
+
+/// Measure both servers `runs` times for `duration` each, interleaved.
+pub fn measure(lab: &Lab, kernel_ip: Ipv4Addr, runs: usize, duration: Duration, port: &mut u16) -> AppSection {
+    let tool = if installed("wrk") {
+        Tool::Wrk
+    } else if installed("ab") {
+        Tool::Ab
+    } else {
+        return AppSection {
+            tool: "not measured: neither wrk (Debian package wrk) nor ab (Debian package apache2-utils) is installed"
+                .into(),
+            rows: Vec::new(),
+        };
+    };
+    let secs = duration.as_secs_f64().round().max(1.0) as u64;
+    let tool_line = match tool {
+        Tool::Wrk => format!("wrk -t1 -c{CONNECTIONS} -d{secs}s --latency http://ADDRESS/"),
+        Tool::Ab => format!("ab -k -c {CONNECTIONS} -t {secs} http://ADDRESS/"),
+    };
+    let names = ["kernel sockets (tokio::net)", "ours/AF_XDP (bypass_runtime::tokio)"];
+    let mut samples: Vec<Vec<Result<AppRow, String>>> = vec![Vec::new(), Vec::new()];
+    for _ in 0..runs {
+        for (i, name) in names.iter().enumerate() {
+            *port += 1;
+            let result = if i == 0 { kernel(lab, kernel_ip, *port, tool, secs) } else { ours(lab, *port, tool, secs) };
+            samples[i].push(result.map(|mut r| {
+                r.server = name;
+                r
+            }));
+        }
+    }
+    let rows = names
+        .iter()
+        .zip(samples)
+        .map(|(name, runs)| {
+            let ok: Vec<AppRow> = runs.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
+            if ok.is_empty() {
+                let why = runs.into_iter().find_map(Result::err).unwrap_or_else(|| "no measurement".into());
+                return AppRow { server: name, failure: Some(why), ..AppRow::default() };
+            }
+            let median = |f: fn(&AppRow) -> f64| {
+                let mut v: Vec<f64> = ok.iter().map(f).collect();
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            AppRow {
+                server: name,
+                per_sec: median(|r| r.per_sec),
+                p50_us: median(|r| r.p50_us),
+                p99_us: median(|r| r.p99_us),
+                errors: ok.iter().map(|r| r.errors).sum(),
+                failure: None,
+            }
+        })
+        .collect();
+    AppSection { tool: tool_line, rows }
+}
+
+fn tokio_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start tokio: {e}"))
+}
+
+/// The server on kernel sockets, at `ip:port` in the bypass namespace.
+fn kernel(lab: &Lab, ip: Ipv4Addr, port: u16, tool: Tool, secs: u64) -> Result<AppRow, String> {
+    let std_listener = lab
+        .in_bypass(|| std::net::TcpListener::bind((ip, port)))
+        .map_err(|e| format!("kernel listener on {ip}:{port}: {e}"))?;
+    std_listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let rt = tokio_runtime()?;
+    let listener = {
+        let _guard = rt.enter();
+        tokio::net::TcpListener::from_std(std_listener).map_err(|e| e.to_string())?
+    };
+    rt.spawn(async move { serve::accept_loop(|| listener.accept()).await });
+    let result = load(lab, SocketAddr::from((ip, port)), tool, secs);
+    rt.shutdown_timeout(Duration::from_millis(200));
+    result
+}
+
+/// The server on our stack over AF_XDP at the lab's stack address.
+fn ours(lab: &Lab, port: u16, tool: Tool, secs: u64) -> Result<AppRow, String> {
+    let device = lab
+        .in_bypass(|| XdpDevice::open(XdpConfig::new(&lab.bypass_if, lab.bypass_ip)))
+        .map_err(|e| format!("AF_XDP on {}: {e}", lab.bypass_if))?;
+    let config = StackConfig::new(lab.bypass_ip, lab.prefix_len, super::stack::secret());
+    let runtime = Runtime::start(vec![device], config, RuntimeOptions::default()).map_err(|e| e.to_string())?;
+    let listener = bypass_runtime::tokio::TcpListener::bind(&runtime, port).map_err(|e| e.to_string())?;
+    let rt = tokio_runtime()?;
+    rt.spawn(async move { serve::accept_loop(|| listener.accept()).await });
+    let result = load(lab, SocketAddr::from((lab.bypass_ip, port)), tool, secs);
+    rt.shutdown_timeout(Duration::from_millis(200));
+    drop(runtime);
+    result
+}
+
+/// Run the load generator in the peer namespace against `addr` and read its figures.
+fn load(lab: &Lab, addr: SocketAddr, tool: Tool, secs: u64) -> Result<AppRow, String> {
+    let url = format!("http://{addr}/");
+    let (conns, secs_s) = (CONNECTIONS.to_string(), secs.to_string());
+    let output = match tool {
+        Tool::Wrk => {
+            let d = format!("{secs}s");
+            lab.peer_cmd("wrk").args(["-t1", &format!("-c{conns}"), &format!("-d{d}"), "--latency", &url]).output()
+        }
+        Tool::Ab => lab.peer_cmd("ab").args(["-k", "-c", &conns, "-t", &secs_s, "-n", "100000000", &url]).output(),
+    }
+    .map_err(|e| format!("cannot run the load generator: {e}"))?;
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        return Err(format!("the load generator failed: {}", String::from_utf8_lossy(&output.stderr).trim()));
+    }
+    match tool {
+        Tool::Wrk => parse_wrk(&text),
+        Tool::Ab => parse_ab(&text),
+    }
+    .ok_or_else(|| format!("cannot read the load generator's output: {}", text.trim()))
+}
+
+/// Return microseconds from wrk's `250.00us`, `1.20ms` or `1.00s`.
+fn wrk_time(s: &str) -> Option<f64> {
+    let (num, scale) = if let Some(n) = s.strip_suffix("us") {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1e6)
+    } else {
+        return None;
+    };
+    num.parse::<f64>().ok().map(|n| n * scale)
+}
+
+fn parse_wrk(text: &str) -> Option<AppRow> {
+    let mut row = AppRow::default();
+    let field = |line: &str, key: &str| line.trim().strip_prefix(key).map(|v| v.trim().to_string());
+    for line in text.lines() {
+        if let Some(v) = field(line, "Requests/sec:") {
+            row.per_sec = v.parse().ok()?;
+        } else if let Some(v) = field(line, "50%") {
+            row.p50_us = wrk_time(&v)?;
+        } else if let Some(v) = field(line, "99%") {
+            row.p99_us = wrk_time(&v)?;
+        } else if let Some(v) = field(line, "Socket errors:") {
+            // "connect 0, read 0, write 0, timeout 0"
+            row.errors += v.split(',').filter_map(|p| p.split_whitespace().nth(1)?.parse::<u64>().ok()).sum::<u64>();
+        } else if let Some(v) = field(line, "Non-2xx or 3xx responses:") {
+            row.errors += v.parse::<u64>().ok()?;
+        }
+    }
+    (row.per_sec > 0.0).then_some(row)
+}
+
+fn parse_ab(text: &str) -> Option<AppRow> {
+    let mut row = AppRow::default();
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(v) = line.strip_prefix("Requests per second:") {
+            row.per_sec = v.split_whitespace().next()?.parse().ok()?;
+        } else if let Some(v) = line.strip_prefix("50%") {
+            row.p50_us = v.trim().parse::<f64>().ok()? * 1e3;
+        } else if let Some(v) = line.strip_prefix("99%") {
+            row.p99_us = v.trim().parse::<f64>().ok()? * 1e3;
+        } else if let Some(v) = line.strip_prefix("Failed requests:") {
+            row.errors += v.trim().parse::<u64>().ok()?;
+        } else if let Some(v) = line.strip_prefix("Non-2xx responses:") {
+            row.errors += v.trim().parse::<u64>().ok()?;
+        }
+    }
+    (row.per_sec > 0.0).then_some(row)
+}
+
+/// The section as a markdown table (also the terminal's text).
+pub fn markdown(section: &AppSection) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n## application: HTTP/1.1 keep-alive, GET / ({CONNECTIONS} connections), the same tokio server (examples/http_server) on each, one tokio worker\n"
+    );
+    let _ = writeln!(out, "load: `{}` from the peer namespace\n", section.tool);
+    if section.rows.is_empty() {
+        return out;
+    }
+    let _ = writeln!(out, "| server | requests/s | vs kernel | p50 | p99 | errors |");
+    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    let base = section.rows.first().filter(|r| r.failure.is_none()).map(|r| r.per_sec);
+    for r in &section.rows {
+        match &r.failure {
+            Some(why) => {
+                let _ = writeln!(out, "| {} | {why} | | | | |", r.server);
+            }
+            None => {
+                let ratio = base.map_or("-".into(), |b| format!("{:.2}x", r.per_sec / b));
+                let _ = writeln!(
+                    out,
+                    "| {} | {:.0} | {ratio} | {:.0} us | {:.0} us | {} |",
+                    r.server, r.per_sec, r.p50_us, r.p99_us, r.errors
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The section as a JSON value.
+pub fn json(section: &AppSection, js: impl Fn(&str) -> String) -> String {
+    let rows: Vec<String> = section
+        .rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{{\"server\": {}, \"requests_per_s\": {:.1}, \"p50_us\": {:.1}, \"p99_us\": {:.1}, \"errors\": {}, \"failure\": {}}}",
+                js(r.server),
+                r.per_sec,
+                r.p50_us,
+                r.p99_us,
+                r.errors,
+                r.failure.as_deref().map_or("null".into(), &js)
+            )
+        })
+        .collect();
+    format!("{{\"load\": {}, \"rows\": [{}]}}", js(&section.tool), rows.join(", "))
+}
