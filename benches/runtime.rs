@@ -66,7 +66,7 @@ struct Figures {
 }
 
 fn main() {
-    if unsafe_free_is_root() == Some(false) {
+    if is_root() == Some(false) {
         eprintln!("cargo bench --bench runtime needs root (it builds a network lab); run it as root");
         return;
     }
@@ -105,7 +105,7 @@ fn main() {
 }
 
 /// Return whether we run as root, from /proc (no unsafe, no libc).
-fn unsafe_free_is_root() -> Option<bool> {
+fn is_root() -> Option<bool> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let uid = status.lines().find(|l| l.starts_with("Uid:"))?.split_whitespace().nth(1)?.to_string();
     Some(uid == "0")
