@@ -134,6 +134,26 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
         assert!(throughput.contains(label), "throughput.svg names `{label}`");
     }
 
+    // Row 5z (our server reading and writing in place) measures the bulk streams only, with
+    // fewer copies of ours per byte than row 5.
+    for workload in WORKLOADS {
+        let row = json
+            .lines()
+            .find(|l| {
+                l.contains("\"transport\": \"stack-afxdp-in-place\"")
+                    && l.contains(&format!("\"workload\": \"{workload}\""))
+            })
+            .unwrap_or_else(|| panic!("no stack-afxdp-in-place {workload} row in results.json:\n{json}"));
+        if workload.starts_with("bulk") {
+            let rate = number_after(row, "rate").unwrap_or_else(|| panic!("5z {workload} has no rate:\n{row}"));
+            assert!(rate > 0.0, "5z {workload}: rate {rate}");
+            let copies = number_after(row, "copies_ours_per_byte").unwrap_or_else(|| panic!("5z copies:\n{row}"));
+            assert!(copies < 1.5, "5z {workload}: the application copies nothing, the stack once: {copies}\n{row}");
+        } else {
+            assert!(row.contains("\"failure\": \"not measured:"), "5z {workload} is marked not measured:\n{row}");
+        }
+    }
+
     // Every measured row is read against both kernel rows: offloads off (2) and the kernel's
     // defaults (2d); row 2d is 1.00x of itself.
     for line in json.lines().filter(|l| l.contains("\"rate\": ")) {

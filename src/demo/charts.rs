@@ -44,6 +44,7 @@ fn colour(transport: Transport) -> &'static str {
         Transport::StackPacketBoth => "#a85d00",
         Transport::StackXdp => "#2a9d4b",
         Transport::StackXdpV6 => "#5cc27a",
+        Transport::StackXdpInPlace => "#8fd19e",
         Transport::StackXdpBoth => "#0b6b2a",
         Transport::SmoltcpXdp => "#c0392b",
         Transport::SmoltcpXdpBoth => "#7b1e12",

@@ -156,6 +156,9 @@ pub enum Transport {
     StackXdp,
     /// Our server over AF_XDP, a kernel client, over IPv6.
     StackXdpV6,
+    /// Our server over AF_XDP reading and writing in place (`recv_with`, `send_with`), a
+    /// kernel client (bulk only).
+    StackXdpInPlace,
     /// Our stack at both ends, each over AF_XDP.
     StackXdpBoth,
     /// smoltcp as the server over our AF_XDP device, a kernel client.
@@ -167,7 +170,7 @@ pub enum Transport {
 }
 
 impl Transport {
-    pub const ALL: [Transport; 14] = [
+    pub const ALL: [Transport; 15] = [
         Transport::KernelBlocking,
         Transport::KernelBusy,
         Transport::KernelDefaults,
@@ -178,6 +181,7 @@ impl Transport {
         Transport::StackPacketBoth,
         Transport::StackXdp,
         Transport::StackXdpV6,
+        Transport::StackXdpInPlace,
         Transport::StackXdpBoth,
         Transport::SmoltcpXdp,
         Transport::SmoltcpXdpBoth,
@@ -197,6 +201,7 @@ impl Transport {
             Transport::StackPacketBoth => "stack-afpacket-both",
             Transport::StackXdp => "stack-afxdp",
             Transport::StackXdpV6 => "stack-afxdp-ipv6",
+            Transport::StackXdpInPlace => "stack-afxdp-in-place",
             Transport::StackXdpBoth => "stack-afxdp-both",
             Transport::SmoltcpXdp => "smoltcp-afxdp",
             Transport::SmoltcpXdpBoth => "smoltcp-afxdp-both",
@@ -217,6 +222,7 @@ impl Transport {
             Transport::StackPacketBoth => "4b ours/AF_PACKET <-> ours",
             Transport::StackXdp => "5 ours/AF_XDP <- kernel",
             Transport::StackXdpV6 => "5v6 ours/AF_XDP <- kernel, IPv6",
+            Transport::StackXdpInPlace => "5z ours/AF_XDP in place <- kernel",
             Transport::StackXdpBoth => "5b ours/AF_XDP <-> ours",
             Transport::SmoltcpXdp => "6 smoltcp/AF_XDP <- kernel",
             Transport::SmoltcpXdpBoth => "6b smoltcp/AF_XDP <-> smoltcp",
@@ -257,6 +263,9 @@ impl Transport {
             Transport::StackPacketBoth => {
                 "server: our stack over AF_PACKET on bx0 (10.77.0.2), spinning; client: our stack over AF_PACKET on px0 (10.77.0.4), spinning, peer namespace"
             }
+            Transport::StackXdpInPlace => {
+                "as row 5, but the server reads and writes in place: Stack::recv_with consumes received bytes where they lie in the TCP receive buffer, Stack::send_with writes the bytes to send straight into the send buffer (bulk only)"
+            }
             Transport::StackXdpBoth => {
                 "server: our stack over AF_XDP on bx0 (10.77.0.2), socket busy polling; client: our stack over AF_XDP on px0 (10.77.0.4), socket busy polling, peer namespace"
             }
@@ -296,6 +305,9 @@ impl Transport {
             Transport::KernelMsgZerocopy => {
                 "2 per byte, both by the kernel, as row 3: MSG_ZEROCOPY pins the user pages into the skb without a copy, then software GSO copies them into each segment (no tx checksum offload), and delivery to a local socket (veth into another namespace) would force the deferred copy anyway (skb_orphan_frags_rx; completions say SO_EE_CODE_ZEROCOPY_COPIED); read(2) copies skb -> user"
             }
+            Transport::StackXdpInPlace => {
+                "ours (measured, server): frame -> receive buffer and send buffer -> frame only: the application reads and writes the TCP buffers in place (bytes_in_place, not copies); kernel: 2 per direction as row 5"
+            }
             Transport::StackPacketBoth => {
                 "ours (measured, both ends): each end copies frame -> receive buffer -> application and application -> send buffer -> frame; kernel: 2 per direction (AF_PACKET user -> skb on send, skb -> ring on receive)"
             }
@@ -323,6 +335,7 @@ impl Transport {
                 | Transport::StackPacketBoth
                 | Transport::StackXdp
                 | Transport::StackXdpV6
+                | Transport::StackXdpInPlace
                 | Transport::StackXdpBoth
                 | Transport::SmoltcpXdp
                 | Transport::SmoltcpXdpBoth
@@ -340,13 +353,21 @@ impl Transport {
             Transport::KernelZerocopy | Transport::KernelSplice | Transport::KernelMsgZerocopy => {
                 workload == Workload::BulkDown
             }
+            Transport::StackXdpInPlace => workload.is_bulk(),
             _ => true,
         }
     }
 
     /// Why this transport does not measure some workloads (see [`Transport::runs`]).
     fn not_run_reason(self) -> &'static str {
-        "not measured: the sendfile, splice and MSG_ZEROCOPY rows run bulk server -> client only (they send, they do not receive)"
+        match self {
+            Transport::StackXdpInPlace => {
+                "not measured: row 5z runs the bulk streams only (an echo cannot read and write in place at once: both closures borrow the stack)"
+            }
+            _ => {
+                "not measured: the sendfile, splice and MSG_ZEROCOPY rows run bulk server -> client only (they send, they do not receive)"
+            }
+        }
     }
 }
 
@@ -752,7 +773,7 @@ fn measure(
     });
     let (client, server) = both(client, server)?;
     match transport {
-        Transport::StackXdp | Transport::StackXdpV6 | Transport::StackXdpBoth => {
+        Transport::StackXdp | Transport::StackXdpV6 | Transport::StackXdpInPlace | Transport::StackXdpBoth => {
             conditions.xdp_mode = Some(server.mode.clone())
         }
         Transport::StackPacket | Transport::StackPacketBoth => conditions.packet_mode = Some(server.mode.clone()),
@@ -875,6 +896,7 @@ fn serve(
         }
         Transport::StackXdp
         | Transport::StackXdpV6
+        | Transport::StackXdpInPlace
         | Transport::StackXdpBoth
         | Transport::SmoltcpXdp
         | Transport::SmoltcpXdpBoth => {
@@ -886,6 +908,9 @@ fn serve(
                     smoltcp::server(device, ip, lab.prefix_len, port, workload, shared)
                 }
                 (_, IpAddr::V6(_)) => stack::server(device, ip, lab.prefix6_len, port, workload, shared),
+                (Transport::StackXdpInPlace, _) => {
+                    stack::server_with(device, ip, lab.prefix_len, port, workload, true, shared)
+                }
                 _ => stack::server(device, ip, lab.prefix_len, port, workload, shared),
             }
         }

@@ -21,6 +21,8 @@ struct Bulk {
     conns: Vec<SocketId>,
     buf: Vec<u8>,
     source: bool,
+    /// Read and write in place (`recv_with`, `send_with`) instead of through `buf`.
+    in_place: bool,
 }
 
 impl Bulk {
@@ -34,7 +36,7 @@ impl Bulk {
                 gone.push(id);
             }
         }
-        let buf = &mut self.buf;
+        let (buf, in_place) = (&mut self.buf, self.in_place);
         if self.source {
             self.conns.retain(|&id| {
                 if gone.contains(&id) {
@@ -42,7 +44,16 @@ impl Bulk {
                     return false;
                 }
                 loop {
-                    match stack.write(id, &buf[..64 * 1024]) {
+                    let written = if in_place {
+                        // The bytes are made where they will be sent from: 0x5a, as `buf` holds.
+                        stack.send_with(id, |space| {
+                            space.fill(0x5a);
+                            (space.len(), space.len())
+                        })
+                    } else {
+                        stack.write(id, &buf[..64 * 1024])
+                    };
+                    match written {
                         Ok(_) => {}
                         Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
                         Err(_) => {
@@ -56,7 +67,13 @@ impl Bulk {
         }
         self.conns.retain(|&id| {
             loop {
-                match stack.read(id, buf) {
+                let read = if in_place {
+                    // Discarded where they lie: consumed without a copy.
+                    stack.recv_with(id, |bytes| (bytes.len(), bytes.len()))
+                } else {
+                    stack.read(id, buf)
+                };
+                match read {
                     Ok(0) => {
                         stack.close(id);
                         return false;
@@ -87,13 +104,27 @@ pub fn server<D: Device>(
     workload: Workload,
     shared: &Shared,
 ) -> Result<ServerResult, String> {
+    server_with(device, ip, prefix, port, workload, false, shared)
+}
+
+/// As [`server`]; with `in_place`, the bulk streams are read and written in place in the TCP
+/// buffers (`recv_with`, `send_with`: row 5z).
+pub fn server_with<D: Device>(
+    device: D,
+    ip: impl Into<IpAddr>,
+    prefix: u8,
+    port: u16,
+    workload: Workload,
+    in_place: bool,
+    shared: &Shared,
+) -> Result<ServerResult, String> {
     let mode = device.info().mode.clone();
     let mut stack = Stack::new(device, StackConfig::new(ip, prefix, secret()));
     let listen_err = |e: bypass_stack::ListenError| format!("our stack: listen on {port}: {e}");
     let mut service = if workload.is_bulk() {
         let listener = stack.listen(port).map_err(listen_err)?;
         let source = workload == Workload::BulkDown;
-        Service::Bulk(Bulk { listener, conns: Vec::new(), buf: vec![0x5a; 256 * 1024], source })
+        Service::Bulk(Bulk { listener, conns: Vec::new(), buf: vec![0x5a; 256 * 1024], source, in_place })
     } else {
         Service::Echo(EchoServer::new(&mut stack, port, None).map_err(listen_err)?)
     };
