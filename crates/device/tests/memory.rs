@@ -264,3 +264,26 @@ fn real_wait_wakes_when_a_frame_is_due() {
     }
     assert!(start.elapsed() < Duration::from_secs(5));
 }
+
+/// A real-time wait with no timeout ends when another thread wakes the device, and a wake
+/// before the wait makes that wait return at once.
+#[test]
+fn a_waker_ends_a_wait_from_another_thread() {
+    init_log();
+    let (mut a, _b) = MemoryLink::new(LinkConfig::default(), LinkConfig::default(), 3).clock(Clock::real()).build();
+    let waker = a.waker().expect("memory devices can be woken");
+    let remote = waker.clone();
+    let wake_later = std::thread::spawn(move || {
+        std::thread::sleep(100 * MS);
+        remote.wake();
+    });
+    let start = std::time::Instant::now();
+    a.wait(None).unwrap();
+    let waited = start.elapsed();
+    wake_later.join().unwrap();
+    assert!(waited >= 90 * MS && waited < Duration::from_secs(5), "waited {waited:?}");
+    waker.wake();
+    let start = std::time::Instant::now();
+    a.wait(Some(Duration::from_secs(5))).unwrap();
+    assert!(start.elapsed() < 500 * MS, "an earlier wake ends the next wait at once");
+}

@@ -130,7 +130,7 @@ pub struct PacketDevice {
     info: DeviceInfo,
     stats: PacketStats,
     /// Polled beside the socket once a [`Waker`](bypass_device::Waker) was asked for.
-    wake: Option<crate::wake::WakeFd>,
+    wake: crate::wake::WakeSlot,
 }
 
 impl PacketDevice {
@@ -189,7 +189,7 @@ impl PacketDevice {
             // PACKET_VNET_HDR offloads are used.
             info: DeviceInfo::new(iface, mac, info_mtu, mode),
             stats: PacketStats::default(),
-            wake: None,
+            wake: Default::default(),
         })
     }
 
@@ -304,20 +304,13 @@ impl Device for PacketDevice {
             return Ok(());
         }
         self.stats.syscalls += 1;
-        let result = self.socket.poll_readable(timeout, self.wake.as_ref().map(|w| w.fd()));
-        if let Some(wake) = &self.wake {
-            wake.drain();
-        }
+        let result = self.socket.poll_readable(timeout, self.wake.fd());
+        self.wake.drain();
         result
     }
 
     fn waker(&mut self) -> Option<bypass_device::Waker> {
-        if self.wake.is_none() {
-            self.wake = crate::wake::WakeFd::new()
-                .map_err(|e| log::warn!("no eventfd for waking {}: {e}", self.info.name))
-                .ok();
-        }
-        self.wake.as_ref().map(|w| w.waker())
+        self.wake.waker(&self.info.name)
     }
 
     fn syscalls(&self) -> u64 {

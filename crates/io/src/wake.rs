@@ -51,3 +51,31 @@ impl WakeFd {
         let _ = (&*self.0).read(&mut buf);
     }
 }
+
+/// A device's eventfd, made when the first [`Waker`] is asked for: polled beside the socket
+/// and drained after each wait.
+#[derive(Debug, Default)]
+pub(crate) struct WakeSlot(Option<WakeFd>);
+
+impl WakeSlot {
+    /// Return the descriptor to poll beside the socket, once there is one.
+    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.0.as_ref().map(WakeFd::fd)
+    }
+
+    /// Reset the counter after a wait.
+    pub(crate) fn drain(&self) {
+        if let Some(wake) = &self.0 {
+            wake.drain();
+        }
+    }
+
+    /// Return a waker for the device called `name`, making the eventfd on the first call;
+    /// `None` (and a warning) if the kernel refuses one.
+    pub(crate) fn waker(&mut self, name: &str) -> Option<Waker> {
+        if self.0.is_none() {
+            self.0 = WakeFd::new().map_err(|e| log::warn!("no eventfd for waking {name}: {e}")).ok();
+        }
+        self.0.as_ref().map(WakeFd::waker)
+    }
+}

@@ -682,3 +682,35 @@ fn raw_frames_bounce_between_two_xdp_sockets() {
     // And the peer kernel has its address back.
     lab.in_peer(|| ping(lab.peer_ip, Duration::from_secs(1))).expect("the peer answers ping");
 }
+
+/// A wait with no timeout ends when another thread wakes the device (`Device::waker`: the
+/// eventfd polled beside the socket), at once when woken before it starts, and the wake is
+/// used up by the wait that saw it.
+#[test]
+fn a_waker_ends_a_wait_from_another_thread() {
+    if !lab_available("a_waker_ends_a_wait_from_another_thread") {
+        return;
+    }
+    init_log();
+    let lab = Lab::create("waker").unwrap();
+    let mut dev = open(&lab, config(&lab, XdpMode::Auto)).expect("open");
+    let waker = dev.waker().expect("AF_XDP devices can be woken");
+    let remote = waker.clone();
+    let wake_later = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        remote.wake();
+    });
+    let start = std::time::Instant::now();
+    dev.wait(None).unwrap();
+    let waited = start.elapsed();
+    wake_later.join().unwrap();
+    assert!(waited >= Duration::from_millis(90) && waited < Duration::from_secs(5), "waited {waited:?}");
+
+    waker.wake();
+    let start = std::time::Instant::now();
+    dev.wait(Some(Duration::from_secs(5))).unwrap();
+    assert!(start.elapsed() < Duration::from_millis(500), "an earlier wake ends the next wait at once");
+    let start = std::time::Instant::now();
+    dev.wait(Some(Duration::from_millis(200))).unwrap();
+    assert!(start.elapsed() >= Duration::from_millis(150), "the wake was used up: this wait runs to its timeout");
+}

@@ -176,7 +176,7 @@ pub struct XdpDevice {
     /// Frames the kernel can deliver before it drops: the smaller of the fill and RX rings.
     rx_frames: usize,
     /// Polled beside the socket once a [`Waker`](bypass_device::Waker) was asked for.
-    wake: Option<crate::wake::WakeFd>,
+    wake: crate::wake::WakeSlot,
 }
 
 impl XdpDevice {
@@ -278,7 +278,7 @@ impl XdpDevice {
                 rx_batch: Vec::with_capacity(config.rx_size as usize),
                 busy_poll,
                 rx_frames: config.fill_size.min(config.rx_size) as usize,
-                wake: None,
+                wake: Default::default(),
             });
         }
         Ok(devices)
@@ -387,24 +387,17 @@ impl Device for XdpDevice {
             Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
         };
         self.socket.count_syscall();
-        let result = match sys::poll_either(self.socket.fd(), self.wake.as_ref().map(|w| w.fd()), ms) {
+        let result = match sys::poll_either(self.socket.fd(), self.wake.fd(), ms) {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
             Err(e) => Err(e),
         };
-        if let Some(wake) = &self.wake {
-            wake.drain();
-        }
+        self.wake.drain();
         result
     }
 
     fn waker(&mut self) -> Option<bypass_device::Waker> {
-        if self.wake.is_none() {
-            self.wake = crate::wake::WakeFd::new()
-                .map_err(|e| log::warn!("no eventfd for waking {}: {e}", self.info.name))
-                .ok();
-        }
-        self.wake.as_ref().map(|w| w.waker())
+        self.wake.waker(&self.info.name)
     }
 
     fn raw_fd(&self) -> Option<RawFd> {
