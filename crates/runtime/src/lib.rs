@@ -4,7 +4,7 @@
 //! busy-polling or sleeping on its device between frames, timers and the applications'
 //! requests. Applications hold [`TcpListener`] and [`TcpStream`] values that are `Send`,
 //! with `std::io::Read` and `Write` (blocking, with timeouts, or non-blocking) and, with
-//! the `tokio` feature, tokio's `AsyncRead` and `AsyncWrite` ([`tokio`](crate::tokio)).
+//! the `tokio` feature, tokio's `AsyncRead` and `AsyncWrite` ([`tokio`]).
 //!
 //! ```no_run
 //! use std::io::{Read, Write};

@@ -1,4 +1,4 @@
-//! tokio's `AsyncRead` and `AsyncWrite` over a [`Runtime`](crate::Runtime)'s connections
+//! tokio's `AsyncRead` and `AsyncWrite` over a [`Runtime`]'s connections
 //! (feature `tokio`), for servers written once for `tokio::net` and for this stack.
 //!
 //! The shard's thread is the reactor: when it queues received bytes, takes bytes to send,

@@ -1148,7 +1148,7 @@ impl NdpCache {
     // ---------------------------------------------------------------------------------
 
     /// Take `ip`'s link-layer address from a sibling cache (a host sharing our addresses on
-    /// another queue saw it), as from a solicitation's source option: see [`Self::learn`].
+    /// another queue saw it), as from a solicitation's source option: see `learn`.
     pub fn learn_from_sibling(&mut self, ip: Ipv6Addr, mac: [u8; 6], now: Instant) -> Update {
         self.learn(ip, mac, false, now)
     }

@@ -173,7 +173,7 @@ impl<D: Device> Stack<D> {
         Ok(received > 0 || sent > 0)
     }
 
-    /// Receive what has arrived (in batches, up to [`RX_DRAIN`] of them) and then fire due
+    /// Receive what has arrived (in batches, up to `RX_DRAIN` (8) of them) and then fire due
     /// timers; return the frames received.
     ///
     /// Frames first: an ACK waiting in the device must be seen before a timer it would have

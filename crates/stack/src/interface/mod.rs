@@ -102,7 +102,7 @@ pub struct StackConfig {
     /// reads it. Each connection that can receive may grow its window to an equal share
     /// (never below four full-sized segments); a window already offered is never taken
     /// back (RFC 9293 3.8.6.2.2), only its growth stops. `None` (the default) takes half the
-    /// device's receive ring in full-sized segments ([`Device::rx_frames`](crate::Device::rx_frames)
+    /// device's receive ring in full-sized segments ([`Device::rx_frames`]
     /// times the MSS, halved for the frames that are not full segments and for bursts that
     /// arrive while the stack is descheduled); a device without a fixed ring sets no limit.
     pub window_budget: Option<usize>,
