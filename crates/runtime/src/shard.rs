@@ -109,6 +109,8 @@ pub(crate) struct Shard<D: Device> {
     busy_poll: bool,
     conns: HashMap<SocketId, Conn>,
     listeners: HashMap<u16, (ListenerId, Sender<TcpStream>, Arc<ListenerShared>)>,
+    /// The listeners' ports, to walk every turn without collecting them.
+    ports: Vec<u16>,
     connecting: HashMap<SocketId, ConnectReply>,
     published: Arc<Mutex<Counters>>,
     /// The other shards, told of every neighbour this one learns.
@@ -139,6 +141,7 @@ impl<D: Device> Shard<D> {
             busy_poll,
             conns: HashMap::new(),
             listeners: HashMap::new(),
+            ports: Vec::new(),
             connecting: HashMap::new(),
             published,
             siblings,
@@ -209,6 +212,7 @@ impl<D: Device> Shard<D> {
         }
         self.conns.clear();
         self.listeners.clear();
+        self.ports.clear();
         self.stack.abort_all();
         self.stack.poll_tx()?;
         let counters = self.stack.counters().clone();
@@ -226,11 +230,13 @@ impl<D: Device> Shard<D> {
                 });
                 let result = result.map(|id| {
                     self.listeners.insert(port, (id, accepted, shared));
+                    self.ports.push(port);
                 });
                 let _ = reply.send(result);
             }
             Command::Unlisten(port) => {
                 if let Some((id, _, _)) = self.listeners.remove(&port) {
+                    self.ports.retain(|&p| p != port);
                     self.stack.unlisten(id);
                 }
             }
@@ -285,8 +291,8 @@ impl<D: Device> Shard<D> {
 
     /// Hand out established connections, as long as each listener's queue has room.
     fn accept_all(&mut self) {
-        let ports: Vec<u16> = self.listeners.keys().copied().collect();
-        for port in ports {
+        for k in 0..self.ports.len() {
+            let port = self.ports[k];
             loop {
                 let (lid, accepted, _) = &self.listeners[&port];
                 if accepted.is_full() {
