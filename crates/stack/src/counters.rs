@@ -174,10 +174,11 @@ pub struct Counters {
     pub connections_accepted: u64,
     /// Connections opened actively.
     pub connections_opened: u64,
-    /// Connections opened with the buffers of finished ones instead of new ones (see
+    /// Connection buffers (send or receive) that took zeroed storage from the pool, given
+    /// back by finished or idle connections, instead of allocating (see
     /// `StackConfig::buffer_pool`).
     pub buffers_recycled: u64,
-    /// Sets of connection buffers allocated (not taken from the pool).
+    /// Connection buffers (send or receive) that allocated their storage.
     pub buffers_allocated: u64,
     /// Connections that timed out: retransmissions, unanswered window probes or keep-alives,
     /// or the user timeout ran out.

@@ -27,6 +27,7 @@ pub mod ndp;
 mod ports;
 pub mod stack;
 pub mod syncookie;
+mod timer_wheel;
 
 pub use capture::{Capture, Direction};
 pub use counters::{Counters, Drop};

@@ -286,7 +286,7 @@ impl<D: Device> Stack<D> {
 
     /// Queue data for sending; `WouldBlock` when the send buffer is full.
     pub fn write(&mut self, id: SocketId, data: &[u8]) -> io::Result<usize> {
-        let conn = self.iface.connection_mut(id).ok_or_else(stale)?;
+        let conn = self.iface.connection_for_send(id).ok_or_else(stale)?;
         let icmp = conn.error();
         let n = conn.send(data).map_err(|e| send_io_error(e, icmp))?;
         self.iface.counters_mut().bytes_copied += n as u64;
@@ -322,7 +322,7 @@ impl<D: Device> Stack<D> {
     /// (counted in [`Counters::bytes_copied`]). What is not: the bytes `f` writes, which are
     /// the ones sent (counted in [`Counters::bytes_in_place`]); `write` copies them in first.
     pub fn send_with<R>(&mut self, id: SocketId, f: impl FnOnce(&mut [u8]) -> (usize, R)) -> io::Result<R> {
-        let conn = self.iface.connection_mut(id).ok_or_else(stale)?;
+        let conn = self.iface.connection_for_send(id).ok_or_else(stale)?;
         let icmp = conn.error();
         let before = conn.send_queued();
         let value = conn.send_with(f).map_err(|e| send_io_error(e, icmp))?;

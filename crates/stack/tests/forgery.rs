@@ -1,6 +1,6 @@
 //! No blind forgery (issue 10, section 2), on one host fed frames built by hand: SYN cookies
 //! are checked only shortly after a SYN-queue overflow, and ephemeral ports follow RFC 6056
-//! algorithm 4. Frames go straight into `Interface::receive`; what the host sends goes
+//! algorithm 4; and listeners keep their queues without scanning the table. Frames go straight into `Interface::receive`; what the host sends goes
 //! into a scripted device that keeps it.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
@@ -373,4 +373,65 @@ fn a_full_range_still_finds_the_last_free_port() {
     let id = host.connect(now, dst).unwrap();
     assert_eq!(local_port(&host, id), free);
     assert_eq!(host.connect(now, dst), Err(ConnectError::NoFreePort(dst.into())));
+}
+
+// -------------------------------------------------------------------------------------
+// Listeners: unlisten and the accept queue, without scanning the table.
+// -------------------------------------------------------------------------------------
+
+/// Complete a handshake from `src_port` to the listener; return the host's ISS.
+fn establish(host: &mut Interface, now: Instant, src_port: u16) -> u32 {
+    let iss = syn_ack_iss(host, now, src_port, 1000);
+    receive(host, now, PEER, &ack(src_port, 1001, iss.wrapping_add(1)));
+    iss
+}
+
+#[test]
+fn unlisten_resets_the_queued_children_now_and_the_half_open_ones_when_they_next_speak() {
+    let mut host = host(|_| {});
+    let now = Instant::from_millis(1);
+    let listener = host.listen(PORT).unwrap();
+    let half_open_iss = syn_ack_iss(&mut host, now, 4000, 1000);
+    establish(&mut host, now, 4001);
+    let mut out = sink();
+    host.transmit(now, &mut out).unwrap();
+    host.unlisten(now, listener);
+    assert!(sent_rst(&mut host, now), "the established child waiting for accept is reset at once");
+    assert_eq!(host.connection_count(), 1, "the half-open child stays until it next has something to do");
+
+    // A new listener on the port: the old half-open child must not join its queue.
+    let listener = host.listen(PORT).unwrap();
+    receive(&mut host, now, PEER, &ack(4000, 1001, half_open_iss.wrapping_add(1)));
+    assert!(sent_rst(&mut host, now), "the old listener's half-open child is reset when its ACK comes");
+    assert_eq!(host.accept(listener), None);
+    assert_eq!(host.connection_count(), 0);
+
+    // The new listener works as a listener should.
+    establish(&mut host, now, 4002);
+    host.transmit(now, &mut out).unwrap();
+    assert!(host.accept(listener).is_some());
+}
+
+#[test]
+fn a_child_reset_before_accept_leaves_the_backlog_and_the_queue() {
+    let mut host = host(|c| c.accept_backlog = 2);
+    let now = Instant::from_millis(1);
+    let listener = host.listen(PORT).unwrap();
+    let iss = establish(&mut host, now, 5000);
+    establish(&mut host, now, 5001);
+    let rst = Segment { flags: Flags::RST, ..ack(5000, 1001, iss.wrapping_add(1)) };
+    receive(&mut host, now, PEER, &rst);
+    let mut out = sink();
+    host.transmit(now, &mut out).unwrap();
+    // The backlog holds one live child, so a third handshake completes.
+    establish(&mut host, now, 5002);
+    host.transmit(now, &mut out).unwrap();
+    let ids: Vec<_> = std::iter::from_fn(|| host.accept(listener)).collect();
+    let ports: Vec<u16> = ids.iter().map(|&id| remote_port(&host, id)).collect();
+    assert_eq!(ports, [5001, 5002], "accept passes over the reset child, in arrival order");
+    assert_eq!(host.counters().connections_accepted, 2);
+}
+
+fn remote_port(host: &Interface, id: bypass_stack::SocketId) -> u16 {
+    host.connection(id).and_then(|c| c.tuple()).map(|t| t.remote.port()).expect("live connection")
 }

@@ -38,8 +38,11 @@
 /// Offsets in every method count from the front of the ring (the first
 /// committed byte), not from the start of the storage.
 pub struct RingBuffer {
-    /// The storage; its length is the capacity.
+    /// The storage: `capacity` bytes, or none while the ring is empty and detached
+    /// ([`detach`](Self::detach)); the first write attaches storage again.
     storage: Box<[u8]>,
+    /// The capacity, whether or not storage is attached.
+    capacity: usize,
     /// Index in `storage` of the first committed byte.
     head: usize,
     /// Number of committed bytes.
@@ -57,21 +60,66 @@ impl RingBuffer {
 
     /// Return an empty ring over `storage` (see [`Storage`]): no allocation.
     pub fn with_storage(storage: Storage) -> Self {
-        RingBuffer { storage: storage.0, head: 0, len: 0, written: 0 }
+        RingBuffer { capacity: storage.capacity, storage: storage.bytes, head: 0, len: 0, written: 0 }
+    }
+
+    /// Give the storage back while the ring is empty, zeroed as in
+    /// [`into_storage`](Self::into_storage), keeping the ring's capacity: an idle connection
+    /// then holds no buffer memory. The caller makes sure nothing is placed beyond the
+    /// committed bytes (out-of-order data would be lost). `None` if the ring holds bytes or
+    /// has no storage.
+    pub fn detach(&mut self) -> Option<Storage> {
+        if self.len != 0 || self.storage.is_empty() {
+            return None;
+        }
+        let mut bytes = std::mem::take(&mut self.storage);
+        bytes[..self.written].fill(0);
+        self.head = 0;
+        self.written = 0;
+        Some(Storage { bytes, capacity: self.capacity })
+    }
+
+    /// Return how many bytes from the start of the storage have been written since it was
+    /// attached: what [`detach`](Self::detach) has to zero.
+    pub fn written(&self) -> usize {
+        self.written
+    }
+
+    /// Return whether the ring has no storage (see [`detach`](Self::detach)).
+    pub fn is_detached(&self) -> bool {
+        self.storage.is_empty() && self.capacity > 0
+    }
+
+    /// Give a detached ring `storage` of its capacity; hand it back otherwise. A detached ring
+    /// that is written to without this allocates its storage itself.
+    pub fn attach(&mut self, storage: Storage) -> Result<(), Storage> {
+        if !self.is_detached() || !storage.is_allocated() || storage.capacity() != self.capacity {
+            return Err(storage);
+        }
+        self.storage = storage.bytes;
+        Ok(())
+    }
+
+    /// Attach newly allocated storage if the ring has none.
+    #[inline]
+    fn ensure_storage(&mut self) {
+        if self.storage.len() != self.capacity {
+            self.storage = vec![0u8; self.capacity].into_boxed_slice();
+        }
     }
 
     /// Give the storage back for another ring, zeroed as if new: only the bytes ever
     /// written are cleared, so a ring that carried little is cheap to recycle.
     pub fn into_storage(self) -> Storage {
-        let mut storage = self.storage;
-        storage[..self.written].fill(0);
-        Storage(storage)
+        let mut bytes = self.storage;
+        bytes[..self.written].fill(0);
+        Storage { bytes, capacity: self.capacity }
     }
 
     /// Return the number of bytes the ring can hold.
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.storage.len()
+        self.capacity
     }
 
     /// Return the number of committed bytes readable from the front.
@@ -172,6 +220,11 @@ impl RingBuffer {
         if capacity <= old {
             return;
         }
+        self.capacity = capacity;
+        if self.storage.is_empty() {
+            // Detached: the storage is allocated at the size when it is next needed.
+            return;
+        }
         let mut storage = vec![0u8; capacity].into_boxed_slice();
         // The whole old ring in order from the front: committed bytes and anything placed
         // after them land at the same offsets.
@@ -228,6 +281,7 @@ impl RingBuffer {
         if free == 0 {
             return (&mut [], &mut []);
         }
+        self.ensure_storage();
         let start = self.wrap(self.head + self.len);
         let first = free.min(self.capacity() - start);
         let second = free - first;
@@ -250,6 +304,7 @@ impl RingBuffer {
         if data.is_empty() {
             return;
         }
+        self.ensure_storage();
         let start = self.wrap(self.head + offset);
         let first = data.len().min(self.capacity() - start);
         self.storage[start..start + first].copy_from_slice(&data[..first]);
@@ -274,17 +329,36 @@ impl RingBuffer {
 
 /// The zeroed bytes behind a [`RingBuffer`], to move from a finished ring to a new one
 /// without allocating ([`RingBuffer::into_storage`], [`RingBuffer::with_storage`]).
-pub struct Storage(Box<[u8]>);
+///
+/// Storage may also be *unallocated*: a capacity without bytes ([`Storage::unallocated`]).
+/// A ring made from it behaves as one of that capacity (the window it offers is the same)
+/// and allocates the bytes when first written, unless it is [attached](RingBuffer::attach)
+/// storage first.
+pub struct Storage {
+    /// Zeroed: `capacity` bytes, or none.
+    bytes: Box<[u8]>,
+    capacity: usize,
+}
 
 impl Storage {
     /// Allocate `capacity` zeroed bytes.
     pub fn new(capacity: usize) -> Self {
-        Storage(vec![0; capacity].into_boxed_slice())
+        Storage { bytes: vec![0; capacity].into_boxed_slice(), capacity }
+    }
+
+    /// Return storage of `capacity` bytes not yet allocated.
+    pub fn unallocated(capacity: usize) -> Self {
+        Storage { bytes: Box::default(), capacity }
     }
 
     /// Return the number of bytes.
     pub fn capacity(&self) -> usize {
-        self.0.len()
+        self.capacity
+    }
+
+    /// Return whether the bytes are allocated.
+    pub fn is_allocated(&self) -> bool {
+        self.bytes.len() == self.capacity
     }
 }
 
@@ -613,7 +687,7 @@ mod tests {
         a.fill(0xa5);
         assert_eq!(ring.written, 16);
         ring.commit(1);
-        assert!(ring.into_storage().0.iter().all(|&b| b == 0), "every byte lent is cleared");
+        assert!(ring.into_storage().bytes.iter().all(|&b| b == 0), "every byte lent is cleared");
         // Lent in two pieces around the end of the storage.
         let mut ring = RingBuffer::new(16);
         ring.push(&[1; 12]);
@@ -622,7 +696,7 @@ mod tests {
         assert_eq!((a.len(), b.len()), (4, 12));
         a.fill(0xa5);
         b.fill(0xa5);
-        assert!(ring.into_storage().0.iter().all(|&b| b == 0), "both pieces are cleared");
+        assert!(ring.into_storage().bytes.iter().all(|&b| b == 0), "both pieces are cleared");
         // A full ring lends nothing and counts nothing.
         let mut ring = RingBuffer::new(16);
         ring.push(&[1; 16]);
@@ -646,6 +720,43 @@ mod tests {
         /// and commit at most that many of them.
         InPlace(Vec<u8>, usize),
         Clear,
+    }
+
+    #[test]
+    fn an_empty_ring_detaches_its_storage_zeroed_and_takes_it_back() {
+        let mut r = RingBuffer::new(16);
+        r.push(b"secret");
+        assert!(r.detach().is_none(), "a ring holding bytes keeps its storage");
+        let mut out = [0u8; 6];
+        r.pop(&mut out);
+        let storage = r.detach().expect("empty");
+        assert!(storage.is_allocated() && storage.bytes.iter().all(|&b| b == 0), "zeroed for the next ring");
+        assert!(r.is_detached());
+        assert_eq!((r.capacity(), r.len(), r.free()), (16, 0, 16), "the capacity (the window) stays");
+        assert_eq!(r.as_slices(), (&[][..], &[][..]));
+        assert!(r.attach(Storage::new(8)).is_err(), "storage of another size is refused");
+        r.attach(storage).expect("its own size");
+        r.push(b"abc");
+        assert_eq!(peek_all(&r), b"abc");
+    }
+
+    #[test]
+    fn a_detached_ring_allocates_when_written_and_grows_without_storage() {
+        let mut r = RingBuffer::new(8);
+        r.detach().expect("empty");
+        r.grow(32);
+        assert!(r.is_detached());
+        assert_eq!(r.write_at(4, b"xy"), 2);
+        assert!(!r.is_detached());
+        r.commit(0);
+        assert_eq!(r.push(b"abcd"), 4);
+        r.commit(2);
+        assert_eq!(peek_all(&r), b"abcdxy");
+        assert_eq!(r.capacity(), 32);
+        r.clear();
+        r.detach().expect("empty");
+        let (a, b) = r.free_slices_mut();
+        assert_eq!(a.len() + b.len(), 32, "lending the free area attaches storage");
     }
 
     #[test]
@@ -773,7 +884,7 @@ mod tests {
                 prop_assert_eq!(a.len() + b.len(), len);
             }
             let storage = ring.into_storage();
-            prop_assert!(storage.0.iter().all(|&b| b == 0), "recycled storage is all zero");
+            prop_assert!(storage.bytes.iter().all(|&b| b == 0), "recycled storage is all zero");
         }
     }
 }

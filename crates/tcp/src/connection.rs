@@ -178,6 +178,23 @@ impl Buffers {
         Buffers { send: Storage::new(config.send_buffer), recv: Storage::new(config.recv_buffer) }
     }
 
+    /// Return buffers of the sizes `config` asks for, not yet allocated: each is allocated
+    /// when first written, unless given storage first
+    /// ([`Connection::attach_storage`]). A connection that never moves data allocates none.
+    pub fn unallocated(config: &Config) -> Self {
+        Buffers { send: Storage::unallocated(config.send_buffer), recv: Storage::unallocated(config.recv_buffer) }
+    }
+
+    /// Return buffers made of `send` and `recv` storage.
+    pub fn from_parts(send: Storage, recv: Storage) -> Self {
+        Buffers { send, recv }
+    }
+
+    /// Return the send and the receive storage.
+    pub fn into_parts(self) -> (Storage, Storage) {
+        (self.send, self.recv)
+    }
+
     /// Return whether these buffers have the sizes `config` asks for.
     pub fn fits(&self, config: &Config) -> bool {
         self.send.capacity() == config.send_buffer && self.recv.capacity() == config.recv_buffer
@@ -187,6 +204,15 @@ impl Buffers {
     fn for_config(self, config: &Config) -> Self {
         if self.fits(config) { self } else { Buffers::new(config) }
     }
+}
+
+/// Which of a connection's two buffers (see [`Connection::attach_storage`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The send buffer.
+    Send,
+    /// The receive buffer.
+    Recv,
 }
 
 /// One TCP connection (a TCB), sans-IO. See the module docs for the call order.
@@ -334,6 +360,47 @@ impl Connection {
     /// connection (see [`Buffers`]).
     pub fn into_buffers(self) -> Buffers {
         Buffers { send: self.snd.buf.into_storage(), recv: self.rcv.buf.into_storage() }
+    }
+
+    /// Give back, zeroed, the storage of each buffer that is empty (the send buffer with
+    /// nothing unsent or unacknowledged, the receive buffer with nothing unread or out of
+    /// order) and cheap to clear (at most `max_written` bytes ever written since it was
+    /// attached), keeping the buffers' sizes and so the window. An idle connection then holds
+    /// no buffer memory, as an idle Linux socket holds no skbs. The next byte that arrives
+    /// or is written takes storage again: from [`attach_storage`](Self::attach_storage), or
+    /// newly allocated. A connection moving bulk has written more than a small
+    /// `max_written` and keeps its storage.
+    pub fn detach_idle_storage(&mut self, max_written: usize, mut keep: impl FnMut(Storage)) {
+        if self.snd.buf.written() <= max_written
+            && let Some(storage) = self.snd.buf.detach()
+        {
+            keep(storage);
+        }
+        if self.rcv.assembler.is_empty()
+            && self.rcv.buf.written() <= max_written
+            && let Some(storage) = self.rcv.buf.detach()
+        {
+            keep(storage);
+        }
+    }
+
+    /// Give each detached buffer storage from `take(capacity)` (a host's pool of zeroed
+    /// storage, see [`detach_idle_storage`](Self::detach_idle_storage)), if it has some of
+    /// that size; storage `take` returns of another size is dropped.
+    pub fn attach_storage(&mut self, mut take: impl FnMut(usize, Side) -> Option<Storage>) {
+        for (buf, side) in [(&mut self.snd.buf, Side::Send), (&mut self.rcv.buf, Side::Recv)] {
+            if buf.is_detached()
+                && let Some(storage) = take(buf.capacity(), side)
+            {
+                let _ = buf.attach(storage);
+            }
+        }
+    }
+
+    /// Return whether the send and the receive buffer hold storage now (see
+    /// [`detach_idle_storage`](Self::detach_idle_storage)).
+    pub fn storage_attached(&self) -> (bool, bool) {
+        (!self.snd.buf.is_detached(), !self.rcv.buf.is_detached())
     }
 
     /// Take the buffers' storage out, leaving empty rings (the connection is being replaced).

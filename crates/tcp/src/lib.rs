@@ -78,7 +78,7 @@ pub mod timer;
 pub mod tuple;
 
 pub use config::{Config, Keepalive};
-pub use connection::{Buffers, Connection, RecvError, SendError, Transmit, TransmitKind};
+pub use connection::{Buffers, Connection, RecvError, SendError, Side, Transmit, TransmitKind};
 pub use controller::Algorithm;
 pub use event::{Cause, Event, Stats, Transition, UserCall};
 pub use icmp::{IcmpError, IcmpIgnored, IcmpOutcome};

@@ -18,6 +18,7 @@ impl Interface {
         index: u32,
         device: &mut dyn Device,
     ) -> std::io::Result<Option<usize>> {
+        self.reset_if_orphaned_child(now, index);
         self.apply_budgets(index);
         let Some(sock) = self.slots[index as usize].sock.as_mut() else { return Ok(Some(0)) };
         let Some(FourTuple { local, remote }) = sock.conn.tuple() else {

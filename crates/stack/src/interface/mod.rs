@@ -12,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use bypass_tcp::{Buffers, Config as TcpConfig, Connection, Event, FourTuple, Instant};
+use bypass_tcp::{Config as TcpConfig, Connection, Event, FourTuple, Instant};
 use etherparse::ArpOperation;
 
 use crate::addr::{Addresses, Cidr};
@@ -85,8 +85,11 @@ pub struct StackConfig {
     /// queue, can tell each other: an answer to one's ARP request may arrive on another's
     /// queue.
     pub share_neighbours: bool,
-    /// Buffers of finished connections kept for new ones, so opening a connection does not
-    /// allocate (each is `tcp.send_buffer + tcp.recv_buffer` bytes: 512 KiB by default).
+    /// Sets of buffers (a send and a receive buffer's storage, `tcp.send_buffer +
+    /// tcp.recv_buffer` bytes: 512 KiB by default, zeroed) kept for connections that need
+    /// storage: new ones, and idle ones whose empty buffers gave theirs back
+    /// (`Connection::detach_idle_storage`) when data moves again. The pool holds at least
+    /// 128 sets whatever this says; only the bytes once written are resident.
     pub buffer_pool: usize,
     /// Most connections the application has closed that are still finishing in the
     /// background (orphans: FIN-WAIT, CLOSING, LAST-ACK, TIME-WAIT). Past it, a closed
@@ -170,8 +173,9 @@ pub struct ListenerId(pub u16);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Owner {
-    /// A listener's child, not yet accepted.
-    Listener(u16),
+    /// A child of the listener on this port, of this epoch (`Listener::epoch`), not yet
+    /// accepted.
+    Listener(u16, u32),
     /// Handed to the user (accepted or connected).
     User,
     /// The user let go (`close`, `abort`); removed once the connection is CLOSED.
@@ -193,6 +197,12 @@ struct Sock {
     capacity: usize,
     /// The receive window it offers, as last counted in `Interface::offered_bytes`.
     offered: u32,
+    /// The deadline of its live entry in `Interface::timers`. A deadline that moves later
+    /// leaves the entry be: when it comes up early, the connection is armed again for its
+    /// real deadline. One that moves earlier adds an entry and makes the old one stale.
+    scheduled: Option<Instant>,
+    /// A listener's child waiting in its `ready` queue.
+    queued: bool,
 }
 
 struct Slot {
@@ -202,7 +212,14 @@ struct Slot {
 
 struct Listener {
     half_open: usize,
+    /// Established children in the order they arrived, for `accept`; also holds ids of
+    /// children that closed before being accepted (their `Sock::queued` is false), dropped
+    /// as `accept` passes them or when they outnumber the live ones.
     ready: VecDeque<SocketId>,
+    /// Children in `ready` still waiting (the backlog's length).
+    queued: usize,
+    /// Tells this listener's children from those of an earlier listener on the port.
+    epoch: u32,
     /// When the SYN queue last overflowed (a cookie was sent): cookies are checked only
     /// within `StackConfig::syn_cookie_valid` of it.
     overflow: RecentOverflow,
@@ -281,11 +298,17 @@ pub struct Interface {
     /// What the frame being received meant (filled only while capturing).
     note: String,
     events: VecDeque<(SocketId, Event)>,
-    /// Buffers of removed connections, zeroed, for the next ones (at most `buffer_pool`).
-    buffers: Vec<Buffers>,
+    /// Buffer storage of removed connections and of idle connections' empty buffers,
+    /// zeroed, for the next that need some (see `settle`, `remove`, `lend_storage`).
+    storage_pool: Vec<bypass_tcp::buffer::Storage>,
     counters: Counters,
     ports: EphemeralPorts,
-    timer_due: Option<Instant>,
+    /// Each connection's earliest timer, keyed by slot and generation (see `Sock::scheduled`).
+    timers: crate::timer_wheel::TimerWheel<(u32, u32)>,
+    /// Entries `handle_timeouts` takes from `timers` (kept for its capacity).
+    fired: Vec<(Instant, (u32, u32))>,
+    /// The epoch of the latest listener (see `Owner::Listener`).
+    listener_epoch: u32,
     /// Connections the application closed that are still finishing, and the bytes they
     /// were charged when closed (see `StackConfig::max_orphans`).
     orphans: usize,
@@ -358,10 +381,12 @@ impl Interface {
             notes: None,
             note: String::new(),
             events: VecDeque::new(),
-            buffers: Vec::new(),
             counters: Counters::default(),
             ports,
-            timer_due: None,
+            timers: crate::timer_wheel::TimerWheel::new(),
+            fired: Vec::new(),
+            storage_pool: Vec::new(),
+            listener_epoch: 0,
             orphans: 0,
             orphan_bytes: 0,
             window_budget: usize::MAX,
@@ -457,9 +482,9 @@ impl Interface {
         self.orphans
     }
 
-    /// Return how many sets of connection buffers wait in the pool for new connections.
+    /// Return how many connection buffers (send or receive storage) wait in the pool.
     pub fn pooled_buffers(&self) -> usize {
-        self.buffers.len()
+        self.storage_pool.len()
     }
 
     /// Process one received Ethernet frame. Never panics on any bytes.
@@ -498,27 +523,46 @@ impl Interface {
     /// Return when `handle_timeouts` next has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let fragments = self.fragments.as_ref().and_then(|f| f.poll_timeout());
-        [self.timer_due, self.arp.next_timeout(), self.ndp.next_timeout(), fragments].into_iter().flatten().min()
+        [self.timers.next_deadline(), self.arp.next_timeout(), self.ndp.next_timeout(), fragments]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Fire the connection, ARP, Neighbour Discovery and reassembly timers due at `now`.
     pub fn handle_timeouts(&mut self, now: Instant) {
         self.expire_fragments(now);
         self.solicit_neighbours(now);
-        if self.timer_due.is_some_and(|t| t <= now) {
-            let mut next: Option<Instant> = None;
-            for index in 0..self.slots.len() as u32 {
-                let Some(sock) = self.slots[index as usize].sock.as_mut() else { continue };
-                match sock.conn.poll_timeout() {
-                    Some(t) if t <= now => {
-                        sock.conn.handle_timeout(now);
-                        self.mark_dirty(index);
-                    }
-                    Some(t) => next = Some(next.map_or(t, |n| n.min(t))),
-                    None => {}
+        let mut fired = std::mem::take(&mut self.fired);
+        self.timers.expire(now, &mut fired);
+        for (when, (index, generation)) in fired.drain(..) {
+            let slot = &mut self.slots[index as usize];
+            let Some(sock) = slot.sock.as_mut().filter(|s| slot.generation == generation && s.scheduled == Some(when))
+            else {
+                continue; // stale: the connection went, or was armed for an earlier time since
+            };
+            sock.scheduled = None;
+            match sock.conn.poll_timeout() {
+                Some(t) if t <= now => {
+                    sock.conn.handle_timeout(now);
+                    // `settle`, when the connection transmits, arms its next timer.
+                    self.mark_dirty(index);
                 }
+                Some(t) => {
+                    sock.scheduled = Some(t);
+                    self.timers.insert(now, t, (index, generation));
+                }
+                None => {}
             }
-            self.timer_due = next;
+        }
+        self.fired = fired;
+        if self.timers.len() > 2 * self.table.len() + 1024 {
+            // Stale entries (connections gone, or armed earlier since) outnumber live ones.
+            let slots = &self.slots;
+            self.timers.retain(|when, (index, generation)| {
+                let slot = &slots[index as usize];
+                slot.generation == generation && slot.sock.as_ref().is_some_and(|s| s.scheduled == Some(when))
+            });
         }
         let hosts: &mut Vec<Ipv4Addr> = &mut Vec::new();
         let due = self.arp.due_requests(now, |ip| hosts.push(ip));

@@ -1,9 +1,18 @@
 //! The connection table: slots with generations, the 4-tuple index, the buffer pool, the
 //! memory and window budgets, and each connection's life after it ran.
 
-use bypass_tcp::{Buffers, Connection, Event, FourTuple, Instant, State};
+use bypass_tcp::buffer::Storage;
+use bypass_tcp::{Buffers, Connection, Event, FourTuple, Instant, Side, State};
 
 use super::*;
+
+/// An empty buffer gives its storage back only if at most this much of it was written since
+/// it took it (all of it is zeroed for the next connection): a connection exchanging small
+/// messages lets go after each, one moving bulk keeps its storage.
+const DETACH_WRITTEN_MAX: usize = 16 * 1024;
+/// Zeroed buffer storage kept for connections that take up storage again, at most (or
+/// twice `StackConfig::buffer_pool`, if more).
+const STORAGE_POOL: usize = 256;
 
 impl Interface {
     /// The most window a connection that offers `own` bytes may offer now: what is left of
@@ -62,7 +71,18 @@ impl Interface {
             }
         };
         let slot = &mut self.slots[index as usize];
-        slot.sock = Some(Sock { conn, tuple, owner, peer_mac, dirty: false, orphan: None, capacity: 0, offered: 0 });
+        slot.sock = Some(Sock {
+            conn,
+            tuple,
+            owner,
+            peer_mac,
+            dirty: false,
+            orphan: None,
+            capacity: 0,
+            offered: 0,
+            scheduled: None,
+            queued: false,
+        });
         let id = SocketId { index, generation: slot.generation };
         self.table.insert(tuple, index);
         self.apply_budgets(index);
@@ -113,26 +133,71 @@ impl Interface {
             }
             self.counters.resets_for_lost_data += sock.conn.stats().resets_for_lost_data;
             // Buffers autotuning grew go back to the allocator: the pool keeps the configured
-            // size, what short connections (the ones a pool is for) use.
-            let buffers = sock.conn.into_buffers();
-            if self.buffers.len() < self.config.buffer_pool && buffers.fits(&self.config.tcp) {
-                self.buffers.push(buffers);
-            }
+            // sizes, what short connections (the ones a pool is for) use.
+            let (send, recv) = sock.conn.into_buffers().into_parts();
+            self.pool_storage(send);
+            self.pool_storage(recv);
         }
     }
 
-    /// Return buffers for a new connection: recycled if any are spare, else new.
-    pub(super) fn take_buffers(&mut self) -> Buffers {
-        match self.buffers.pop() {
-            Some(b) if b.fits(&self.config.tcp) => {
-                self.counters.buffers_recycled += 1;
-                b
+    /// Give connection `index`'s detached buffers zeroed storage from the pool, before it
+    /// may need them (a segment with data arrives, or the application calls), so that
+    /// taking up storage again allocates nothing while the pool has some.
+    pub(super) fn lend_storage(&mut self, index: u32, need: Option<Side>) {
+        let Some(sock) = self.slots[index as usize].sock.as_mut() else { return };
+        let (pool, counters) = (&mut self.storage_pool, &mut self.counters);
+        sock.conn.attach_storage(|capacity, side| {
+            if let Some(at) = pool.iter().rposition(|s| s.capacity() == capacity) {
+                counters.buffers_recycled += 1;
+                return Some(pool.swap_remove(at));
             }
-            _ => {
-                self.counters.buffers_allocated += 1;
-                Buffers::new(&self.config.tcp)
-            }
+            (need == Some(side)).then(|| {
+                counters.buffers_allocated += 1;
+                Storage::new(capacity)
+            })
+        });
+    }
+
+    /// Keep `storage` (zeroed) for the next connection that needs some, if it is of a size
+    /// connections start with and the pool has room.
+    fn pool_storage(&mut self, storage: Storage) {
+        let sizes = [self.config.tcp.send_buffer, self.config.tcp.recv_buffer];
+        let limit = STORAGE_POOL.max(2 * self.config.buffer_pool);
+        if storage.is_allocated() && sizes.contains(&storage.capacity()) && self.storage_pool.len() < limit {
+            self.storage_pool.push(storage);
         }
+    }
+
+    /// Put the established child `id` of the listener on `port` in its accept queue.
+    pub(super) fn enqueue_child(&mut self, port: u16, id: SocketId) {
+        let Some(l) = self.listeners.get_mut(&port) else { return };
+        l.ready.push_back(id);
+        l.queued += 1;
+        if let Some(sock) = self.slots[id.index as usize].sock.as_mut() {
+            sock.queued = true;
+        }
+    }
+
+    /// Reset connection `index` if it is the child of a listener that has gone (an
+    /// `unlisten` leaves half-open children be until they next have something to do, as
+    /// Linux leaves request sockets whose listener closed: `tcp_v4_rcv` and
+    /// `reqsk_timer_handler` drop them when they come up).
+    pub(super) fn reset_if_orphaned_child(&mut self, now: Instant, index: u32) {
+        let Some(sock) = self.slots[index as usize].sock.as_mut() else { return };
+        if let Owner::Listener(port, epoch) = sock.owner
+            && self.listeners.get(&port).is_none_or(|l| l.epoch != epoch)
+        {
+            sock.conn.abort(now);
+            sock.owner = Owner::Released;
+            sock.queued = false;
+        }
+    }
+
+    /// Return buffers for a new connection: not yet allocated; each takes storage from the
+    /// pool, or allocates it, when it first holds data (`lend_storage`). A SYN, even a
+    /// flood of them, allocates no buffer memory.
+    pub(super) fn take_buffers(&mut self) -> Buffers {
+        Buffers::unallocated(&self.config.tcp)
     }
 
     /// Pass on the events of the connections touched since the last transmit, so the
@@ -164,34 +229,58 @@ impl Interface {
                 self.events.push_back((id, event));
             }
         }
-        if let (Owner::Listener(port), true) = (owner, established)
-            && let Some(l) = self.listeners.get_mut(&port)
+        if let (Owner::Listener(port, epoch), true) = (owner, established)
+            && let Some(l) = self.listeners.get_mut(&port).filter(|l| l.epoch == epoch)
         {
             l.half_open = l.half_open.saturating_sub(1);
-            l.ready.push_back(id);
+            self.enqueue_child(port, id);
         }
     }
 
     /// After a connection ran: pass its events on, note its next timer, and remove it when
     /// nobody needs it any more.
-    pub(super) fn settle(&mut self, _now: Instant, index: u32) {
+    pub(super) fn settle(&mut self, now: Instant, index: u32) {
         self.count_window(index);
         self.deliver(index);
         let id = self.id(index);
         let sock = self.slots[index as usize].sock.as_mut().expect("live");
         let owner = sock.owner;
         let state = sock.conn.state();
-        if let Some(t) = sock.conn.poll_timeout() {
-            self.timer_due = Some(self.timer_due.map_or(t, |d| d.min(t)));
+        // An idle connection's empty buffers go back to the pool (see
+        // `Connection::detach_idle_storage`).
+        let mut idle = [None, None];
+        sock.conn.detach_idle_storage(DETACH_WRITTEN_MAX, |storage| {
+            let free = if idle[0].is_none() { 0 } else { 1 };
+            idle[free] = Some(storage);
+        });
+        for storage in idle.into_iter().flatten() {
+            self.pool_storage(storage);
+        }
+        let sock = self.slots[index as usize].sock.as_mut().expect("live");
+        if let Some(t) = sock.conn.poll_timeout()
+            && sock.scheduled.is_none_or(|s| t < s)
+        {
+            sock.scheduled = Some(t);
+            self.timers.insert(now, t, (id.index, id.generation));
         }
         if !matches!(state, State::Closed | State::Listen) {
             return;
         }
         match owner {
-            Owner::Listener(port) => {
-                if let Some(l) = self.listeners.get_mut(&port) {
-                    if l.ready.contains(&id) {
-                        l.ready.retain(|&r| r != id);
+            Owner::Listener(port, epoch) => {
+                let queued = std::mem::take(&mut sock.queued);
+                if let Some(l) = self.listeners.get_mut(&port).filter(|l| l.epoch == epoch) {
+                    if queued {
+                        // Its id stays in `ready` for `accept` to pass over, unless the
+                        // queue is mostly such ids: then they go, in one pass (amortised O(1)).
+                        l.queued -= 1;
+                        if l.ready.len() > 2 * l.queued + 64 {
+                            let slots = &self.slots;
+                            l.ready.retain(|r| {
+                                let slot = &slots[r.index as usize];
+                                slot.generation == r.generation && slot.sock.as_ref().is_some_and(|s| s.queued)
+                            });
+                        }
                     } else {
                         l.half_open = l.half_open.saturating_sub(1);
                     }

@@ -29,6 +29,9 @@ impl Interface {
             if self.reopen_time_wait(now, index, &seg) {
                 return;
             }
+            if !seg.payload.is_empty() {
+                self.lend_storage(index, Some(bypass_tcp::Side::Recv));
+            }
             let sock = self.slots[index as usize].sock.as_mut().expect("table points at live slots");
             let before = sock.conn.state();
             let acked_before = sock.conn.snd_una();
@@ -81,16 +84,17 @@ impl Interface {
             return false;
         }
         let Some(listener) = self.listeners.get(&seg.dst_port) else { return false };
-        if listener.ready.len() >= self.config.accept_backlog || listener.half_open >= self.config.syn_queue {
+        if listener.queued >= self.config.accept_backlog || listener.half_open >= self.config.syn_queue {
             return false;
         }
+        let epoch = listener.epoch;
         let sock = self.slots[index as usize].sock.as_mut().expect("live");
         let before = sock.conn.state();
         sock.conn.reopen(now, seg);
         if sock.conn.state() != State::SynReceived {
             return false;
         }
-        sock.owner = Owner::Listener(seg.dst_port);
+        sock.owner = Owner::Listener(seg.dst_port, epoch);
         if let Some(bytes) = sock.orphan.take() {
             self.orphans -= 1;
             self.orphan_bytes -= bytes;
@@ -113,8 +117,9 @@ impl Interface {
             return;
         }
         let listener = self.listeners.get(&port).expect("checked by the caller");
+        let epoch = listener.epoch;
         if flags.syn() && !flags.ack() {
-            if listener.ready.len() >= self.config.accept_backlog {
+            if listener.queued >= self.config.accept_backlog {
                 // Like Linux: drop, the client's retransmission tries again later.
                 return self.drop(Drop::BacklogFull, "accept backlog full");
             }
@@ -140,7 +145,7 @@ impl Interface {
                     note_segment(&mut self.note, seg, &conn, Direction::In, State::Listen);
                 }
                 self.listeners.get_mut(&port).expect("listener").half_open += 1;
-                self.insert(now, tuple, conn, Owner::Listener(port), Some(src_mac));
+                self.insert(now, tuple, conn, Owner::Listener(port, epoch), Some(src_mac));
             }
             return;
         }
@@ -153,8 +158,7 @@ impl Interface {
                 return self.reply_reset(src_mac, tuple, seg, Drop::StrayAck);
             }
             if let Some((iss, mss)) = self.cookies.check(&tuple, seg.seq, seg.ack, now) {
-                if listener.ready.len() >= self.config.accept_backlog || self.table.len() >= self.config.max_connections
-                {
+                if listener.queued >= self.config.accept_backlog || self.table.len() >= self.config.max_connections {
                     return self.drop(Drop::BacklogFull, "accept backlog full (cookie)");
                 }
                 let buffers = self.take_buffers();
@@ -171,8 +175,8 @@ impl Interface {
                     let _ = write!(self.note, "valid SYN cookie: connection rebuilt | ");
                     note_segment(&mut self.note, seg, &conn, Direction::In, State::Listen);
                 }
-                let id = self.insert(now, tuple, conn, Owner::Listener(port), Some(src_mac));
-                self.listeners.get_mut(&port).expect("listener").ready.push_back(id);
+                let id = self.insert(now, tuple, conn, Owner::Listener(port, epoch), Some(src_mac));
+                self.enqueue_child(port, id);
                 self.counters.syn_cookies_accepted += 1;
                 return;
             }

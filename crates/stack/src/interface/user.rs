@@ -16,31 +16,27 @@ impl Interface {
         if self.listeners.contains_key(&port) {
             return Err(ListenError::AddrInUse(port));
         }
-        self.listeners
-            .insert(port, Listener { half_open: 0, ready: VecDeque::new(), overflow: RecentOverflow::default() });
+        self.listener_epoch = self.listener_epoch.wrapping_add(1);
+        let listener = Listener {
+            half_open: 0,
+            ready: VecDeque::new(),
+            queued: 0,
+            epoch: self.listener_epoch,
+            overflow: RecentOverflow::default(),
+        };
+        self.listeners.insert(port, listener);
         Ok(ListenerId(port))
     }
 
-    /// Stop listening; connections not yet accepted are reset.
+    /// Stop listening; connections not yet accepted are reset: the established ones now,
+    /// the half-open ones when they next receive or time out (see
+    /// `reset_if_orphaned_child`), so unlisten costs no scan of the table.
     pub fn unlisten(&mut self, now: Instant, listener: ListenerId) {
-        if let Some(l) = self.listeners.remove(&listener.0) {
-            for id in l.ready {
+        let Some(l) = self.listeners.remove(&listener.0) else { return };
+        for id in l.ready {
+            if let Some(sock) = self.sock_mut(id).filter(|s| s.queued) {
+                sock.queued = false;
                 self.abort(now, id);
-                self.release(id);
-            }
-        }
-        let orphans: Vec<u32> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.sock.as_ref().is_some_and(|k| k.owner == Owner::Listener(listener.0)))
-            .map(|(i, _)| i as u32)
-            .collect();
-        for index in orphans {
-            if let Some(sock) = self.slots[index as usize].sock.as_mut() {
-                sock.conn.abort(now);
-                sock.owner = Owner::Released;
-                self.mark_dirty(index);
             }
         }
     }
@@ -49,8 +45,14 @@ impl Interface {
     pub fn accept(&mut self, listener: ListenerId) -> Option<SocketId> {
         let l = self.listeners.get_mut(&listener.0)?;
         while let Some(id) = l.ready.pop_front() {
-            if let Some(sock) = self.slots.get_mut(id.index as usize).and_then(|s| s.sock.as_mut()) {
+            let slot = &mut self.slots[id.index as usize];
+            if slot.generation != id.generation {
+                continue;
+            }
+            if let Some(sock) = slot.sock.as_mut().filter(|s| s.queued) {
+                sock.queued = false;
                 sock.owner = Owner::User;
+                l.queued -= 1;
                 self.counters.connections_accepted += 1;
                 return Some(id);
             }
@@ -116,6 +118,16 @@ impl Interface {
     pub fn connection_mut(&mut self, id: SocketId) -> Option<&mut Connection> {
         self.sock(id)?;
         self.mark_dirty(id.index);
+        self.lend_storage(id.index, None);
+        self.slots[id.index as usize].sock.as_mut().map(|s| &mut s.conn)
+    }
+
+    /// Return the connection behind `id` for a call that queues data: its send buffer has
+    /// storage (from the pool, or allocated) when this returns.
+    pub fn connection_for_send(&mut self, id: SocketId) -> Option<&mut Connection> {
+        self.sock(id)?;
+        self.mark_dirty(id.index);
+        self.lend_storage(id.index, Some(bypass_tcp::Side::Send));
         self.slots[id.index as usize].sock.as_mut().map(|s| &mut s.conn)
     }
 
