@@ -254,6 +254,10 @@ fn parse_cidr(s: &str) -> Result<(IpAddr, u8), String> {
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    // Buffers given back are memory given back (see the function's docs).
+    if !bypass_io::return_large_blocks_when_freed() {
+        log::debug!("mallopt(M_MMAP_THRESHOLD) refused; freed buffers may stay resident");
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Lab { action: LabAction::Up { name, queues } } => lab_up(&name, queues),

@@ -25,6 +25,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod alloc;
 mod ifreq;
 /// Impairment as middleware: re-exported from bypass-device.
 pub use bypass_device::impair;
@@ -37,6 +38,7 @@ pub use bypass_device::pcap;
 mod wake;
 pub mod xdp;
 
+pub use alloc::return_large_blocks_when_freed;
 /// Re-exported from bypass-device.
 pub use bypass_device::{CaptureFile, CapturedFrame, PcapNgCapture, ReadCaptureError, parse_capture, read_capture};
 /// Re-exported from bypass-device.

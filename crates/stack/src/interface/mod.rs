@@ -133,7 +133,7 @@ impl StackConfig {
             syn_queue: 256,
             syn_cookie_valid: Duration::from_secs(120),
             accept_backlog: 1024,
-            max_connections: 65536,
+            max_connections: 1 << 20,
             ephemeral_ports: (49152, 65535),
             ephemeral_port_share: (0, 1),
             share_neighbours: false,
