@@ -56,11 +56,12 @@ struct DemoArgs {
     /// smoltcp-afxdp-both,
     /// stack-memory (our stack at both ends over an in-memory link; run by default only when
     /// the lab is out of reach), http (the application row: the HTTP server on kernel sockets
-    /// and on our stack under tokio, loaded by wrk or ab).
+    /// and on our stack under tokio, loaded by wrk or ab), memory (resident bytes per idle
+    /// established connection of ours, with 10,000 of them).
     #[arg(long, value_delimiter = ',', value_name = "TRANSPORT,...")]
     only: Vec<String>,
     /// Run only these workloads, comma-separated: rr-64B-1c, rr-1024B-1c, rr-64B-100c,
-    /// bulk-up, bulk-down, connect, http (the application row).
+    /// bulk-up, bulk-down, connect, http (the application row), memory (the memory figure).
     #[arg(long, value_delimiter = ',', value_name = "WORKLOAD,...")]
     workload: Vec<String>,
     /// Seconds per measurement (default 2, 0.5 with --quick).

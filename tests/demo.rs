@@ -76,6 +76,12 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
         assert!(text.contains("not measured: neither wrk (Debian package wrk) nor ab"), "no reason given:\n{text}");
     }
     assert!(json.contains("\"application\": {\"load\": \"not measured"), "no application in results.json:\n{json}");
+    // The memory figure: 10,000 idle connections within 8 KiB each.
+    for text in [&stdout[..], &md[..]] {
+        assert!(text.contains("## memory: idle established connections"), "no memory section:\n{text}");
+    }
+    let per = number_after(&json, "bytes_per_connection").unwrap_or_else(|| panic!("no memory figure:\n{json}"));
+    assert!(per > 0.0 && per <= 8192.0, "{per} bytes resident per idle connection");
     for (name, label) in TRANSPORTS {
         for workload in WORKLOADS {
             let row = json

@@ -42,6 +42,7 @@ mod charts;
 mod client;
 mod kernel;
 mod measure;
+mod memory;
 mod ours;
 mod report;
 mod smoltcp;
@@ -421,6 +422,8 @@ pub struct Conditions {
     pub floor: Option<Floor>,
     /// The application row: the HTTP server on kernel sockets and on our stack.
     pub app: Option<app::AppSection>,
+    /// Resident memory per idle established connection of ours.
+    pub memory: Option<memory::MemorySection>,
 }
 
 /// Row 0, the floor: what any bypass stack could reach on this veth pair.
@@ -486,7 +489,10 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
     // The application row runs in the full demo, or when `--only` or `--workload` names it.
     let app_wanted = (args.only.is_empty() || args.only.iter().any(|n| n.trim() == app::NAME))
         && (args.workload.is_empty() || args.workload.iter().any(|n| n.trim() == app::NAME));
-    let only: Vec<&String> = args.only.iter().filter(|n| n.trim() != app::NAME).collect();
+    // So does the memory figure, with `memory`.
+    let memory_wanted = (args.only.is_empty() || args.only.iter().any(|n| n.trim() == memory::NAME))
+        && (args.workload.is_empty() || args.workload.iter().any(|n| n.trim() == memory::NAME));
+    let only: Vec<&String> = args.only.iter().filter(|n| n.trim() != app::NAME && n.trim() != memory::NAME).collect();
     let app_only = !args.only.is_empty() && only.is_empty();
     if app_only {
         // Only the application row.
@@ -663,6 +669,25 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
             }
         }
     }
+    if memory_wanted && !interrupted.load(Ordering::Relaxed) {
+        conditions.memory = Some(match &net {
+            Net::Lab(lab) => {
+                if progress {
+                    eprint!("\r\x1b[K[memory] 10,000 idle connections to our stack");
+                }
+                port = port.wrapping_add(1).max(20000);
+                let section = memory::measure(lab, port);
+                if progress {
+                    eprint!("\r\x1b[K");
+                }
+                section
+            }
+            Net::Loopback => memory::MemorySection {
+                failure: Some("needs root and the namespace lab".into()),
+                ..memory::MemorySection::default()
+            },
+        });
+    }
     conditions.floor = Floor::median(&floors);
     let net_was_lab = matches!(net, Net::Lab(_));
     drop(net); // remove the lab before printing, on every path from here
@@ -693,6 +718,10 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
     if let Some(app) = &conditions.app {
         text.push_str(&app::markdown(app));
         markdown.push_str(&app::markdown(app));
+    }
+    if let Some(memory) = &conditions.memory {
+        text.push_str(&memory::markdown(memory));
+        markdown.push_str(&memory::markdown(memory));
     }
     let json = report::json(&rows, &conditions);
     if args.json {

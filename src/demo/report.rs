@@ -425,6 +425,12 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
         }
         None => out.push_str("  \"application\": null,\n"),
     }
+    match &c.memory {
+        Some(memory) => {
+            let _ = writeln!(out, "  \"memory\": {},", super::memory::json(memory, js));
+        }
+        None => out.push_str("  \"memory\": null,\n"),
+    }
     out.push_str("  \"rows\": [\n");
     for (i, r) in rows.iter().enumerate() {
         let mut o = format!(

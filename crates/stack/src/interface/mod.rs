@@ -51,7 +51,9 @@ pub struct StackConfig {
     /// `accept_ra`, on for hosts).
     pub accept_router_advertisements: bool,
     /// Settings for every TCP connection (its `isn_secret` also keys, through keys derived
-    /// from it, the SYN cookies and the ephemeral port choice).
+    /// from it, the SYN cookies and the ephemeral port choice). The host lowers `tcp.mss` to
+    /// what the MTU allows; [`StackConfig::new`] leaves it at that (`u16::MAX`), so a jumbo
+    /// MTU gets jumbo segments.
     pub tcp: TcpConfig,
     /// ARP settings.
     pub arp: ArpConfig,
@@ -126,7 +128,10 @@ impl StackConfig {
             gateway: None,
             gateway6: None,
             accept_router_advertisements: true,
-            tcp: TcpConfig { isn_secret: secret, ..TcpConfig::default() },
+            // The MSS the interface's MTU allows (RFC 9293 3.7.1: MTU minus the IP and TCP
+            // headers), 1460 at 1500 and 8960 at a 9000-byte jumbo MTU: `Interface::new`
+            // lowers the MSS to fit the MTU, and this asks for no lower.
+            tcp: TcpConfig { isn_secret: secret, mss: u16::MAX, ..TcpConfig::default() },
             arp: ArpConfig::default(),
             ndp: NdpConfig::default(),
             fragments: ReassemblyConfig::default(),
