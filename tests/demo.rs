@@ -160,6 +160,29 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
         }
     }
 
+    // The jumbo rows (2j, 5j, 6j: bx0 and px0 at 65,000 bytes for the row) measure the bulk
+    // streams only, and leave the MTU as it was for the rows after them.
+    for name in ["kernel-busy-jumbo", "stack-afxdp-jumbo", "smoltcp-afxdp-jumbo"] {
+        for workload in WORKLOADS {
+            let row = json
+                .lines()
+                .find(|l| {
+                    l.contains(&format!("\"transport\": \"{name}\""))
+                        && l.contains(&format!("\"workload\": \"{workload}\""))
+                })
+                .unwrap_or_else(|| panic!("no {name} {workload} row in results.json:\n{json}"));
+            if workload.starts_with("bulk") {
+                let rate = number_after(row, "rate").unwrap_or_else(|| panic!("{name} {workload} has no rate:\n{row}"));
+                assert!(rate > 0.0, "{name} {workload}: rate {rate}");
+            } else {
+                assert!(
+                    row.contains("\"failure\": \"not measured:"),
+                    "{name} {workload} is marked not measured:\n{row}"
+                );
+            }
+        }
+    }
+
     // Every measured row is read against both kernel rows: offloads off (2) and the kernel's
     // defaults (2d); row 2d is 1.00x of itself.
     for line in json.lines().filter(|l| l.contains("\"rate\": ")) {

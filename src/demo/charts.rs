@@ -48,6 +48,9 @@ fn colour(transport: Transport) -> &'static str {
         Transport::StackXdpBoth => "#0b6b2a",
         Transport::SmoltcpXdp => "#c0392b",
         Transport::SmoltcpXdpBoth => "#7b1e12",
+        Transport::KernelBusyJumbo => "#4f8fef",
+        Transport::StackXdpJumbo => "#145a2e",
+        Transport::SmoltcpXdpJumbo => "#e06050",
         Transport::StackMemory => "#8e44ad",
     }
 }

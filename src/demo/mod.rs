@@ -130,6 +130,9 @@ const MEMORY_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 1);
 const OURS_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 4);
 /// MTU of the lab's veth pair.
 const MTU: u32 = 1500;
+/// MTU of bx0 and px0 for the jumbo rows (2j, 5j, 6j): near veth's largest (65,535), a
+/// frame of 17 UMEM frames, within the 18 a copy-mode AF_XDP packet may have.
+const JUMBO_MTU: u32 = 65000;
 /// The peer's ephemeral ports (`net.ipv4.ip_local_port_range`, per namespace): every port
 /// above 1023, for the connection-rate client whose closed connections wait in TIME-WAIT.
 pub const PEER_PORTS: (u32, u32) = (1024, 65535);
@@ -166,12 +169,18 @@ pub enum Transport {
     SmoltcpXdp,
     /// smoltcp at both ends, each over our AF_XDP device.
     SmoltcpXdpBoth,
+    /// Row 2 at the jumbo MTU ([`JUMBO_MTU`] on bx0 and px0), bulk only.
+    KernelBusyJumbo,
+    /// Row 5 at the jumbo MTU: multi-buffer AF_XDP frames, one segment per frame, bulk only.
+    StackXdpJumbo,
+    /// Row 6 at the jumbo MTU, bulk only.
+    SmoltcpXdpJumbo,
     /// Our stack at both ends over the in-memory link (the fallback without root).
     StackMemory,
 }
 
 impl Transport {
-    pub const ALL: [Transport; 15] = [
+    pub const ALL: [Transport; 18] = [
         Transport::KernelBlocking,
         Transport::KernelBusy,
         Transport::KernelDefaults,
@@ -186,6 +195,9 @@ impl Transport {
         Transport::StackXdpBoth,
         Transport::SmoltcpXdp,
         Transport::SmoltcpXdpBoth,
+        Transport::KernelBusyJumbo,
+        Transport::StackXdpJumbo,
+        Transport::SmoltcpXdpJumbo,
         Transport::StackMemory,
     ];
 
@@ -206,6 +218,9 @@ impl Transport {
             Transport::StackXdpBoth => "stack-afxdp-both",
             Transport::SmoltcpXdp => "smoltcp-afxdp",
             Transport::SmoltcpXdpBoth => "smoltcp-afxdp-both",
+            Transport::KernelBusyJumbo => "kernel-busy-jumbo",
+            Transport::StackXdpJumbo => "stack-afxdp-jumbo",
+            Transport::SmoltcpXdpJumbo => "smoltcp-afxdp-jumbo",
             Transport::StackMemory => "stack-memory",
         }
     }
@@ -227,6 +242,9 @@ impl Transport {
             Transport::StackXdpBoth => "5b ours/AF_XDP <-> ours",
             Transport::SmoltcpXdp => "6 smoltcp/AF_XDP <- kernel",
             Transport::SmoltcpXdpBoth => "6b smoltcp/AF_XDP <-> smoltcp",
+            Transport::KernelBusyJumbo => "2j kernel TCP, busy-poll, jumbo MTU",
+            Transport::StackXdpJumbo => "5j ours/AF_XDP <- kernel, jumbo MTU",
+            Transport::SmoltcpXdpJumbo => "6j smoltcp/AF_XDP <- kernel, jumbo MTU",
             Transport::StackMemory => "M ours <-> ours, memory link",
         }
     }
@@ -276,6 +294,15 @@ impl Transport {
             Transport::SmoltcpXdpBoth => {
                 "server: smoltcp 0.14 over our AF_XDP device on bx0 (10.77.0.2); client: smoltcp 0.14 over our AF_XDP device on px0 (10.77.0.4), peer namespace; both socket busy polling, spinning; the connection-rate client keeps its closed connections in TIME-WAIT (smoltcp: 10 s) in its socket set, which smoltcp scans linearly, so that figure slows as the run goes on"
             }
+            Transport::KernelBusyJumbo => {
+                "as row 2 with bx0 and px0 at the jumbo MTU (65,000) for the row: one 64,948-byte segment per frame, offloads still off; bulk only"
+            }
+            Transport::StackXdpJumbo => {
+                "as row 5 with bx0 and px0 at the jumbo MTU for the row: the XDP program is frags-aware and the socket multi-buffer (XDP_USE_SG), so each 65,014-byte frame crosses as a chain of 17 UMEM frames, which the device hands the stack as one frame (one segment processed once, not 45 times at 1448 bytes); our MSS follows the MTU; bulk only"
+            }
+            Transport::SmoltcpXdpJumbo => {
+                "as row 6 with bx0 and px0 at the jumbo MTU, on the same multi-buffer device as row 5j; bulk only"
+            }
             Transport::StackMemory => {
                 "server and client: our stack, each spinning on a thread of its own, joined by the in-memory link (bypass_io::MemoryLink, real time) inside the demo process; no kernel on the path"
             }
@@ -285,7 +312,7 @@ impl Transport {
     /// Where the CPU copies each byte, per direction, end to end.
     pub fn copies(self) -> &'static str {
         match self {
-            Transport::KernelBlocking | Transport::KernelBusy => {
+            Transport::KernelBlocking | Transport::KernelBusy | Transport::KernelBusyJumbo => {
                 "2 per byte per direction, both by the kernel: write(2) copies user -> skb, read(2) copies skb -> user (veth passes the skb on without copying)"
             }
             Transport::KernelDefaults => {
@@ -300,7 +327,7 @@ impl Transport {
             Transport::StackPacket => {
                 "ours (measured, server): frame -> receive buffer -> application and application -> send buffer -> frame; kernel: 2 per direction (the client's write/read, and AF_PACKET's copy skb -> ring on receive / user -> skb on send)"
             }
-            Transport::StackXdp | Transport::StackXdpV6 => {
+            Transport::StackXdp | Transport::StackXdpV6 | Transport::StackXdpJumbo => {
                 "ours (measured, server): frame -> receive buffer -> application and application -> send buffer -> frame; kernel: 2 per direction (the client's write/read, and AF_XDP copy mode's copy skb -> UMEM on receive / UMEM -> skb on send)"
             }
             Transport::KernelMsgZerocopy => {
@@ -316,7 +343,7 @@ impl Transport {
                 "ours (measured, both ends): each end copies frame -> receive buffer -> application and application -> send buffer -> frame; kernel: 2 per direction (AF_XDP copy mode UMEM -> skb on send, skb -> UMEM on receive)"
             }
             Transport::SmoltcpXdpBoth => "smoltcp (counted, both ends): as row 6 at each end",
-            Transport::SmoltcpXdp => {
+            Transport::SmoltcpXdp | Transport::SmoltcpXdpJumbo => {
                 "smoltcp (counted, server): our device adapter copies each received frame out of the UMEM (smoltcp's tokens outlive our lending closure), smoltcp copies frame -> socket buffer -> application and application -> socket buffer -> frame; kernel: 2 per direction as row 5"
             }
             Transport::StackMemory => {
@@ -340,7 +367,14 @@ impl Transport {
                 | Transport::StackXdpBoth
                 | Transport::SmoltcpXdp
                 | Transport::SmoltcpXdpBoth
+                | Transport::StackXdpJumbo
+                | Transport::SmoltcpXdpJumbo
         )
+    }
+
+    /// Return whether the row runs with bx0 and px0 at [`JUMBO_MTU`].
+    fn jumbo(self) -> bool {
+        matches!(self, Transport::KernelBusyJumbo | Transport::StackXdpJumbo | Transport::SmoltcpXdpJumbo)
     }
 
     /// Kernel copies per byte per direction, end to end.
@@ -355,6 +389,7 @@ impl Transport {
                 workload == Workload::BulkDown
             }
             Transport::StackXdpInPlace => workload.is_bulk(),
+            t if t.jumbo() => workload.is_bulk(),
             _ => true,
         }
     }
@@ -365,6 +400,7 @@ impl Transport {
             Transport::StackXdpInPlace => {
                 "not measured: row 5z runs the bulk streams only (an echo cannot read and write in place at once: both closures borrow the stack)"
             }
+            t if t.jumbo() => "not measured: the jumbo rows run the bulk streams only (the MTU matters to bulk)",
             _ => {
                 "not measured: the sendfile, splice and MSG_ZEROCOPY rows run bulk server -> client only (they send, they do not receive)"
             }
@@ -762,6 +798,11 @@ fn measure(
     if transport == Transport::StackMemory {
         return measure_memory(workload, port, warmup, duration, interrupted);
     }
+    // The jumbo rows: bx0 and px0 at the jumbo MTU for the row, back on every path out.
+    let _jumbo = match net {
+        Net::Lab(lab) if transport.jumbo() => Some(JumboMtu::set(lab)?),
+        _ => None,
+    };
     let shared = Shared::default();
     let stack_ip = match net {
         Net::Lab(lab) if transport == Transport::StackXdpV6 => IpAddr::V6(lab.bypass_ip6),
@@ -879,6 +920,32 @@ fn measure_memory(
     Ok((report::Run::new(workload, &client, &server), report::cdf(&client.latency)))
 }
 
+/// bx0 and px0 at [`JUMBO_MTU`] while it lives, at [`MTU`] again after.
+struct JumboMtu<'a>(&'a Lab);
+
+impl<'a> JumboMtu<'a> {
+    fn set(lab: &'a Lab) -> Result<JumboMtu<'a>, String> {
+        let guard = JumboMtu(lab);
+        guard.mtu(JUMBO_MTU).map_err(|e| format!("cannot set the jumbo MTU {JUMBO_MTU}: {e}"))?;
+        Ok(guard)
+    }
+
+    fn mtu(&self, mtu: u32) -> Result<(), String> {
+        let mtu = mtu.to_string();
+        self.0.ip_bypass(&["link", "set", "dev", &self.0.bypass_if, "mtu", &mtu]).map_err(|e| e.to_string())?;
+        self.0.ip_peer(&["link", "set", "dev", &self.0.peer_if, "mtu", &mtu]).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+impl Drop for JumboMtu<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.mtu(MTU) {
+            eprintln!("bypass demo: cannot set the MTU back to {MTU}: {e}");
+        }
+    }
+}
+
 /// Set the flag when dropped.
 struct SetOnDrop<'a>(&'a AtomicBool);
 
@@ -898,7 +965,7 @@ fn serve(
     shared: &Shared,
 ) -> Result<kernel::ServerResult, String> {
     match transport {
-        Transport::KernelBlocking | Transport::KernelBusy | Transport::KernelDefaults => {
+        Transport::KernelBlocking | Transport::KernelBusy | Transport::KernelDefaults | Transport::KernelBusyJumbo => {
             let listener =
                 TcpListener::bind((ip, port)).map_err(|e| format!("kernel echo server: bind {ip}:{port}: {e}"))?;
             kernel::server(listener, transport.busy(), workload, shared)
@@ -928,12 +995,14 @@ fn serve(
         | Transport::StackXdpInPlace
         | Transport::StackXdpBoth
         | Transport::SmoltcpXdp
-        | Transport::SmoltcpXdpBoth => {
+        | Transport::SmoltcpXdpBoth
+        | Transport::StackXdpJumbo
+        | Transport::SmoltcpXdpJumbo => {
             let Net::Lab(lab) = net else { return Err("needs the namespace lab".into()) };
             let config = XdpConfig { busy_poll: true, ..XdpConfig::new(&lab.bypass_if, ip) };
             let device = XdpDevice::open(config).map_err(|e| format!("AF_XDP unavailable: {e}"))?;
             match (transport, ip) {
-                (Transport::SmoltcpXdp | Transport::SmoltcpXdpBoth, IpAddr::V4(ip)) => {
+                (Transport::SmoltcpXdp | Transport::SmoltcpXdpBoth | Transport::SmoltcpXdpJumbo, IpAddr::V4(ip)) => {
                     smoltcp::server(device, ip, lab.prefix_len, port, workload, shared)
                 }
                 (_, IpAddr::V6(_)) => stack::server(device, ip, lab.prefix6_len, port, workload, shared),

@@ -104,26 +104,98 @@ fn echo_reply(request: &[u8], mac: [u8; 6]) -> Vec<u8> {
     f
 }
 
-/// Build an Ethernet/IPv4/UDP frame (UDP checksum 0: none, allowed over IPv4).
-fn udp_frame(src: ([u8; 6], Ipv4Addr, u16), dst: ([u8; 6], Ipv4Addr, u16), payload: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(42 + payload.len());
-    f.extend_from_slice(&dst.0);
-    f.extend_from_slice(&src.0);
+/// Build an Ethernet/IPv4 frame carrying `body` as protocol `proto`, with the IPv4 checksum.
+fn ipv4_frame(macs: ([u8; 6], [u8; 6]), src: Ipv4Addr, dst: Ipv4Addr, proto: u8, body: &[u8]) -> Vec<u8> {
+    let (src_mac, dst_mac) = macs;
+    let mut f = Vec::with_capacity(34 + body.len());
+    f.extend_from_slice(&dst_mac);
+    f.extend_from_slice(&src_mac);
     f.extend_from_slice(&[0x08, 0x00]);
-    let total = (20 + 8 + payload.len()) as u16;
+    let total = u16::try_from(20 + body.len()).expect("an IPv4 packet holds at most 65535 bytes");
     f.extend_from_slice(&[0x45, 0]);
     f.extend_from_slice(&total.to_be_bytes());
-    f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]); // id, DF, TTL 64, UDP, checksum 0 for now
-    f.extend_from_slice(&src.1.octets());
-    f.extend_from_slice(&dst.1.octets());
+    f.extend_from_slice(&[0, 0, 0x40, 0, 64, proto, 0, 0]); // id, DF, TTL 64, checksum 0 for now
+    f.extend_from_slice(&src.octets());
+    f.extend_from_slice(&dst.octets());
     let sum = checksum(&f[14..34]);
     f[24..26].copy_from_slice(&sum.to_be_bytes());
-    f.extend_from_slice(&src.2.to_be_bytes());
-    f.extend_from_slice(&dst.2.to_be_bytes());
-    f.extend_from_slice(&(8 + payload.len() as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(payload);
+    f.extend_from_slice(body);
     f
+}
+
+/// Return the UDP checksum of `udp` (header with its checksum field, and payload) between
+/// `src` and `dst` (RFC 768): 0 when the field holds the right sum.
+fn udp_checksum(src: Ipv4Addr, dst: Ipv4Addr, udp: &[u8]) -> u16 {
+    let mut pseudo = Vec::with_capacity(12 + udp.len());
+    pseudo.extend_from_slice(&src.octets());
+    pseudo.extend_from_slice(&dst.octets());
+    pseudo.extend_from_slice(&[0, 17]);
+    pseudo.extend_from_slice(&(udp.len() as u16).to_be_bytes());
+    pseudo.extend_from_slice(udp);
+    checksum(&pseudo)
+}
+
+/// Build an Ethernet/IPv4/UDP frame with both checksums.
+fn udp_frame(src: ([u8; 6], Ipv4Addr, u16), dst: ([u8; 6], Ipv4Addr, u16), payload: &[u8]) -> Vec<u8> {
+    let mut udp = Vec::with_capacity(8 + payload.len());
+    udp.extend_from_slice(&src.2.to_be_bytes());
+    udp.extend_from_slice(&dst.2.to_be_bytes());
+    udp.extend_from_slice(&(8 + payload.len() as u16).to_be_bytes());
+    udp.extend_from_slice(&[0, 0]);
+    udp.extend_from_slice(payload);
+    let sum = match udp_checksum(src.1, dst.1, &udp) {
+        0 => 0xffff, // a computed 0 is sent as all ones (RFC 768)
+        sum => sum,
+    };
+    udp[6..8].copy_from_slice(&sum.to_be_bytes());
+    ipv4_frame((src.0, dst.0), src.1, dst.1, 17, &udp)
+}
+
+/// Return (source address, source port, payload) if `frame` is an IPv4 UDP datagram to
+/// `dst` whose lengths and checksums are right.
+fn udp_datagram_to(frame: &[u8], dst: (Ipv4Addr, u16)) -> Option<(Ipv4Addr, u16, &[u8])> {
+    if frame.len() < 42 || frame[12..14] != [0x08, 0x00] || frame[23] != 17 || frame[14] != 0x45 {
+        return None;
+    }
+    let total = usize::from(u16::from_be_bytes([frame[16], frame[17]]));
+    let src = Ipv4Addr::from(<[u8; 4]>::try_from(&frame[26..30]).unwrap());
+    if frame[30..34] != dst.0.octets() || frame[36..38] != dst.1.to_be_bytes() || 14 + total != frame.len() {
+        return None;
+    }
+    assert_eq!(checksum(&frame[14..34]), 0, "IPv4 header checksum of a {}-byte frame", frame.len());
+    let udp = &frame[34..];
+    assert_eq!(usize::from(u16::from_be_bytes([udp[4], udp[5]])), udp.len(), "UDP length");
+    if udp[6..8] != [0, 0] {
+        assert_eq!(udp_checksum(src, dst.0, udp), 0, "UDP checksum of a {}-byte datagram", udp.len());
+    }
+    Some((src, u16::from_be_bytes([udp[0], udp[1]]), &udp[8..]))
+}
+
+/// Build an ICMP echo request (identifier `id`, sequence `seq`) carrying `payload`.
+fn echo_request(macs: ([u8; 6], [u8; 6]), src: Ipv4Addr, dst: Ipv4Addr, id: u16, seq: u16, payload: &[u8]) -> Vec<u8> {
+    let mut icmp = vec![8, 0, 0, 0];
+    icmp.extend_from_slice(&id.to_be_bytes());
+    icmp.extend_from_slice(&seq.to_be_bytes());
+    icmp.extend_from_slice(payload);
+    let sum = checksum(&icmp);
+    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    ipv4_frame(macs, src, dst, 1, &icmp)
+}
+
+/// Return the payload if `frame` is an ICMP echo reply with identifier `id` and sequence
+/// `seq` whose checksums are right.
+fn echo_reply_payload(frame: &[u8], id: u16, seq: u16) -> Option<&[u8]> {
+    if frame.len() < 42 || frame[12..14] != [0x08, 0x00] || frame[23] != 1 || frame[14] != 0x45 {
+        return None;
+    }
+    let icmp = &frame[34..];
+    if icmp[0] != 0 || icmp[4..6] != id.to_be_bytes() || icmp[6..8] != seq.to_be_bytes() {
+        return None;
+    }
+    assert_eq!(14 + usize::from(u16::from_be_bytes([frame[16], frame[17]])), frame.len(), "IPv4 total length");
+    assert_eq!(checksum(&frame[14..34]), 0, "IPv4 header checksum");
+    assert_eq!(checksum(icmp), 0, "ICMP checksum of a {}-byte echo reply", icmp.len());
+    Some(&icmp[8..])
 }
 
 /// Return the solicitation's source (MAC, IPv6) if `frame` is a Neighbour Solicitation for
@@ -256,6 +328,9 @@ fn opens_in_driver_generic_and_auto_mode() {
         assert!(dev.info().mode.contains("copy mode"), "veth offers copy mode only: {}", dev.info().mode);
         assert_eq!(dev.info().mac, lab.bypass_mac);
         assert_eq!(dev.info().mtu, 1500);
+        assert!(!dev.info().mode.contains("multi-buffer"), "1514-byte frames fit one UMEM frame: {}", dev.info().mode);
+        assert!(dev.program().multi_buffer(), "the program is multi-buffer aware at every MTU");
+        assert_eq!(dev.rx_frames(), Some(4096));
         assert_eq!(dev.info().name, lab.bypass_if);
         assert!(dev.raw_fd().is_some());
         assert!(xdp_attached(&lab));
@@ -523,27 +598,37 @@ fn too_many_addresses_are_refused_before_attaching() {
 }
 
 #[test]
-fn large_mtus_are_explained() {
-    if !lab_available("large_mtus_are_explained") {
+fn large_mtus_attach_in_both_modes() {
+    if !lab_available("large_mtus_attach_in_both_modes") {
         return;
     }
     init_log();
-    // veth's driver-mode XDP takes at most about 3500 bytes without multi-buffer support.
-    let lab = Lab::with_config(LabConfig { mtu: 3800, ..LabConfig::new("mtu") }).unwrap();
-    let err = open(&lab, config(&lab, XdpMode::Driver)).err().expect("driver mode must refuse MTU 3800");
-    println!("{err}");
-    assert!(matches!(err, XdpError::MtuTooLargeForDriver { .. }), "{err:?}");
-    let dev = open(&lab, config(&lab, XdpMode::Auto)).expect("auto mode falls back to generic XDP");
-    assert!(dev.info().mode.contains("generic (skb) XDP"), "{}", dev.info().mode);
-    drop(dev);
-
-    for ns_if in [(&lab.bypass_ns, &lab.bypass_if), (&lab.peer_ns, &lab.peer_if)] {
-        let out = Command::new("ip").args(["-n", ns_if.0, "link", "set", "dev", ns_if.1, "mtu", "9000"]).status();
-        assert!(out.unwrap().success());
+    // The multi-buffer program lifts veth's driver-mode limit on the peer's MTU from 3506
+    // bytes to 73138 (veth_xdp_set), beyond veth's largest MTU, 65535.
+    let lab = Lab::with_config(LabConfig { mtu: 65535, ..LabConfig::new("mtu") }).unwrap();
+    for (mode, expect) in [(XdpMode::Driver, "driver (native) XDP"), (XdpMode::Generic, "generic (skb) XDP")] {
+        let dev = open(&lab, config(&lab, mode)).unwrap_or_else(|e| panic!("open in {mode:?} mode at MTU 65535: {e}"));
+        println!("{mode:?}: {}", dev.info().mode);
+        assert!(dev.info().mode.contains(expect) && dev.info().mode.contains("multi-buffer"), "{}", dev.info().mode);
+        assert!(dev.program().multi_buffer());
+        assert!(dev.socket().multi_buffer());
+        assert_eq!((dev.info().mtu, dev.info().max_frame()), (65535, 65549));
+        // A 65549-byte packet takes 18 frames of 3840 received bytes: 4096 frames hold 227.
+        assert_eq!(dev.rx_frames(), Some(4096 / 18));
     }
-    let err = open(&lab, config(&lab, XdpMode::Generic)).err().expect("a 4096-byte frame cannot hold MTU 9000");
+
+    // 2048-byte frames would need 33 frames per packet, beyond the kernel's 18.
+    let err = open(&lab, XdpConfig { frame_size: 2048, ..config(&lab, XdpMode::Auto) })
+        .err()
+        .expect("2048-byte frames cannot carry MTU 65535");
     println!("{err}");
-    assert!(matches!(err, XdpError::MtuTooLargeForFrame { mtu: 9000, .. }), "{err:?}");
+    assert!(matches!(err, XdpError::MtuTooLargeForFrame { mtu: 65535, max_mtu: 36850, .. }), "{err:?}");
+    assert!(err.to_string().contains("ip link set dev bx0 mtu 36850"), "{err}");
+    assert!(!xdp_attached(&lab), "a refused MTU must not leave the program attached");
+    // So would a TX ring too small for one packet.
+    let err = open(&lab, XdpConfig { tx_size: 16, ..config(&lab, XdpMode::Auto) }).err().expect("16 TX slots");
+    assert!(matches!(err, XdpError::InvalidConfig(_)), "{err:?}");
+    assert!(err.to_string().contains("tx_size is 16, fewer than the 17 frames"), "{err}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -713,4 +798,338 @@ fn a_waker_ends_a_wait_from_another_thread() {
     let start = std::time::Instant::now();
     dev.wait(Some(Duration::from_millis(200))).unwrap();
     assert!(start.elapsed() >= Duration::from_millis(150), "the wake was used up: this wait runs to its timeout");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. Jumbo MTUs: packets larger than a UMEM frame (multi-buffer)
+// ---------------------------------------------------------------------------------------------
+
+/// Give the peer a permanent neighbour entry for our address, so that it sends to us without
+/// asking ARP first.
+fn peer_knows_us(lab: &Lab) {
+    let mac = lab.bypass_mac.map(|b| format!("{b:02x}")).join(":");
+    let ip = lab.bypass_ip.to_string();
+    lab.ip_peer(&["neigh", "replace", &ip, "lladdr", &mac, "dev", &lab.peer_if, "nud", "permanent"]).unwrap();
+}
+
+/// Return `len` bytes that differ from their neighbours and from other seeds' bytes.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8 ^ seed).collect()
+}
+
+/// Receive on `dev` until `want` picks a frame, for up to five seconds; return its pick.
+fn receive_until<T>(dev: &mut XdpDevice, mut want: impl FnMut(&[u8]) -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        for frame in drain(dev) {
+            if let Some(picked) = want(&frame) {
+                return picked;
+            }
+        }
+        assert!(Instant::now() < deadline, "the frame did not arrive; device counters {:?}", dev.device_counters());
+    }
+}
+
+/// Return the device counter `name`.
+fn counter(dev: &mut XdpDevice, name: &str) -> u64 {
+    let counters = dev.device_counters();
+    counters.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("no counter {name}: {counters:?}")).1
+}
+
+/// The kernel peer's UDP datagrams, up to the largest the MTU carries, reach the device as
+/// one frame with the right bytes, at MTU 9000 and at veth's largest, 65535 (18 frames).
+fn jumbo_datagrams_arrive_whole(mode: XdpMode, tag: &str) {
+    init_log();
+    for mtu in [9000usize, 65535] {
+        let lab = Lab::with_config(LabConfig { mtu: mtu as u32, ..LabConfig::new(tag) }).unwrap();
+        peer_knows_us(&lab);
+        let mut dev =
+            open(&lab, config(&lab, mode)).unwrap_or_else(|e| panic!("open in {mode:?} mode at MTU {mtu}: {e}"));
+        println!("MTU {mtu}: {}", dev.info().mode);
+        assert!(dev.info().mode.contains("multi-buffer"), "{}", dev.info().mode);
+        assert_eq!((dev.info().mtu, dev.info().max_frame()), (mtu, mtu + 14));
+        let peer = lab.in_peer(|| UdpSocket::bind((lab.peer_ip, 0)).expect("bind UDP in the peer namespace"));
+        // The largest datagram, one in a single frame, one in two.
+        for (seed, len) in [(1, mtu - 28), (2, 1000), (3, 5000)] {
+            let payload = pattern(len, seed);
+            peer.send_to(&payload, (lab.bypass_ip, 5000)).expect("send from the peer");
+            let (frame_len, from, got) = receive_until(&mut dev, |f| {
+                udp_datagram_to(f, (lab.bypass_ip, 5000)).map(|(ip, _, p)| (f.len(), ip, p.to_vec()))
+            });
+            assert_eq!(from, lab.peer_ip);
+            assert_eq!(frame_len, 42 + len);
+            assert!(got == payload, "MTU {mtu}: the {len}-byte datagram arrived changed");
+        }
+        assert_eq!(counter(&mut dev, "rx_multi_buffer"), 2, "the 1000-byte datagram fits one frame");
+        assert_eq!(counter(&mut dev, "rx_dropped_oversized"), 0);
+        let stats = dev.statistics().unwrap();
+        assert_eq!((stats.rx_dropped, stats.rx_invalid_descs), (0, 0), "{stats:?}");
+    }
+}
+
+#[test]
+fn jumbo_datagrams_arrive_whole_driver_mode() {
+    if lab_available("jumbo_datagrams_arrive_whole_driver_mode") {
+        jumbo_datagrams_arrive_whole(XdpMode::Driver, "jrxdrv");
+    }
+}
+
+#[test]
+fn jumbo_datagrams_arrive_whole_generic_mode() {
+    if lab_available("jumbo_datagrams_arrive_whole_generic_mode") {
+        jumbo_datagrams_arrive_whole(XdpMode::Generic, "jrxgen");
+    }
+}
+
+/// Large frames we send (several send frames each) reach the kernel peer intact: UDP
+/// datagrams its socket reads whole, and an echo request it answers with as large a reply,
+/// which comes back to us whole.
+fn jumbo_frames_we_send_reach_the_peer(mode: XdpMode, tag: &str) {
+    init_log();
+    for (mtu, sizes) in [(9000usize, [8000, 8972]), (65535, [60000, 65507])] {
+        let lab = Lab::with_config(LabConfig { mtu: mtu as u32, ..LabConfig::new(tag) }).unwrap();
+        peer_knows_us(&lab);
+        let socket = lab.in_peer(|| UdpSocket::bind((lab.peer_ip, 5000)).expect("bind UDP in the peer namespace"));
+        socket.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut dev =
+            open(&lab, config(&lab, mode)).unwrap_or_else(|e| panic!("open in {mode:?} mode at MTU {mtu}: {e}"));
+        let mut buf = vec![0u8; 65536];
+        for (seed, len) in [(4, sizes[0]), (5, sizes[1])] {
+            let payload = pattern(len, seed);
+            send(
+                &mut dev,
+                &udp_frame((lab.bypass_mac, lab.bypass_ip, 4000), (lab.peer_mac, lab.peer_ip, 5000), &payload),
+            );
+            let (n, from) = socket.recv_from(&mut buf).unwrap_or_else(|e| panic!("MTU {mtu}: {len} bytes: {e}"));
+            assert_eq!(from, (lab.bypass_ip, 4000).into());
+            assert!(buf[..n] == payload[..], "MTU {mtu}: the {len}-byte datagram arrived as {n} other bytes");
+        }
+        let payload = pattern(mtu - 28, 6);
+        let request = echo_request((lab.bypass_mac, lab.peer_mac), lab.bypass_ip, lab.peer_ip, 0x4242, 1, &payload);
+        assert_eq!(request.len(), mtu + 14);
+        send(&mut dev, &request);
+        let reply = receive_until(&mut dev, |f| echo_reply_payload(f, 0x4242, 1).map(<[u8]>::to_vec));
+        assert!(reply == payload, "MTU {mtu}: the echo reply came back changed");
+        assert_eq!(counter(&mut dev, "tx_multi_buffer"), 3);
+        assert_eq!(counter(&mut dev, "rx_multi_buffer"), 1);
+        let stats = dev.statistics().unwrap();
+        assert_eq!(stats.tx_invalid_descs, 0, "{stats:?}");
+    }
+}
+
+#[test]
+fn jumbo_frames_we_send_reach_the_peer_driver_mode() {
+    if lab_available("jumbo_frames_we_send_reach_the_peer_driver_mode") {
+        jumbo_frames_we_send_reach_the_peer(XdpMode::Driver, "jtxdrv");
+    }
+}
+
+#[test]
+fn jumbo_frames_we_send_reach_the_peer_generic_mode() {
+    if lab_available("jumbo_frames_we_send_reach_the_peer_generic_mode") {
+        jumbo_frames_we_send_reach_the_peer(XdpMode::Generic, "jtxgen");
+    }
+}
+
+/// With fewer free send frames than the largest packet takes, `send` says so without calling
+/// `fill`, and works again once the frames in flight come back.
+#[test]
+fn send_waits_for_the_frames_of_a_whole_packet() {
+    if !lab_available("send_waits_for_the_frames_of_a_whole_packet") {
+        return;
+    }
+    init_log();
+    let lab = Lab::with_config(LabConfig { mtu: 65535, ..LabConfig::new("jwait") }).unwrap();
+    let socket = lab.in_peer(|| UdpSocket::bind((lab.peer_ip, 5000)).expect("bind UDP in the peer namespace"));
+    socket.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // 20 send frames: a packet may take 17 of 4096 bytes.
+    let small = XdpConfig {
+        frame_count: 84,
+        fill_size: 64,
+        rx_size: 64,
+        tx_size: 32,
+        completion_size: 32,
+        ..config(&lab, XdpMode::Auto)
+    };
+    let mut dev = open(&lab, small).unwrap();
+    let payload = pattern(60000, 7); // 60042 bytes: 15 frames
+    let frame = udp_frame((lab.bypass_mac, lab.bypass_ip, 4000), (lab.peer_mac, lab.peer_ip, 5000), &payload);
+    let mut fill = |buf: &mut [u8]| {
+        buf[..frame.len()].copy_from_slice(&frame);
+        frame.len()
+    };
+    assert!(dev.send(&mut fill).unwrap());
+    let mut called = false;
+    let queued = dev.send(&mut |_| {
+        called = true;
+        0
+    });
+    assert!(!queued.unwrap() && !called, "5 free send frames cannot take a packet of up to 17");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        dev.flush().unwrap();
+        if dev.send(&mut fill).unwrap() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "sent frames never came back");
+    }
+    dev.flush().unwrap();
+    let mut buf = vec![0u8; 65536];
+    for i in 0..2 {
+        let (n, _) = socket.recv_from(&mut buf).unwrap_or_else(|e| panic!("datagram {i}: {e}"));
+        assert!(buf[..n] == payload[..], "datagram {i} arrived changed");
+    }
+}
+
+/// Received frames go back to the fill ring in the `recv` that consumed them: ten rounds of
+/// 15 jumbo datagrams (45 frames each) pass through 64 receive frames without a drop, and a
+/// budget of 1 takes one whole packet per call.
+#[test]
+fn received_frames_return_to_the_fill_ring() {
+    if !lab_available("received_frames_return_to_the_fill_ring") {
+        return;
+    }
+    init_log();
+    let lab = Lab::with_config(LabConfig { mtu: 9000, ..LabConfig::new("jfill") }).unwrap();
+    peer_knows_us(&lab);
+    let small = XdpConfig {
+        frame_count: 128,
+        fill_size: 64,
+        rx_size: 64,
+        tx_size: 32,
+        completion_size: 32,
+        ..config(&lab, XdpMode::Auto)
+    };
+    let mut dev = open(&lab, small).unwrap();
+    assert_eq!(dev.rx_frames(), Some(64 / 3), "a 9014-byte packet takes 3 frames");
+    let peer = lab.in_peer(|| UdpSocket::bind((lab.peer_ip, 0)).expect("bind UDP in the peer namespace"));
+    let payload = pattern(8972, 8);
+    for round in 0..10 {
+        for _ in 0..15 {
+            peer.send_to(&payload, (lab.bypass_ip, 5000)).expect("send from the peer");
+        }
+        let (mut received, deadline) = (0, Instant::now() + Duration::from_secs(5));
+        while received < 15 {
+            assert!(Instant::now() < deadline, "round {round}: {received} of 15 arrived; {:?}", dev.device_counters());
+            dev.wait(Some(Duration::from_millis(10))).unwrap();
+            let mut lens = Vec::new();
+            let n = dev.recv(1, &mut |f| lens.push(f.len())).unwrap();
+            assert!(n <= 1 && lens.len() == n, "budget 1 took {n} packets");
+            assert!(lens.iter().all(|&l| l == 9014), "round {round}: a packet arrived cut: {lens:?}");
+            received += n;
+        }
+    }
+    let stats = dev.statistics().unwrap();
+    assert_eq!(
+        (stats.rx_dropped, stats.rx_fill_ring_empty_descs, stats.rx_ring_full),
+        (0, 0, 0),
+        "frames must be back in the fill ring before the next round: {stats:?}"
+    );
+    assert_eq!(counter(&mut dev, "rx_multi_buffer"), 150);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. TX checksum offload (AF_XDP TX metadata)
+// ---------------------------------------------------------------------------------------------
+
+/// Return `frame` (Ethernet, IPv4, then TCP or UDP) with its TCP or UDP checksum field holding
+/// only the pseudo-header sum, as a stack writes it for a device with TX checksum offload.
+fn pseudo_header_sum_only(frame: &[u8]) -> Vec<u8> {
+    let mut f = frame.to_vec();
+    let ihl = usize::from(f[14] & 0x0f) * 4;
+    let proto = f[23];
+    let l4_len = usize::from(u16::from_be_bytes([f[16], f[17]])) - ihl;
+    let mut pseudo = f[26..34].to_vec();
+    pseudo.extend_from_slice(&[0, proto]);
+    pseudo.extend_from_slice(&(l4_len as u16).to_be_bytes());
+    let sum = !checksum(&pseudo); // the folded sum itself, not its complement
+    let at = 14 + ihl + if proto == 6 { 16 } else { 6 };
+    f[at..at + 2].copy_from_slice(&sum.to_be_bytes());
+    f
+}
+
+/// Build a TCP SYN (no options) with its checksum.
+fn tcp_syn(src: ([u8; 6], Ipv4Addr, u16), dst: ([u8; 6], Ipv4Addr, u16), seq: u32) -> Vec<u8> {
+    let mut tcp = Vec::with_capacity(20);
+    tcp.extend_from_slice(&src.2.to_be_bytes());
+    tcp.extend_from_slice(&dst.2.to_be_bytes());
+    tcp.extend_from_slice(&seq.to_be_bytes());
+    tcp.extend_from_slice(&[0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]); // no ack, SYN, window 65535
+    let mut pseudo = src.1.octets().to_vec();
+    pseudo.extend_from_slice(&dst.1.octets());
+    pseudo.extend_from_slice(&[0, 6, 0, 20]);
+    pseudo.extend_from_slice(&tcp);
+    let sum = checksum(&pseudo);
+    tcp[16..18].copy_from_slice(&sum.to_be_bytes());
+    ipv4_frame((src.0, dst.0), src.1, dst.1, 6, &tcp)
+}
+
+/// Return whether `frame` is a SYN-ACK from `from` to `to` acknowledging `seq`.
+fn is_syn_ack(frame: &[u8], from: (Ipv4Addr, u16), to: (Ipv4Addr, u16), seq: u32) -> bool {
+    frame.len() >= 54
+        && frame[12..14] == [0x08, 0x00]
+        && frame[23] == 6
+        && frame[14] == 0x45
+        && frame[26..30] == from.0.octets()
+        && frame[30..34] == to.0.octets()
+        && frame[34..36] == from.1.to_be_bytes()
+        && frame[36..38] == to.1.to_be_bytes()
+        && frame[42..46] == seq.wrapping_add(1).to_be_bytes()
+        && frame[47] & 0x12 == 0x12
+}
+
+/// With `tx_checksum_offload`, frames whose TCP or UDP checksum field holds only the
+/// pseudo-header sum reach the kernel peer and are accepted (one frame, and several); without
+/// it the peer drops them.
+fn tx_checksum_offload(mode: XdpMode, tag: &str) {
+    init_log();
+    for mtu in [1500usize, 9000] {
+        let lab = Lab::with_config(LabConfig { mtu: mtu as u32, ..LabConfig::new(tag) }).unwrap();
+        peer_knows_us(&lab);
+        let socket = lab.in_peer(|| UdpSocket::bind((lab.peer_ip, 5000)).expect("bind UDP in the peer namespace"));
+        let listener =
+            lab.in_peer(|| std::net::TcpListener::bind((lab.peer_ip, 6000)).expect("listen in the peer namespace"));
+        let us = (lab.bypass_mac, lab.bypass_ip, 4000);
+        let mut buf = vec![0u8; 65536];
+
+        let mut plain = open(&lab, config(&lab, mode)).unwrap();
+        assert!(!plain.info().checksums.tx_offload);
+        send(&mut plain, &pseudo_header_sum_only(&udp_frame(us, (lab.peer_mac, lab.peer_ip, 5000), b"unsummed")));
+        socket.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let dropped = socket.recv_from(&mut buf);
+        assert!(dropped.is_err(), "MTU {mtu}: the peer took a datagram with a bad checksum: {dropped:?}");
+        drop(plain);
+
+        let offload = XdpConfig { tx_checksum_offload: true, ..config(&lab, mode) };
+        let mut dev = open(&lab, offload).unwrap_or_else(|e| panic!("open with TX checksum offload: {e}"));
+        println!("MTU {mtu}: {}", dev.info().mode);
+        assert!(dev.info().checksums.tx_offload && dev.info().mode.contains("TX checksum offload"));
+        socket.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        for (seed, len) in [(9, 100), (10, mtu - 28)] {
+            let payload = pattern(len, seed);
+            send(&mut dev, &pseudo_header_sum_only(&udp_frame(us, (lab.peer_mac, lab.peer_ip, 5000), &payload)));
+            let (n, _) = socket.recv_from(&mut buf).unwrap_or_else(|e| panic!("MTU {mtu}: {len} bytes: {e}"));
+            assert!(buf[..n] == payload[..], "MTU {mtu}: the {len}-byte datagram arrived changed");
+        }
+        let syn = tcp_syn(us, (lab.peer_mac, lab.peer_ip, 6000), 7777);
+        send(&mut dev, &pseudo_header_sum_only(&syn));
+        receive_until(&mut dev, |f| is_syn_ack(f, (lab.peer_ip, 6000), (lab.bypass_ip, 4000), 7777).then_some(()));
+        assert_eq!(counter(&mut dev, "tx_checksum_offloaded"), 3);
+        assert_eq!(dev.statistics().unwrap().tx_invalid_descs, 0);
+        drop(listener);
+    }
+}
+
+#[test]
+fn tx_checksum_offload_driver_mode() {
+    if lab_available("tx_checksum_offload_driver_mode") {
+        tx_checksum_offload(XdpMode::Driver, "csumdrv");
+    }
+}
+
+#[test]
+fn tx_checksum_offload_generic_mode() {
+    if lab_available("tx_checksum_offload_generic_mode") {
+        tx_checksum_offload(XdpMode::Generic, "csumgen");
+    }
 }

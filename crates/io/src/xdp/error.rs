@@ -67,7 +67,8 @@ pub enum XdpError {
         /// The system call's error.
         source: io::Error,
     },
-    /// Driver-mode XDP refused the interface's MTU (ERANGE: the program is not multi-buffer aware).
+    /// Driver-mode XDP refused the interface's MTU (ERANGE): the driver takes no frame that
+    /// large, or the kernel loaded the program without multi-buffer support (before 5.18).
     #[error(
         "the MTU of {iface} (or of its veth peer) is too large for driver-mode XDP: lower it \
          (`ip link set dev {iface} mtu 1500`) or use XdpMode::Generic"
@@ -78,10 +79,12 @@ pub enum XdpError {
         /// The system call's error.
         source: io::Error,
     },
-    /// A UMEM frame cannot hold a full-size frame of the interface.
+    /// A full-size frame of the interface needs more UMEM frames than the kernel sends as one
+    /// packet ([`MAX_FRAMES_PER_PACKET`](super::MAX_FRAMES_PER_PACKET)).
     #[error(
-        "UMEM frames of {frame_size} bytes hold an MTU of at most {max_mtu} (after the kernel's headroom), but {iface} \
-         has MTU {mtu}: lower it (`ip link set dev {iface} mtu {max_mtu}`), or raise frame_size if it is below 4096"
+        "{iface} has MTU {mtu}, but one packet may span at most 18 UMEM frames and frames of {frame_size} bytes then \
+         hold an MTU of at most {max_mtu}: raise frame_size to 4096, or lower the MTU \
+         (`ip link set dev {iface} mtu {max_mtu}`)"
     )]
     MtuTooLargeForFrame {
         /// The interface name.
@@ -90,7 +93,7 @@ pub enum XdpError {
         mtu: u32,
         /// The configured frame size.
         frame_size: u32,
-        /// The largest MTU a frame holds.
+        /// The largest MTU that frames of this size carry.
         max_mtu: u32,
     },
     /// Zero-copy was required but the driver or the XDP mode does not offer it.

@@ -44,7 +44,7 @@ use crate::ifreq;
 pub use error::XdpError;
 pub use program::{AttachMode, MAX_ADDRS_PER_FAMILY, XdpProgram};
 pub use socket::XskSocket;
-pub use sys::XdpStatistics;
+pub use sys::{RxTaken, TxChecksum, XdpStatistics};
 pub use umem::{Frame, Umem};
 
 use socket::BindOptions;
@@ -91,7 +91,10 @@ pub struct XdpConfig {
     pub zero_copy: ZeroCopy,
     /// UMEM frames per queue: `fill_size` of them receive, the rest send.
     pub frame_count: u32,
-    /// Bytes per frame: 2048 or 4096.
+    /// Bytes per frame: 2048 or 4096. A frame receives `frame_size - 256` bytes (the kernel
+    /// keeps `XDP_PACKET_HEADROOM` in front) and sends `frame_size`; a packet of an interface
+    /// whose MTU + 14 exceeds that spans several frames (multi-buffer, see [`XdpDevice`]), at
+    /// most [`MAX_FRAMES_PER_PACKET`].
     pub frame_size: u32,
     /// Fill ring entries (a power of two).
     pub fill_size: u32,
@@ -103,6 +106,13 @@ pub struct XdpConfig {
     pub tx_size: u32,
     /// Busy-poll the device from `recv` (`SO_PREFER_BUSY_POLL`): lowest latency, one core spinning.
     pub busy_poll: bool,
+    /// Have the kernel fill in the TCP and UDP checksums of the frames we send (AF_XDP TX
+    /// metadata, `XDP_TXMD_FLAGS_CHECKSUM`; Linux 6.11+), stating
+    /// [`ChecksumCaps::tx_offload`](bypass_device::ChecksumCaps::tx_offload): the stack then
+    /// writes only the pseudo-header sum. Copy mode only (a zero-copy socket keeps the
+    /// checksums in software; see [`XdpDevice`]). Each send frame keeps 24 bytes for the
+    /// metadata, so it holds 4072 bytes of a packet instead of 4096. Off by default.
+    pub tx_checksum_offload: bool,
 }
 
 impl XdpConfig {
@@ -124,6 +134,7 @@ impl XdpConfig {
             rx_size: 4096,
             tx_size: 2048,
             busy_poll: false,
+            tx_checksum_offload: false,
         }
     }
 
@@ -162,7 +173,54 @@ impl XdpConfig {
 /// Batch size for busy polling and the receive scratch list.
 const BUSY_POLL_BUDGET: u32 = 64;
 
+/// The most UMEM frames (descriptors) one packet may span: what copy mode sends at most,
+/// `MAX_SKB_FRAGS + 1` with the kernel's default `CONFIG_MAX_SKB_FRAGS=17`. `xsk_build_skb`
+/// (net/xdp/xsk.c) copies the first descriptor into the socket buffer's linear part and each
+/// further one into a page fragment, and drops the whole packet (`-EOVERFLOW`, counted in
+/// `tx_invalid_descs`) when a descriptor with `XDP_PKT_CONTD` would need fragment
+/// `MAX_SKB_FRAGS`. Receiving in copy mode has no such limit (`__xsk_rcv` takes as many
+/// frames as the packet needs).
+pub const MAX_FRAMES_PER_PACKET: usize = 18;
+
 /// An AF_XDP socket on one queue of an interface, as a [`Device`].
+///
+/// # Packets larger than a frame (multi-buffer)
+///
+/// When the interface's largest frame (MTU + 14) exceeds what one UMEM frame receives
+/// (`frame_size - 256`), the device binds its socket with `XDP_USE_SG`, and the program is
+/// multi-buffer aware (`BPF_F_XDP_HAS_FRAGS`) in any case. The kernel then delivers a large
+/// packet as a chain of frames (`XDP_PKT_CONTD` on all but the last), and
+/// [`recv`](Device::recv) copies a chain into a scratch buffer of `max_frame` bytes,
+/// allocated once at open, to hand it over as one slice; a packet in one frame is still lent
+/// in place. A chain longer than `max_frame` (a GSO super-packet from a peer with its
+/// segmentation offloads on) or one that lost a descriptor is dropped and counted
+/// (`rx_dropped_oversized`, `rx_dropped_broken` in [`device_counters`](Device::device_counters)).
+/// The `budget` of `recv` counts packets; a chain is never split between calls.
+///
+/// When `max_frame` also exceeds one frame's `frame_size` bytes, [`send`](Device::send) lets
+/// `fill` write into a second scratch buffer and copies the packet into as many send frames
+/// as it needs, chained likewise; it returns `Ok(false)` without calling `fill` unless the
+/// frames and TX ring slots of a `max_frame` packet are free. Otherwise `fill` writes straight
+/// into a send frame, as below the threshold.
+///
+/// Binding with `XDP_USE_SG` only when needed keeps smaller MTUs exactly as before: a
+/// multi-buffer socket also takes in the GSO super-packets a kernel peer may send (only to
+/// drop them here, after they held up to 18 fill-ring frames each), where a plain socket has
+/// the kernel drop them at once (`rx_dropped`).
+///
+/// # TX checksum offload
+///
+/// With [`XdpConfig::tx_checksum_offload`], `send` reads the headers of each frame `fill`
+/// wrote and, for TCP or UDP in an unfragmented IPv4 packet, or right after the fixed IPv6
+/// header, asks the kernel to compute the checksum ([`TxChecksum`]); every other frame goes
+/// out as written, so the stack must still compute the checksums of IPv4 fragments and of
+/// IPv6 packets with extension headers in full. In copy mode the kernel turns the request
+/// into a `CHECKSUM_PARTIAL` socket buffer (`xsk_skb_metadata`, net/xdp/xsk.c), which a
+/// device with checksum offload completes as it sends; veth has none to do: the kernel peer
+/// accepts `CHECKSUM_PARTIAL` as verified, so on a veth the sum is never computed at all
+/// (and a capture on the peer shows the pseudo-header sum, as it does for the kernel's own
+/// traffic over veth). Zero-copy drivers honour the request only if they implement TX
+/// metadata, which the device cannot tell, so a zero-copy socket leaves `tx_offload` off.
 pub struct XdpDevice {
     // Fields drop in order: the socket closes before the (possibly last) program reference
     // detaches the program.
@@ -170,13 +228,103 @@ pub struct XdpDevice {
     program: Arc<XdpProgram>,
     info: DeviceInfo,
     /// Frames taken from the RX ring during one `recv` (capacity: the RX ring size; no
-    /// allocation per packet).
+    /// allocation per packet). Between calls it holds the first frames of a packet whose
+    /// last frame was not in the ring yet.
     rx_batch: Vec<Frame>,
+    /// Where a packet of several frames is gathered for `recv`: `max_frame` bytes on a
+    /// multi-buffer socket, else empty.
+    rx_scratch: Vec<u8>,
+    /// The rest of a packet dropped before its end arrived is still to come: drop it too.
+    rx_discarding: bool,
+    /// Where `send` lets `fill` write when `max_frame` exceeds one frame, else empty.
+    tx_scratch: Vec<u8>,
+    /// Send frames (and TX ring slots) a packet of `max_frame` bytes takes.
+    tx_frames_per_packet: usize,
+    /// Ask the kernel for the TCP and UDP checksums of the frames sent.
+    tx_offload: bool,
+    counters: Counters,
     busy_poll: bool,
-    /// Frames the kernel can deliver before it drops: the smaller of the fill and RX rings.
+    /// Packets of the largest size the kernel can deliver before it drops: the smaller of
+    /// the fill and RX rings, divided by the frames such a packet takes.
     rx_frames: usize,
     /// Polled beside the socket once a [`Waker`](bypass_device::Waker) was asked for.
     wake: crate::wake::WakeSlot,
+}
+
+/// The device's own counters: multi-buffer packets and checksum requests.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counters {
+    /// Packets received in more than one frame and handed over.
+    rx_multi_buffer: u64,
+    /// Packets dropped because their frames held more than `max_frame` bytes.
+    rx_dropped_oversized: u64,
+    /// Packets dropped because one of their descriptors was invalid (or their chain never
+    /// ended within a full RX batch).
+    rx_dropped_broken: u64,
+    /// Packets sent in more than one frame.
+    tx_multi_buffer: u64,
+    /// Packets sent with a checksum request ([`XdpConfig::tx_checksum_offload`]).
+    tx_checksum_offloaded: u64,
+}
+
+/// Why a received packet is dropped before the stack sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RxDrop {
+    /// Its frames hold more bytes than the scratch buffer (`max_frame`).
+    Oversized(usize),
+    /// One of its descriptors was invalid and dropped ([`Frame::is_broken`]).
+    Broken,
+}
+
+/// Return where the kernel is to compute the checksum of `frame`: TCP or UDP in an
+/// unfragmented IPv4 packet (any header length), or right after the fixed IPv6 header; `None`
+/// for every other frame. (Offsets by hand: this crate does not depend on a packet parser,
+/// and the kernel needs only these two numbers.)
+fn checksum_request(frame: &[u8]) -> Option<TxChecksum> {
+    let (proto, start) = match u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]) {
+        0x0800 => {
+            let ip = frame.get(14..34)?;
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            // Version 4, a valid header length, and neither a first fragment (MF) nor a later one.
+            let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0;
+            if ip[0] >> 4 != 4 || ihl < 20 || fragment {
+                return None;
+            }
+            (ip[9], 14 + ihl)
+        }
+        0x86dd => (*frame.get(20)?, 54),
+        _ => return None,
+    };
+    let offset = match proto {
+        6 => 16,
+        17 => 6,
+        _ => return None,
+    };
+    // The field must lie in the frame (the kernel checks it lies in the first descriptor,
+    // which holds at least 4072 bytes).
+    (start + offset + 2 <= frame.len()).then_some(TxChecksum { start: start as u16, offset: offset as u16 })
+}
+
+/// Return the bytes of the received packet in `frames`: the frame itself if it is one, else
+/// the frames gathered into `scratch`.
+fn packet_bytes<'a>(umem: &'a Umem, frames: &[Frame], scratch: &'a mut [u8]) -> Result<&'a [u8], RxDrop> {
+    if frames.iter().any(Frame::is_broken) {
+        return Err(RxDrop::Broken);
+    }
+    if let [frame] = frames {
+        return Ok(umem.data(frame));
+    }
+    let len = frames.iter().map(Frame::len).sum::<usize>();
+    if len > scratch.len() {
+        return Err(RxDrop::Oversized(len));
+    }
+    let mut at = 0;
+    for frame in frames {
+        let data = umem.data(frame);
+        scratch[at..at + data.len()].copy_from_slice(data);
+        at += data.len();
+    }
+    Ok(&scratch[..len])
 }
 
 impl XdpDevice {
@@ -203,14 +351,37 @@ impl XdpDevice {
         let ifindex = ifreq::index(iface).map_err(no_iface)?;
         let (_, mac) = ifreq::hardware_address(iface).map_err(no_iface)?;
         let mtu = ifreq::mtu(iface).map_err(no_iface)?;
-        let max_mtu = config.frame_size - sys::XDP_PACKET_HEADROOM - 14;
-        if mtu > max_mtu {
+        let frame_size = config.frame_size as usize;
+        let max_frame = mtu as usize + 14;
+        // Copy mode copies a received packet in `frame_size - XDP_PACKET_HEADROOM` bytes per
+        // frame (`xsk_pool_get_rx_frame_size`) and sends `frame_size` bytes per frame, less
+        // the TX metadata when there is some.
+        let rx_capacity = frame_size - sys::XDP_PACKET_HEADROOM as usize;
+        let tx_capacity = frame_size - if config.tx_checksum_offload { sys::TX_METADATA_LEN as usize } else { 0 };
+        let multi_buffer = max_frame > rx_capacity || max_frame > tx_capacity;
+        let tx_frames_per_packet = max_frame.div_ceil(tx_capacity);
+        if tx_frames_per_packet > MAX_FRAMES_PER_PACKET {
             return Err(XdpError::MtuTooLargeForFrame {
                 iface: iface.into(),
                 mtu,
                 frame_size: config.frame_size,
-                max_mtu,
+                max_mtu: (MAX_FRAMES_PER_PACKET * tx_capacity - 14) as u32,
             });
+        }
+        let rx_frames_per_packet = max_frame.div_ceil(rx_capacity);
+        for (name, n, need) in [
+            ("tx_size", config.tx_size, tx_frames_per_packet),
+            ("completion_size", config.completion_size, tx_frames_per_packet),
+            ("frame_count - fill_size (the send frames)", config.frame_count - config.fill_size, tx_frames_per_packet),
+            ("fill_size", config.fill_size, rx_frames_per_packet),
+            ("rx_size", config.rx_size, rx_frames_per_packet),
+        ] {
+            if (n as usize) < need {
+                return Err(XdpError::InvalidConfig(format!(
+                    "{name} is {n}, fewer than the {need} frames one packet takes at the MTU of {iface} ({mtu}): \
+                     raise it"
+                )));
+            }
         }
         if let Err(e) = sys::raise_memlock() {
             // Normal without CAP_SYS_RESOURCE; root's CAP_IPC_LOCK still lets the UMEM be pinned.
@@ -242,6 +413,8 @@ impl XdpDevice {
             frame_size: config.frame_size,
             rings,
             zero_copy: want_zero_copy,
+            multi_buffer,
+            tx_metadata: config.tx_checksum_offload,
         };
 
         let mut devices = Vec::with_capacity(queues.len());
@@ -262,22 +435,36 @@ impl XdpDevice {
                     }
                 };
             program.register(queue, socket.fd())?;
+            let tx_offload = config.tx_checksum_offload && !socket.zero_copy();
+            if config.tx_checksum_offload && !tx_offload {
+                log::debug!("{iface} queue {queue}: zero-copy socket; TX checksums stay in software");
+            }
             let mode = format!(
-                "AF_XDP, {} mode, {}, queue {queue}{}",
+                "AF_XDP, {} mode, {}, queue {queue}{}{}{}",
                 if socket.zero_copy() { "zero-copy" } else { "copy" },
                 program.mode().describe(),
+                if multi_buffer { ", multi-buffer" } else { "" },
+                if tx_offload { ", TX checksum offload" } else { "" },
                 if busy_poll { ", busy polling" } else { "" },
             );
             log::debug!("opened {iface}: {mode}");
+            // Receive checksums in software: copy mode hands over the bytes alone, without the
+            // driver's receive verdict. Transmit ones too unless offloaded.
+            let mut info = DeviceInfo::new(iface, mac, mtu as usize, mode);
+            info.checksums.tx_offload = tx_offload;
             devices.push(XdpDevice {
                 socket,
                 program: Arc::clone(&program),
-                // Checksums in software: copy mode hands over the bytes alone, without the
-                // driver's receive verdict, and asks for no transmit offload.
-                info: DeviceInfo::new(iface, mac, mtu as usize, mode),
+                info,
                 rx_batch: Vec::with_capacity(config.rx_size as usize),
+                rx_scratch: if multi_buffer { vec![0; max_frame] } else { Vec::new() },
+                rx_discarding: false,
+                tx_scratch: if tx_frames_per_packet > 1 { vec![0; max_frame] } else { Vec::new() },
+                tx_frames_per_packet,
+                tx_offload,
+                counters: Counters::default(),
                 busy_poll,
-                rx_frames: config.fill_size.min(config.rx_size) as usize,
+                rx_frames: (config.fill_size.min(config.rx_size) as usize / rx_frames_per_packet).max(1),
                 wake: Default::default(),
             });
         }
@@ -325,28 +512,77 @@ impl Device for XdpDevice {
         Some(self.rx_frames)
     }
 
+    /// Receive up to `budget` packets (a packet of several frames counts once and is never
+    /// split between calls); their frames go back to the fill ring before returning. Return
+    /// how many were handed to `on_frame` (dropped ones are counted in `device_counters`).
     fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
         if self.busy_poll {
             self.socket.wake_rx()?;
         }
-        let consumed = self.socket.receive(budget, &mut self.rx_batch);
-        if consumed == 0 {
+        let taken = self.socket.receive(budget, &mut self.rx_batch);
+        if taken.descs == 0 {
             if !self.busy_poll && self.socket.fill_needs_wakeup() {
                 self.socket.wake_rx()?;
             }
             return Ok(0);
         }
-        for frame in &self.rx_batch {
-            log::trace!("{}: received {} bytes", self.info.name, frame.len());
-            on_frame(self.socket.umem().data(frame));
+        let XdpDevice { socket, info, rx_batch, rx_scratch, rx_discarding, counters, .. } = self;
+        let mut delivered = 0;
+        // Start of the packet being walked: frames before it are done with.
+        let mut start = 0;
+        for end in 0..rx_batch.len() {
+            if rx_batch[end].continues() {
+                continue;
+            }
+            let frames = &rx_batch[start..=end];
+            start = end + 1;
+            if std::mem::take(rx_discarding) {
+                continue; // the end of a packet dropped in an earlier call
+            }
+            match packet_bytes(socket.umem(), frames, rx_scratch) {
+                Ok(packet) => {
+                    log::trace!("{}: received {} bytes in {} frames", info.name, packet.len(), frames.len());
+                    counters.rx_multi_buffer += u64::from(frames.len() > 1);
+                    on_frame(packet);
+                    delivered += 1;
+                }
+                Err(RxDrop::Oversized(len)) => {
+                    counters.rx_dropped_oversized += 1;
+                    log::debug!(
+                        "{}: dropped a received packet of {len} bytes in {} frames: larger than the largest \
+                         frame ({} bytes)",
+                        info.name,
+                        frames.len(),
+                        info.max_frame(),
+                    );
+                }
+                Err(RxDrop::Broken) => {
+                    counters.rx_dropped_broken += 1;
+                    log::debug!("{}: dropped a received packet that lost an invalid descriptor", info.name);
+                }
+            }
         }
-        let received = self.rx_batch.len();
-        self.socket.recycle(&mut self.rx_batch);
-        Ok(received)
+        if start == 0 && rx_batch.len() == rx_batch.capacity() {
+            // A chain as long as the RX ring that has not ended: impossible from a correct
+            // kernel (it writes a packet's descriptors at once, into free slots only). Drop
+            // it rather than hold every frame.
+            if !std::mem::replace(rx_discarding, true) {
+                counters.rx_dropped_broken += 1;
+            }
+            log::debug!("{}: dropped a received chain of {} frames that does not end", info.name, rx_batch.len());
+            start = rx_batch.len();
+        }
+        // Every frame of a finished packet goes back to the kernel now; the first frames of
+        // an unfinished one stay at the front of the batch for the next call.
+        socket.recycle(rx_batch.drain(..start));
+        Ok(delivered)
     }
 
     /// Return `Ok(true)` whenever `fill` was called, including when it cancelled with 0.
     fn send(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<bool> {
+        if !self.tx_scratch.is_empty() {
+            return self.send_chain(fill);
+        }
         let Some(mut frame) = self.socket.alloc_tx() else {
             return Ok(false);
         };
@@ -364,12 +600,19 @@ impl Device for XdpDevice {
                 format!("send: fill returned {len} bytes for a {capacity}-byte buffer"),
             ));
         }
-        log::trace!("{}: queued {len} bytes", self.info.name);
-        if let Err(frame) = self.socket.transmit(frame, len) {
-            // Unreachable: alloc_tx checked for room in the TX ring.
+        let checksum = if self.tx_offload { checksum_request(&buffer[..len]) } else { None };
+        log::trace!("{}: queued {len} bytes (checksum request {checksum:?})", self.info.name);
+        let queued = match checksum {
+            Some(checksum) => self.socket.transmit_checksummed(frame, len, checksum),
+            None => self.socket.transmit(frame, len),
+        };
+        if let Err(frame) = queued {
+            // Unreachable: alloc_tx checked for room in the TX ring, and the UMEM keeps room
+            // for the metadata whenever `tx_offload` is on.
             self.socket.umem_mut().free_tx(frame);
             return Ok(false);
         }
+        self.counters.tx_checksum_offloaded += u64::from(checksum.is_some());
         Ok(true)
     }
 
@@ -409,7 +652,8 @@ impl Device for XdpDevice {
     }
 
     fn device_counters(&mut self) -> Vec<(&'static str, u64)> {
-        match self.statistics() {
+        let c = self.counters;
+        let mut counters = match self.statistics() {
             Ok(st) => vec![
                 ("rx_dropped", st.rx_dropped),
                 ("rx_invalid_descs", st.rx_invalid_descs),
@@ -422,7 +666,48 @@ impl Device for XdpDevice {
                 log::debug!("XDP_STATISTICS: {e}");
                 Vec::new()
             }
+        };
+        counters.extend([
+            ("rx_multi_buffer", c.rx_multi_buffer),
+            ("rx_dropped_oversized", c.rx_dropped_oversized),
+            ("rx_dropped_broken", c.rx_dropped_broken),
+            ("tx_multi_buffer", c.tx_multi_buffer),
+            ("tx_checksum_offloaded", c.tx_checksum_offloaded),
+        ]);
+        counters
+    }
+}
+
+impl XdpDevice {
+    /// [`Device::send`] when a packet may take more than one send frame: let `fill` write into
+    /// the scratch buffer, then copy the packet into as many frames as it needs.
+    fn send_chain(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<bool> {
+        // Room for the largest packet first: `fill` may write any length up to it.
+        if !self.socket.tx_room(self.tx_frames_per_packet) {
+            return Ok(false);
         }
+        let capacity = self.tx_scratch.len();
+        let len = fill(&mut self.tx_scratch);
+        if len == 0 {
+            return Ok(true);
+        }
+        if len > capacity {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("send: fill returned {len} bytes for a {capacity}-byte buffer"),
+            ));
+        }
+        let packet = &self.tx_scratch[..len];
+        let checksum = if self.tx_offload { checksum_request(packet) } else { None };
+        // Cannot fail: the room of a full-sized packet was checked, the socket is multi-buffer
+        // whenever a packet may exceed a frame, and has TX metadata whenever `tx_offload` is on.
+        let queued = self.socket.transmit_copy(packet, checksum);
+        debug_assert!(queued, "transmit_copy refused {len} bytes after tx_room");
+        let frames = len.div_ceil(self.socket.umem().tx_capacity() as usize);
+        self.counters.tx_multi_buffer += u64::from(frames > 1);
+        self.counters.tx_checksum_offloaded += u64::from(checksum.is_some());
+        log::trace!("{}: queued {len} bytes in {frames} frames (checksum request {checksum:?})", self.info.name);
+        Ok(true)
     }
 }
 
@@ -441,5 +726,93 @@ pub(crate) fn retry_busy<T>(mut op: impl FnMut() -> std::io::Result<T>) -> std::
             }
             result => return result,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::UdpSocket;
+
+    use bypass_lab::testlab::{Lab, LabConfig, lab_available};
+
+    use super::*;
+
+    /// An Ethernet frame of `ethertype` whose next bytes are `header`, padded to 100 bytes.
+    fn frame(ethertype: u16, header: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&ethertype.to_be_bytes());
+        f.extend_from_slice(header);
+        f.resize(100, 0);
+        f
+    }
+
+    /// An IPv4 header of `ihl` words carrying `proto`, with flags and fragment offset `frag`.
+    fn ipv4(ihl: u8, frag: u16, proto: u8) -> Vec<u8> {
+        let mut h = vec![0x40 | ihl, 0, 0, 100, 0, 0];
+        h.extend_from_slice(&frag.to_be_bytes());
+        h.extend_from_slice(&[64, proto]);
+        h.resize(usize::from(ihl) * 4, 0);
+        h
+    }
+
+    #[test]
+    fn checksum_requests_name_the_tcp_or_udp_header() {
+        let at = |start, offset| Some(TxChecksum { start, offset });
+        let ipv6 = |next: u8| {
+            let mut h = vec![0x60, 0, 0, 0, 0, 40, next, 64];
+            h.resize(40, 0);
+            h
+        };
+        for (name, f, want) in [
+            ("IPv4 UDP", frame(0x0800, &ipv4(5, 0x4000, 17)), at(34, 6)),
+            ("IPv4 TCP", frame(0x0800, &ipv4(5, 0, 6)), at(34, 16)),
+            ("IPv4 TCP with options", frame(0x0800, &ipv4(7, 0x4000, 6)), at(42, 16)),
+            ("IPv4 first fragment", frame(0x0800, &ipv4(5, 0x2000, 17)), None),
+            ("IPv4 later fragment", frame(0x0800, &ipv4(5, 0x0010, 17)), None),
+            ("IPv4 ICMP", frame(0x0800, &ipv4(5, 0, 1)), None),
+            ("IPv4 header length below 20", frame(0x0800, &ipv4(4, 0, 17)), None),
+            ("IPv6 TCP", frame(0x86dd, &ipv6(6)), at(54, 16)),
+            ("IPv6 UDP", frame(0x86dd, &ipv6(17)), at(54, 6)),
+            ("IPv6 with a hop-by-hop header", frame(0x86dd, &ipv6(0)), None),
+            ("VLAN-tagged", frame(0x8100, &ipv4(5, 0, 17)), None),
+            ("ARP", frame(0x0806, &[0; 28]), None),
+            ("truncated before the UDP checksum", frame(0x0800, &ipv4(5, 0, 17))[..41].to_vec(), None),
+            ("truncated IPv4 header", frame(0x0800, &ipv4(5, 0, 17))[..30].to_vec(), None),
+            ("shorter than Ethernet", vec![0; 10], None),
+        ] {
+            assert_eq!(checksum_request(&f), want, "{name}");
+        }
+    }
+
+    /// A packet whose first frames fill the receive batch is kept, whole, for the next `recv`
+    /// (the batch is cut to 4 frames here; normally it holds the whole RX ring, and the
+    /// kernel writes a packet's descriptors at once, so a cut cannot happen).
+    #[test]
+    fn a_packet_cut_by_a_full_batch_is_kept_for_the_next_recv() {
+        if !lab_available("a_packet_cut_by_a_full_batch_is_kept_for_the_next_recv") {
+            return;
+        }
+        let _ = env_logger::builder().is_test(true).try_init();
+        let lab = Lab::with_config(LabConfig { mtu: 9000, ..LabConfig::new("cut") }).unwrap();
+        let mac = lab.bypass_mac.map(|b| format!("{b:02x}")).join(":");
+        let ip = lab.bypass_ip.to_string();
+        lab.ip_peer(&["neigh", "replace", &ip, "lladdr", &mac, "dev", &lab.peer_if, "nud", "permanent"]).unwrap();
+        let mut dev = lab.in_bypass(|| XdpDevice::open(XdpConfig::new(&lab.bypass_if, lab.bypass_ip))).unwrap();
+        dev.rx_batch = Vec::with_capacity(4);
+        let peer = lab.in_peer(|| UdpSocket::bind((lab.peer_ip, 0)).unwrap());
+        for seed in [1u8, 2] {
+            peer.send_to(&[seed; 8972], (lab.bypass_ip, 5000)).unwrap(); // 9014 bytes: 3 frames
+        }
+        std::thread::sleep(Duration::from_millis(200));
+
+        let mut got = Vec::new();
+        assert_eq!(dev.recv(64, &mut |f| got.push((f.len(), f[42], f[f.len() - 1]))).unwrap(), 1);
+        assert_eq!(dev.rx_batch.len(), 1, "the first frame of the second packet stays");
+        assert!(dev.rx_batch[0].continues());
+        assert_eq!(dev.recv(64, &mut |f| got.push((f.len(), f[42], f[f.len() - 1]))).unwrap(), 1);
+        assert!(dev.rx_batch.is_empty());
+        assert_eq!(got, [(9014, 1, 1), (9014, 2, 2)]);
+        assert_eq!(dev.counters.rx_multi_buffer, 2);
+        assert_eq!(dev.recv(64, &mut |_| panic!("nothing more was sent")).unwrap(), 0);
     }
 }

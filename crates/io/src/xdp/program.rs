@@ -18,6 +18,10 @@
 //! - a Router Advertisement (ICMPv6 type 134) or an unsolicited Neighbour Advertisement (136)
 //!   to the all-nodes group `ff02::1`, next header ICMPv6.
 //!
+//! The program reads headers only in a packet's first buffer (`data` to `data_end`), so it is
+//! loaded multi-buffer aware (`BPF_F_XDP_HAS_FRAGS`): packets larger than a page reach it in
+//! several buffers, and interfaces with jumbo MTUs accept it in driver mode ([`XdpProgram::multi_buffer`]).
+//!
 //! Every other frame is passed to the kernel (`XDP_PASS`), so the host keeps working while the
 //! stack runs. If no socket is bound on the queue, the redirect falls back to `XDP_PASS` too.
 //! A family in which we own no address passes whole: an IPv4-only stack leaves all IPv6 to the
@@ -633,6 +637,7 @@ pub struct XdpProgram {
     mode: AttachMode,
     addrs: Vec<IpAddr>,
     slots: u32,
+    frags: bool,
 }
 
 impl XdpProgram {
@@ -648,7 +653,7 @@ impl XdpProgram {
         check_addrs(addrs)?; // before anything is created
         let map = sys::xskmap_create(slots, "bypass_xsks")
             .map_err(|e| XdpError::from_io(format!("create an XSKMAP for {iface}"), e))?;
-        let prog = load(addrs, map.as_fd(), XDP_PASS)?;
+        let (prog, frags) = load(addrs, map.as_fd(), XDP_PASS)?;
         let attach = |m: AttachMode| {
             super::retry_busy(|| sys::xdp_link_create(prog.as_fd(), ifindex, m.flags()))
                 .map(|link| (link, m))
@@ -672,12 +677,18 @@ impl XdpProgram {
         let list = addrs.iter().map(IpAddr::to_string).collect::<Vec<_>>().join(", ");
         log::debug!("attached XDP program for {list} to {iface} (index {ifindex}) in {}", mode.describe());
         let addrs = addrs.to_vec();
-        Ok(XdpProgram { _link: link, _prog: prog, map, iface: iface.to_string(), ifindex, mode, addrs, slots })
+        Ok(XdpProgram { _link: link, _prog: prog, map, iface: iface.to_string(), ifindex, mode, addrs, slots, frags })
     }
 
     /// Return where the program runs.
     pub fn mode(&self) -> AttachMode {
         self.mode
+    }
+
+    /// Return whether the program was loaded multi-buffer aware (`BPF_F_XDP_HAS_FRAGS`), as
+    /// it is on every kernel that knows the flag (5.18 and later).
+    pub fn multi_buffer(&self) -> bool {
+        self.frags
     }
 
     /// Return the interface name.
@@ -712,13 +723,27 @@ impl XdpProgram {
 }
 
 /// Load the steering program for our addresses `addrs` using `xskmap`, with `fallback` as
-/// the redirect's fallback action.
-pub(crate) fn load(addrs: &[IpAddr], xskmap: BorrowedFd<'_>, fallback: u32) -> Result<OwnedFd, XdpError> {
+/// the redirect's fallback action. Return it and whether it is multi-buffer aware.
+///
+/// The program is loaded with `BPF_F_XDP_HAS_FRAGS`: it reads headers only between `data` and
+/// `data_end`, the first buffer of a packet, which is all a multi-buffer packet guarantees.
+/// Without the flag, veth's driver mode refuses a peer MTU above about 3500 bytes (ERANGE,
+/// `veth_xdp_set`), and other drivers one above a page. A kernel older than the flag (5.18)
+/// refuses the load; the program is then loaded without it.
+pub(crate) fn load(addrs: &[IpAddr], xskmap: BorrowedFd<'_>, fallback: u32) -> Result<(OwnedFd, bool), XdpError> {
     let insns = steering_program(addrs, xskmap, fallback)?;
-    sys::xdp_prog_load(&insns, "bypass_steer").map_err(|(source, log)| match source.raw_os_error() {
+    let error = |(source, log): (std::io::Error, String)| match source.raw_os_error() {
         Some(libc::EPERM) => XdpError::NotPermitted { what: "loading the XDP program".into(), source },
         _ => XdpError::ProgramRejected { log, source },
-    })
+    };
+    match sys::xdp_prog_load(&insns, "bypass_steer", true) {
+        Ok(fd) => Ok((fd, true)),
+        Err((source, _)) if source.raw_os_error() == Some(libc::EPERM) => Err(error((source, String::new()))),
+        Err((source, _)) => {
+            log::debug!("loading the XDP program with BPF_F_XDP_HAS_FRAGS failed ({source}); loading it without");
+            sys::xdp_prog_load(&insns, "bypass_steer", false).map(|fd| (fd, false)).map_err(error)
+        }
+    }
 }
 
 /// Turn a `BPF_LINK_CREATE` failure into the error that says what to do.
@@ -958,7 +983,9 @@ mod tests {
     /// Load the program for `addrs` with an empty XSKMAP and `XDP_DROP` as the redirect's
     /// fallback, so that "redirect" shows as `XDP_DROP`.
     fn load_for_test(map: &OwnedFd, addrs: &[IpAddr]) -> OwnedFd {
-        load(addrs, map.as_fd(), XDP_DROP).unwrap_or_else(|e| panic!("{addrs:?}: {e}"))
+        let (prog, frags) = load(addrs, map.as_fd(), XDP_DROP).unwrap_or_else(|e| panic!("{addrs:?}: {e}"));
+        assert!(frags, "{addrs:?}: this kernel (6.x) loads the program multi-buffer aware");
+        prog
     }
 
     const REDIRECT: u32 = XDP_DROP;

@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::error::XdpError;
-use super::sys::{self, CompletionQueue, FillQueue, RingSizes, RxQueue, TxQueue, XdpStatistics};
+use super::sys::{self, CompletionQueue, FillQueue, RingSizes, RxQueue, RxTaken, TxChecksum, TxQueue, XdpStatistics};
 use super::umem::{Frame, Umem};
 
 /// How to bind a socket.
@@ -15,6 +15,12 @@ pub(crate) struct BindOptions {
     pub frame_size: u32,
     pub rings: RingSizes,
     pub zero_copy: bool,
+    /// Bind with `XDP_USE_SG`: packets larger than one frame arrive, and may be sent, as
+    /// chains of frames.
+    pub multi_buffer: bool,
+    /// Keep room for TX metadata in every send frame ([`sys::TX_METADATA_LEN`]), for
+    /// checksum requests.
+    pub tx_metadata: bool,
 }
 
 /// Copy-mode transmission sends at most this many frames per `sendto` (the kernel's
@@ -33,6 +39,7 @@ pub struct XskSocket {
     umem: Umem,
     queue: u32,
     zero_copy: bool,
+    multi_buffer: bool,
     tx_ring_size: u32,
     /// System calls made on the socket's rings (wake-ups and kicks), for cost reports.
     syscalls: Cell<u64>,
@@ -49,18 +56,25 @@ impl XskSocket {
             }
             _ => XdpError::from_io("create an AF_XDP socket", source),
         })?;
-        let umem = Umem::new(options.frame_count, options.frame_size, options.rings.fill)
+        let tx_metadata_len = if options.tx_metadata { sys::TX_METADATA_LEN } else { 0 };
+        let umem = Umem::new(options.frame_count, options.frame_size, options.rings.fill, tx_metadata_len)
             .map_err(|e| XdpError::Io { what: "allocate the UMEM".into(), source: e })?;
         let bytes = options.frame_count as usize * options.frame_size as usize;
         umem.area().register(fd.as_fd()).map_err(|source| match source.raw_os_error() {
             Some(libc::ENOMEM | libc::EPERM | libc::EAGAIN) => XdpError::MemoryLock { bytes, source },
+            Some(libc::EINVAL) if options.tx_metadata => XdpError::Unsupported {
+                iface: iface.into(),
+                what: "AF_XDP TX metadata (checksum offload, XDP_UMEM_TX_METADATA_LEN, Linux 6.11+)".into(),
+                source,
+            },
             _ => XdpError::from_io("register the UMEM (XDP_UMEM_REG)", source),
         })?;
         let (fill, completion, rx, tx) = sys::xsk_rings(fd.as_fd(), options.rings)
             .map_err(|e| XdpError::from_io("set up and map the AF_XDP rings", e))?;
         let mode = if options.zero_copy { libc::XDP_ZEROCOPY } else { libc::XDP_COPY };
-        super::retry_busy(|| sys::xsk_bind(fd.as_fd(), ifindex, queue, libc::XDP_USE_NEED_WAKEUP | mode)).map_err(
-            |source| {
+        let sg = if options.multi_buffer { libc::XDP_USE_SG } else { 0 };
+        super::retry_busy(|| sys::xsk_bind(fd.as_fd(), ifindex, queue, libc::XDP_USE_NEED_WAKEUP | mode | sg))
+            .map_err(|source| {
                 let iface = iface.to_string();
                 match source.raw_os_error() {
                     Some(libc::EOPNOTSUPP) if options.zero_copy => {
@@ -76,8 +90,7 @@ impl XskSocket {
                     },
                     _ => XdpError::from_io(format!("bind an AF_XDP socket to {iface} queue {queue}"), source),
                 }
-            },
-        )?;
+            })?;
         let zero_copy = match sys::xsk_options(fd.as_fd()) {
             Ok(flags) => flags & libc::XDP_OPTIONS_ZEROCOPY != 0,
             Err(_) => options.zero_copy,
@@ -91,6 +104,7 @@ impl XskSocket {
             umem,
             queue,
             zero_copy,
+            multi_buffer: options.multi_buffer,
             tx_ring_size: options.rings.tx,
             syscalls: Cell::new(0),
         };
@@ -113,6 +127,12 @@ impl XskSocket {
         self.zero_copy
     }
 
+    /// Return whether the socket was bound with `XDP_USE_SG`: packets larger than one frame
+    /// arrive as chains of frames, and may be sent as such ([`transmit_copy`](Self::transmit_copy)).
+    pub fn multi_buffer(&self) -> bool {
+        self.multi_buffer
+    }
+
     /// Return the UMEM, to read frames you hold.
     pub fn umem(&self) -> &Umem {
         &self.umem
@@ -131,15 +151,17 @@ impl XskSocket {
         sys::setsockopt_u32(self.fd(), libc::SOL_SOCKET, sys::SO_BUSY_POLL_BUDGET, budget)
     }
 
-    /// Take up to `max` received frames into `out` (at most its spare capacity), after
-    /// topping up the fill ring. Return how many descriptors were consumed.
-    pub fn receive(&mut self, max: usize, out: &mut Vec<Frame>) -> usize {
+    /// Take the frames of up to `max_packets` received packets into `out` (at most its spare
+    /// capacity), after topping up the fill ring. A packet of several frames whose end is not
+    /// in yet leaves its first frames at the end of `out` ([`Frame::continues`]); keep them
+    /// there for the next call, which appends the rest.
+    pub fn receive(&mut self, max_packets: usize, out: &mut Vec<Frame>) -> RxTaken {
         self.umem.refill(&mut self.fill);
-        self.umem.receive(&mut self.rx, max, out)
+        self.umem.receive(&mut self.rx, max_packets, out)
     }
 
-    /// Give received frames back to the kernel for receiving again, emptying `frames`.
-    pub fn recycle(&mut self, frames: &mut Vec<Frame>) {
+    /// Give received frames back to the kernel for receiving again (`frames.drain(..)`, say).
+    pub fn recycle(&mut self, frames: impl IntoIterator<Item = Frame>) {
         self.umem.recycle(&mut self.fill, frames);
     }
 
@@ -166,19 +188,69 @@ impl XskSocket {
     /// Take a free send frame, reclaiming sent ones first if none is free; `None` when every
     /// send frame is in flight or the TX ring is full.
     pub fn alloc_tx(&mut self) -> Option<Frame> {
-        if self.umem.tx_free_count() == 0 {
-            self.umem.reclaim(&mut self.completion);
-        }
-        if !self.tx.has_room() {
+        if !self.tx_room(1) {
             return None;
         }
         self.umem.alloc_tx()
     }
 
+    /// Return whether `frames` send frames are free and as many TX ring slots, reclaiming sent
+    /// frames first if too few are free.
+    pub fn tx_room(&mut self, frames: usize) -> bool {
+        if self.umem.tx_free_count() < frames {
+            self.umem.reclaim(&mut self.completion);
+        }
+        self.umem.tx_free_count() >= frames && self.tx.free(frames as u32) as usize >= frames
+    }
+
+    /// Return whether send frames keep room for TX metadata, so that
+    /// [`transmit_checksummed`](Self::transmit_checksummed) can ask the kernel for checksums.
+    pub fn tx_metadata(&self) -> bool {
+        self.umem.tx_capacity() < self.umem.frame_size()
+    }
+
     /// Queue the first `len` bytes of `frame` for sending (sent by [`flush_tx`](Self::flush_tx));
-    /// give the frame back if the TX ring is full or `len` exceeds the frame.
+    /// give the frame back if the TX ring is full or `len` exceeds the frame's room
+    /// ([`Umem::tx_capacity`]).
     pub fn transmit(&mut self, frame: Frame, len: usize) -> Result<(), Frame> {
-        self.umem.transmit(&mut self.tx, frame, len)
+        self.umem.transmit(&mut self.tx, frame, len, false, None)
+    }
+
+    /// Like [`transmit`](Self::transmit), asking the kernel to compute the packet's checksum
+    /// as `checksum` says (the field holding the pseudo-header sum); give the frame back also
+    /// when the socket has no [`tx_metadata`](Self::tx_metadata).
+    pub fn transmit_checksummed(&mut self, frame: Frame, len: usize, checksum: TxChecksum) -> Result<(), Frame> {
+        self.umem.transmit(&mut self.tx, frame, len, false, Some(checksum))
+    }
+
+    /// Copy the packet `data` into as many free send frames as it needs and queue them as one
+    /// packet (chained with `XDP_PKT_CONTD` when it takes more than one frame, which needs a
+    /// [`multi_buffer`](Self::multi_buffer) socket), with a checksum request if asked (see
+    /// [`transmit_checksummed`](Self::transmit_checksummed)). Return `false`, queueing
+    /// nothing, when `data` is empty, when it needs more than one frame on a socket without
+    /// multi-buffer, when a checksum is asked without TX metadata, or when too few send frames
+    /// or TX ring slots are free ([`tx_room`](Self::tx_room)).
+    pub fn transmit_copy(&mut self, data: &[u8], checksum: Option<TxChecksum>) -> bool {
+        let capacity = self.umem.tx_capacity() as usize;
+        let frames = data.len().div_ceil(capacity);
+        if frames == 0
+            || (frames > 1 && !self.multi_buffer)
+            || (checksum.is_some() && !self.tx_metadata())
+            || !self.tx_room(frames)
+        {
+            return false;
+        }
+        // tx_room checked for `frames` free send frames and ring slots, every chunk fits a
+        // frame, and a checksum request has its room, so no step below can fail half way
+        // through the chain.
+        for (i, chunk) in data.chunks(capacity).enumerate() {
+            let mut frame = self.umem.alloc_tx().expect("tx_room checked for free send frames");
+            self.umem.buffer_mut(&mut frame)[..chunk.len()].copy_from_slice(chunk);
+            let first = if i == 0 { checksum } else { None };
+            let queued = self.umem.transmit(&mut self.tx, frame, chunk.len(), i + 1 < frames, first);
+            assert!(queued.is_ok(), "the TX ring refused a frame after tx_room");
+        }
+        true
     }
 
     /// Publish queued frames to the kernel, kick it when it asks to be kicked, and reclaim the

@@ -47,6 +47,10 @@ pub const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 /// `XDP_PACKET_HEADROOM`: bytes the kernel keeps free in front of received data in a frame.
 pub const XDP_PACKET_HEADROOM: u32 = 256;
 
+/// `BPF_F_XDP_HAS_FRAGS` (`linux/bpf.h`, a `prog_flags` bit of `BPF_PROG_LOAD`): the program
+/// accepts multi-buffer packets, whose bytes past `data_end` lie in fragments it may ignore.
+pub const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
+
 /// One eBPF instruction (`struct bpf_insn`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,15 +192,16 @@ pub fn xskmap_set(map: BorrowedFd<'_>, key: u32, sock: BorrowedFd<'_>) -> io::Re
     Ok(())
 }
 
-/// Load an XDP program. On failure, return the error and the verifier's log (empty when the
-/// kernel wrote none).
-pub fn xdp_prog_load(insns: &[BpfInsn], name: &str) -> Result<OwnedFd, (io::Error, String)> {
+/// Load an XDP program, multi-buffer aware (`BPF_F_XDP_HAS_FRAGS`) if `frags`. On failure,
+/// return the error and the verifier's log (empty when the kernel wrote none).
+pub fn xdp_prog_load(insns: &[BpfInsn], name: &str, frags: bool) -> Result<OwnedFd, (io::Error, String)> {
     let license = c"GPL"; // bpf_redirect_map is GPL-only.
     let mut attr = ProgLoadAttr {
         prog_type: BPF_PROG_TYPE_XDP,
         insn_cnt: insns.len() as u32,
         insns: insns.as_ptr() as u64,
         license: license.as_ptr() as u64,
+        prog_flags: if frags { BPF_F_XDP_HAS_FRAGS } else { 0 },
         prog_name: object_name(name),
         expected_attach_type: BPF_XDP,
         ..Default::default()
@@ -453,6 +458,9 @@ impl Drop for Mmap {
 /// [`XskSocket::transmit`](crate::xdp::XskSocket::transmit). While you hold it, the kernel does
 /// not touch its bytes, so [`Umem::data`](crate::xdp::Umem::data) and
 /// [`Umem::buffer_mut`](crate::xdp::Umem::buffer_mut) are safe.
+///
+/// A received packet larger than one frame (multi-buffer, `XDP_USE_SG`) arrives as a chain of
+/// frames: every frame but the last [`continues`](Frame::continues) in the next.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Frame {
     /// Offset of the frame's first byte in the UMEM.
@@ -463,7 +471,14 @@ pub struct Frame {
     len: u32,
     /// Identity of the UMEM the frame belongs to.
     umem: u32,
+    /// `FRAME_CONTINUES` and `FRAME_BROKEN` bits (received frames only).
+    flags: u8,
 }
+
+/// The packet goes on in the next frame (the descriptor had `XDP_PKT_CONTD`).
+const FRAME_CONTINUES: u8 = 1 << 0;
+/// A descriptor of the frame's packet was invalid and dropped, so the packet is incomplete.
+const FRAME_BROKEN: u8 = 1 << 1;
 
 impl Frame {
     /// Return the offset of the frame in the UMEM.
@@ -478,6 +493,32 @@ impl Frame {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+    /// Return whether the received packet goes on in the next frame (`XDP_PKT_CONTD`).
+    pub fn continues(&self) -> bool {
+        self.flags & FRAME_CONTINUES != 0
+    }
+    /// Return whether the received packet lost a descriptor the kernel wrote outside the UMEM
+    /// (never expected from a correct kernel): the packet is incomplete and must be dropped.
+    pub fn is_broken(&self) -> bool {
+        self.flags & FRAME_BROKEN != 0
+    }
+}
+
+/// Bytes kept in front of the packet in every send frame for `struct xsk_tx_metadata` when TX
+/// metadata is on (`linux/if_xdp.h`, Linux 6.8+; 24 bytes since 6.14): `flags` (u64), then
+/// the request's `csum_start` and `csum_offset` (u16 each) and `launch_time` (u64, aligned).
+pub const TX_METADATA_LEN: u32 = 24;
+
+/// Where the kernel is to compute a packet's Internet checksum as it sends it (the
+/// `csum_start`/`csum_offset` request of `struct xsk_tx_metadata`, `XDP_TXMD_FLAGS_CHECKSUM`):
+/// over the bytes from `start` to the end of the packet, stored at `start + offset`. The field
+/// must hold the pseudo-header sum beforehand, as for a NIC's `CHECKSUM_PARTIAL` offload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxChecksum {
+    /// Offset of the first byte summed (the TCP or UDP header), from the Ethernet header.
+    pub start: u16,
+    /// Offset of the checksum field from `start` (16 for TCP, 6 for UDP).
+    pub offset: u16,
 }
 
 /// The packet buffer area registered with an AF_XDP socket: `count` frames of `size` bytes.
@@ -485,21 +526,30 @@ pub struct UmemArea {
     map: Mmap,
     frame_size: u32,
     id: u32,
+    /// Bytes of TX metadata in front of the packet in each send frame (0 or
+    /// [`TX_METADATA_LEN`]).
+    tx_metadata_len: u32,
 }
 
 impl UmemArea {
-    /// Allocate `count` frames of `size` bytes (a power of two) and return the area with one
-    /// token per frame.
-    pub fn new(count: u32, size: u32) -> io::Result<(UmemArea, Vec<Frame>)> {
+    /// Allocate `count` frames of `size` bytes (a power of two), with `tx_metadata_len` bytes
+    /// of TX metadata (0 or [`TX_METADATA_LEN`]) in front of every packet sent, and return
+    /// the area with one token per frame.
+    pub fn new(count: u32, size: u32, tx_metadata_len: u32) -> io::Result<(UmemArea, Vec<Frame>)> {
         static NEXT_ID: AtomicU32 = AtomicU32::new(1);
-        if count == 0 || !size.is_power_of_two() {
+        if count == 0 || !size.is_power_of_two() || !matches!(tx_metadata_len, 0 | TX_METADATA_LEN) {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         }
         let len = count as usize * size as usize;
-        let area =
-            UmemArea { map: Mmap::new(len, None)?, frame_size: size, id: NEXT_ID.fetch_add(1, Ordering::Relaxed) };
-        let frames =
-            (0..count).map(|i| Frame { addr: i as u64 * size as u64, offset: 0, len: 0, umem: area.id }).collect();
+        let area = UmemArea {
+            map: Mmap::new(len, None)?,
+            frame_size: size,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            tx_metadata_len,
+        };
+        let frames = (0..count)
+            .map(|i| Frame { addr: i as u64 * size as u64, offset: 0, len: 0, umem: area.id, flags: 0 })
+            .collect();
         Ok((area, frames))
     }
 
@@ -508,15 +558,22 @@ impl UmemArea {
         self.frame_size
     }
 
-    /// Register the area with the AF_XDP socket `fd` (`XDP_UMEM_REG`).
+    /// Return how many packet bytes one send frame holds: the frame less its TX metadata.
+    pub fn tx_capacity(&self) -> u32 {
+        self.frame_size - self.tx_metadata_len
+    }
+
+    /// Register the area with the AF_XDP socket `fd` (`XDP_UMEM_REG`), with TX metadata if
+    /// the area keeps room for it (`XDP_UMEM_TX_METADATA_LEN`, Linux 6.11+; older kernels
+    /// refuse the flag with EINVAL).
     pub fn register(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
         let reg = libc::xdp_umem_reg {
             addr: self.map.ptr.as_ptr() as u64,
             len: self.map.len as u64,
             chunk_size: self.frame_size,
             headroom: 0,
-            flags: 0,
-            tx_metadata_len: 0,
+            flags: if self.tx_metadata_len > 0 { libc::XDP_UMEM_TX_METADATA_LEN } else { 0 },
+            tx_metadata_len: self.tx_metadata_len,
         };
         // SAFETY: `reg` is a valid xdp_umem_reg; it describes memory this area owns, which stays
         // mapped while the socket lives (the socket's owner keeps the area alive, see XskSocket).
@@ -547,14 +604,39 @@ impl UmemArea {
         unsafe { std::slice::from_raw_parts(self.map.ptr.as_ptr().add(start), frame.len as usize) }
     }
 
-    /// Return the whole frame, `frame_size` bytes, for writing a packet to send.
+    /// Return the frame's room for a packet to send: the whole frame but its TX metadata,
+    /// [`tx_capacity`](Self::tx_capacity) bytes.
     pub fn buffer_mut(&mut self, frame: &mut Frame) -> &mut [u8] {
         self.check(frame);
-        // SAFETY: as in `data`; the frame lies in the mapping, the kernel does not touch it while
-        // the token is held, and `&mut self` rules out any other borrow of the area's bytes.
-        unsafe {
-            std::slice::from_raw_parts_mut(self.map.ptr.as_ptr().add(frame.addr as usize), self.frame_size as usize)
+        let start = frame.addr as usize + self.tx_metadata_len as usize;
+        // SAFETY: as in `data`; the frame lies in the mapping (and `tx_metadata_len` is less
+        // than a frame, see `new`), the kernel does not touch it while the token is held, and
+        // `&mut self` rules out any other borrow of the area's bytes.
+        unsafe { std::slice::from_raw_parts_mut(self.map.ptr.as_ptr().add(start), self.tx_capacity() as usize) }
+    }
+
+    /// Write the TX metadata in front of the packet in `frame`: a checksum request, or none.
+    /// Return `false` (writing nothing) when the area keeps no room for TX metadata.
+    pub fn set_tx_metadata(&mut self, frame: &mut Frame, checksum: Option<TxChecksum>) -> bool {
+        self.check(frame);
+        if self.tx_metadata_len == 0 {
+            return false;
         }
+        // SAFETY: as in `buffer_mut`, for the first `tx_metadata_len` bytes of the frame.
+        let meta = unsafe {
+            std::slice::from_raw_parts_mut(
+                self.map.ptr.as_ptr().add(frame.addr as usize),
+                self.tx_metadata_len as usize,
+            )
+        };
+        meta.fill(0);
+        if let Some(TxChecksum { start, offset }) = checksum {
+            // The kernel reads the struct in its own byte order.
+            meta[0..8].copy_from_slice(&u64::from(libc::XDP_TXMD_FLAGS_CHECKSUM).to_ne_bytes());
+            meta[8..10].copy_from_slice(&start.to_ne_bytes());
+            meta[10..12].copy_from_slice(&offset.to_ne_bytes());
+        }
+        true
     }
 
     /// Turn a descriptor address from the kernel into a token, after checking that the data
@@ -564,7 +646,7 @@ impl UmemArea {
         let offset = (addr - base) as u32;
         let fits_frame = offset.checked_add(len).is_some_and(|end| end <= self.frame_size);
         let in_area = base.checked_add(self.frame_size as u64).is_some_and(|end| end <= self.map.len as u64);
-        (fits_frame && in_area).then_some(Frame { addr: base, offset, len, umem: self.id })
+        (fits_frame && in_area).then_some(Frame { addr: base, offset, len, umem: self.id, flags: 0 })
     }
 }
 
@@ -760,7 +842,7 @@ pub fn xsk_rings(fd: BorrowedFd<'_>, sizes: RingSizes) -> io::Result<(FillQueue,
     Ok((
         FillQueue(Producer::new(fill)),
         CompletionQueue(Consumer::new(comp), 0),
-        RxQueue(Consumer::new(rx), 0),
+        RxQueue { ring: Consumer::new(rx), invalid: 0, lost_start: false },
         TxQueue(Producer::new(tx)),
     ))
 }
@@ -815,41 +897,96 @@ impl CompletionQueue {
 }
 
 /// The RX ring: frames the kernel has received into.
-/// The second field counts descriptors dropped as invalid.
-pub struct RxQueue(Consumer<libc::xdp_desc>, u64);
+pub struct RxQueue {
+    ring: Consumer<libc::xdp_desc>,
+    /// Descriptors dropped because they lay outside the UMEM.
+    invalid: u64,
+    /// The packet being read lost its first descriptors as invalid: mark its next frame broken.
+    lost_start: bool,
+}
+
+/// What one [`XskSocket::receive`](crate::xdp::XskSocket::receive) took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxTaken {
+    /// Descriptors consumed from the ring (invalid ones included).
+    pub descs: usize,
+    /// Packets whose last descriptor was among them.
+    pub packets: usize,
+}
 
 impl RxQueue {
-    /// Move up to `max` received frames into `out` (never beyond its spare capacity) and
-    /// release their slots in one step. Return how many descriptors were consumed.
-    pub fn pop_into(&mut self, umem: &UmemArea, max: usize, out: &mut Vec<Frame>) -> usize {
-        let n = self.0.available(max.min(out.capacity() - out.len()) as u32);
+    /// Move received frames into `out` (never beyond its spare capacity) until `max_packets`
+    /// packets have ended, and release their slots in one step. A packet ends with a
+    /// descriptor without `XDP_PKT_CONTD`; the frames of a multi-buffer packet carry
+    /// [`Frame::continues`], so a packet whose end is not in the ring yet (or did not fit in
+    /// `out`) leaves its first frames at the end of `out`, and the rest follows in the next
+    /// call, appended to the same vector.
+    ///
+    /// A descriptor outside the UMEM is dropped and counted; the packet it belonged to is
+    /// marked [`Frame::is_broken`] (on its frame before the lost one, or else on its next).
+    pub fn pop_into(&mut self, umem: &UmemArea, max_packets: usize, out: &mut Vec<Frame>) -> RxTaken {
+        let mut taken = RxTaken::default();
+        if max_packets == 0 {
+            return taken;
+        }
+        let n = self.ring.available((out.capacity() - out.len()).min(u32::MAX as usize) as u32);
         for _ in 0..n {
-            let desc = self.0.next();
+            let desc = self.ring.next();
+            taken.descs += 1;
+            let continues = desc.options & libc::XDP_PKT_CONTD != 0;
             match umem.frame_at(desc.addr, desc.len) {
-                Some(frame) => out.push(frame),
+                Some(mut frame) => {
+                    if continues {
+                        frame.flags |= FRAME_CONTINUES;
+                    }
+                    if self.lost_start {
+                        frame.flags |= FRAME_BROKEN;
+                        self.lost_start = false;
+                    }
+                    out.push(frame);
+                }
                 None => {
-                    self.1 += 1;
+                    self.invalid += 1;
                     log::debug!(
                         "dropped AF_XDP RX descriptor outside the UMEM: addr {:#x} len {}",
                         desc.addr,
                         desc.len
                     );
+                    match out.last_mut() {
+                        // Inside a packet: mark it, and end it here if the lost one ended it.
+                        Some(last) if last.continues() => {
+                            last.flags |= FRAME_BROKEN;
+                            if !continues {
+                                last.flags &= !FRAME_CONTINUES;
+                            }
+                        }
+                        // The first descriptor of a longer packet: mark its next frame.
+                        _ if continues => self.lost_start = true,
+                        // A whole one-descriptor packet lost: nothing left to mark.
+                        _ => {}
+                    }
+                }
+            }
+            if !continues {
+                taken.packets += 1;
+                if taken.packets == max_packets {
+                    break;
                 }
             }
         }
-        if n > 0 {
-            self.0.release();
+        if taken.descs > 0 {
+            self.ring.release();
         }
-        n as usize
+        taken
     }
     /// Return how many descriptors were dropped because they lay outside the UMEM (never
     /// expected from a correct kernel).
     pub fn invalid(&self) -> u64 {
-        self.1
+        self.invalid
     }
     /// Return whether received frames are waiting.
     pub fn is_empty(&mut self) -> bool {
-        self.0.available(1) == 0
+        self.ring.available(1) == 0
     }
 }
 
@@ -860,17 +997,39 @@ impl TxQueue {
     /// Queue the first `len` bytes of `frame` for sending (visible after
     /// [`submit`](Self::submit)); give the frame back when the ring is full or `len` is larger
     /// than a frame.
-    pub fn push(&mut self, umem: &UmemArea, frame: Frame, len: usize) -> Result<(), Frame> {
+    ///
+    /// With `continues`, the packet goes on in the next frame pushed (`XDP_PKT_CONTD`: the
+    /// socket must be bound with `XDP_USE_SG`); push a chain only after checking
+    /// [`free`](Self::free) for all of it, and submit it whole.
+    ///
+    /// With `metadata`, the kernel reads the TX metadata in front of the packet (written with
+    /// [`UmemArea::set_tx_metadata`]; `XDP_TX_METADATA`, on the first frame of a packet only).
+    pub fn push(
+        &mut self,
+        umem: &UmemArea,
+        frame: Frame,
+        len: usize,
+        continues: bool,
+        metadata: bool,
+    ) -> Result<(), Frame> {
         umem.check(&frame);
-        if len > umem.frame_size as usize {
+        if len > umem.tx_capacity() as usize || (metadata && umem.tx_metadata_len == 0) {
             return Err(frame);
         }
-        let desc = libc::xdp_desc { addr: frame.addr, len: len as u32, options: 0 };
+        let mut options = if continues { libc::XDP_PKT_CONTD } else { 0 };
+        if metadata {
+            options |= libc::XDP_TX_METADATA;
+        }
+        // The packet starts after the metadata room, in every frame of a packet: the kernel
+        // checks each descriptor so (`xp_aligned_validate_desc`).
+        let addr = frame.addr + u64::from(umem.tx_metadata_len);
+        let desc = libc::xdp_desc { addr, len: len as u32, options };
         if self.0.push(desc) { Ok(()) } else { Err(frame) }
     }
-    /// Return whether at least one slot is free.
-    pub fn has_room(&mut self) -> bool {
-        self.0.free(1) > 0
+    /// Return how many slots are free, at most `want` (asking the kernel only when fewer
+    /// than `want` are known to be).
+    pub fn free(&mut self, want: u32) -> u32 {
+        self.0.free(want).min(want)
     }
     /// Publish the queued frames to the kernel.
     pub fn submit(&mut self) {
@@ -883,5 +1042,110 @@ impl TxQueue {
     /// Return whether the kernel asks for a `sendto` to process the ring.
     pub fn needs_wakeup(&self) -> bool {
         self.0.ring.needs_wakeup()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FRAME: u32 = 4096;
+
+    /// An RX ring of 8 slots in plain memory, as the kernel would lay it out, with a way to
+    /// produce descriptors into it.
+    struct FakeRx {
+        queue: RxQueue,
+        produced: u32,
+    }
+
+    impl FakeRx {
+        fn new() -> FakeRx {
+            let off = libc::xdp_ring_offset { producer: 0, consumer: 64, flags: 128, desc: 192 };
+            let len = off.desc as usize + 8 * mem::size_of::<libc::xdp_desc>();
+            let map = Mmap::new(len, None).unwrap();
+            let base = map.ptr.as_ptr();
+            // SAFETY: the offsets lie inside the fresh mapping and are aligned (see `off`).
+            let ring = unsafe {
+                Ring {
+                    producer: NonNull::new_unchecked(base.add(off.producer as usize).cast()),
+                    consumer: NonNull::new_unchecked(base.add(off.consumer as usize).cast()),
+                    flags: NonNull::new_unchecked(base.add(off.flags as usize).cast()),
+                    slots: NonNull::new_unchecked(base.add(off.desc as usize).cast()),
+                    mask: 7,
+                    size: 8,
+                    _map: map,
+                }
+            };
+            FakeRx { queue: RxQueue { ring: Consumer::new(ring), invalid: 0, lost_start: false }, produced: 0 }
+        }
+
+        /// Publish descriptors (frame index or `None` for an address outside the UMEM, length,
+        /// whether the packet continues), as the kernel does.
+        fn produce(&mut self, descs: &[(Option<u64>, u32, bool)]) {
+            for &(frame, len, contd) in descs {
+                let addr = frame.map_or(1 << 40, |i| i * FRAME as u64 + 256);
+                let options = if contd { libc::XDP_PKT_CONTD } else { 0 };
+                self.queue.ring.ring.write(self.produced, libc::xdp_desc { addr, len, options });
+                self.produced += 1;
+            }
+            self.queue.ring.ring.producer().store(self.produced, Ordering::Release);
+        }
+    }
+
+    /// Return (frame index, continues, broken) of each frame.
+    fn shape(frames: &[Frame]) -> Vec<(u64, bool, bool)> {
+        frames.iter().map(|f| (f.addr / FRAME as u64, f.continues(), f.is_broken())).collect()
+    }
+
+    #[test]
+    fn rx_takes_whole_packets_up_to_the_budget() {
+        let (umem, _) = UmemArea::new(16, FRAME, 0).unwrap();
+        let mut rx = FakeRx::new();
+        rx.produce(&[(Some(0), 3840, true), (Some(1), 3840, true), (Some(2), 1334, false), (Some(3), 60, false)]);
+        rx.produce(&[(Some(4), 3840, true), (Some(5), 100, false)]);
+        let mut out = Vec::with_capacity(8);
+        // A budget of one packet stops after its last frame.
+        assert_eq!(rx.queue.pop_into(&umem, 1, &mut out), RxTaken { descs: 3, packets: 1 });
+        assert_eq!(shape(&out), [(0, true, false), (1, true, false), (2, false, false)]);
+        assert_eq!(out[0].len(), 3840);
+        // No budget, no descriptor.
+        out.clear();
+        assert_eq!(rx.queue.pop_into(&umem, 0, &mut out), RxTaken::default());
+        // A full vector stops inside a packet; the rest follows, appended.
+        let mut small = Vec::with_capacity(2);
+        assert_eq!(rx.queue.pop_into(&umem, 64, &mut small), RxTaken { descs: 2, packets: 1 });
+        assert_eq!(shape(&small), [(3, false, false), (4, true, false)]);
+        small.remove(0);
+        assert_eq!(rx.queue.pop_into(&umem, 64, &mut small), RxTaken { descs: 1, packets: 1 });
+        assert_eq!(shape(&small), [(4, true, false), (5, false, false)]);
+        assert_eq!(rx.queue.pop_into(&umem, 64, &mut small), RxTaken::default());
+        assert_eq!(rx.queue.invalid(), 0);
+    }
+
+    #[test]
+    fn rx_marks_packets_that_lost_a_descriptor() {
+        let (umem, _) = UmemArea::new(16, FRAME, 0).unwrap();
+        let mut rx = FakeRx::new();
+        let mut out = Vec::with_capacity(8);
+        // The last descriptor lost: the packet ends, broken, on the frame before it.
+        rx.produce(&[(Some(0), 3840, true), (None, 100, false)]);
+        assert_eq!(rx.queue.pop_into(&umem, 64, &mut out), RxTaken { descs: 2, packets: 1 });
+        assert_eq!(shape(&out), [(0, false, true)]);
+        // A middle one lost: the packet goes on, broken.
+        out.clear();
+        rx.produce(&[(Some(1), 3840, true), (None, 3840, true), (Some(2), 100, false)]);
+        assert_eq!(rx.queue.pop_into(&umem, 64, &mut out), RxTaken { descs: 3, packets: 1 });
+        assert_eq!(shape(&out), [(1, true, true), (2, false, false)]);
+        // The first one lost: the next frame carries the mark.
+        out.clear();
+        rx.produce(&[(None, 3840, true), (Some(3), 100, false)]);
+        assert_eq!(rx.queue.pop_into(&umem, 64, &mut out), RxTaken { descs: 2, packets: 1 });
+        assert_eq!(shape(&out), [(3, false, true)]);
+        // A one-descriptor packet lost: nothing to hand over, the next packet is whole.
+        out.clear();
+        rx.produce(&[(None, 60, false), (Some(4), 60, false)]);
+        assert_eq!(rx.queue.pop_into(&umem, 64, &mut out), RxTaken { descs: 2, packets: 2 });
+        assert_eq!(shape(&out), [(4, false, false)]);
+        assert_eq!(rx.queue.invalid(), 4);
     }
 }

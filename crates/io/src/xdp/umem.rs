@@ -10,7 +10,7 @@
 use std::io;
 
 pub use super::sys::Frame;
-use super::sys::{CompletionQueue, FillQueue, RxQueue, TxQueue, UmemArea};
+use super::sys::{CompletionQueue, FillQueue, RxQueue, RxTaken, TxChecksum, TxQueue, UmemArea};
 
 /// A UMEM area and the frames user space holds.
 pub struct Umem {
@@ -24,9 +24,10 @@ pub struct Umem {
 
 impl Umem {
     /// Allocate `frame_count` frames of `frame_size` bytes (a power of two): the first
-    /// `rx_frames` for receiving, the rest for sending.
-    pub(crate) fn new(frame_count: u32, frame_size: u32, rx_frames: u32) -> io::Result<Umem> {
-        let (area, mut frames) = UmemArea::new(frame_count, frame_size)?;
+    /// `rx_frames` for receiving, the rest for sending, each with `tx_metadata_len` bytes of
+    /// TX metadata in front of its packet (0 or [`TX_METADATA_LEN`](super::sys::TX_METADATA_LEN)).
+    pub(crate) fn new(frame_count: u32, frame_size: u32, rx_frames: u32, tx_metadata_len: u32) -> io::Result<Umem> {
+        let (area, mut frames) = UmemArea::new(frame_count, frame_size, tx_metadata_len)?;
         let tx_free = frames.split_off(rx_frames.min(frame_count) as usize);
         // Stacks pop from the end: reverse so frames go out in address order at first.
         let (mut rx_free, mut tx_free) = (frames, tx_free);
@@ -40,6 +41,11 @@ impl Umem {
         self.area.frame_size()
     }
 
+    /// Return how many packet bytes one send frame holds (the frame less its TX metadata).
+    pub fn tx_capacity(&self) -> u32 {
+        self.area.tx_capacity()
+    }
+
     /// Return the area, for registering it with a socket.
     pub(crate) fn area(&self) -> &UmemArea {
         &self.area
@@ -50,7 +56,7 @@ impl Umem {
         self.area.data(frame)
     }
 
-    /// Return the whole buffer of a frame you hold, to write a packet into.
+    /// Return the room for a packet in a send frame you hold, to write the packet into.
     pub fn buffer_mut(&mut self, frame: &mut Frame) -> &mut [u8] {
         self.area.buffer_mut(frame)
     }
@@ -91,10 +97,10 @@ impl Umem {
         given
     }
 
-    /// Give received frames back to the kernel through the fill ring, emptying `frames`;
-    /// frames that do not fit wait in the free list for the next [`refill`](Self::refill).
-    pub(crate) fn recycle(&mut self, fill: &mut FillQueue, frames: &mut Vec<Frame>) {
-        for frame in frames.drain(..) {
+    /// Give received frames back to the kernel through the fill ring; frames that do not fit
+    /// wait in the free list for the next [`refill`](Self::refill).
+    pub(crate) fn recycle(&mut self, fill: &mut FillQueue, frames: impl IntoIterator<Item = Frame>) {
+        for frame in frames {
             if let Err(frame) = fill.push(frame) {
                 self.rx_free.push(frame);
             }
@@ -102,15 +108,27 @@ impl Umem {
         fill.submit();
     }
 
-    /// Take up to `max` received frames from the RX ring into `out` (up to its spare capacity).
-    /// Return how many descriptors were consumed.
-    pub(crate) fn receive(&self, rx: &mut RxQueue, max: usize, out: &mut Vec<Frame>) -> usize {
-        rx.pop_into(&self.area, max, out)
+    /// Take the received frames of up to `max_packets` packets from the RX ring into `out` (up
+    /// to its spare capacity; see [`RxQueue::pop_into`] for packets of several frames).
+    pub(crate) fn receive(&self, rx: &mut RxQueue, max_packets: usize, out: &mut Vec<Frame>) -> RxTaken {
+        rx.pop_into(&self.area, max_packets, out)
     }
 
-    /// Queue the first `len` bytes of a send frame on the TX ring; give it back if the ring is
-    /// full or `len` exceeds the frame.
-    pub(crate) fn transmit(&self, tx: &mut TxQueue, frame: Frame, len: usize) -> Result<(), Frame> {
-        tx.push(&self.area, frame, len)
+    /// Queue the first `len` bytes of a send frame on the TX ring, `continues` if the packet
+    /// goes on in the next frame queued, with a checksum request on its first frame if asked;
+    /// give the frame back if the ring is full, `len` exceeds the frame, or a checksum is
+    /// asked of a UMEM without TX metadata.
+    pub(crate) fn transmit(
+        &mut self,
+        tx: &mut TxQueue,
+        mut frame: Frame,
+        len: usize,
+        continues: bool,
+        checksum: Option<TxChecksum>,
+    ) -> Result<(), Frame> {
+        if checksum.is_some() && !self.area.set_tx_metadata(&mut frame, checksum) {
+            return Err(frame);
+        }
+        tx.push(&self.area, frame, len, continues, checksum.is_some())
     }
 }
