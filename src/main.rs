@@ -51,9 +51,10 @@ struct DemoArgs {
     #[arg(long)]
     quick: bool,
     /// Run only these transports, comma-separated: kernel-blocking, kernel-busy,
-    /// kernel-sendfile, kernel-splice, kernel-msg-zerocopy, stack-afpacket,
-    /// stack-afpacket-both, stack-afxdp, stack-afxdp-ipv6, stack-afxdp-both, smoltcp-afxdp,
-    /// smoltcp-afxdp-both,
+    /// kernel-busy-defaults, kernel-sendfile, kernel-splice, kernel-msg-zerocopy, stack-afpacket,
+    /// stack-afpacket-both, stack-afxdp, stack-afxdp-ipv6, stack-afxdp-in-place,
+    /// stack-afxdp-both, smoltcp-afxdp, smoltcp-afxdp-both, kernel-busy-jumbo,
+    /// stack-afxdp-jumbo, smoltcp-afxdp-jumbo (rows 2j, 5j, 6j: bulk at a 65,000-byte MTU),
     /// stack-memory (our stack at both ends over an in-memory link; run by default only when
     /// the lab is out of reach), http (the application row: the HTTP server on kernel sockets
     /// and on our stack under tokio, loaded by wrk or ab), memory (resident bytes per idle
