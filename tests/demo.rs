@@ -40,6 +40,15 @@ fn number_after(json: &str, key: &str) -> Option<f64> {
     rest[..end].trim().parse().ok()
 }
 
+/// Return the line of results.json for transport `name` and `workload`, or fail saying so.
+fn json_row<'a>(json: &'a str, name: &str, workload: &str) -> &'a str {
+    json.lines()
+        .find(|l| {
+            l.contains(&format!("\"transport\": \"{name}\"")) && l.contains(&format!("\"workload\": \"{workload}\""))
+        })
+        .unwrap_or_else(|| panic!("no {name} {workload} row in results.json:\n{json}"))
+}
+
 #[test]
 fn quick_demo_measures_every_transport_and_cleans_up() {
     if !lab_available("quick_demo_measures_every_transport_and_cleans_up") {
@@ -84,13 +93,7 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
     assert!(per > 0.0 && per <= 8192.0, "{per} bytes resident per idle connection");
     for (name, label) in TRANSPORTS {
         for workload in WORKLOADS {
-            let row = json
-                .lines()
-                .find(|l| {
-                    l.contains(&format!("\"transport\": \"{name}\""))
-                        && l.contains(&format!("\"workload\": \"{workload}\""))
-                })
-                .unwrap_or_else(|| panic!("no {name} {workload} row in results.json:\n{json}"));
+            let row = json_row(&json, name, workload);
             let rate = number_after(row, "rate").unwrap_or_else(|| panic!("{name} {workload} has no rate:\n{row}"));
             assert!(rate > 0.0, "{name} {workload}: rate {rate}");
             if !workload.starts_with("bulk") {
@@ -114,13 +117,7 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
     let throughput = std::fs::read_to_string(out.join("throughput.svg")).expect("throughput.svg written");
     for (name, label) in ZEROCOPY {
         for workload in WORKLOADS {
-            let row = json
-                .lines()
-                .find(|l| {
-                    l.contains(&format!("\"transport\": \"{name}\""))
-                        && l.contains(&format!("\"workload\": \"{workload}\""))
-                })
-                .unwrap_or_else(|| panic!("no {name} {workload} row in results.json:\n{json}"));
+            let row = json_row(&json, name, workload);
             if workload == "bulk-down" {
                 let rate = number_after(row, "rate").unwrap_or_else(|| panic!("{name} {workload} has no rate:\n{row}"));
                 assert!(rate > 0.0, "{name} {workload}: rate {rate}");
@@ -143,13 +140,7 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
     // Row 5z (our server reading and writing in place) measures the bulk streams only, with
     // fewer copies of ours per byte than row 5.
     for workload in WORKLOADS {
-        let row = json
-            .lines()
-            .find(|l| {
-                l.contains("\"transport\": \"stack-afxdp-in-place\"")
-                    && l.contains(&format!("\"workload\": \"{workload}\""))
-            })
-            .unwrap_or_else(|| panic!("no stack-afxdp-in-place {workload} row in results.json:\n{json}"));
+        let row = json_row(&json, "stack-afxdp-in-place", workload);
         if workload.starts_with("bulk") {
             let rate = number_after(row, "rate").unwrap_or_else(|| panic!("5z {workload} has no rate:\n{row}"));
             assert!(rate > 0.0, "5z {workload}: rate {rate}");
@@ -164,13 +155,7 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
     // streams only, and leave the MTU as it was for the rows after them.
     for name in ["kernel-busy-jumbo", "stack-afxdp-jumbo", "smoltcp-afxdp-jumbo"] {
         for workload in WORKLOADS {
-            let row = json
-                .lines()
-                .find(|l| {
-                    l.contains(&format!("\"transport\": \"{name}\""))
-                        && l.contains(&format!("\"workload\": \"{workload}\""))
-                })
-                .unwrap_or_else(|| panic!("no {name} {workload} row in results.json:\n{json}"));
+            let row = json_row(&json, name, workload);
             if workload.starts_with("bulk") {
                 let rate = number_after(row, "rate").unwrap_or_else(|| panic!("{name} {workload} has no rate:\n{row}"));
                 assert!(rate > 0.0, "{name} {workload}: rate {rate}");
@@ -203,10 +188,7 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
     );
     // Both ends ours: the copies of both ends are counted (4 per byte per direction: 2 at each end).
     for name in ["stack-afpacket-both", "stack-afxdp-both"] {
-        let row = json
-            .lines()
-            .find(|l| l.contains(&format!("\"transport\": \"{name}\"")) && l.contains("\"workload\": \"rr-64B-1c\""))
-            .unwrap_or_else(|| panic!("no {name} row in results.json:\n{json}"));
+        let row = json_row(&json, name, "rr-64B-1c");
         let copies = number_after(row, "copies_ours_per_byte").unwrap_or_else(|| panic!("{name}: no copies:\n{row}"));
         assert!((3.9..4.1).contains(&copies), "{name}: {copies} copies per byte per direction, not 4:\n{row}");
         let syscalls = number_after(row, "syscalls").unwrap_or_else(|| panic!("{name}: no syscalls:\n{row}"));

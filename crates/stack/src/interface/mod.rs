@@ -305,7 +305,9 @@ pub struct Interface {
     events: VecDeque<(SocketId, Event)>,
     /// Buffer storage of removed connections and of idle connections' empty buffers,
     /// zeroed, for the next that need some (see `settle`, `remove`, `lend_storage`).
-    storage_pool: Vec<bypass_tcp::buffer::Storage>,
+    /// Indexed by `table::pool_for`: send-buffer-sized storage, then receive-buffer-sized, so
+    /// taking one is a pop.
+    storage_pool: [Vec<bypass_tcp::buffer::Storage>; 2],
     counters: Counters,
     ports: EphemeralPorts,
     /// Each connection's earliest timer, keyed by slot and generation (see `Sock::scheduled`).
@@ -390,7 +392,7 @@ impl Interface {
             ports,
             timers: crate::timer_wheel::TimerWheel::new(),
             fired: Vec::new(),
-            storage_pool: Vec::new(),
+            storage_pool: [Vec::new(), Vec::new()],
             listener_epoch: 0,
             orphans: 0,
             orphan_bytes: 0,
@@ -489,7 +491,7 @@ impl Interface {
 
     /// Return how many connection buffers (send or receive storage) wait in the pool.
     pub fn pooled_buffers(&self) -> usize {
-        self.storage_pool.len()
+        self.storage_pool[0].len() + self.storage_pool[1].len()
     }
 
     /// Process one received Ethernet frame. Never panics on any bytes.

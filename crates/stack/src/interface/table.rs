@@ -10,6 +10,18 @@ use super::*;
 /// it took it (all of it is zeroed for the next connection): a connection exchanging small
 /// messages lets go after each, one moving bulk keeps its storage.
 const DETACH_WRITTEN_MAX: usize = 16 * 1024;
+/// Which of the two storage pools (send size, receive size: one when they are equal) keeps
+/// storage of `capacity` bytes, for buffer sizes `(send, recv)`; `None` for other sizes.
+fn pool_for((send, recv): (usize, usize), capacity: usize) -> Option<usize> {
+    if capacity == send {
+        Some(0)
+    } else if capacity == recv {
+        Some(1)
+    } else {
+        None
+    }
+}
+
 /// Zeroed buffer storage kept for connections that take up storage again, at most (or
 /// twice `StackConfig::buffer_pool`, if more).
 const STORAGE_POOL: usize = 256;
@@ -145,11 +157,12 @@ impl Interface {
     /// taking up storage again allocates nothing while the pool has some.
     pub(super) fn lend_storage(&mut self, index: u32, need: Option<Side>) {
         let Some(sock) = self.slots[index as usize].sock.as_mut() else { return };
+        let sizes = (self.config.tcp.send_buffer, self.config.tcp.recv_buffer);
         let (pool, counters) = (&mut self.storage_pool, &mut self.counters);
         sock.conn.attach_storage(|capacity, side| {
-            if let Some(at) = pool.iter().rposition(|s| s.capacity() == capacity) {
+            if let Some(storage) = pool_for(sizes, capacity).and_then(|k| pool[k].pop()) {
                 counters.buffers_recycled += 1;
-                return Some(pool.swap_remove(at));
+                return Some(storage);
             }
             (need == Some(side)).then(|| {
                 counters.buffers_allocated += 1;
@@ -161,10 +174,14 @@ impl Interface {
     /// Keep `storage` (zeroed) for the next connection that needs some, if it is of a size
     /// connections start with and the pool has room.
     fn pool_storage(&mut self, storage: Storage) {
-        let sizes = [self.config.tcp.send_buffer, self.config.tcp.recv_buffer];
+        let sizes = (self.config.tcp.send_buffer, self.config.tcp.recv_buffer);
         let limit = STORAGE_POOL.max(2 * self.config.buffer_pool);
-        if storage.is_allocated() && sizes.contains(&storage.capacity()) && self.storage_pool.len() < limit {
-            self.storage_pool.push(storage);
+        let pooled = self.storage_pool[0].len() + self.storage_pool[1].len();
+        if let Some(k) = pool_for(sizes, storage.capacity())
+            && storage.is_allocated()
+            && pooled < limit
+        {
+            self.storage_pool[k].push(storage);
         }
     }
 
