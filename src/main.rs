@@ -411,6 +411,9 @@ fn echo(args: EchoArgs) -> Result<(), String> {
                 AttachMode::Generic => XdpMode::Generic,
             };
             xdp.busy_poll = args.busy_poll;
+            // The kernel completes our TCP checksums where it can (the stack reads the device's
+            // `tx_offload` and writes pseudo-header sums).
+            xdp.tx_checksum_offload = true;
             xdp.fill_size = args.rx_ring;
             xdp.rx_size = args.rx_ring;
             xdp.frame_count = xdp.frame_count.max(2 * args.rx_ring);

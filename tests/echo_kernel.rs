@@ -81,6 +81,39 @@ fn message_sizes_packet() {
     message_sizes(Backend::Packet, Check::Lossless);
 }
 
+/// The kernel completes the TCP checksums of what `bypass echo` sends over AF_XDP (the device
+/// asks for it with TX metadata, and the stack writes only pseudo-header sums), and they come
+/// out right. With bx0's own checksum offload off, the kernel sums each segment in software
+/// (`skb_checksum_help`) and the peer verifies every one, so a wrong pseudo-header sum would
+/// show in the peer's `TcpInCsumErrors` and as lost segments. (With the veth's default
+/// offload on, the peer would take the segments unverified, which proves nothing.)
+#[test]
+fn checksums_the_kernel_completes_are_right_xdp() {
+    let test = "csum-xdp";
+    if !lab_available(test) {
+        return;
+    }
+    common::init_log();
+    let lab = common::create_lab(test, 1);
+    let iface = lab.bypass_if.clone();
+    lab.in_bypass(|| bypass_io::netdev::set_offloads(&iface, &[(bypass_io::netdev::Offload::TxChecksum, false)]))
+        .expect("turn bx0's tx checksum offload off");
+    let _capture = Capture::start(&lab, test);
+    let server = EchoServer::start(&lab, Backend::Xdp, &[]);
+    let before = peer_nstat(&lab);
+    for (i, len) in [1, 1000, 1 << 20].into_iter().enumerate() {
+        let stream = peer_connect(&lab, server_addr(&lab));
+        let message = data(0xc5 + i as u64, len);
+        echo_with_reader(&stream, &message, TIMEOUT).unwrap_or_else(|e| panic!("{len} bytes: {e}"));
+        stream.shutdown(Shutdown::Write).expect("half-close");
+        assert!(read_to_eof(&stream, Duration::from_secs(5)).expect("EOF after the echo").is_empty());
+    }
+    let peer = common::peer_changes(&lab, &before);
+    assert_eq!(peer.get("TcpInCsumErrors"), 0, "the peer found bad checksums: {peer}");
+    let counters = judge(&lab, &before, server, Backend::Xdp, Check::Lossless);
+    assert!(counters.get("device.tx_checksum_offloaded") > 0, "no checksum was offloaded: {counters}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Concurrent connections
 // ---------------------------------------------------------------------------------------------

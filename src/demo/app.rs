@@ -140,7 +140,9 @@ fn kernel(lab: &Lab, ip: Ipv4Addr, port: u16, tool: Tool, secs: u64) -> Result<A
 /// The server on our stack over AF_XDP at the lab's stack address.
 fn ours(lab: &Lab, port: u16, tool: Tool, secs: u64) -> Result<AppRow, String> {
     let device = lab
-        .in_bypass(|| XdpDevice::open(XdpConfig::new(&lab.bypass_if, lab.bypass_ip)))
+        .in_bypass(|| {
+            XdpDevice::open(XdpConfig { tx_checksum_offload: true, ..XdpConfig::new(&lab.bypass_if, lab.bypass_ip) })
+        })
         .map_err(|e| format!("AF_XDP on {}: {e}", lab.bypass_if))?;
     let config = StackConfig::new(lab.bypass_ip, lab.prefix_len, super::stack::secret());
     let runtime = Runtime::start(vec![device], config, RuntimeOptions::default()).map_err(|e| e.to_string())?;

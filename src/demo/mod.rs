@@ -800,7 +800,7 @@ fn measure(
     }
     // The jumbo rows: bx0 and px0 at the jumbo MTU for the row, back on every path out.
     let _jumbo = match net {
-        Net::Lab(lab) if transport.jumbo() => Some(JumboMtu::set(lab)?),
+        Net::Lab(lab) if transport.jumbo() => Some(JumboMtu::set(lab, transport == Transport::StackXdpJumbo)?),
         _ => None,
     };
     let shared = Shared::default();
@@ -921,25 +921,50 @@ fn measure_memory(
 }
 
 /// bx0 and px0 at [`JUMBO_MTU`] while it lives, at [`MTU`] again after.
-struct JumboMtu<'a>(&'a Lab);
+struct JumboMtu<'a> {
+    lab: &'a Lab,
+    /// bx0's transmit checksum offload was turned on for the row (row 5j), and goes off again.
+    tx_checksum: bool,
+}
 
 impl<'a> JumboMtu<'a> {
-    fn set(lab: &'a Lab) -> Result<JumboMtu<'a>, String> {
-        let guard = JumboMtu(lab);
+    /// Set the jumbo MTU on bx0 and px0, and with `tx_checksum` turn bx0's transmit checksum
+    /// offload on (the veth's default, which the lab turned off): our stack's device asks the
+    /// kernel for its TCP checksums (AF_XDP TX metadata), and a veth that offloads them passes
+    /// them to the peer unverified, as for row 2d; with the offload off the kernel would sum
+    /// them in software instead (`skb_checksum_help`) and the peer verify them.
+    fn set(lab: &'a Lab, tx_checksum: bool) -> Result<JumboMtu<'a>, String> {
+        let mut guard = JumboMtu { lab, tx_checksum: false };
         guard.mtu(JUMBO_MTU).map_err(|e| format!("cannot set the jumbo MTU {JUMBO_MTU}: {e}"))?;
+        if tx_checksum {
+            guard.set_tx_checksum(true).map_err(|e| format!("cannot turn bx0's tx checksum offload on: {e}"))?;
+            guard.tx_checksum = true;
+        }
         Ok(guard)
     }
 
     fn mtu(&self, mtu: u32) -> Result<(), String> {
         let mtu = mtu.to_string();
-        self.0.ip_bypass(&["link", "set", "dev", &self.0.bypass_if, "mtu", &mtu]).map_err(|e| e.to_string())?;
-        self.0.ip_peer(&["link", "set", "dev", &self.0.peer_if, "mtu", &mtu]).map_err(|e| e.to_string())?;
+        self.lab.ip_bypass(&["link", "set", "dev", &self.lab.bypass_if, "mtu", &mtu]).map_err(|e| e.to_string())?;
+        self.lab.ip_peer(&["link", "set", "dev", &self.lab.peer_if, "mtu", &mtu]).map_err(|e| e.to_string())?;
         Ok(())
+    }
+
+    fn set_tx_checksum(&self, on: bool) -> Result<(), String> {
+        let iface = &self.lab.bypass_if;
+        self.lab
+            .in_bypass(|| netdev::set_offloads(iface, &[(netdev::Offload::TxChecksum, on)]))
+            .map_err(|e| e.to_string())
     }
 }
 
 impl Drop for JumboMtu<'_> {
     fn drop(&mut self) {
+        if self.tx_checksum
+            && let Err(e) = self.set_tx_checksum(false)
+        {
+            eprintln!("bypass demo: cannot turn bx0's tx checksum offload back off: {e}");
+        }
         if let Err(e) = self.mtu(MTU) {
             eprintln!("bypass demo: cannot set the MTU back to {MTU}: {e}");
         }
@@ -999,7 +1024,10 @@ fn serve(
         | Transport::StackXdpJumbo
         | Transport::SmoltcpXdpJumbo => {
             let Net::Lab(lab) = net else { return Err("needs the namespace lab".into()) };
-            let config = XdpConfig { busy_poll: true, ..XdpConfig::new(&lab.bypass_if, ip) };
+            // Row 5j has the kernel complete our TCP checksums (see JumboMtu::set); smoltcp
+            // writes whole checksums, which a device that completes them would spoil.
+            let tx_checksum_offload = transport == Transport::StackXdpJumbo;
+            let config = XdpConfig { busy_poll: true, tx_checksum_offload, ..XdpConfig::new(&lab.bypass_if, ip) };
             let device = XdpDevice::open(config).map_err(|e| format!("AF_XDP unavailable: {e}"))?;
             match (transport, ip) {
                 (Transport::SmoltcpXdp | Transport::SmoltcpXdpBoth | Transport::SmoltcpXdpJumbo, IpAddr::V4(ip)) => {

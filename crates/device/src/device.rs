@@ -44,13 +44,15 @@ impl DeviceInfo {
 
 /// Which checksums a device computes or verifies itself, so that the host need not.
 ///
-/// Today every device of ours leaves all of them to software: AF_XDP in copy mode and
-/// AF_PACKET hand over frames with the checksums they carried on the wire and send ours as
-/// written (the lab turns its kernel peer's offloads off, so the peer's frames carry real
-/// checksums too), and the in-memory link and the scripted device move bytes untouched. The host
-/// (`bypass-stack`) skips verifying what a device states it verified (`rx_verified`); it still
-/// computes every checksum it sends, since no device of ours offloads one (`tx_offload` is
-/// stated for the devices that will).
+/// Most devices of ours leave all of them to software: AF_XDP and AF_PACKET hand over frames
+/// with the checksums they carried on the wire (the lab turns its kernel peer's offloads
+/// off, so the peer's frames carry real checksums too), and the in-memory link and the
+/// scripted device move bytes untouched. AF_XDP in copy mode can complete the checksums of
+/// what it sends (`XdpConfig::tx_checksum_offload` in `bypass-io`, AF_XDP TX metadata) and
+/// then states `tx_offload`. The host (`bypass-stack`) skips verifying what a device states
+/// it verified (`rx_verified`), and writes only the pseudo-header sum of every TCP segment
+/// it sends through a device that states `tx_offload`; a capture of such a device shows
+/// those sums, as `tcpdump` does on a host whose NIC offloads them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ChecksumCaps {
     /// The device has verified the IPv4 header, TCP, UDP and ICMP checksums of every frame it

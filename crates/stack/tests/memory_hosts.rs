@@ -465,6 +465,49 @@ fn internet_checksum(data: &[u8]) -> u16 {
     !(sum as u16)
 }
 
+/// Behind a device that completes the TCP checksums of what it sends
+/// (`ChecksumCaps::tx_offload`, a NIC's `CHECKSUM_PARTIAL`), every segment the host sends
+/// carries only the pseudo-header sum, folded and not complemented: the SYN-ACK of a
+/// listener's connection and the RST for a closed port (a segment of no connection) alike.
+/// Completed as such a device completes it, each checksum is right. Behind a device that
+/// completes nothing, they carry whole checksums.
+#[test]
+fn behind_a_device_that_completes_checksums_segments_carry_the_pseudo_header_sum() {
+    use bypass_stack::ChecksumCaps;
+    let net = net(LinkConfig::default(), |_| {});
+    let [syn, _] = syn_and_ping_from(&net, A);
+    let mut closed = syn.clone();
+    closed[34 + 2..34 + 4].copy_from_slice(&9u16.to_be_bytes());
+    bypass_tcp::wire::set_checksum(&mut closed[34..], A.into(), B.into()).unwrap();
+    let mac_b = net.b.device().info().mac;
+    for offload in [false, true] {
+        let mut host = common::Host::new(StackConfig::new(B, 24, [5; 16]), mac_b);
+        host.iface.set_device_checksums(ChecksumCaps { rx_verified: false, tx_offload: offload });
+        host.iface.listen(7).unwrap();
+        host.receive(&syn);
+        host.receive(&closed);
+        let sent: Vec<Vec<u8>> = host.sent().into_iter().filter(|f| f.len() >= 54 && f[23] == 6).collect();
+        let mut flags: Vec<u8> = sent.iter().map(|f| f[34 + 13]).collect();
+        flags.sort();
+        assert_eq!(flags, [0x12, 0x14], "a SYN-ACK, and an RST-ACK for port 9 (offload {offload})");
+        for f in sent {
+            let mut seg = f[34..].to_vec();
+            if offload {
+                let mut pseudo = Vec::new();
+                pseudo.extend_from_slice(&B.octets());
+                pseudo.extend_from_slice(&A.octets());
+                pseudo.extend_from_slice(&[0, 6]);
+                pseudo.extend_from_slice(&(seg.len() as u16).to_be_bytes());
+                let field = u16::from_be_bytes([seg[16], seg[17]]);
+                assert_eq!(field, !internet_checksum(&pseudo), "the pseudo-header sum alone");
+                let completed = internet_checksum(&seg);
+                seg[16..18].copy_from_slice(&completed.to_be_bytes());
+            }
+            assert!(bypass_tcp::Segment::parse(&seg, B.into(), A.into()).is_ok(), "offload {offload}: {seg:02x?}");
+        }
+    }
+}
+
 /// A device that states it verified every checksum (`ChecksumCaps::rx_verified`, a NIC's
 /// `CHECKSUM_UNNECESSARY`) spares the host verifying them: the same SYN with a wrong TCP
 /// checksum is dropped as `bad_tcp` behind a device that verifies nothing, and answered

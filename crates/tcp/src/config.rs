@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::wire::Checksum;
+
 /// Keep-alive settings (RFC 9293 section 3.8.4). Off unless set in [`Config::keepalive`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Keepalive {
@@ -113,6 +115,11 @@ pub struct Config {
     pub isn_secret: [u8; 16],
     /// Most challenge ACKs sent per second (RFC 5961 section 7).
     pub challenge_ack_limit: u32,
+    /// What goes in the checksum field of the segments sent: the checksum
+    /// ([`Checksum::Full`], the default), or only the pseudo-header sum when the device
+    /// completes it as it sends ([`Checksum::PseudoHeader`]: TX checksum offload). A host
+    /// sets it from its device's capabilities.
+    pub tx_checksum: Checksum,
 }
 
 impl Default for Config {
@@ -143,6 +150,7 @@ impl Default for Config {
             rfc1337: false,
             isn_secret: [0; 16],
             challenge_ack_limit: 1000,
+            tx_checksum: Checksum::Full,
         }
     }
 }

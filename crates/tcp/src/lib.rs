@@ -117,6 +117,6 @@ pub use closed::reset_for;
 pub use connection::SequenceSpace;
 pub use open::CookieOptions;
 pub use outcome::{DropReason, Outcome};
-pub use wire::{EmitError, ParseError};
+pub use wire::{Checksum, EmitError, ParseError};
 #[cfg(feature = "sim")]
 pub mod sim;

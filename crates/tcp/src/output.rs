@@ -415,7 +415,7 @@ impl Connection {
             None => 0,
         };
         let len = hlen + payload_len;
-        if let Err(e) = wire::set_checksum(&mut buf[..len], self.local.ip(), remote.ip()) {
+        if let Err(e) = wire::set_checksum_as(self.config.tx_checksum, &mut buf[..len], self.local.ip(), remote.ip()) {
             log::error!("{:?}: cannot checksum a segment: {e}", self.tuple());
             return None;
         }
@@ -445,7 +445,7 @@ impl Connection {
             ..Segment::EMPTY
         };
         let src = std::net::SocketAddr::new(self.local.ip(), rst.src_port);
-        let len = match seg.emit(src.ip(), rst.dst.ip(), buf) {
+        let len = match seg.emit_as(self.config.tx_checksum, src.ip(), rst.dst.ip(), buf) {
             Ok(n) => n,
             Err(e) => {
                 log::error!("cannot write a reset to {}: {e}", rst.dst);

@@ -180,6 +180,19 @@ fn pseudo_header(src: IpAddr, dst: IpAddr, tcp_len: usize) -> Result<Sum16BitWor
     }
 }
 
+/// What a sender writes in the checksum field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Checksum {
+    /// The checksum itself, computed over the pseudo-header, the header and the payload.
+    #[default]
+    Full,
+    /// Only the pseudo-header's sum, folded to 16 bits and not complemented, for a device
+    /// that completes the checksum as it sends (TX checksum offload): it sums the segment
+    /// from the TCP header on, this field included, and stores the complement here. Linux
+    /// prepares a `CHECKSUM_PARTIAL` packet the same way (`tcp_v4_send_check`).
+    PseudoHeader,
+}
+
 /// Return the one's complement of `sum` as the checksum field's value.
 #[inline]
 fn checksum_value(sum: &Sum16BitWords) -> u16 {
@@ -195,6 +208,18 @@ fn compute_checksum(pseudo: Sum16BitWords, segment: &[u8]) -> Option<u16> {
     let (head, rest) = segment.split_first_chunk::<18>()?;
     let sum = add_words(pseudo.add_slice(&head[..16]), rest);
     Some(checksum_value(&sum))
+}
+
+/// Return the checksum field's value for `segment` on top of `pseudo`, as `mode` asks.
+///
+/// Return `None` when `segment` is too short to hold the checksum field.
+fn checksum_field(mode: Checksum, pseudo: Sum16BitWords, segment: &[u8]) -> Option<u16> {
+    match mode {
+        Checksum::Full => compute_checksum(pseudo, segment),
+        Checksum::PseudoHeader => {
+            (segment.len() >= 18).then(|| u16::from_be_bytes((!pseudo.ones_complement()).to_ne_bytes()))
+        }
+    }
 }
 
 /// Add `data` to `sum` as 16-bit words, a last odd byte padded with zero: the same result
@@ -248,12 +273,22 @@ fn add_words(sum: Sum16BitWords, data: &[u8]) -> Sum16BitWords {
 /// version, [`EmitError::TooLong`] when the pseudo-header cannot hold the
 /// length. `segment` is unchanged on error.
 pub fn set_checksum(segment: &mut [u8], src: IpAddr, dst: IpAddr) -> Result<(), EmitError> {
+    set_checksum_as(Checksum::Full, segment, src, dst)
+}
+
+/// As [`set_checksum`], storing what `mode` asks: the checksum, or only the pseudo-header
+/// sum for a device that completes it ([`Checksum::PseudoHeader`]).
+///
+/// # Errors
+///
+/// As [`set_checksum`].
+pub fn set_checksum_as(mode: Checksum, segment: &mut [u8], src: IpAddr, dst: IpAddr) -> Result<(), EmitError> {
     let too_short = EmitError::BufferTooSmall { needed: FIXED_LEN, available: segment.len() };
     if segment.len() < FIXED_LEN {
         return Err(too_short);
     }
     let pseudo = pseudo_header(src, dst, segment.len())?;
-    let checksum = compute_checksum(pseudo, segment).ok_or(too_short)?;
+    let checksum = checksum_field(mode, pseudo, segment).ok_or(too_short)?;
     store_checksum(segment, checksum);
     Ok(())
 }
@@ -400,6 +435,15 @@ impl Segment<'_> {
     /// [`EmitError::AddressFamilyMismatch`], [`EmitError::TooLong`],
     /// [`EmitError::BufferTooSmall`]; `buf` is unchanged on error.
     pub fn emit(&self, src: IpAddr, dst: IpAddr, buf: &mut [u8]) -> Result<usize, EmitError> {
+        self.emit_as(Checksum::Full, src, dst, buf)
+    }
+
+    /// As [`emit`](Self::emit), with the checksum field as `mode` asks (see [`Checksum`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`emit`](Self::emit).
+    pub fn emit_as(&self, mode: Checksum, src: IpAddr, dst: IpAddr, buf: &mut [u8]) -> Result<usize, EmitError> {
         let header_len = self.header_len();
         let len = header_len + self.payload.len();
         let pseudo = pseudo_header(src, dst, len)?;
@@ -411,7 +455,7 @@ impl Segment<'_> {
         if let Some(payload) = out.get_mut(header_len..) {
             payload.copy_from_slice(self.payload);
         }
-        let checksum = compute_checksum(pseudo, out).unwrap_or_default();
+        let checksum = checksum_field(mode, pseudo, out).unwrap_or_default();
         store_checksum(out, checksum);
         Ok(len)
     }
@@ -829,6 +873,24 @@ mod tests {
                 _ => unreachable!(),
             }.unwrap();
             prop_assert_eq!(&theirs.to_bytes()[..], &bytes[..hl]);
+        }
+
+        /// What a device with TX checksum offload does to a segment written with only the
+        /// pseudo-header sum (sum from the TCP header on, the field included; store the
+        /// complement: Linux's `skb_checksum_help`) gives the segment with its checksum,
+        /// through both `emit_as` and `set_checksum_as`.
+        #[test]
+        fn a_completed_pseudo_header_sum_is_the_checksum(f in arb_fields(), (src, dst) in arb_addrs()) {
+            let seg = segment(&f);
+            let full = emit(&seg, src, dst);
+            let mut partial = vec![0; full.len()];
+            prop_assert_eq!(seg.emit_as(Checksum::PseudoHeader, src, dst, &mut partial), Ok(full.len()));
+            let mut again = full.clone();
+            set_checksum_as(Checksum::PseudoHeader, &mut again, src, dst).unwrap();
+            prop_assert_eq!(&again, &partial);
+            let completed = checksum_value(&Sum16BitWords::new().add_slice(&partial));
+            partial[16..18].copy_from_slice(&completed.to_be_bytes());
+            prop_assert_eq!(partial, full);
         }
 
         #[test]

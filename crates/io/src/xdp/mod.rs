@@ -111,7 +111,11 @@ pub struct XdpConfig {
     /// [`ChecksumCaps::tx_offload`](bypass_device::ChecksumCaps::tx_offload): the stack then
     /// writes only the pseudo-header sum. Copy mode only (a zero-copy socket keeps the
     /// checksums in software; see [`XdpDevice`]). Each send frame keeps 24 bytes for the
-    /// metadata, so it holds 4072 bytes of a packet instead of 4096. Off by default.
+    /// metadata, so it holds 4072 bytes of a packet instead of 4096. On a kernel without TX
+    /// metadata the device opens without it and states no `tx_offload`. Off by default: a
+    /// user of the device who writes whole checksums (smoltcp, say) must leave it off, since
+    /// the kernel would sum over them; the `bypass-stack` host reads `tx_offload` and writes
+    /// pseudo-header sums.
     pub tx_checksum_offload: bool,
 }
 
@@ -172,6 +176,11 @@ impl XdpConfig {
 
 /// Batch size for busy polling and the receive scratch list.
 const BUSY_POLL_BUDGET: u32 = 64;
+
+/// Bytes queued for sending after which `send` kicks the kernel itself, before the caller's
+/// [`Device::flush`]: copy mode copies every frame into a socket buffer when kicked, and a
+/// large burst queued whole (a window of 64 KB segments) has left the cache by then.
+const TX_KICK_BYTES: usize = 256 * 1024;
 
 /// The most UMEM frames (descriptors) one packet may span: what copy mode sends at most,
 /// `MAX_SKB_FRAGS + 1` with the kernel's default `CONFIG_MAX_SKB_FRAGS=17`. `xsk_build_skb`
@@ -242,6 +251,8 @@ pub struct XdpDevice {
     tx_frames_per_packet: usize,
     /// Ask the kernel for the TCP and UDP checksums of the frames sent.
     tx_offload: bool,
+    /// Bytes queued for sending since the kernel was last kicked.
+    tx_unkicked: usize,
     counters: Counters,
     busy_poll: bool,
     /// Packets of the largest size the kernel can deliver before it drops: the smaller of
@@ -419,10 +430,20 @@ impl XdpDevice {
 
         let mut devices = Vec::with_capacity(queues.len());
         for &queue in queues {
-            let socket = match XskSocket::open(iface, ifindex, queue, options) {
+            let open = |options: BindOptions| match XskSocket::open(iface, ifindex, queue, options) {
                 Err(XdpError::ZeroCopyUnsupported { source, .. }) if config.zero_copy == ZeroCopy::Auto => {
                     log::debug!("zero-copy refused on {iface} queue {queue} ({source}); using copy mode");
-                    XskSocket::open(iface, ifindex, queue, BindOptions { zero_copy: false, ..options })?
+                    XskSocket::open(iface, ifindex, queue, BindOptions { zero_copy: false, ..options })
+                }
+                other => other,
+            };
+            let socket = match open(options) {
+                // A kernel before 6.11 has no TX metadata: the checksums stay in software.
+                Err(XdpError::Unsupported { source, .. }) if options.tx_metadata => {
+                    log::debug!(
+                        "{iface} queue {queue}: no AF_XDP TX metadata ({source}); TX checksums stay in software"
+                    );
+                    open(BindOptions { tx_metadata: false, ..options })?
                 }
                 other => other?,
             };
@@ -435,8 +456,8 @@ impl XdpDevice {
                     }
                 };
             program.register(queue, socket.fd())?;
-            let tx_offload = config.tx_checksum_offload && !socket.zero_copy();
-            if config.tx_checksum_offload && !tx_offload {
+            let tx_offload = socket.tx_metadata() && !socket.zero_copy();
+            if config.tx_checksum_offload && socket.zero_copy() {
                 log::debug!("{iface} queue {queue}: zero-copy socket; TX checksums stay in software");
             }
             let mode = format!(
@@ -462,6 +483,7 @@ impl XdpDevice {
                 tx_scratch: if tx_frames_per_packet > 1 { vec![0; max_frame] } else { Vec::new() },
                 tx_frames_per_packet,
                 tx_offload,
+                tx_unkicked: 0,
                 counters: Counters::default(),
                 busy_poll,
                 rx_frames: (config.fill_size.min(config.rx_size) as usize / rx_frames_per_packet).max(1),
@@ -613,10 +635,12 @@ impl Device for XdpDevice {
             return Ok(false);
         }
         self.counters.tx_checksum_offloaded += u64::from(checksum.is_some());
+        self.note_queued(len)?;
         Ok(true)
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        self.tx_unkicked = 0;
         self.socket.flush_tx()
     }
 
@@ -707,7 +731,19 @@ impl XdpDevice {
         self.counters.tx_multi_buffer += u64::from(frames > 1);
         self.counters.tx_checksum_offloaded += u64::from(checksum.is_some());
         log::trace!("{}: queued {len} bytes in {frames} frames (checksum request {checksum:?})", self.info.name);
+        self.note_queued(len)?;
         Ok(true)
+    }
+
+    /// Count `len` bytes queued for sending, and kick the kernel once [`TX_KICK_BYTES`] wait,
+    /// so that copy mode copies the frames while they are still in the cache.
+    fn note_queued(&mut self, len: usize) -> io::Result<()> {
+        self.tx_unkicked += len;
+        if self.tx_unkicked >= TX_KICK_BYTES {
+            self.tx_unkicked = 0;
+            self.socket.flush_tx()?;
+        }
+        Ok(())
     }
 }
 

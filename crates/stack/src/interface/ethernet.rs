@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use bypass_tcp::{FourTuple, Instant, Segment};
+use bypass_tcp::{Checksum, FourTuple, Instant, Segment};
 use etherparse::{ArpOperation, EtherType, Ethernet2Header, IpNumber};
 
 use super::*;
@@ -80,9 +80,9 @@ pub(super) enum Reply {
 }
 
 impl Reply {
-    /// Write the frame from `our_mac` into `buf` (at least a full frame); return its length,
-    /// 0 if it cannot be written.
-    pub(super) fn write(&self, buf: &mut [u8], our_mac: [u8; 6]) -> usize {
+    /// Write the frame from `our_mac` into `buf` (at least a full frame), a segment's
+    /// checksum field as `tx_checksum` says; return its length, 0 if it cannot be written.
+    pub(super) fn write(&self, buf: &mut [u8], our_mac: [u8; 6], tx_checksum: Checksum) -> usize {
         match *self {
             Reply::Arp { op, src_ip, dst_mac, dst_ip } => {
                 arp::write_frame(&mut buf[..arp::ARP_FRAME_LEN], op, our_mac, src_ip, dst_mac, dst_ip);
@@ -95,7 +95,7 @@ impl Reply {
             Reply::Segment { dst_mac, tuple, ref segment } => {
                 let (src, dst) = (tuple.local.ip(), tuple.remote.ip());
                 let headers = headers_len(dst);
-                let Ok(n) = segment.emit(src, dst, &mut buf[headers..]) else { return 0 };
+                let Ok(n) = segment.emit_as(tx_checksum, src, dst, &mut buf[headers..]) else { return 0 };
                 write_ip_headers(buf, our_mac, dst_mac, src, dst, IpNumber::TCP, n);
                 headers + n
             }

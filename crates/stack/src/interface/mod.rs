@@ -12,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use bypass_tcp::{Config as TcpConfig, Connection, Event, FourTuple, Instant};
+use bypass_tcp::{Checksum, Config as TcpConfig, Connection, Event, FourTuple, Instant};
 use etherparse::ArpOperation;
 
 use crate::addr::{Addresses, Cidr};
@@ -415,11 +415,15 @@ impl Interface {
     }
 
     /// Take the device's checksum capabilities ([`Device::checksums`]): checksums the
-    /// device states it verified are not verified again. [`Stack::new`](crate::Stack::new)
-    /// calls this. Every checksum we send is still computed here (no device of ours offloads
-    /// one; `tx_offload` is not acted on).
+    /// device states it verified are not verified again, and when it completes the TCP
+    /// checksums of what it sends (`tx_offload`), every TCP segment we send, of a connection
+    /// or not, carries only the pseudo-header sum ([`Checksum::PseudoHeader`]).
+    /// [`Stack::new`](crate::Stack::new) calls this, before any connection exists.
     pub fn set_device_checksums(&mut self, caps: crate::ChecksumCaps) {
         self.rx_verified = caps.rx_verified;
+        let mode = if caps.tx_offload { Checksum::PseudoHeader } else { Checksum::Full };
+        self.config.tcp.tx_checksum = mode;
+        self.tcp6.tx_checksum = mode;
     }
 
     /// Return the bytes of receive window all connections may offer between them
@@ -588,12 +592,12 @@ impl Interface {
     /// Write everything due into `device` (without flushing it). Return how many frames.
     pub fn transmit(&mut self, now: Instant, device: &mut dyn Device) -> std::io::Result<usize> {
         let mut sent = 0;
-        let our_mac = self.mac;
+        let (our_mac, tx_checksum) = (self.mac, self.config.tcp.tx_checksum);
         while let Some((reply, note)) = self.control.pop_front() {
             let mut len = 0;
             let notes = &self.notes;
             let ok = device.send(&mut |buf: &mut [u8]| {
-                len = reply.write(buf, our_mac);
+                len = reply.write(buf, our_mac, tx_checksum);
                 if let Some(board) = notes {
                     board.write(now, &note);
                 }
