@@ -103,6 +103,34 @@ fn echo_over_ipv6_packet() {
     echo_over_ipv6(Backend::Packet);
 }
 
+/// Over IPv6 too, the kernel completes the TCP checksums `bypass echo` leaves to it (AF_XDP
+/// TX metadata with the checksum at offset 54 + 16): with bx0's own checksum offload off the
+/// kernel sums every segment in software and the kernel peer verifies it, so a wrong IPv6
+/// pseudo-header sum would show in `TcpInCsumErrors` (one counter for both families) and as a
+/// stalled echo.
+#[test]
+fn checksums_the_kernel_completes_are_right_over_ipv6_xdp() {
+    let Some(l) = lab("v6csum") else { return };
+    let lab = &l.lab;
+    let iface = lab.bypass_if.clone();
+    lab.in_bypass(|| bypass_io::netdev::set_offloads(&iface, &[(bypass_io::netdev::Offload::TxChecksum, false)]))
+        .expect("turn bx0's tx checksum offload off");
+    let server = dual_stack_server(lab, Backend::Xdp);
+    let before = common::peer_nstat(lab);
+    for (i, addr) in [v6_addr(lab), common::server_addr(lab)].into_iter().enumerate() {
+        let stream = peer_connect(lab, addr);
+        echo_with_reader(&stream, &data(0x6c5 + i as u64, 1 << 20), TIMEOUT).unwrap_or_else(|e| panic!("{addr}: {e}"));
+    }
+    let peer = common::peer_changes(lab, &before);
+    assert_eq!(peer.get("TcpInCsumErrors"), 0, "the peer found bad checksums: {peer}");
+    assert_eq!(peer.get("TcpRetransSegs"), 0, "the peer retransmitted: {peer}");
+    let done = server.stop();
+    done.assert_clean_exit();
+    let c = &done.counters;
+    assert!(c.get("device.tx_checksum_offloaded") > 0, "no checksum was offloaded: {c}");
+    assert_eq!(c.get("connections_accepted"), 2, "{c}");
+}
+
 /// Our stack as an IPv6 client of a kernel echo server: we resolve the kernel with a
 /// Neighbour Solicitation, and the echo comes back byte-exact.
 fn client_over_ipv6(backend: Backend) {
