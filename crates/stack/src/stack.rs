@@ -33,7 +33,12 @@ use crate::counters::Counters;
 use crate::device::Device;
 use crate::interface::{ConnectError, Interface, ListenError, ListenerId, SocketId, StackConfig};
 
-/// Frames taken from the device per call.
+/// Frames taken from the device per call. Measured over AF_XDP (2026-12-02, two paired runs
+/// each, `bypass demo --only stack-afxdp,stack-afxdp-jumbo --workload bulk-up,rr-64B-100c`):
+/// 16, 64 and 256 frames received bulk at MTU 1500 at 7.65/6.55, 7.00/6.99 and 6.64/6.07
+/// Gbit/s, served 100 connections at p50 531/555, 530/542 and 559/680 µs, and left the
+/// jumbo row where the kernel sender bounds it (20.5-23.5 Gbit/s) whatever the size: 64 is
+/// as fast as 16, with less spread, and a larger batch only delays the answers.
 const RX_BATCH: usize = 64;
 /// Batches taken per poll before the timers run, so that a full ring cannot hold timers off
 /// for long.
