@@ -58,7 +58,8 @@ struct DemoArgs {
     /// stack-memory (our stack at both ends over an in-memory link; run by default only when
     /// the lab is out of reach), http (the application row: the HTTP server on kernel sockets
     /// and on our stack under tokio, loaded by wrk or ab), memory (resident bytes per idle
-    /// established connection of ours, with 10,000 of them).
+    /// established connection of ours, with 10,000 of them, and the kernel's slab memory per
+    /// connection for the same clients).
     #[arg(long, value_delimiter = ',', value_name = "TRANSPORT,...")]
     only: Vec<String>,
     /// Run only these workloads, comma-separated: rr-64B-1c, rr-1024B-1c, rr-64B-100c,

@@ -91,6 +91,13 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
     }
     let per = number_after(&json, "bytes_per_connection").unwrap_or_else(|| panic!("no memory figure:\n{json}"));
     assert!(per > 0.0 && per <= 8192.0, "{per} bytes resident per idle connection");
+    // Beside it, the kernel's own memory per connection for the same clients.
+    for text in [&stdout[..], &md[..]] {
+        assert!(text.contains("the kernel, for comparison: the same clients"), "no kernel memory figure:\n{text}");
+    }
+    let kernel = number_after(&json, "kernel_bytes_per_connection")
+        .unwrap_or_else(|| panic!("no kernel memory figure:\n{json}"));
+    assert!(kernel > 0.0, "{kernel} bytes of kernel memory per connection");
     for (name, label) in TRANSPORTS {
         for workload in WORKLOADS {
             let row = json_row(&json, name, workload);

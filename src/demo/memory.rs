@@ -5,10 +5,20 @@
 //! (after a warm-up that brought the UMEM and the buffer pool in), divided by the count, is
 //! the figure. The kernel clients' sockets are kernel memory, not the demo's.
 //! `tests/scale.rs` asserts the bound (8 KiB) at 10,000 and measures 100,000.
+//!
+//! Beside it, what the kernel takes for the same: the same clients open as many connections
+//! to a kernel echo server in the stack's namespace. Kernel memory is read as `Slab:` of
+//! `/proc/meminfo` (sockets, inodes, files and dentries are slab objects; an idle socket
+//! holds no packet buffers), before and after. With the kernel's server both ends are kernel
+//! sockets, alike but for the side that opened them, so half the growth per connection is
+//! the figure for one end. The growth while our server held its connections, the clients'
+//! sockets alone, is reported beside it as a cross-check (one kernel end, measured apart;
+//! the slab figures of a shared machine move by a few hundred bytes per connection between
+//! runs).
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -28,12 +38,31 @@ const CONNECTIONS: usize = 10_000;
 const WAVE: usize = 500;
 
 /// The figure, or why there is none.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct MemorySection {
     pub connections: usize,
     pub before: u64,
     pub after: u64,
+    /// Kernel slab memory grown while our server held the connections: the clients' sockets.
+    pub clients_slab: u64,
+    /// Connections a kernel server held (fewer than `connections` when the open-file limit
+    /// does not leave room for both ends of each in this process), and the kernel slab memory
+    /// grown meanwhile, clients included; or why it was not measured.
+    pub kernel_slab: Result<(usize, u64), String>,
     pub failure: Option<String>,
+}
+
+impl Default for MemorySection {
+    fn default() -> Self {
+        MemorySection {
+            connections: 0,
+            before: 0,
+            after: 0,
+            clients_slab: 0,
+            kernel_slab: Err("not measured".into()),
+            failure: None,
+        }
+    }
 }
 
 impl MemorySection {
@@ -42,14 +71,90 @@ impl MemorySection {
         (self.failure.is_none() && self.connections > 0)
             .then(|| self.after.saturating_sub(self.before) / self.connections as u64)
     }
+
+    /// Bytes of kernel memory per idle established connection of a kernel server.
+    pub fn kernel_per_connection(&self) -> Option<u64> {
+        let (held, grown) = *self.kernel_slab.as_ref().ok()?;
+        (self.failure.is_none() && held > 0).then(|| grown / held as u64 / 2)
+    }
+
+    /// Bytes of kernel memory per kernel client socket, measured while our server held them.
+    pub fn clients_per_connection(&self) -> Option<u64> {
+        (self.failure.is_none() && self.connections > 0).then(|| self.clients_slab / self.connections as u64)
+    }
 }
 
-/// Measure, on port `port` of the lab's stack address.
-pub fn measure(lab: &Lab, port: u16) -> MemorySection {
+/// Measure, on port `port` of the lab's stack address, then of `kernel_ip` (a kernel address
+/// in the stack's namespace) for the kernel's figure.
+pub fn measure(lab: &Lab, port: u16, kernel_ip: Ipv4Addr) -> MemorySection {
     match run(lab, port) {
-        Ok(section) => section,
+        Ok(mut section) => {
+            section.kernel_slab = kernel(lab, SocketAddr::new(IpAddr::V4(kernel_ip), port), section.connections);
+            section
+        }
         Err(e) => MemorySection { failure: Some(e), ..MemorySection::default() },
     }
+}
+
+/// The kernel's figure: a kernel echo server at `addr` in the stack's namespace holds up to
+/// `connections` from the same clients (both ends are this process's files); return how many
+/// it held and how much the kernel's slab memory grew.
+fn kernel(lab: &Lab, addr: SocketAddr, connections: usize) -> Result<(usize, u64), String> {
+    let connections = connections.min(open_files_limit().saturating_sub(512) / 2);
+    let listener = lab.in_bypass(|| TcpListener::bind(addr)).map_err(|e| format!("kernel server on {addr}: {e}"))?;
+    let server = std::thread::spawn(move || -> Result<Vec<TcpStream>, String> {
+        let mut held = Vec::with_capacity(connections);
+        for _ in 0..connections {
+            let (mut s, _) = listener.accept().map_err(|e| format!("kernel server: accept: {e}"))?;
+            s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+            let mut got = [0u8; 64];
+            s.read_exact(&mut got).map_err(|e| format!("kernel server: read: {e}"))?;
+            s.write_all(&got).map_err(|e| format!("kernel server: write: {e}"))?;
+            held.push(s);
+        }
+        Ok(held)
+    });
+    let clients = lab.in_peer(|| -> Result<(u64, u64, Vec<TcpStream>), String> {
+        let before = slab_bytes()?;
+        let mut streams = Vec::with_capacity(connections);
+        for i in 0..connections {
+            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+                .map_err(|e| format!("kernel server: connection {i} of {connections}: {e}"))?;
+            s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+            s.write_all(&message(i)).map_err(|e| format!("write: {e}"))?;
+            let mut got = [0u8; 64];
+            s.read_exact(&mut got).map_err(|e| format!("read the echo: {e}"))?;
+            if got != message(i) {
+                return Err(format!("kernel server: connection {i} echoed other bytes"));
+            }
+            streams.push(s);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        Ok((before, slab_bytes()?, streams))
+    });
+    let held = server.join().map_err(|_| "the kernel server thread panicked".to_string())?;
+    let (before, after, mut streams) = clients?;
+    let held = held?;
+    while !streams.is_empty() {
+        streams.truncate(streams.len().saturating_sub(WAVE));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(held);
+    Ok((connections, after.saturating_sub(before)))
+}
+
+/// The kernel's slab memory, in bytes (`Slab:` of /proc/meminfo, for the whole machine).
+fn slab_bytes() -> Result<u64, String> {
+    let info = std::fs::read_to_string("/proc/meminfo").map_err(|e| format!("/proc/meminfo: {e}"))?;
+    kib_field(&info, "Slab:").ok_or_else(|| "no Slab in /proc/meminfo".into())
+}
+
+/// Return the value of the `name` line of a `/proc` file given in kB, in bytes.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
 }
 
 fn run(lab: &Lab, port: u16) -> Result<MemorySection, String> {
@@ -90,7 +195,7 @@ fn clients(addr: SocketAddr) -> Result<MemorySection, String> {
     }
     warm_up(addr)?;
     std::thread::sleep(Duration::from_millis(200));
-    let before = resident_bytes()?;
+    let (before, slab_before) = (resident_bytes()?, slab_bytes()?);
     let mut streams = Vec::with_capacity(connections);
     for i in 0..connections {
         let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
@@ -111,13 +216,19 @@ fn clients(addr: SocketAddr) -> Result<MemorySection, String> {
         }
     }
     std::thread::sleep(Duration::from_millis(300));
-    let after = resident_bytes()?;
+    let (after, slab_after) = (resident_bytes()?, slab_bytes()?);
     // Closed a wave at a time: thousands of FINs at once would overrun the receive ring.
     while !streams.is_empty() {
         streams.truncate(streams.len().saturating_sub(WAVE));
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok(MemorySection { connections, before, after, failure: None })
+    Ok(MemorySection {
+        connections,
+        before,
+        after,
+        clients_slab: slab_after.saturating_sub(slab_before),
+        ..MemorySection::default()
+    })
 }
 
 fn message(i: usize) -> [u8; 64] {
@@ -153,12 +264,7 @@ fn warm_up(addr: SocketAddr) -> Result<(), String> {
 /// This process's resident memory, in bytes (`VmRSS` of /proc/self/status).
 fn resident_bytes() -> Result<u64, String> {
     let status = std::fs::read_to_string("/proc/self/status").map_err(|e| format!("/proc/self/status: {e}"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .ok_or_else(|| "no VmRSS in /proc/self/status".into())
+    kib_field(&status, "VmRSS:").ok_or_else(|| "no VmRSS in /proc/self/status".into())
 }
 
 /// The soft limit on open files (`Max open files` of /proc/self/limits).
@@ -186,6 +292,20 @@ pub fn markdown(section: &MemorySection) -> String {
                 section.before as f64 / (1 << 20) as f64,
                 section.after as f64 / (1 << 20) as f64,
             );
+            match (section.kernel_per_connection(), &section.kernel_slab) {
+                (Some(kernel), &Ok((held, grown))) => {
+                    let _ = writeln!(
+                        out,
+                        "\nthe kernel, for comparison: the same clients, {held} connections to a kernel echo server: **{kernel} bytes of kernel memory per connection end** (slab, /proc/meminfo: {:.1} MiB for both ends, halved; the kernel clients of our server took {} bytes each)",
+                        grown as f64 / (1 << 20) as f64,
+                        section.clients_per_connection().unwrap_or(0),
+                    );
+                }
+                (None, Err(why)) => {
+                    let _ = writeln!(out, "\nthe kernel, for comparison: not measured: {why}");
+                }
+                _ => {}
+            }
         }
         (None, Some(why)) => {
             let _ = writeln!(out, "not measured: {why}");
@@ -200,11 +320,17 @@ pub fn markdown(section: &MemorySection) -> String {
 /// The section as a JSON value.
 pub fn json(section: &MemorySection, js: impl Fn(&str) -> String) -> String {
     format!(
-        "{{\"connections\": {}, \"resident_before\": {}, \"resident_after\": {}, \"bytes_per_connection\": {}, \"failure\": {}}}",
+        "{{\"connections\": {}, \"resident_before\": {}, \"resident_after\": {}, \"bytes_per_connection\": {}, \"clients_slab\": {}, \"kernel_slab\": {}, \"kernel_bytes_per_connection\": {}, \"failure\": {}}}",
         section.connections,
         section.before,
         section.after,
         section.per_connection().map_or("null".into(), |v| v.to_string()),
+        section.clients_slab,
+        section
+            .kernel_slab
+            .as_ref()
+            .map_or("null".into(), |&(held, grown)| format!("{{\"connections\": {held}, \"grown\": {grown}}}")),
+        section.kernel_per_connection().map_or("null".into(), |v| v.to_string()),
         section.failure.as_deref().map_or("null".into(), &js)
     )
 }

@@ -712,7 +712,7 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
                     eprint!("\r\x1b[K[memory] 10,000 idle connections to our stack");
                 }
                 port = port.wrapping_add(1).max(20000);
-                let section = memory::measure(lab, port);
+                let section = memory::measure(lab, port, KERNEL_SERVER_IP);
                 if progress {
                     eprint!("\r\x1b[K");
                 }
