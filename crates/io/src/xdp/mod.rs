@@ -256,7 +256,7 @@ pub struct XdpDevice {
     tx_frames_per_packet: usize,
     /// Ask the kernel for the TCP and UDP checksums of the frames sent.
     tx_offload: bool,
-    /// Bytes queued for sending since the kernel was last kicked.
+    /// Bytes of chained packets queued for sending since the kernel was last kicked.
     tx_unkicked: usize,
     counters: Counters,
     busy_poll: bool,
