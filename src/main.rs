@@ -183,6 +183,10 @@ struct EchoArgs {
     /// Spin on the device instead of sleeping in poll(2): lowest latency, one core busy.
     #[arg(long)]
     busy_poll: bool,
+    /// Compute every TCP checksum in the stack, instead of leaving them to the kernel and
+    /// the NIC (AF_XDP TX metadata, used by default where the kernel has it).
+    #[arg(long)]
+    software_checksums: bool,
     /// Queues to serve, one share-nothing shard (thread) per queue (AF_XDP only).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     queues: u32,
@@ -413,8 +417,8 @@ fn echo(args: EchoArgs) -> Result<(), String> {
             };
             xdp.busy_poll = args.busy_poll;
             // The kernel completes our TCP checksums where it can (the stack reads the device's
-            // `tx_offload` and writes pseudo-header sums).
-            xdp.tx_checksum_offload = true;
+            // `tx_offload` and writes pseudo-header sums), unless told not to.
+            xdp.tx_checksum_offload = !args.software_checksums;
             xdp.fill_size = args.rx_ring;
             xdp.rx_size = args.rx_ring;
             xdp.frame_count = xdp.frame_count.max(2 * args.rx_ring);

@@ -89,7 +89,19 @@ fn message_sizes_packet() {
 /// offload on, the peer would take the segments unverified, which proves nothing.)
 #[test]
 fn checksums_the_kernel_completes_are_right_xdp() {
-    let test = "csum-xdp";
+    checksums(&[]);
+}
+
+/// As above with `--software-checksums`: the stack computes every checksum itself, and asks
+/// the kernel for none.
+#[test]
+fn software_checksums_are_right_xdp() {
+    checksums(&["--software-checksums"]);
+}
+
+fn checksums(extra: &[&str]) {
+    let software = extra.contains(&"--software-checksums");
+    let test = if software { "swcsum-xdp" } else { "csum-xdp" };
     if !lab_available(test) {
         return;
     }
@@ -99,7 +111,7 @@ fn checksums_the_kernel_completes_are_right_xdp() {
     lab.in_bypass(|| bypass_io::netdev::set_offloads(&iface, &[(bypass_io::netdev::Offload::TxChecksum, false)]))
         .expect("turn bx0's tx checksum offload off");
     let _capture = Capture::start(&lab, test);
-    let server = EchoServer::start(&lab, Backend::Xdp, &[]);
+    let server = EchoServer::start(&lab, Backend::Xdp, extra);
     let before = peer_nstat(&lab);
     for (i, len) in [1, 1000, 1 << 20].into_iter().enumerate() {
         let stream = peer_connect(&lab, server_addr(&lab));
@@ -111,7 +123,12 @@ fn checksums_the_kernel_completes_are_right_xdp() {
     let peer = common::peer_changes(&lab, &before);
     assert_eq!(peer.get("TcpInCsumErrors"), 0, "the peer found bad checksums: {peer}");
     let counters = judge(&lab, &before, server, Backend::Xdp, Check::Lossless);
-    assert!(counters.get("device.tx_checksum_offloaded") > 0, "no checksum was offloaded: {counters}");
+    let offloaded = counters.get("device.tx_checksum_offloaded");
+    if software {
+        assert_eq!(offloaded, 0, "checksums were offloaded: {counters}");
+    } else {
+        assert!(offloaded > 0, "no checksum was offloaded: {counters}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
