@@ -102,17 +102,22 @@ pub fn measure(lab: &Lab, port: u16, kernel_ip: Ipv4Addr) -> MemorySection {
 fn kernel(lab: &Lab, addr: SocketAddr, connections: usize) -> Result<(usize, u64), String> {
     let connections = connections.min(open_files_limit().saturating_sub(512) / 2);
     let listener = lab.in_bypass(|| TcpListener::bind(addr)).map_err(|e| format!("kernel server on {addr}: {e}"))?;
-    let server = std::thread::spawn(move || -> Result<Vec<TcpStream>, String> {
-        let mut held = Vec::with_capacity(connections);
-        for _ in 0..connections {
-            let (mut s, _) = listener.accept().map_err(|e| format!("kernel server: accept: {e}"))?;
-            s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-            let mut got = [0u8; 64];
-            s.read_exact(&mut got).map_err(|e| format!("kernel server: read: {e}"))?;
-            s.write_all(&got).map_err(|e| format!("kernel server: write: {e}"))?;
-            held.push(s);
+    // Accept without blocking, so that a client that gives up ends the server too.
+    listener.set_nonblocking(true).map_err(|e| format!("kernel server: {e}"))?;
+    let clients_done = Arc::new(AtomicBool::new(false));
+    let server = std::thread::spawn({
+        let clients_done = clients_done.clone();
+        move || -> Result<Vec<TcpStream>, String> {
+            let mut held = Vec::with_capacity(connections);
+            while held.len() < connections && !clients_done.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((s, _)) => held.push(echo_once(s)?),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                    Err(e) => return Err(format!("kernel server: accept: {e}")),
+                }
+            }
+            Ok(held)
         }
-        Ok(held)
     });
     let clients = lab.in_peer(|| -> Result<(u64, u64, Vec<TcpStream>), String> {
         let before = slab_bytes()?;
@@ -132,6 +137,7 @@ fn kernel(lab: &Lab, addr: SocketAddr, connections: usize) -> Result<(usize, u64
         std::thread::sleep(Duration::from_millis(300));
         Ok((before, slab_bytes()?, streams))
     });
+    clients_done.store(true, Ordering::Relaxed);
     let held = server.join().map_err(|_| "the kernel server thread panicked".to_string())?;
     let (before, after, mut streams) = clients?;
     let held = held?;
@@ -141,6 +147,16 @@ fn kernel(lab: &Lab, addr: SocketAddr, connections: usize) -> Result<(usize, u64
     }
     drop(held);
     Ok((connections, after.saturating_sub(before)))
+}
+
+/// Echo the 64 bytes the client of `s` sends first, and return the stream.
+fn echo_once(mut s: TcpStream) -> Result<TcpStream, String> {
+    s.set_nonblocking(false).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    let mut got = [0u8; 64];
+    s.read_exact(&mut got).map_err(|e| format!("kernel server: read: {e}"))?;
+    s.write_all(&got).map_err(|e| format!("kernel server: write: {e}"))?;
+    Ok(s)
 }
 
 /// The kernel's slab memory, in bytes (`Slab:` of /proc/meminfo, for the whole machine).
