@@ -535,3 +535,27 @@ fn checksums_the_device_verified_are_not_verified_again() {
         }
     }
 }
+
+/// In one transmit, the connections the application holds go before those it released: a
+/// client that closes one connection and opens the next puts the SYN on the wire before the
+/// FIN, so a device that hands each frame on before it takes the next (copy-mode AF_XDP on
+/// a veth) does not make the new handshake wait behind the old teardown.
+#[test]
+fn a_new_handshake_goes_out_before_the_teardown_of_a_released_connection() {
+    let mut net = net(LinkConfig::default(), |_| {});
+    let listener = net.b.listen(7).unwrap();
+    let (old, _) = net.connect(SocketAddrV4::new(B, 7).into(), listener);
+    let sent = Collector::install(&mut net.a);
+    net.a.close(old);
+    let new = net.a.connect(SocketAddrV4::new(B, 7)).unwrap();
+    net.a.poll().unwrap();
+    let flags: Vec<u8> =
+        sent.lock().unwrap().iter().filter(|f| f.len() >= 54 && f[23] == 6).map(|f| f[34 + 13]).collect();
+    assert_eq!(flags, [0x02, 0x11], "the SYN, then the FIN-ACK");
+    // Both go on as ever: the new connection opens, the old one's FIN is acknowledged.
+    let mut server = None;
+    net.run_until(|n| {
+        server = server.or_else(|| n.b.accept(listener));
+        server.is_some() && n.a.state(new) == State::Established && n.a.state(old) == State::FinWait2
+    });
+}

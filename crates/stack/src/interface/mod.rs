@@ -288,6 +288,12 @@ pub struct Interface {
     table: HashMap<FourTuple, u32>,
     listeners: HashMap<u16, Listener>,
     dirty: Vec<u32>,
+    /// The dirty connections the application released, sent after the others (`transmit`);
+    /// kept for its storage.
+    released_dirty: Vec<u32>,
+    /// The device filled up during the last `transmit`: the next takes the dirty
+    /// connections in the order they were left, released or not.
+    tx_backlog: bool,
     /// Replies that belong to no connection, with their capture note.
     control: VecDeque<(ethernet::Reply, String)>,
     spare: Vec<Vec<u8>>,
@@ -380,6 +386,8 @@ impl Interface {
             table: HashMap::new(),
             listeners: HashMap::new(),
             dirty: Vec::new(),
+            released_dirty: Vec::new(),
+            tx_backlog: false,
             control: VecDeque::new(),
             spare: Vec::new(),
             learned: Vec::new(),
@@ -617,20 +625,57 @@ impl Interface {
                 self.spare.push(frame);
             }
         }
-        let mut i = 0;
-        while i < self.dirty.len() {
-            let index = self.dirty[i];
-            i += 1;
-            match self.transmit_one(now, index, device)? {
-                Some(n) => sent += n,
-                None => {
-                    // The device is full: keep the rest dirty for the next round.
-                    self.dirty.drain(..i - 1);
-                    return Ok(sent);
+        // Connections the application still holds first, then those it released (their
+        // FINs and last ACKs): a device may hand each frame of a batch on before it takes
+        // the next (copy-mode AF_XDP delivers every frame of a kick to a veth peer in turn),
+        // so a handshake or a reply waits for no teardown queued before it.
+        let mut released = std::mem::take(&mut self.released_dirty);
+        // Sending may dirty other connections (a child reset, a settle): round again until
+        // nothing is left.
+        while !self.dirty.is_empty() {
+            let mut i = 0;
+            while i < self.dirty.len() {
+                let index = self.dirty[i];
+                i += 1;
+                if !self.tx_backlog
+                    && self.slots[index as usize].sock.as_ref().is_some_and(|s| s.owner == Owner::Released)
+                {
+                    released.push(index);
+                    continue;
+                }
+                match self.transmit_one(now, index, device)? {
+                    Some(n) => sent += n,
+                    None => {
+                        // The device is full: keep the rest dirty for the next round, which
+                        // takes them in this order (so a busy sender cannot starve them).
+                        self.dirty.drain(..i - 1);
+                        self.dirty.append(&mut released);
+                        self.released_dirty = released;
+                        self.tx_backlog = true;
+                        return Ok(sent);
+                    }
                 }
             }
+            self.dirty.clear();
+            let mut j = 0;
+            while j < released.len() {
+                let index = released[j];
+                j += 1;
+                match self.transmit_one(now, index, device)? {
+                    Some(n) => sent += n,
+                    None => {
+                        self.dirty.extend_from_slice(&released[j - 1..]);
+                        released.clear();
+                        self.released_dirty = released;
+                        self.tx_backlog = true;
+                        return Ok(sent);
+                    }
+                }
+            }
+            released.clear();
         }
-        self.dirty.clear();
+        self.released_dirty = released;
+        self.tx_backlog = false;
         Ok(sent)
     }
 }
