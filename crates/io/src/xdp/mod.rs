@@ -45,7 +45,7 @@ pub use error::XdpError;
 pub use program::{AttachMode, MAX_ADDRS_PER_FAMILY, XdpProgram};
 pub use socket::XskSocket;
 pub use sys::{RxTaken, TxChecksum, XdpStatistics};
-pub use umem::{Frame, Umem};
+pub use umem::{Frame, Span, SpanLayout, Umem};
 
 use socket::BindOptions;
 use sys::RingSizes;
@@ -117,6 +117,13 @@ pub struct XdpConfig {
     /// the kernel would sum over them; the `bypass-stack` host reads `tx_offload` and writes
     /// pseudo-header sums.
     pub tx_checksum_offload: bool,
+    /// Spans the UMEM keeps beside its frames when a packet may exceed a frame (a jumbo
+    /// MTU): runs of adjacent frames that a packet is written into in place and sent from
+    /// without a copy of ours (see [`XdpDevice`]); 64 by default, 4.25 MiB at a 65,000-byte
+    /// MTU. Copy mode only. Copy mode completes a packet once the kernel peer has consumed
+    /// its socket buffer, so the spans in flight follow the peer's receive queue; while all
+    /// are, packets are copied into frames as below the threshold. 0: no spans.
+    pub tx_spans: u32,
 }
 
 impl XdpConfig {
@@ -139,6 +146,7 @@ impl XdpConfig {
             tx_size: 2048,
             busy_poll: false,
             tx_checksum_offload: false,
+            tx_spans: 64,
         }
     }
 
@@ -212,10 +220,16 @@ pub const MAX_FRAMES_PER_PACKET: usize = 18;
 /// The `budget` of `recv` counts packets; a chain is never split between calls.
 ///
 /// When `max_frame` also exceeds one frame's `frame_size` bytes, [`send`](Device::send) lets
-/// `fill` write into a second scratch buffer and copies the packet into as many send frames
-/// as it needs, chained likewise; it returns `Ok(false)` without calling `fill` unless the
-/// frames and TX ring slots of a `max_frame` packet are free. Otherwise `fill` writes straight
-/// into a send frame, as below the threshold.
+/// `fill` write the packet in place into a span of adjacent UMEM frames
+/// ([`XdpConfig::tx_spans`]) and queues it as a chain of descriptors that follow each other
+/// in the span without a gap. That needs the UMEM in unaligned mode
+/// (`XDP_UMEM_UNALIGNED_CHUNK_FLAG`: in aligned mode every descriptor starts past the TX
+/// metadata room of its own frame, so a chain cannot be contiguous), which the device asks
+/// for whenever it keeps spans, in copy mode only. While every span is in flight, `fill`
+/// writes into a second scratch buffer and the device copies the packet into as many send
+/// frames as it needs, chained likewise. Either way `send` returns `Ok(false)` without
+/// calling `fill` unless the TX ring slots (and frames, for a copy) of a `max_frame` packet
+/// are free. Below the threshold `fill` writes straight into a send frame.
 ///
 /// Binding with `XDP_USE_SG` only when needed keeps smaller MTUs exactly as before: a
 /// multi-buffer socket also takes in the GSO super-packets a kernel peer may send (only to
@@ -281,6 +295,8 @@ struct Counters {
     tx_multi_buffer: u64,
     /// Packets sent with a checksum request ([`XdpConfig::tx_checksum_offload`]).
     tx_checksum_offloaded: u64,
+    /// Packets larger than a frame's room written in place in a span (no copy of ours).
+    tx_in_place: u64,
 }
 
 /// Why a received packet is dropped before the stack sees it.
@@ -424,6 +440,15 @@ impl XdpDevice {
             rx: config.rx_size,
             tx: config.tx_size,
         };
+        // Spans for packets larger than a frame, written in place and sent without a copy of
+        // ours; copy mode only (a zero-copy driver would need the span's pages to be
+        // physically adjacent, `xp_desc_crosses_non_contig_pg`).
+        let spans = if tx_frames_per_packet > 1 && config.tx_spans > 0 {
+            let frames = (max_frame + sys::TX_METADATA_LEN as usize).div_ceil(frame_size) as u32;
+            SpanLayout { count: config.tx_spans, frames }
+        } else {
+            SpanLayout::default()
+        };
         let options = BindOptions {
             frame_count: config.frame_count,
             frame_size: config.frame_size,
@@ -431,6 +456,7 @@ impl XdpDevice {
             zero_copy: want_zero_copy,
             multi_buffer,
             tx_metadata: config.tx_checksum_offload,
+            spans: if want_zero_copy { SpanLayout::default() } else { spans },
         };
 
         let mut devices = Vec::with_capacity(queues.len());
@@ -438,7 +464,7 @@ impl XdpDevice {
             let open = |options: BindOptions| match XskSocket::open(iface, ifindex, queue, options) {
                 Err(XdpError::ZeroCopyUnsupported { source, .. }) if config.zero_copy == ZeroCopy::Auto => {
                     log::debug!("zero-copy refused on {iface} queue {queue} ({source}); using copy mode");
-                    XskSocket::open(iface, ifindex, queue, BindOptions { zero_copy: false, ..options })
+                    XskSocket::open(iface, ifindex, queue, BindOptions { zero_copy: false, spans, ..options })
                 }
                 other => other,
             };
@@ -701,6 +727,7 @@ impl Device for XdpDevice {
             ("rx_dropped_broken", c.rx_dropped_broken),
             ("tx_multi_buffer", c.tx_multi_buffer),
             ("tx_checksum_offloaded", c.tx_checksum_offloaded),
+            ("tx_in_place", c.tx_in_place),
         ]);
         counters
     }
@@ -710,6 +737,12 @@ impl XdpDevice {
     /// [`Device::send`] when a packet may take more than one send frame: let `fill` write into
     /// the scratch buffer, then copy the packet into as many frames as it needs.
     fn send_chain(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<bool> {
+        if self.socket.umem().span_capacity() >= self.tx_scratch.len()
+            && self.socket.tx_ring_room(self.tx_frames_per_packet)
+            && let Some(span) = self.socket.alloc_span()
+        {
+            return self.send_span(span, fill);
+        }
         // Room for the largest packet first: `fill` may write any length up to it.
         if !self.socket.tx_room(self.tx_frames_per_packet) {
             return Ok(false);
@@ -735,6 +768,43 @@ impl XdpDevice {
         self.counters.tx_multi_buffer += u64::from(frames > 1);
         self.counters.tx_checksum_offloaded += u64::from(checksum.is_some());
         log::trace!("{}: queued {len} bytes in {frames} frames (checksum request {checksum:?})", self.info.name);
+        self.note_queued(len)?;
+        Ok(true)
+    }
+
+    /// [`send_chain`](Self::send_chain) with a span taken and the TX ring slots of a
+    /// `max_frame` packet free: `fill` writes the packet in place, where the kernel copies it
+    /// from.
+    fn send_span(&mut self, mut span: Span, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<bool> {
+        let capacity = self.tx_scratch.len();
+        let buffer = &mut self.socket.umem_mut().span_buffer_mut(&mut span)[..capacity];
+        let len = fill(buffer);
+        if len == 0 || len > capacity {
+            self.socket.umem_mut().free_span(span);
+            if len > capacity {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("send: fill returned {len} bytes for a {capacity}-byte buffer"),
+                ));
+            }
+            return Ok(true);
+        }
+        let checksum = if self.tx_offload { checksum_request(&buffer[..len]) } else { None };
+        if let Err(span) = self.socket.transmit_span(span, len, checksum) {
+            // Unreachable: the ring slots were checked, the socket is multi-buffer whenever a
+            // packet may exceed a frame, and has TX metadata whenever `tx_offload` is on.
+            debug_assert!(false, "transmit_span refused {len} bytes after tx_ring_room");
+            self.socket.umem_mut().free_span(span);
+            return Ok(true);
+        }
+        let frames = len.div_ceil(self.socket.umem().tx_capacity() as usize);
+        self.counters.tx_multi_buffer += u64::from(frames > 1);
+        self.counters.tx_in_place += 1;
+        self.counters.tx_checksum_offloaded += u64::from(checksum.is_some());
+        log::trace!(
+            "{}: queued {len} bytes in place in {frames} frames (checksum request {checksum:?})",
+            self.info.name
+        );
         self.note_queued(len)?;
         Ok(true)
     }

@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::error::XdpError;
 use super::sys::{self, CompletionQueue, FillQueue, RingSizes, RxQueue, RxTaken, TxChecksum, TxQueue, XdpStatistics};
-use super::umem::{Frame, Umem};
+use super::umem::{Frame, Span, SpanLayout, Umem};
 
 /// How to bind a socket.
 #[derive(Clone, Copy, Debug)]
@@ -21,6 +21,8 @@ pub(crate) struct BindOptions {
     /// Keep room for TX metadata in every send frame ([`sys::TX_METADATA_LEN`]), for
     /// checksum requests.
     pub tx_metadata: bool,
+    /// Spans for sending packets larger than a frame in place (none: `count` 0).
+    pub spans: SpanLayout,
 }
 
 /// Copy-mode transmission sends at most this many frames per `sendto` (the kernel's
@@ -57,8 +59,9 @@ impl XskSocket {
             _ => XdpError::from_io("create an AF_XDP socket", source),
         })?;
         let tx_metadata_len = if options.tx_metadata { sys::TX_METADATA_LEN } else { 0 };
-        let umem = Umem::new(options.frame_count, options.frame_size, options.rings.fill, tx_metadata_len)
-            .map_err(|e| XdpError::Io { what: "allocate the UMEM".into(), source: e })?;
+        let umem =
+            Umem::new(options.frame_count, options.frame_size, options.rings.fill, tx_metadata_len, options.spans)
+                .map_err(|e| XdpError::Io { what: "allocate the UMEM".into(), source: e })?;
         let bytes = options.frame_count as usize * options.frame_size as usize;
         umem.area().register(fd.as_fd()).map_err(|source| match source.raw_os_error() {
             Some(libc::ENOMEM | libc::EPERM | libc::EAGAIN) => XdpError::MemoryLock { bytes, source },
@@ -203,6 +206,11 @@ impl XskSocket {
         self.umem.tx_free_count() >= frames && self.tx.free(frames as u32) as usize >= frames
     }
 
+    /// Return whether `slots` TX ring slots are free (a span's packet takes no send frames).
+    pub fn tx_ring_room(&mut self, slots: usize) -> bool {
+        self.tx.free(slots as u32) as usize >= slots
+    }
+
     /// Return whether send frames keep room for TX metadata, so that
     /// [`transmit_checksummed`](Self::transmit_checksummed) can ask the kernel for checksums.
     pub fn tx_metadata(&self) -> bool {
@@ -251,6 +259,26 @@ impl XskSocket {
             assert!(queued.is_ok(), "the TX ring refused a frame after tx_room");
         }
         true
+    }
+
+    /// Take a free span, reclaiming sent frames and spans first if none is free; `None` also
+    /// when the UMEM keeps no spans.
+    pub fn alloc_span(&mut self) -> Option<Span> {
+        if self.umem.span_free_count() == 0 && self.umem.span_capacity() > 0 {
+            self.umem.reclaim(&mut self.completion);
+        }
+        self.umem.alloc_span()
+    }
+
+    /// Queue the first `len` bytes of `span` for sending as one packet, with a checksum
+    /// request if asked; give the span back if the TX ring lacks the slots, the socket is not
+    /// multi-buffer and the packet needs more than one descriptor, or a checksum is asked of
+    /// a socket without [`tx_metadata`](Self::tx_metadata).
+    pub fn transmit_span(&mut self, span: Span, len: usize, checksum: Option<TxChecksum>) -> Result<(), Span> {
+        if len > self.umem.tx_capacity() as usize && !self.multi_buffer {
+            return Err(span);
+        }
+        self.umem.transmit_span(&mut self.tx, span, len, checksum)
     }
 
     /// Publish queued frames to the kernel, kick it when it asks to be kicked, and reclaim the

@@ -521,7 +521,26 @@ pub struct TxChecksum {
     pub offset: u16,
 }
 
-/// The packet buffer area registered with an AF_XDP socket: `count` frames of `size` bytes.
+/// A run of adjacent frames at the end of the UMEM, past the frames, that one packet is
+/// written into whole and sent as a chain of descriptors that follow each other without a
+/// gap (see [`UmemArea::new`]). Move-only, like [`Frame`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct Span {
+    index: u32,
+    umem: u32,
+}
+
+/// The spans a UMEM keeps beside its frames: `count` of `frames` frames each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpanLayout {
+    /// How many spans.
+    pub count: u32,
+    /// Frames per span: enough for the largest packet and its TX metadata.
+    pub frames: u32,
+}
+
+/// The packet buffer area registered with an AF_XDP socket: `count` frames of `size` bytes,
+/// then its spans.
 pub struct UmemArea {
     map: Mmap,
     frame_size: u32,
@@ -529,23 +548,41 @@ pub struct UmemArea {
     /// Bytes of TX metadata in front of the packet in each send frame (0 or
     /// [`TX_METADATA_LEN`]).
     tx_metadata_len: u32,
+    /// Where the spans start (the frames' end), and how they are laid out.
+    spans_start: u64,
+    spans: SpanLayout,
 }
 
 impl UmemArea {
     /// Allocate `count` frames of `size` bytes (a power of two), with `tx_metadata_len` bytes
     /// of TX metadata (0 or [`TX_METADATA_LEN`]) in front of every packet sent, and return
     /// the area with one token per frame.
-    pub fn new(count: u32, size: u32, tx_metadata_len: u32) -> io::Result<(UmemArea, Vec<Frame>)> {
+    ///
+    /// With `spans` (a count above 0), the area also keeps that many spans of adjacent frames
+    /// after the frames, and registers in unaligned mode (`XDP_UMEM_UNALIGNED_CHUNK_FLAG`),
+    /// where a descriptor may start anywhere and cross into the next frame. A packet written
+    /// whole into a span then goes out as descriptors of [`tx_capacity`](Self::tx_capacity)
+    /// bytes that follow each other without a gap: in aligned mode each descriptor of a chain
+    /// must start past the TX metadata room of its own frame, so a packet larger than a frame
+    /// has to be copied into the frames piece by piece. The kernel reads the TX metadata of
+    /// the first descriptor of a packet only (`xsk_build_skb`, net/xdp/xsk.c), so the bytes
+    /// in front of the others are the packet's own. The frames keep their aligned addresses
+    /// either way.
+    pub fn new(count: u32, size: u32, tx_metadata_len: u32, spans: SpanLayout) -> io::Result<(UmemArea, Vec<Frame>)> {
         static NEXT_ID: AtomicU32 = AtomicU32::new(1);
         if count == 0 || !size.is_power_of_two() || !matches!(tx_metadata_len, 0 | TX_METADATA_LEN) {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         }
-        let len = count as usize * size as usize;
+        let spans = if spans.frames == 0 { SpanLayout::default() } else { spans };
+        let frames_len = count as usize * size as usize;
+        let len = frames_len + spans.count as usize * spans.frames as usize * size as usize;
         let area = UmemArea {
             map: Mmap::new(len, None)?,
             frame_size: size,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             tx_metadata_len,
+            spans_start: frames_len as u64,
+            spans,
         };
         let frames = (0..count)
             .map(|i| Frame { addr: i as u64 * size as u64, offset: 0, len: 0, umem: area.id, flags: 0 })
@@ -563,6 +600,42 @@ impl UmemArea {
         self.frame_size - self.tx_metadata_len
     }
 
+    /// Return the spans the area keeps, one token each (none without spans).
+    pub fn span_tokens(&self) -> Vec<Span> {
+        (0..self.spans.count).map(|index| Span { index, umem: self.id }).collect()
+    }
+
+    /// Return how many packet bytes a span holds: its frames less the TX metadata.
+    pub fn span_capacity(&self) -> usize {
+        (self.spans.frames * self.frame_size - self.tx_metadata_len) as usize
+    }
+
+    /// Return whether the area registers in unaligned mode (it keeps spans).
+    pub fn unaligned(&self) -> bool {
+        self.spans.count > 0
+    }
+
+    fn span_addr(&self, span: &Span) -> u64 {
+        assert_eq!(span.umem, self.id, "a Span was used with a UMEM it does not belong to");
+        self.spans_start + u64::from(span.index) * u64::from(self.spans.frames * self.frame_size)
+    }
+
+    /// Return the room for a packet in a span you hold, [`span_capacity`](Self::span_capacity)
+    /// bytes after its TX metadata.
+    pub fn span_buffer_mut(&mut self, span: &mut Span) -> &mut [u8] {
+        let start = self.span_addr(span) as usize + self.tx_metadata_len as usize;
+        // SAFETY: spans lie in the mapping past the frames (`new`); holding the token means
+        // the kernel does not read or write these bytes; `&mut self` rules out other borrows.
+        unsafe { std::slice::from_raw_parts_mut(self.map.ptr.as_ptr().add(start), self.span_capacity()) }
+    }
+
+    /// Write the TX metadata in front of the packet in `span`, as
+    /// [`set_tx_metadata`](Self::set_tx_metadata) does for a frame.
+    pub fn set_span_tx_metadata(&mut self, span: &mut Span, checksum: Option<TxChecksum>) -> bool {
+        let at = self.span_addr(span);
+        self.write_tx_metadata(at, checksum)
+    }
+
     /// Register the area with the AF_XDP socket `fd` (`XDP_UMEM_REG`), with TX metadata if
     /// the area keeps room for it (`XDP_UMEM_TX_METADATA_LEN`, Linux 6.11+; older kernels
     /// refuse the flag with EINVAL).
@@ -572,7 +645,8 @@ impl UmemArea {
             len: self.map.len as u64,
             chunk_size: self.frame_size,
             headroom: 0,
-            flags: if self.tx_metadata_len > 0 { libc::XDP_UMEM_TX_METADATA_LEN } else { 0 },
+            flags: if self.tx_metadata_len > 0 { libc::XDP_UMEM_TX_METADATA_LEN } else { 0 }
+                | if self.unaligned() { libc::XDP_UMEM_UNALIGNED_CHUNK_FLAG } else { 0 },
             tx_metadata_len: self.tx_metadata_len,
         };
         // SAFETY: `reg` is a valid xdp_umem_reg; it describes memory this area owns, which stays
@@ -619,15 +693,18 @@ impl UmemArea {
     /// Return `false` (writing nothing) when the area keeps no room for TX metadata.
     pub fn set_tx_metadata(&mut self, frame: &mut Frame, checksum: Option<TxChecksum>) -> bool {
         self.check(frame);
+        self.write_tx_metadata(frame.addr, checksum)
+    }
+
+    /// Write the TX metadata at `at`, the start of a frame or span the caller holds.
+    fn write_tx_metadata(&mut self, at: u64, checksum: Option<TxChecksum>) -> bool {
         if self.tx_metadata_len == 0 {
             return false;
         }
-        // SAFETY: as in `buffer_mut`, for the first `tx_metadata_len` bytes of the frame.
+        // SAFETY: as in `buffer_mut`, for the first `tx_metadata_len` bytes of a frame or
+        // span the caller holds (its token is borrowed mutably by the callers).
         let meta = unsafe {
-            std::slice::from_raw_parts_mut(
-                self.map.ptr.as_ptr().add(frame.addr as usize),
-                self.tx_metadata_len as usize,
-            )
+            std::slice::from_raw_parts_mut(self.map.ptr.as_ptr().add(at as usize), self.tx_metadata_len as usize)
         };
         meta.fill(0);
         if let Some(TxChecksum { start, offset }) = checksum {
@@ -642,10 +719,20 @@ impl UmemArea {
     /// Turn a descriptor address from the kernel into a token, after checking that the data
     /// range lies within one frame of the area. `None` for an impossible descriptor.
     fn frame_at(&self, addr: u64, len: u32) -> Option<Frame> {
+        // In unaligned mode the kernel hands back the buffer's start with the data's offset
+        // in the top 16 bits (`xp_get_handle`, include/net/xsk_buff_pool.h).
+        let addr = if self.unaligned() {
+            (addr & libc::XSK_UNALIGNED_BUF_ADDR_MASK) + (addr >> libc::XSK_UNALIGNED_BUF_OFFSET_SHIFT)
+        } else {
+            addr
+        };
+        if addr >= self.spans_start {
+            return None;
+        }
         let base = addr & !(self.frame_size as u64 - 1);
         let offset = (addr - base) as u32;
         let fits_frame = offset.checked_add(len).is_some_and(|end| end <= self.frame_size);
-        let in_area = base.checked_add(self.frame_size as u64).is_some_and(|end| end <= self.map.len as u64);
+        let in_area = base.checked_add(self.frame_size as u64).is_some_and(|end| end <= self.spans_start);
         (fits_frame && in_area).then_some(Frame { addr: base, offset, len, umem: self.id, flags: 0 })
     }
 }
@@ -871,12 +958,28 @@ impl FillQueue {
 pub struct CompletionQueue(Consumer<u64>, u64);
 
 impl CompletionQueue {
-    /// Move up to `max` completed frames into `out` (never beyond its spare capacity, so never
-    /// allocating) and release their slots in one step. Return how many were moved.
-    pub fn pop_into(&mut self, umem: &UmemArea, max: usize, out: &mut Vec<Frame>) -> usize {
+    /// Move up to `max` completed frames into `out` and completed spans into `spans` (never
+    /// beyond `out`'s spare capacity, so never allocating; `spans` must have room for every
+    /// span of the area) and release their slots in one step. Return how many descriptors
+    /// were taken.
+    ///
+    /// A span comes back with the completion of its first descriptor: the kernel completes
+    /// all the descriptors of a packet together, once it has copied them (copy mode; spans
+    /// are not used in zero-copy mode), and the others are passed over.
+    pub fn pop_into(&mut self, umem: &UmemArea, max: usize, out: &mut Vec<Frame>, spans: &mut Vec<Span>) -> usize {
         let n = self.0.available(max.min(out.capacity() - out.len()) as u32);
+        let span_bytes = u64::from(umem.spans.frames * umem.frame_size);
         for _ in 0..n {
             let addr = self.0.next();
+            if umem.unaligned() && addr >= umem.spans_start {
+                let (index, at) = ((addr - umem.spans_start) / span_bytes, (addr - umem.spans_start) % span_bytes);
+                if index < u64::from(umem.spans.count) {
+                    if at == u64::from(umem.tx_metadata_len) && spans.len() < spans.capacity() {
+                        spans.push(Span { index: index as u32, umem: umem.id });
+                    }
+                    continue;
+                }
+            }
             match umem.frame_at(addr, 0) {
                 Some(frame) => out.push(frame),
                 None => {
@@ -1026,6 +1129,34 @@ impl TxQueue {
         let desc = libc::xdp_desc { addr, len: len as u32, options };
         if self.0.push(desc) { Ok(()) } else { Err(frame) }
     }
+    /// Queue the first `len` bytes of `span` for sending as one packet: descriptors of
+    /// [`tx_capacity`](UmemArea::tx_capacity) bytes, one after the other in the span
+    /// (`XDP_PKT_CONTD` on all but the last; the socket must be bound with `XDP_USE_SG` if
+    /// there is more than one), with the TX metadata read for the first if `metadata`. Give
+    /// the span back when the ring lacks the slots, or `len` is 0 or exceeds the span.
+    pub fn push_span(&mut self, umem: &UmemArea, span: Span, len: usize, metadata: bool) -> Result<(), Span> {
+        let capacity = umem.tx_capacity() as usize;
+        let descs = len.div_ceil(capacity);
+        if len == 0
+            || len > umem.span_capacity()
+            || (metadata && umem.tx_metadata_len == 0)
+            || (self.0.free(descs as u32) as usize) < descs
+        {
+            return Err(span);
+        }
+        let start = umem.span_addr(&span) + u64::from(umem.tx_metadata_len);
+        for k in 0..descs {
+            let mut options = if k + 1 < descs { libc::XDP_PKT_CONTD } else { 0 };
+            if metadata && k == 0 {
+                options |= libc::XDP_TX_METADATA;
+            }
+            let piece = capacity.min(len - k * capacity);
+            let desc = libc::xdp_desc { addr: start + (k * capacity) as u64, len: piece as u32, options };
+            let pushed = self.0.push(desc);
+            debug_assert!(pushed, "the TX ring refused a descriptor after free");
+        }
+        Ok(())
+    }
     /// Return how many slots are free, at most `want` (asking the kernel only when fewer
     /// than `want` are known to be).
     pub fn free(&mut self, want: u32) -> u32 {
@@ -1092,6 +1223,99 @@ mod tests {
         }
     }
 
+    /// A ring of 32 slots of `T` in plain memory, as the kernel would lay it out.
+    fn fake_ring<T: Copy>() -> Ring<T> {
+        let off = libc::xdp_ring_offset { producer: 0, consumer: 64, flags: 128, desc: 192 };
+        let len = off.desc as usize + 32 * mem::size_of::<T>();
+        let map = Mmap::new(len, None).unwrap();
+        let base = map.ptr.as_ptr();
+        // SAFETY: the offsets lie inside the fresh mapping and are aligned (see `off`).
+        unsafe {
+            Ring {
+                producer: NonNull::new_unchecked(base.add(off.producer as usize).cast()),
+                consumer: NonNull::new_unchecked(base.add(off.consumer as usize).cast()),
+                flags: NonNull::new_unchecked(base.add(off.flags as usize).cast()),
+                slots: NonNull::new_unchecked(base.add(off.desc as usize).cast()),
+                mask: 31,
+                size: 32,
+                _map: map,
+            }
+        }
+    }
+
+    #[test]
+    fn a_packet_in_a_span_goes_out_as_descriptors_that_follow_each_other() {
+        let spans = SpanLayout { count: 2, frames: 3 };
+        let (mut umem, _) = UmemArea::new(8, FRAME, TX_METADATA_LEN, spans).unwrap();
+        assert!(umem.unaligned());
+        let mut tokens = umem.span_tokens();
+        assert_eq!(tokens.len(), 2);
+        assert_eq!(umem.span_capacity(), 3 * FRAME as usize - TX_METADATA_LEN as usize);
+        let mut span = tokens.pop().unwrap();
+        let len = 2 * umem.tx_capacity() as usize + 100;
+        let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        umem.span_buffer_mut(&mut span)[..len].copy_from_slice(&bytes);
+        let checksum = TxChecksum { start: 34, offset: 16 };
+        assert!(umem.set_span_tx_metadata(&mut span, Some(checksum)));
+        let mut tx = TxQueue(Producer::new(fake_ring()));
+        tx.push_span(&umem, span, len, true).unwrap();
+        tx.submit();
+        // The second span, the last, starts after the 8 frames and the first span.
+        let start = (8 + 3) * FRAME as u64;
+        let cap = umem.tx_capacity();
+        let descs: Vec<libc::xdp_desc> = (0..3).map(|i| tx.0.ring.read(i)).collect();
+        let shape: Vec<(u64, u32, u32)> = descs.iter().map(|d| (d.addr, d.len, d.options)).collect();
+        let m = u64::from(TX_METADATA_LEN);
+        assert_eq!(
+            shape,
+            [
+                (start + m, cap, libc::XDP_PKT_CONTD | libc::XDP_TX_METADATA),
+                (start + m + u64::from(cap), cap, libc::XDP_PKT_CONTD),
+                (start + m + 2 * u64::from(cap), 100, 0),
+            ],
+            "no gap between the descriptors, the metadata on the first only"
+        );
+        // What the kernel reads: the packet's bytes, contiguous, and the request in front.
+        // SAFETY: the span lies in the mapping; nothing else borrows it here.
+        let sent = unsafe { std::slice::from_raw_parts(umem.map.ptr.as_ptr().add((start + m) as usize), len) };
+        assert_eq!(sent, &bytes[..]);
+        // SAFETY: as above, for the metadata in front of the span's packet.
+        let meta = unsafe { std::slice::from_raw_parts(umem.map.ptr.as_ptr().add(start as usize), 12) };
+        assert_eq!(meta[0..8], u64::from(libc::XDP_TXMD_FLAGS_CHECKSUM).to_ne_bytes());
+        assert_eq!(meta[8..10], 34u16.to_ne_bytes());
+
+        // The kernel completes all three; the span comes back once, a frame as a frame.
+        let mut completion = CompletionQueue(Consumer::new(fake_ring()), 0);
+        let frame_addr = 5 * u64::from(FRAME) + m;
+        for (i, addr) in descs.iter().map(|d| d.addr).chain([frame_addr]).enumerate() {
+            completion.0.ring.write(i as u32, addr);
+        }
+        completion.0.ring.producer().store(4, Ordering::Release);
+        let (mut frames, mut spans_back) = (Vec::with_capacity(8), Vec::with_capacity(2));
+        assert_eq!(completion.pop_into(&umem, 64, &mut frames, &mut spans_back), 4);
+        assert_eq!(spans_back, [Span { index: 1, umem: umem.id }]);
+        assert_eq!(frames.iter().map(|f| f.addr).collect::<Vec<_>>(), [5 * u64::from(FRAME)]);
+        assert_eq!(completion.invalid(), 0);
+        // A span's packet needs its ring slots, and fits the span.
+        let mut full = TxQueue(Producer::new(fake_ring()));
+        assert!(full.push_span(&umem, tokens.pop().unwrap(), umem.span_capacity() + 1, false).is_err());
+    }
+
+    #[test]
+    fn received_addresses_in_unaligned_mode_carry_their_offset_in_the_top_bits() {
+        let (umem, _) = UmemArea::new(8, FRAME, 0, SpanLayout { count: 1, frames: 2 }).unwrap();
+        // The buffer's start, and the data's offset from it in the top 16 bits.
+        let handle = 3 * u64::from(FRAME) + (256u64 << libc::XSK_UNALIGNED_BUF_OFFSET_SHIFT);
+        let frame = umem.frame_at(handle, 1000).unwrap();
+        assert_eq!((frame.addr, frame.offset, frame.len), (3 * u64::from(FRAME), 256, 1000));
+        // Nothing is received into a span.
+        assert_eq!(umem.frame_at(8 * u64::from(FRAME) + 256, 60), None);
+        // Aligned mode reads the address as it is.
+        let (aligned, _) = UmemArea::new(8, FRAME, 0, SpanLayout::default()).unwrap();
+        let frame = aligned.frame_at(3 * u64::from(FRAME) + 256, 1000).unwrap();
+        assert_eq!((frame.addr, frame.offset), (3 * u64::from(FRAME), 256));
+    }
+
     /// Return (frame index, continues, broken) of each frame.
     fn shape(frames: &[Frame]) -> Vec<(u64, bool, bool)> {
         frames.iter().map(|f| (f.addr / FRAME as u64, f.continues(), f.is_broken())).collect()
@@ -1099,7 +1323,7 @@ mod tests {
 
     #[test]
     fn rx_takes_whole_packets_up_to_the_budget() {
-        let (umem, _) = UmemArea::new(16, FRAME, 0).unwrap();
+        let (umem, _) = UmemArea::new(16, FRAME, 0, SpanLayout::default()).unwrap();
         let mut rx = FakeRx::new();
         rx.produce(&[(Some(0), 3840, true), (Some(1), 3840, true), (Some(2), 1334, false), (Some(3), 60, false)]);
         rx.produce(&[(Some(4), 3840, true), (Some(5), 100, false)]);
@@ -1124,7 +1348,7 @@ mod tests {
 
     #[test]
     fn rx_marks_packets_that_lost_a_descriptor() {
-        let (umem, _) = UmemArea::new(16, FRAME, 0).unwrap();
+        let (umem, _) = UmemArea::new(16, FRAME, 0, SpanLayout::default()).unwrap();
         let mut rx = FakeRx::new();
         let mut out = Vec::with_capacity(8);
         // The last descriptor lost: the packet ends, broken, on the frame before it.

@@ -9,8 +9,8 @@
 
 use std::io;
 
-pub use super::sys::Frame;
 use super::sys::{CompletionQueue, FillQueue, RxQueue, RxTaken, TxChecksum, TxQueue, UmemArea};
+pub use super::sys::{Frame, Span, SpanLayout};
 
 /// A UMEM area and the frames user space holds.
 pub struct Umem {
@@ -20,20 +20,31 @@ pub struct Umem {
     tx_free: Vec<Frame>,
     /// Receive frames not in the fill ring (normally none: the fill ring holds them all).
     rx_free: Vec<Frame>,
+    /// Spans not in flight (none unless the UMEM keeps spans), a stack like `tx_free`.
+    tx_spans: Vec<Span>,
 }
 
 impl Umem {
     /// Allocate `frame_count` frames of `frame_size` bytes (a power of two): the first
     /// `rx_frames` for receiving, the rest for sending, each with `tx_metadata_len` bytes of
-    /// TX metadata in front of its packet (0 or [`TX_METADATA_LEN`](super::sys::TX_METADATA_LEN)).
-    pub(crate) fn new(frame_count: u32, frame_size: u32, rx_frames: u32, tx_metadata_len: u32) -> io::Result<Umem> {
-        let (area, mut frames) = UmemArea::new(frame_count, frame_size, tx_metadata_len)?;
+    /// TX metadata in front of its packet (0 or [`TX_METADATA_LEN`](super::sys::TX_METADATA_LEN)),
+    /// and `spans` for sending packets larger than a frame ([`UmemArea::new`]).
+    pub(crate) fn new(
+        frame_count: u32,
+        frame_size: u32,
+        rx_frames: u32,
+        tx_metadata_len: u32,
+        spans: SpanLayout,
+    ) -> io::Result<Umem> {
+        let (area, mut frames) = UmemArea::new(frame_count, frame_size, tx_metadata_len, spans)?;
+        let mut tx_spans = area.span_tokens();
+        tx_spans.reverse();
         let tx_free = frames.split_off(rx_frames.min(frame_count) as usize);
         // Stacks pop from the end: reverse so frames go out in address order at first.
         let (mut rx_free, mut tx_free) = (frames, tx_free);
         rx_free.reverse();
         tx_free.reverse();
-        Ok(Umem { area, tx_free, rx_free })
+        Ok(Umem { area, tx_free, rx_free, tx_spans })
     }
 
     /// Return the size of one frame.
@@ -76,9 +87,51 @@ impl Umem {
         self.tx_free.len()
     }
 
-    /// Move frames the kernel finished sending to the free list. Return how many.
+    /// Move frames and spans the kernel finished sending to the free lists. Return how many
+    /// descriptors completed.
     pub(crate) fn reclaim(&mut self, completion: &mut CompletionQueue) -> usize {
-        completion.pop_into(&self.area, usize::MAX, &mut self.tx_free)
+        completion.pop_into(&self.area, usize::MAX, &mut self.tx_free, &mut self.tx_spans)
+    }
+
+    /// Return how many packet bytes a span holds (0 without spans).
+    pub fn span_capacity(&self) -> usize {
+        if self.area.unaligned() { self.area.span_capacity() } else { 0 }
+    }
+
+    /// Take a free span.
+    pub fn alloc_span(&mut self) -> Option<Span> {
+        self.tx_spans.pop()
+    }
+
+    /// Return a span you did not send.
+    pub fn free_span(&mut self, span: Span) {
+        self.tx_spans.push(span);
+    }
+
+    /// Return how many spans are free.
+    pub fn span_free_count(&self) -> usize {
+        self.tx_spans.len()
+    }
+
+    /// Return the room for a packet in a span you hold, to write the packet into.
+    pub fn span_buffer_mut(&mut self, span: &mut Span) -> &mut [u8] {
+        self.area.span_buffer_mut(span)
+    }
+
+    /// Queue the first `len` bytes of a span on the TX ring as one packet, with a checksum
+    /// request if asked; give the span back if the ring lacks the slots, `len` exceeds the
+    /// span, or a checksum is asked of a UMEM without TX metadata.
+    pub(crate) fn transmit_span(
+        &mut self,
+        tx: &mut TxQueue,
+        mut span: Span,
+        len: usize,
+        checksum: Option<TxChecksum>,
+    ) -> Result<(), Span> {
+        if checksum.is_some() && !self.area.set_span_tx_metadata(&mut span, checksum) {
+            return Err(span);
+        }
+        tx.push_span(&self.area, span, len, checksum.is_some())
     }
 
     /// Give free receive frames to the kernel through the fill ring. Return how many.
