@@ -53,9 +53,14 @@ impl Backend {
 /// Create a lab for `test`, holding the lock of [`serial`] (see [`peer_without_tail_loss_probes`] for the one change made to
 /// the kernel peer).
 pub fn create_lab(test: &str, queues: u32) -> TestLab {
+    create_lab_mtu(test, queues, bypass_lab::testlab::LabConfig::new(test).mtu)
+}
+
+/// [`create_lab`] with both veth pairs at `mtu`.
+pub fn create_lab_mtu(test: &str, queues: u32, mtu: u32) -> TestLab {
     let serial = serial();
-    let lab = Lab::with_config(bypass_lab::testlab::LabConfig { queues, ..bypass_lab::testlab::LabConfig::new(test) })
-        .expect("create the lab");
+    let config = bypass_lab::testlab::LabConfig { queues, mtu, ..bypass_lab::testlab::LabConfig::new(test) };
+    let lab = Lab::with_config(config).expect("create the lab");
     peer_without_tail_loss_probes(&lab);
     TestLab { lab, _serial: serial }
 }
