@@ -756,7 +756,6 @@ impl<T: Copy> Ring<T> {
     fn map(fd: BorrowedFd<'_>, off: &libc::xdp_ring_offset, pgoff: u64, size: u32) -> io::Result<Ring<T>> {
         let len = off.desc as usize + size as usize * mem::size_of::<T>();
         let map = Mmap::new(len, Some((fd, pgoff)))?;
-        let base = map.ptr.as_ptr();
         let aligned = |o: u64, align: usize| (o as usize).is_multiple_of(align) && (o as usize) < len;
         if !aligned(off.producer, 4)
             || !aligned(off.consumer, 4)
@@ -767,8 +766,20 @@ impl<T: Copy> Ring<T> {
         }
         // SAFETY: all offsets were checked to lie inside the mapping and be suitably aligned;
         // the kernel only ever accesses the indices and flags as 32-bit words.
+        Ok(unsafe { Ring::in_mapping(map, off, size) })
+    }
+
+    /// Return the ring laid out at `off` in `map`, `size` (a power of two) slots.
+    ///
+    /// # Safety
+    ///
+    /// The indices and flags (32-bit words) and the `size` slots at the offsets must lie inside
+    /// `map`, each aligned for its type.
+    unsafe fn in_mapping(map: Mmap, off: &libc::xdp_ring_offset, size: u32) -> Ring<T> {
+        let base = map.ptr.as_ptr();
+        // SAFETY: the caller guarantees every offset lies inside the mapping, aligned.
         unsafe {
-            Ok(Ring {
+            Ring {
                 producer: NonNull::new_unchecked(base.add(off.producer as usize).cast()),
                 consumer: NonNull::new_unchecked(base.add(off.consumer as usize).cast()),
                 flags: NonNull::new_unchecked(base.add(off.flags as usize).cast()),
@@ -776,7 +787,7 @@ impl<T: Copy> Ring<T> {
                 mask: size - 1,
                 size,
                 _map: map,
-            })
+            }
         }
     }
 
@@ -1191,22 +1202,7 @@ mod tests {
 
     impl FakeRx {
         fn new() -> FakeRx {
-            let off = libc::xdp_ring_offset { producer: 0, consumer: 64, flags: 128, desc: 192 };
-            let len = off.desc as usize + 8 * mem::size_of::<libc::xdp_desc>();
-            let map = Mmap::new(len, None).unwrap();
-            let base = map.ptr.as_ptr();
-            // SAFETY: the offsets lie inside the fresh mapping and are aligned (see `off`).
-            let ring = unsafe {
-                Ring {
-                    producer: NonNull::new_unchecked(base.add(off.producer as usize).cast()),
-                    consumer: NonNull::new_unchecked(base.add(off.consumer as usize).cast()),
-                    flags: NonNull::new_unchecked(base.add(off.flags as usize).cast()),
-                    slots: NonNull::new_unchecked(base.add(off.desc as usize).cast()),
-                    mask: 7,
-                    size: 8,
-                    _map: map,
-                }
-            };
+            let ring = fake_ring(8);
             FakeRx { queue: RxQueue { ring: Consumer::new(ring), invalid: 0, lost_start: false }, produced: 0 }
         }
 
@@ -1223,24 +1219,14 @@ mod tests {
         }
     }
 
-    /// A ring of 32 slots of `T` in plain memory, as the kernel would lay it out.
-    fn fake_ring<T: Copy>() -> Ring<T> {
+    /// A ring of `size` (a power of two) slots of `T` in plain memory, as the kernel would
+    /// lay it out.
+    fn fake_ring<T: Copy>(size: u32) -> Ring<T> {
         let off = libc::xdp_ring_offset { producer: 0, consumer: 64, flags: 128, desc: 192 };
-        let len = off.desc as usize + 32 * mem::size_of::<T>();
+        let len = off.desc as usize + size as usize * mem::size_of::<T>();
         let map = Mmap::new(len, None).unwrap();
-        let base = map.ptr.as_ptr();
         // SAFETY: the offsets lie inside the fresh mapping and are aligned (see `off`).
-        unsafe {
-            Ring {
-                producer: NonNull::new_unchecked(base.add(off.producer as usize).cast()),
-                consumer: NonNull::new_unchecked(base.add(off.consumer as usize).cast()),
-                flags: NonNull::new_unchecked(base.add(off.flags as usize).cast()),
-                slots: NonNull::new_unchecked(base.add(off.desc as usize).cast()),
-                mask: 31,
-                size: 32,
-                _map: map,
-            }
-        }
+        unsafe { Ring::in_mapping(map, &off, size) }
     }
 
     #[test]
@@ -1257,7 +1243,7 @@ mod tests {
         umem.span_buffer_mut(&mut span)[..len].copy_from_slice(&bytes);
         let checksum = TxChecksum { start: 34, offset: 16 };
         assert!(umem.set_span_tx_metadata(&mut span, Some(checksum)));
-        let mut tx = TxQueue(Producer::new(fake_ring()));
+        let mut tx = TxQueue(Producer::new(fake_ring(32)));
         tx.push_span(&umem, span, len, true).unwrap();
         tx.submit();
         // The second span, the last, starts after the 8 frames and the first span.
@@ -1285,7 +1271,7 @@ mod tests {
         assert_eq!(meta[8..10], 34u16.to_ne_bytes());
 
         // The kernel completes all three; the span comes back once, a frame as a frame.
-        let mut completion = CompletionQueue(Consumer::new(fake_ring()), 0);
+        let mut completion = CompletionQueue(Consumer::new(fake_ring(32)), 0);
         let frame_addr = 5 * u64::from(FRAME) + m;
         for (i, addr) in descs.iter().map(|d| d.addr).chain([frame_addr]).enumerate() {
             completion.0.ring.write(i as u32, addr);
@@ -1297,7 +1283,7 @@ mod tests {
         assert_eq!(frames.iter().map(|f| f.addr).collect::<Vec<_>>(), [5 * u64::from(FRAME)]);
         assert_eq!(completion.invalid(), 0);
         // A span's packet needs its ring slots, and fits the span.
-        let mut full = TxQueue(Producer::new(fake_ring()));
+        let mut full = TxQueue(Producer::new(fake_ring(32)));
         assert!(full.push_span(&umem, tokens.pop().unwrap(), umem.span_capacity() + 1, false).is_err());
     }
 
