@@ -288,9 +288,9 @@ pub struct Interface {
     table: HashMap<FourTuple, u32>,
     listeners: HashMap<u16, Listener>,
     dirty: Vec<u32>,
-    /// The dirty connections the application released, sent after the others (`transmit`);
-    /// kept for its storage.
-    released_dirty: Vec<u32>,
+    /// The dirty connections in the order `transmit` sends them (held, then released); kept
+    /// for its storage.
+    tx_order: Vec<u32>,
     /// The device filled up during the last `transmit`: the next takes the dirty
     /// connections in the order they were left, released or not.
     tx_backlog: bool,
@@ -386,7 +386,7 @@ impl Interface {
             table: HashMap::new(),
             listeners: HashMap::new(),
             dirty: Vec::new(),
-            released_dirty: Vec::new(),
+            tx_order: Vec::new(),
             tx_backlog: false,
             control: VecDeque::new(),
             spare: Vec::new(),
@@ -629,52 +629,37 @@ impl Interface {
         // FINs and last ACKs): a device may hand each frame of a batch on before it takes
         // the next (copy-mode AF_XDP delivers every frame of a kick to a veth peer in turn),
         // so a handshake or a reply waits for no teardown queued before it.
-        let mut released = std::mem::take(&mut self.released_dirty);
+        let mut order = std::mem::take(&mut self.tx_order);
         // Sending may dirty other connections (a child reset, a settle): round again until
         // nothing is left.
         while !self.dirty.is_empty() {
-            let mut i = 0;
-            while i < self.dirty.len() {
-                let index = self.dirty[i];
-                i += 1;
-                if !self.tx_backlog
-                    && self.slots[index as usize].sock.as_ref().is_some_and(|s| s.owner == Owner::Released)
-                {
-                    released.push(index);
-                    continue;
-                }
-                match self.transmit_one(now, index, device)? {
-                    Some(n) => sent += n,
-                    None => {
-                        // The device is full: keep the rest dirty for the next round, which
-                        // takes them in this order (so a busy sender cannot starve them).
-                        self.dirty.drain(..i - 1);
-                        self.dirty.append(&mut released);
-                        self.released_dirty = released;
+            order.clear();
+            if self.tx_backlog {
+                order.append(&mut self.dirty);
+            } else {
+                let slots = &self.slots;
+                let released = |i: &u32| slots[*i as usize].sock.as_ref().is_some_and(|s| s.owner == Owner::Released);
+                order.extend(self.dirty.iter().filter(|i| !released(i)));
+                order.extend(self.dirty.iter().filter(|i| released(i)));
+                self.dirty.clear();
+            }
+            for k in 0..order.len() {
+                match self.transmit_one(now, order[k], device) {
+                    Ok(Some(n)) => sent += n,
+                    other => {
+                        // The device is full (or failed): keep this one and the rest dirty,
+                        // ahead of any dirtied meanwhile, for the next round, which takes
+                        // them in this order (so the priority never holds a teardown back
+                        // longer than arrival order would).
+                        self.dirty.splice(0..0, order[k..].iter().copied());
+                        self.tx_order = order;
                         self.tx_backlog = true;
-                        return Ok(sent);
+                        return other.map(|_| sent);
                     }
                 }
             }
-            self.dirty.clear();
-            let mut j = 0;
-            while j < released.len() {
-                let index = released[j];
-                j += 1;
-                match self.transmit_one(now, index, device)? {
-                    Some(n) => sent += n,
-                    None => {
-                        self.dirty.extend_from_slice(&released[j - 1..]);
-                        released.clear();
-                        self.released_dirty = released;
-                        self.tx_backlog = true;
-                        return Ok(sent);
-                    }
-                }
-            }
-            released.clear();
         }
-        self.released_dirty = released;
+        self.tx_order = order;
         self.tx_backlog = false;
         Ok(sent)
     }
