@@ -168,7 +168,7 @@ fn client_against_kernel(backend: Backend) {
     );
     let lost = common::bypass_link_rx_packets(&lab).saturating_sub(run.counters.rx_frames);
     let peer = common::peer_changes(&lab, &before);
-    if let Err(e) = common::verdict(backend, &peer, lost) {
+    if let Err(e) = common::verdict(backend, &peer, lost, common::peer_link_tx_dropped(&lab)) {
         panic!("{e}; links: {}", common::link_drops(&lab));
     }
 }

@@ -237,7 +237,7 @@ fn judge(
     let resets = peer.get("TcpOutRsts") + peer.get("TcpEstabResets");
     assert_eq!(resets, 0, "the kernel peer saw or sent resets: {peer}");
     if check == Check::Lossless
-        && let Err(e) = common::verdict(backend, &peer, lost)
+        && let Err(e) = common::verdict(backend, &peer, lost, common::peer_link_tx_dropped(lab))
     {
         panic!("{e}; links: {links}; server: {counters}");
     }

@@ -455,26 +455,40 @@ pub fn peer_tcp_changes(lab: &Lab, before: &BTreeMap<String, u64>) -> String {
 /// Judge a run from the kernel peer's side: `Err` says why it was not clean.
 ///
 /// Never clean with a reset (`TcpOutRsts`, `TcpEstabResets`). Over AF_XDP, clean means the
-/// peer retransmitted nothing at all (`TcpRetransSegs`, `TcpExtTCPLostRetransmit`). Over
-/// AF_PACKET the veth itself reorders: without XDP it hands frames to the bypass side through
-/// the per-CPU backlog of whichever CPU the sending thread is on, so a sender that migrates
-/// between CPUs delivers a burst out of order (seen in captures on bx0: a segment 11 ahead of
-/// its predecessors, none lost), the stack SACKs the hole and the peer's RACK retransmits.
+/// peer retransmitted nothing that the veth itself did not drop before our device
+/// (`link_dropped`, [`peer_link_tx_dropped`]): in driver mode the veth queues the peer's
+/// frames in a 256-entry ring (`VETH_RING_SIZE`) that its NAPI drains in the softirq of the
+/// peer's own CPU, and when that softirq is pushed to ksoftirqd on a loaded machine the
+/// ring overflows whatever the bypass side's windows and rings are (seen in CI: 257 frames,
+/// every one of them retransmitted, with no drop at our socket). Those losses are reported,
+/// not failed; a retransmission they do not explain (`TcpRetransSegs` or
+/// `TcpExtTCPLostRetransmit` above `link_dropped`) fails. Over AF_PACKET the veth itself
+/// reorders: without XDP it hands frames to the bypass side through the per-CPU backlog of
+/// whichever CPU the sending thread is on, so a sender that migrates between CPUs delivers a
+/// burst out of order (seen in captures on bx0: a segment 11 ahead of its predecessors, none
+/// lost), the stack SACKs the hole and the peer's RACK retransmits.
 /// So over AF_PACKET, clean means: no frame the interface received was missed by the stack
 /// (`lost_frames`, from `ip -s link` against the stack's `rx_frames`), no retransmission
 /// timeout, no lost retransmission; fast retransmissions after reordering are reported, not
 /// failed.
-pub fn verdict(backend: Backend, peer: &PeerChanges, lost_frames: u64) -> Result<(), String> {
+pub fn verdict(backend: Backend, peer: &PeerChanges, lost_frames: u64, link_dropped: u64) -> Result<(), String> {
     let resets = peer.get("TcpOutRsts") + peer.get("TcpEstabResets");
     if resets > 0 {
         return Err(format!("the kernel peer saw or sent {resets} resets: {peer}"));
     }
     let retrans = peer.get("TcpRetransSegs");
     match backend {
-        Backend::Xdp if retrans + peer.get("TcpExtTCPLostRetransmit") > 0 => {
-            Err(format!("the kernel peer retransmitted {retrans} segments: {peer}"))
+        Backend::Xdp if retrans.max(peer.get("TcpExtTCPLostRetransmit")) > link_dropped => Err(format!(
+            "the kernel peer retransmitted {retrans} segments, and the veth dropped only {link_dropped} frames before our device: {peer}"
+        )),
+        Backend::Xdp => {
+            if retrans > 0 {
+                eprintln!(
+                    "tolerated over AF_XDP: {retrans} retransmissions of the {link_dropped} frames the veth's own ring dropped before our device ({peer})"
+                );
+            }
+            Ok(())
         }
-        Backend::Xdp => Ok(()),
         Backend::Packet => {
             if lost_frames > 0 || peer.get("TcpExtTCPTimeouts") > 0 || peer.get("TcpExtTCPLostRetransmit") > 0 {
                 return Err(format!("frames lost: {lost_frames} received by bx0 but not by the stack; peer: {peer}"));
@@ -495,6 +509,18 @@ pub fn bypass_link_rx_packets(lab: &Lab) -> u64 {
     let lines: Vec<&str> = out.lines().collect();
     let i = lines.iter().position(|l| l.trim_start().starts_with("RX:")).expect("an RX: line");
     lines[i + 1].split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("RX packets")
+}
+
+/// Return how many frames the peer's end of the veth dropped on transmit (`ip -s link`, TX
+/// dropped of the peer's interface): with XDP on the bypass side, the frames the veth's ring
+/// had no room for before our XDP program ran (`veth_xmit`).
+pub fn peer_link_tx_dropped(lab: &Lab) -> u64 {
+    let out = lab.ip_peer(&["-s", "link", "show", "dev", &lab.peer_if]).expect("ip -s link show");
+    let lines: Vec<&str> = out.lines().collect();
+    let i = lines.iter().position(|l| l.trim_start().starts_with("TX:")).expect("a TX: line");
+    let header: Vec<&str> = lines[i].split_whitespace().collect();
+    let column = header.iter().position(|w| *w == "dropped").expect("a dropped column") - 1;
+    lines[i + 1].split_whitespace().nth(column).and_then(|n| n.parse().ok()).expect("TX dropped")
 }
 
 /// Describe the drop counters of both veth ends (`ip -s link`, and the nonzero drop, full and

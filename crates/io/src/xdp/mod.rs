@@ -648,10 +648,7 @@ impl Device for XdpDevice {
         }
         if len > capacity {
             self.socket.umem_mut().free_tx(frame);
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("send: fill returned {len} bytes for a {capacity}-byte buffer"),
-            ));
+            return Err(overfilled(len, capacity));
         }
         let checksum = if self.tx_offload { checksum_request(&buffer[..len]) } else { None };
         log::trace!("{}: queued {len} bytes (checksum request {checksum:?})", self.info.name);
@@ -733,6 +730,11 @@ impl Device for XdpDevice {
     }
 }
 
+/// The error of a `fill` that claims to have written more than the buffer it was lent.
+fn overfilled(len: usize, capacity: usize) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, format!("send: fill returned {len} bytes for a {capacity}-byte buffer"))
+}
+
 impl XdpDevice {
     /// [`Device::send`] when a packet may take more than one send frame: let `fill` write into
     /// the scratch buffer, then copy the packet into as many frames as it needs.
@@ -753,10 +755,7 @@ impl XdpDevice {
             return Ok(true);
         }
         if len > capacity {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("send: fill returned {len} bytes for a {capacity}-byte buffer"),
-            ));
+            return Err(overfilled(len, capacity));
         }
         let packet = &self.tx_scratch[..len];
         let checksum = if self.tx_offload { checksum_request(packet) } else { None };
@@ -782,10 +781,7 @@ impl XdpDevice {
         if len == 0 || len > capacity {
             self.socket.umem_mut().free_span(span);
             if len > capacity {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("send: fill returned {len} bytes for a {capacity}-byte buffer"),
-                ));
+                return Err(overfilled(len, capacity));
             }
             return Ok(true);
         }
