@@ -337,6 +337,9 @@ fn opens_in_driver_generic_and_auto_mode() {
         (XdpMode::Generic, "generic (skb) XDP"),
         (XdpMode::Auto, "driver (native) XDP"),
     ] {
+        // The previous mode's device is gone, its program may linger a moment (see
+        // `xdp_detached_soon`).
+        assert!(xdp_detached_soon(&lab), "{mode:?}: the previous mode's program outlived its device");
         let dev = open(&lab, config(&lab, mode)).unwrap_or_else(|e| panic!("open in {mode:?} mode: {e}"));
         println!("{mode:?}: {} (fill ring needs wakeup: {})", dev.info().mode, dev.socket().fill_needs_wakeup());
         assert!(dev.info().mode.contains(expect), "{mode:?}: {}", dev.info().mode);
@@ -622,6 +625,7 @@ fn large_mtus_attach_in_both_modes() {
     // bytes to 73138 (veth_xdp_set), beyond veth's largest MTU, 65535.
     let lab = Lab::with_config(LabConfig { mtu: 65535, ..LabConfig::new("mtu") }).unwrap();
     for (mode, expect) in [(XdpMode::Driver, "driver (native) XDP"), (XdpMode::Generic, "generic (skb) XDP")] {
+        assert!(xdp_detached_soon(&lab), "{mode:?}: the previous mode's program outlived its device");
         let dev = open(&lab, config(&lab, mode)).unwrap_or_else(|e| panic!("open in {mode:?} mode at MTU 65535: {e}"));
         println!("{mode:?}: {}", dev.info().mode);
         assert!(dev.info().mode.contains(expect) && dev.info().mode.contains("multi-buffer"), "{}", dev.info().mode);
@@ -1121,6 +1125,7 @@ fn tx_checksum_offload(mode: XdpMode, tag: &str) {
         let dropped = socket.recv_from(&mut buf);
         assert!(dropped.is_err(), "MTU {mtu}: the peer took a datagram with a bad checksum: {dropped:?}");
         drop(plain);
+        assert!(xdp_detached_soon(&lab), "MTU {mtu}: the first device's program outlived it");
 
         let offload = XdpConfig { tx_checksum_offload: true, ..config(&lab, mode) };
         let mut dev = open(&lab, offload).unwrap_or_else(|e| panic!("open with TX checksum offload: {e}"));
