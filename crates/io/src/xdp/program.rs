@@ -623,13 +623,14 @@ impl AttachMode {
 }
 
 /// The steering program attached to one interface, with its XSKMAP; shared by the sockets of
-/// all the interface's queues. Dropping it detaches the program (the kernel also detaches it
+/// all the interface's queues. Dropping it detaches the program at once, even while a child
+/// process another thread forked still holds a copy of the link (the kernel also detaches it
 /// when the process dies, even by SIGKILL, because it is attached through a BPF link).
 #[derive(Debug)]
 pub struct XdpProgram {
-    // Fields drop in order: the link first (detach), then the program, then the map. The link
-    // and program are only held, never read.
-    _link: OwnedFd,
+    // Fields drop in order after `drop` has detached the link: the link, then the program,
+    // then the map. The program is only held, never read.
+    link: OwnedFd,
     _prog: OwnedFd,
     map: OwnedFd,
     iface: String,
@@ -638,6 +639,17 @@ pub struct XdpProgram {
     addrs: Vec<IpAddr>,
     slots: u32,
     frags: bool,
+}
+
+impl Drop for XdpProgram {
+    fn drop(&mut self) {
+        // Detach explicitly: closing our descriptor detaches only if no forked child holds a
+        // copy of it. If the kernel refuses (before 5.9), closing it below still detaches
+        // once the last copy closes.
+        if let Err(e) = sys::xdp_link_detach(self.link.as_fd()) {
+            log::debug!("detach the XDP program from {}: {e}; it goes when its link closes", self.iface);
+        }
+    }
 }
 
 impl XdpProgram {
@@ -677,7 +689,7 @@ impl XdpProgram {
         let list = addrs.iter().map(IpAddr::to_string).collect::<Vec<_>>().join(", ");
         log::debug!("attached XDP program for {list} to {iface} (index {ifindex}) in {}", mode.describe());
         let addrs = addrs.to_vec();
-        Ok(XdpProgram { _link: link, _prog: prog, map, iface: iface.to_string(), ifindex, mode, addrs, slots, frags })
+        Ok(XdpProgram { link, _prog: prog, map, iface: iface.to_string(), ifindex, mode, addrs, slots, frags })
     }
 
     /// Return where the program runs.

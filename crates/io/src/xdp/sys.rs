@@ -31,6 +31,7 @@ const BPF_PROG_LOAD: libc::c_long = 5;
 #[cfg(test)]
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
 const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_LINK_DETACH: libc::c_long = 34;
 
 /// `BPF_MAP_TYPE_XSKMAP`: an array of AF_XDP sockets indexed by queue.
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
@@ -117,6 +118,12 @@ struct LinkCreateAttr {
     target_ifindex: u32,
     attach_type: u32,
     flags: u32,
+}
+
+/// `bpf_attr` for `BPF_LINK_DETACH`.
+#[repr(C)]
+struct LinkDetachAttr {
+    link_fd: u32,
 }
 
 /// `bpf_attr` for `BPF_PROG_TEST_RUN`.
@@ -238,6 +245,17 @@ pub fn xdp_link_create(prog: BorrowedFd<'_>, ifindex: u32, flags: u32) -> io::Re
     // SAFETY: `LinkCreateAttr` is the `BPF_LINK_CREATE` member and holds no pointers.
     let fd = unsafe { bpf(BPF_LINK_CREATE, &mut attr)? };
     Ok(owned_fd(fd))
+}
+
+/// Detach the program of `link` now (`BPF_LINK_DETACH`, Linux 5.9+), whoever else holds a
+/// copy of the link's descriptor: a child forked by another thread holds copies of every
+/// descriptor until it execs, and closing ours alone would leave the program attached until
+/// then. The link stays open, defunct, until its last descriptor closes.
+pub fn xdp_link_detach(link: BorrowedFd<'_>) -> io::Result<()> {
+    let mut attr = LinkDetachAttr { link_fd: link.as_raw_fd() as u32 };
+    // SAFETY: `LinkDetachAttr` is the `BPF_LINK_DETACH` member and holds no pointers.
+    unsafe { bpf(BPF_LINK_DETACH, &mut attr)? };
+    Ok(())
 }
 
 /// Run the XDP program `prog` once on `frame` in the kernel (`BPF_PROG_TEST_RUN`) and return
