@@ -51,17 +51,23 @@ enum Tool {
     Ab,
 }
 
+impl Tool {
+    /// The program's name, as run and as reported.
+    fn program(self) -> &'static str {
+        match self {
+            Tool::Wrk => "wrk",
+            Tool::Ab => "ab",
+        }
+    }
+}
+
 fn installed(program: &str) -> bool {
     Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success())
 }
 
 /// Measure both servers `runs` times for `duration` each, interleaved.
 pub fn measure(lab: &Lab, kernel_ip: Ipv4Addr, runs: usize, duration: Duration, port: &mut u16) -> AppSection {
-    let tool = if installed("wrk") {
-        Tool::Wrk
-    } else if installed("ab") {
-        Tool::Ab
-    } else {
+    let Some(tool) = [Tool::Wrk, Tool::Ab].into_iter().find(|t| installed(t.program())) else {
         return AppSection {
             tool: "not measured: neither wrk (Debian package wrk) nor ab (Debian package apache2-utils) is installed"
                 .into(),
@@ -159,14 +165,12 @@ fn ours(lab: &Lab, port: u16, tool: Tool, secs: u64) -> Result<AppRow, String> {
 fn load(lab: &Lab, addr: SocketAddr, tool: Tool, secs: u64) -> Result<AppRow, String> {
     let url = format!("http://{addr}/");
     let (conns, secs_s) = (CONNECTIONS.to_string(), secs.to_string());
-    let output = match tool {
-        Tool::Wrk => {
-            let d = format!("{secs}s");
-            lab.peer_cmd("wrk").args(["-t1", &format!("-c{conns}"), &format!("-d{d}"), "--latency", &url]).output()
-        }
-        Tool::Ab => lab.peer_cmd("ab").args(["-k", "-c", &conns, "-t", &secs_s, "-n", "100000000", &url]).output(),
-    }
-    .map_err(|e| format!("cannot run the load generator: {e}"))?;
+    let mut cmd = lab.peer_cmd(tool.program());
+    match tool {
+        Tool::Wrk => cmd.args(["-t1", &format!("-c{conns}"), &format!("-d{secs}s"), "--latency", &url]),
+        Tool::Ab => cmd.args(["-k", "-c", &conns, "-t", &secs_s, "-n", "100000000", &url]),
+    };
+    let output = cmd.output().map_err(|e| format!("cannot run the load generator: {e}"))?;
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     if !output.status.success() {
         return Err(failure(tool, output.status, &output.stderr, &text));
@@ -181,13 +185,9 @@ fn load(lab: &Lab, addr: SocketAddr, tool: Tool, secs: u64) -> Result<AppRow, St
 /// Say why the load generator failed: its exit status and what it printed (its error output,
 /// else its output), so a tool that fails silently still gets a sentence.
 fn failure(tool: Tool, status: std::process::ExitStatus, stderr: &[u8], stdout: &str) -> String {
-    let name = match tool {
-        Tool::Wrk => "wrk",
-        Tool::Ab => "ab",
-    };
     let stderr = String::from_utf8_lossy(stderr);
     let said = [stderr.trim(), stdout.trim()].into_iter().find(|s| !s.is_empty()).unwrap_or("it printed nothing");
-    format!("the load generator ({name}) failed ({status}): {said}")
+    format!("the load generator ({}) failed ({status}): {said}", tool.program())
 }
 
 /// Return microseconds from wrk's `250.00us`, `1.20ms` or `1.00s`.
