@@ -105,7 +105,7 @@ pub struct StackConfig {
     /// The most bytes the receive windows of all connections may offer between them, so
     /// that what the peers may send at once fits what the device can hold until the stack
     /// reads it. Each connection that can receive may grow its window to an equal share
-    /// (never below four full-sized segments); a window already offered is never taken
+    /// (never below two full-sized segments); a window already offered is never taken
     /// back (RFC 9293 3.8.6.2.2), only its growth stops. `None` (the default) takes half the
     /// device's receive ring in full-sized segments ([`Device::rx_frames`]
     /// times the MSS, halved for the frames that are not full segments and for bursts that
