@@ -145,7 +145,7 @@ fn start_stack<D: Device + Send + 'static>(
         }) as CaptureFactory
     });
     let config = StackConfig::new(args.ip, args.prefix, rand_secret());
-    let runtime = Runtime::start(devices, config, RuntimeOptions { busy_poll: false, capture })?;
+    let runtime = Runtime::start(devices, config, RuntimeOptions { capture, ..RuntimeOptions::default() })?;
     let listener = bypass_runtime::tokio::TcpListener::bind(&runtime, args.port)?;
     let more =
         if shards == 1 { String::new() } else { format!(" (shard 0 of {shards}, one per queue 0-{})", shards - 1) };

@@ -131,4 +131,8 @@ impl<D: Device + ?Sized> Device for Recorder<'_, D> {
     fn waker(&mut self) -> Option<Waker> {
         self.inner.waker()
     }
+
+    fn sleeper(&mut self) -> Option<crate::device::Sleeper> {
+        self.inner.sleeper()
+    }
 }

@@ -135,6 +135,15 @@ pub trait Device {
     fn waker(&mut self) -> Option<Waker> {
         None
     }
+
+    /// Return a handle that blocks until a frame may be waiting, a [`Waker`] of this device
+    /// rings, or a timeout passes, without borrowing the device: a thread can watch the
+    /// device while others use it (the in-thread runtime's helper watches it while no
+    /// application thread is inside the stack). `None` when the device cannot be watched so;
+    /// a watcher then bounds its sleeps instead. Spurious returns are allowed.
+    fn sleeper(&mut self) -> Option<Sleeper> {
+        None
+    }
 }
 
 /// Ends a device's [`wait`](Device::wait) from another thread: see [`Device::waker`].
@@ -156,6 +165,29 @@ impl Waker {
 impl std::fmt::Debug for Waker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Waker")
+    }
+}
+
+/// Watches a device from a thread that does not hold it: see [`Device::sleeper`].
+#[derive(Clone)]
+pub struct Sleeper(std::sync::Arc<dyn Fn(Option<Duration>) + Send + Sync>);
+
+impl Sleeper {
+    /// Return a sleeper that runs `sleep` (which must block until the device may have a
+    /// frame, its waker rings, or the timeout passes; `None` waits without limit).
+    pub fn new(sleep: impl Fn(Option<Duration>) + Send + Sync + 'static) -> Sleeper {
+        Sleeper(std::sync::Arc::new(sleep))
+    }
+
+    /// Block until the device may have a frame, its [`Waker`] rings, or `timeout` passes.
+    pub fn sleep(&self, timeout: Option<Duration>) {
+        (self.0)(timeout)
+    }
+}
+
+impl std::fmt::Debug for Sleeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sleeper")
     }
 }
 
@@ -192,5 +224,8 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn waker(&mut self) -> Option<Waker> {
         (**self).waker()
+    }
+    fn sleeper(&mut self) -> Option<Sleeper> {
+        (**self).sleeper()
     }
 }

@@ -626,6 +626,12 @@ impl<D: Device> Device for Impaired<D> {
     fn waker(&mut self) -> Option<crate::device::Waker> {
         self.inner.waker()
     }
+
+    /// None: a frame the impairment holds back is due at a time the inner device knows
+    /// nothing of, so a watcher must poll for it.
+    fn sleeper(&mut self) -> Option<crate::device::Sleeper> {
+        None
+    }
 }
 
 #[cfg(all(test, feature = "sim"))]

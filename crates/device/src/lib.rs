@@ -69,7 +69,7 @@ pub mod seed;
 pub mod time;
 
 pub use capture::{Capture, Direction, NoteBoard, Recorder};
-pub use device::{ChecksumCaps, Device, DeviceInfo, Waker};
+pub use device::{ChecksumCaps, Device, DeviceInfo, Sleeper, Waker};
 pub use impair::{ImpairStats, Impaired, Impairment};
 #[cfg(feature = "sim")]
 pub use link::{Link, LinkConfig, LinkStats, Packet};

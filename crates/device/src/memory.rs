@@ -321,36 +321,8 @@ impl Device for MemoryDevice {
     }
 
     fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        if matches!(self.clock, Clock::Virtual(_)) {
-            return Ok(());
-        }
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
-        let dir = self.rx_dir();
-        let mut link = dir.lock();
-        loop {
-            if dir.woken.swap(false, Ordering::AcqRel) {
-                return Ok(());
-            }
-            let now = self.clock.now();
-            let due = link.next_delivery();
-            if due.is_some_and(|due| due <= now) {
-                return Ok(());
-            }
-            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
-            if left.is_some_and(|left| left.is_zero()) {
-                return Ok(());
-            }
-            // Sleep until the first frame is due or the deadline, whichever is sooner; a
-            // flush by the peer wakes us to look again.
-            let sleep = match (due.map(|due| due - now), left) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            link = match sleep {
-                Some(d) => dir.arrived.wait_timeout(link, d).unwrap_or_else(PoisonError::into_inner).0,
-                None => dir.arrived.wait(link).unwrap_or_else(PoisonError::into_inner),
-            };
-        }
+        wait_for_delivery(self.rx_dir(), &self.clock, timeout);
+        Ok(())
     }
 
     /// Wake this device's waits: set the flag, then notify under the link's lock, so a
@@ -364,5 +336,46 @@ impl Device for MemoryDevice {
             let _link = dir.lock();
             dir.arrived.notify_all();
         }))
+    }
+
+    fn sleeper(&mut self) -> Option<crate::device::Sleeper> {
+        let shared = Arc::clone(&self.shared);
+        let rx = 1 - self.tx;
+        let clock = self.clock.clone();
+        Some(crate::device::Sleeper::new(move |timeout| wait_for_delivery(&shared[rx], &clock, timeout)))
+    }
+}
+
+/// Block until a frame of `dir` is due, a waker rings, or `timeout` passes (at once on
+/// virtual time, where nothing arrives by waiting).
+fn wait_for_delivery(dir: &Direction, clock: &Clock, timeout: Option<Duration>) {
+    if matches!(clock, Clock::Virtual(_)) {
+        return;
+    }
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    let mut link = dir.lock();
+    loop {
+        if dir.woken.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let now = clock.now();
+        let due = link.next_delivery();
+        if due.is_some_and(|due| due <= now) {
+            return;
+        }
+        let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+        if left.is_some_and(|left| left.is_zero()) {
+            return;
+        }
+        // Sleep until the first frame is due or the deadline, whichever is sooner; a
+        // flush by the peer wakes us to look again.
+        let sleep = match (due.map(|due| due - now), left) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        link = match sleep {
+            Some(d) => dir.arrived.wait_timeout(link, d).unwrap_or_else(PoisonError::into_inner).0,
+            None => dir.arrived.wait(link).unwrap_or_else(PoisonError::into_inner),
+        };
     }
 }

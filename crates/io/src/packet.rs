@@ -313,6 +313,10 @@ impl Device for PacketDevice {
         self.wake.waker(&self.info.name)
     }
 
+    fn sleeper(&mut self) -> Option<bypass_device::Sleeper> {
+        self.wake.sleeper(&self.info.name, self.socket.fd())
+    }
+
     fn syscalls(&self) -> u64 {
         self.stats.syscalls
     }
@@ -362,6 +366,11 @@ mod sys {
             let fd = check(unsafe { libc::socket(libc::AF_PACKET, kind, 0) })?;
             // SAFETY: `fd` was just created and nothing else owns it.
             Ok(Socket(unsafe { OwnedFd::from_raw_fd(fd) }))
+        }
+
+        pub(super) fn fd(&self) -> BorrowedFd<'_> {
+            use std::os::fd::AsFd;
+            self.0.as_fd()
         }
 
         pub(super) fn raw_fd(&self) -> RawFd {

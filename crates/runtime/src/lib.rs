@@ -1,10 +1,9 @@
 //! `bypass-runtime`: applications on the bypass stack with threads or async Rust.
 //!
-//! A [`Runtime`] runs one [`Stack`] per device queue (a *shard*), each on its own thread,
-//! busy-polling or sleeping on its device between frames, timers and the applications'
-//! requests. Applications hold [`TcpListener`] and [`TcpStream`] values that are `Send`,
-//! with `std::io::Read` and `Write` (blocking, with timeouts, or non-blocking) and, with
-//! the `tokio` feature, tokio's `AsyncRead` and `AsyncWrite` ([`tokio`]).
+//! A [`Runtime`] runs one [`Stack`] per device queue. Applications hold [`TcpListener`] and
+//! [`TcpStream`] values that are `Send`, with `std::io::Read` and `Write` (blocking, with
+//! timeouts, or non-blocking) and, with the `tokio` feature, tokio's `AsyncRead` and
+//! `AsyncWrite` ([`tokio`]).
 //!
 //! ```no_run
 //! use std::io::{Read, Write};
@@ -26,31 +25,42 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # How bytes cross between threads
-//! There is no lock over a stack. Each connection has two bounded, lock-free queues of
-//! 16 KiB chunks (crossbeam's array channels): received bytes from the shard's thread to the
-//! application, bytes to send the other way. An application that writes or makes room
-//! queues one request for its connection on the shard's command queue (at most one waits
-//! at a time) and wakes the shard through its device ([`Device::waker`]) if it sleeps. The
-//! shard moves bytes between the queues and the TCP buffers of each connection that changed.
-//! So a byte is copied twice on each side, against once for the run-to-completion
-//! [`Stack`] API, which stays for the lowest latency; [`TcpStream::recv_with`] and
-//! [`TcpStream::send_with`] save the application's copy.
+//! # Where the stack runs ([`Mode`])
+//! - **In the application's threads** ([`Mode::InThread`], the default), as OpenOnload and
+//!   Demikernel run theirs: a socket call takes the stack's lock and polls the device, the
+//!   timers and TCP itself, and bytes are copied once, between the TCP buffers and the
+//!   caller's buffer. A call that must wait spins for [`RuntimeOptions::spin`] (OpenOnload's
+//!   `EF_POLL_USEC`; for good with [`RuntimeOptions::busy_poll`]), then sleeps until whoever
+//!   polls sees its connection change. With tokio, a driver task polls the stack between
+//!   the tasks it wakes, on the runtime's own workers. A helper thread per stack keeps the
+//!   protocol moving (ACKs, handshakes into the accept queue, retransmissions, keepalives)
+//!   while no application thread is inside, so an application that stops calling in never
+//!   stalls its peers; while they poll, it naps.
+//! - **On a thread of its own** ([`Mode::Shard`]): each stack busy-polls or sleeps on its
+//!   device on its own thread. Each connection has two bounded, lock-free queues of 16 KiB
+//!   chunks (crossbeam's array channels) to the application and back, and an application
+//!   that writes or makes room queues one request on the shard's command queue and wakes it
+//!   through its device ([`Device::waker`]). A byte is copied twice on our side each way, and
+//!   a round trip costs two wake-ups between threads; the application's threads never touch
+//!   the stack.
 //!
-//! # Shards
+//! # Stacks
 //! Give [`Runtime::start`] one device per receive queue (`XdpDevice::open_queues`). The
-//! shards share nothing but the chunk pool: each listens on every port a [`TcpListener`]
-//! asks for, so a connection is accepted on whichever shard the device steered its SYN to,
-//! and active opens take turns across shards, each shard choosing ephemeral ports of its
-//! own residue (`StackConfig::ephemeral_port_share`), so no two shards open the same
-//! 4-tuple. Replies must come back to the queue of the shard that sent: see the README on
-//! what a veth does.
+//! stacks share nothing but (with shards) the chunk pool: each listens on every port a
+//! [`TcpListener`] asks for, so a connection is accepted on whichever stack the device
+//! steered its SYN to, and active opens take turns across stacks, each choosing ephemeral
+//! ports of its own residue (`StackConfig::ephemeral_port_share`), so no two stacks open the
+//! same 4-tuple. Replies must come back to the queue of the stack that sent: see the README
+//! on what a veth does.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod listener;
+mod local;
+mod local_socket;
 mod pool;
 mod shard;
+mod socket;
 mod stream;
 #[cfg(feature = "tokio")]
 pub mod tokio;
@@ -65,10 +75,11 @@ use std::time::Duration;
 use bypass_device::{Capture, Device};
 use bypass_stack::{Counters, Stack, StackConfig};
 
-pub use listener::TcpListener;
-pub use stream::TcpStream;
+pub use socket::{TcpListener, TcpStream};
 
-use listener::ListenerShared;
+use listener::{ListenerShared, ShardListener};
+use local::Core;
+use local_socket::{LocalListener, LocalStream};
 use pool::Pool;
 use shard::{Command, ConnectReply, Shard, ShardLink};
 
@@ -76,27 +87,62 @@ use shard::{Command, ConnectReply, Shard, ShardLink};
 /// zero, return where its frames are recorded (see `Stack::set_capture`).
 pub type CaptureFactory = Arc<dyn Fn(usize, std::time::SystemTime) -> io::Result<Box<dyn Capture>> + Send + Sync>;
 
-/// How a [`Runtime`] runs its shards.
-#[derive(Clone, Default)]
+/// Where a runtime's stacks run: see the crate docs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// In the application's threads, inside their socket calls, with a helper thread per
+    /// stack for while none is inside.
+    #[default]
+    InThread,
+    /// Each on a thread of its own, bytes crossing to the application in chunks.
+    Shard,
+}
+
+/// How a [`Runtime`] runs its stacks.
+#[derive(Clone)]
 pub struct RuntimeOptions {
-    /// Spin instead of sleeping when idle: the lowest latency, a core per shard.
+    /// Where the stacks run.
+    pub mode: Mode,
+    /// Spin instead of sleeping when idle: the lowest latency, a core per stack thread
+    /// (shards) or per waiting application thread (in-thread; one per stack spins at a time).
     pub busy_poll: bool,
-    /// Record each shard's frames (`--pcap`).
+    /// In-thread: how long a call that must wait spins, polling, before it sleeps
+    /// (OpenOnload's `EF_POLL_USEC`); also how long an idle tokio driver spins.
+    pub spin: Duration,
+    /// Record each stack's frames (`--pcap`).
     pub capture: Option<CaptureFactory>,
 }
 
-/// Stacks on their own threads, one per device: see the crate docs.
+impl Default for RuntimeOptions {
+    fn default() -> RuntimeOptions {
+        RuntimeOptions { mode: Mode::default(), busy_poll: false, spin: Duration::from_micros(50), capture: None }
+    }
+}
+
+/// The stacks of a runtime, as its mode runs them.
+enum Stacks {
+    Shard {
+        links: Vec<Arc<ShardLink>>,
+        threads: Vec<JoinHandle<io::Result<Counters>>>,
+        counters: Vec<Arc<Mutex<Counters>>>,
+    },
+    Local {
+        cores: Vec<Arc<Core>>,
+        helpers: Vec<JoinHandle<()>>,
+    },
+}
+
+/// Stacks on device queues, run as [`RuntimeOptions::mode`] says: see the crate docs.
 pub struct Runtime {
-    links: Vec<Arc<ShardLink>>,
-    threads: Vec<JoinHandle<io::Result<Counters>>>,
-    counters: Vec<Arc<Mutex<Counters>>>,
+    stacks: Stacks,
     local: std::net::IpAddr,
     next: AtomicUsize,
+    stopped: bool,
 }
 
 impl Runtime {
-    /// Start one shard per device in `devices`, each a [`Stack`] with `config` on its own
-    /// thread (ephemeral ports split between them).
+    /// Start one stack per device in `devices`, each with `config` (ephemeral ports split
+    /// between them), run as `options.mode` says.
     pub fn start<D: Device + Send + 'static>(
         devices: Vec<D>,
         config: StackConfig,
@@ -110,124 +156,182 @@ impl Runtime {
             .map(|c| std::net::IpAddr::V4(c.addr))
             .or_else(|| config.ipv6.first().map(|c| std::net::IpAddr::V6(c.addr)))
             .ok_or_else(|| io::Error::new(ErrorKind::InvalidInput, "the stack has no address"))?;
-        let count = devices.len();
-        let pool = Pool::new();
-        let mut runtime =
-            Runtime { links: Vec::new(), threads: Vec::new(), counters: Vec::new(), local, next: AtomicUsize::new(0) };
-        let mut devices: Vec<D> = devices;
-        let links: Vec<_> =
-            devices.iter_mut().enumerate().map(|(index, device)| shard::link(index, device.waker())).collect();
-        let all: Vec<Arc<ShardLink>> = links.iter().map(|(link, _)| Arc::clone(link)).collect();
-        for ((device, (link, commands)), index) in devices.into_iter().zip(links).zip(0..) {
-            let mut config = config.clone();
-            config.ephemeral_port_share = (index as u16, count as u16);
-            config.share_neighbours = count > 1;
-            let siblings: Vec<_> = all.iter().filter(|l| l.index != index).cloned().collect();
-            let published = Arc::new(Mutex::new(Counters::default()));
-            let (link2, pool2, published2, options2) =
-                (Arc::clone(&link), pool.clone(), Arc::clone(&published), options.clone());
-            let thread = std::thread::Builder::new().name(format!("bypass-shard-{index}")).spawn(move || {
-                let mut stack = Stack::new(device, config);
-                if let Some(factory) = &options2.capture {
-                    stack.set_capture(factory(index, stack.epoch())?);
-                }
-                Shard::new(stack, link2, commands, pool2, options2.busy_poll, published2, siblings).run()
-            })?;
-            runtime.links.push(link);
-            runtime.threads.push(thread);
-            runtime.counters.push(published);
-        }
-        Ok(runtime)
+        let stacks = match options.mode {
+            Mode::Shard => start_shards(devices, config, options)?,
+            Mode::InThread => start_cores(devices, config, options)?,
+        };
+        Ok(Runtime { stacks, local, next: AtomicUsize::new(0), stopped: false })
     }
 
-    /// Return how many shards run.
+    /// Return how many stacks run.
     pub fn shards(&self) -> usize {
-        self.links.len()
+        match &self.stacks {
+            Stacks::Shard { links, .. } => links.len(),
+            Stacks::Local { cores, .. } => cores.len(),
+        }
     }
 
-    /// Listen on `port` on every shard.
-    pub fn listen(&self, port: u16) -> io::Result<TcpListener> {
-        let backlog = 1024;
-        let (accepted_tx, accepted) = crossbeam_channel::bounded(backlog);
-        let shared = Arc::new(ListenerShared::default());
-        let mut listening: Vec<Arc<ShardLink>> = Vec::new();
-        for link in &self.links {
-            let (reply, result) = crossbeam_channel::bounded(1);
-            link.command(Command::Listen { port, accepted: accepted_tx.clone(), shared: Arc::clone(&shared), reply });
-            let outcome = result.recv().unwrap_or_else(|_| Err(stopped()));
-            if let Err(e) = outcome {
-                for l in &listening {
-                    l.command(Command::Unlisten(port));
-                }
-                return Err(e);
-            }
-            listening.push(Arc::clone(link));
+    /// Return where the stacks run.
+    pub fn mode(&self) -> Mode {
+        match &self.stacks {
+            Stacks::Shard { .. } => Mode::Shard,
+            Stacks::Local { .. } => Mode::InThread,
         }
-        Ok(TcpListener::new(port, SocketAddr::new(self.local, port), accepted, shared, listening))
+    }
+
+    /// Listen on `port` on every stack.
+    pub fn listen(&self, port: u16) -> io::Result<TcpListener> {
+        let addr = SocketAddr::new(self.local, port);
+        match &self.stacks {
+            Stacks::Shard { links, .. } => {
+                let backlog = 1024;
+                let (accepted_tx, accepted) = crossbeam_channel::bounded(backlog);
+                let shared = Arc::new(ListenerShared::default());
+                let mut listening: Vec<Arc<ShardLink>> = Vec::new();
+                for link in links {
+                    let (reply, result) = crossbeam_channel::bounded(1);
+                    link.command(Command::Listen {
+                        port,
+                        accepted: accepted_tx.clone(),
+                        shared: Arc::clone(&shared),
+                        reply,
+                    });
+                    let outcome = result.recv().unwrap_or_else(|_| Err(stopped()));
+                    if let Err(e) = outcome {
+                        for l in &listening {
+                            l.command(Command::Unlisten(port));
+                        }
+                        return Err(e);
+                    }
+                    listening.push(Arc::clone(link));
+                }
+                Ok(TcpListener::shard(ShardListener { port, accepted, shared, links: listening }, addr))
+            }
+            Stacks::Local { cores, .. } => {
+                for (k, core) in cores.iter().enumerate() {
+                    if let Err(e) = core.listen(port) {
+                        for c in &cores[..k] {
+                            c.unlisten(port);
+                        }
+                        return Err(e);
+                    }
+                }
+                Ok(TcpListener::local(LocalListener::new(cores.clone(), port), addr))
+            }
+        }
     }
 
     /// Open a connection to `remote`, waiting until it is established or has failed (the
     /// stack's SYN retries bound the wait: about two minutes for a silent peer).
     pub fn connect(&self, remote: impl Into<SocketAddr>) -> io::Result<TcpStream> {
-        let (_, result) = self.start_connect(remote.into(), Arc::default());
-        result.recv().unwrap_or_else(|_| Err(stopped()))
+        self.connect_waiting(remote.into(), None)
     }
 
     /// Open a connection to `remote`, giving up after `timeout` with `TimedOut` (the
     /// attempt is then abandoned: a connection established later is closed).
     pub fn connect_timeout(&self, remote: impl Into<SocketAddr>, timeout: Duration) -> io::Result<TcpStream> {
-        let (_, result) = self.start_connect(remote.into(), Arc::default());
-        match result.recv_timeout(timeout) {
-            Ok(r) => r,
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                Err(io::Error::new(ErrorKind::TimedOut, "connection timed out"))
+        self.connect_waiting(remote.into(), Some(timeout))
+    }
+
+    fn connect_waiting(&self, remote: SocketAddr, timeout: Option<Duration>) -> io::Result<TcpStream> {
+        match self.start_connect(remote, Arc::default())? {
+            Connecting::Shard(result) => {
+                let outcome = match timeout {
+                    None => result.recv().unwrap_or_else(|_| Err(stopped())),
+                    Some(t) => match result.recv_timeout(t) {
+                        Ok(r) => r,
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                            Err(io::Error::new(ErrorKind::TimedOut, "connection timed out"))
+                        }
+                        Err(_) => Err(stopped()),
+                    },
+                };
+                outcome.map(TcpStream::from)
             }
-            Err(_) => Err(stopped()),
+            Connecting::Local(core, id) => LocalStream::connect_wait(&core, id, timeout).map(TcpStream::from),
         }
     }
 
-    /// Ask the next shard in turn to open a connection; return the channel its result comes on.
+    /// Start opening a connection on the next stack in turn.
     pub(crate) fn start_connect(
         &self,
         remote: SocketAddr,
         waker: Arc<Mutex<Option<std::task::Waker>>>,
-    ) -> (usize, crossbeam_channel::Receiver<io::Result<TcpStream>>) {
-        let shard = self.next.fetch_add(1, Ordering::Relaxed) % self.links.len();
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        self.links[shard].command(Command::Connect { remote, reply: ConnectReply { tx, waker } });
-        (shard, rx)
+    ) -> io::Result<Connecting> {
+        let turn = self.next.fetch_add(1, Ordering::Relaxed);
+        match &self.stacks {
+            Stacks::Shard { links, .. } => {
+                let (tx, rx) = crossbeam_channel::bounded(1);
+                links[turn % links.len()].command(Command::Connect { remote, reply: ConnectReply { tx, waker } });
+                Ok(Connecting::Shard(rx))
+            }
+            Stacks::Local { cores, .. } => {
+                let core = &cores[turn % cores.len()];
+                Ok(Connecting::Local(Arc::clone(core), core.start_connect(remote)?))
+            }
+        }
     }
 
-    /// Return each shard's stack counters, as last published (every 50 ms).
+    /// Return each stack's counters (with shards, as last published, every 50 ms).
     pub fn counters(&self) -> Vec<Counters> {
-        self.counters.iter().map(|c| c.lock().unwrap_or_else(PoisonError::into_inner).clone()).collect()
+        match &self.stacks {
+            Stacks::Shard { counters, .. } => {
+                counters.iter().map(|c| c.lock().unwrap_or_else(PoisonError::into_inner).clone()).collect()
+            }
+            Stacks::Local { cores, .. } => cores.iter().map(|c| c.counters()).collect(),
+        }
     }
 
-    /// Return the bytes application threads copied into and out of the queues' chunks, in
-    /// this process (every runtime), for the demo's copies per byte.
+    /// Return the bytes application threads copied into and out of the shard mode's chunks,
+    /// in this process (every runtime), for the demo's copies per byte. In-thread, the one
+    /// copy each way is the stack's, in its counters (`bytes_copied`).
     pub fn app_bytes_copied() -> u64 {
         stream::APP_BYTES_COPIED.load(Ordering::Relaxed)
     }
 
-    /// Stop every shard (connections are reset) and return their final counters.
+    /// Stop every stack (connections are reset, devices closed) and return their final
+    /// counters. Calls on connections after this fail with `NotConnected`.
     pub fn stop(mut self) -> io::Result<Vec<Counters>> {
-        self.stop_shards()
+        self.stop_stacks()
     }
 
-    fn stop_shards(&mut self) -> io::Result<Vec<Counters>> {
-        for link in &self.links {
-            link.command(Command::Stop);
-        }
+    fn stop_stacks(&mut self) -> io::Result<Vec<Counters>> {
+        self.stopped = true;
         let mut all = Vec::new();
         let mut first_error = None;
-        for thread in self.threads.drain(..) {
-            match thread.join() {
-                Ok(Ok(c)) => all.push(c),
-                Ok(Err(e)) => {
-                    first_error.get_or_insert(e);
+        match &mut self.stacks {
+            Stacks::Shard { links, threads, .. } => {
+                for link in links.iter() {
+                    link.command(Command::Stop);
                 }
-                Err(_) => {
-                    first_error.get_or_insert(io::Error::other("a shard's thread panicked"));
+                for thread in threads.drain(..) {
+                    match thread.join() {
+                        Ok(Ok(c)) => all.push(c),
+                        Ok(Err(e)) => {
+                            first_error.get_or_insert(e);
+                        }
+                        Err(_) => {
+                            first_error.get_or_insert(io::Error::other("a shard's thread panicked"));
+                        }
+                    }
+                }
+            }
+            Stacks::Local { cores, helpers } => {
+                for core in cores.iter() {
+                    core.begin_stop();
+                }
+                for helper in helpers.drain(..) {
+                    if helper.join().is_err() {
+                        first_error.get_or_insert(io::Error::other("a stack's helper thread panicked"));
+                    }
+                }
+                for core in cores.iter() {
+                    match core.finish_stop() {
+                        Ok(c) => all.push(c),
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                        }
+                    }
                 }
             }
         }
@@ -238,12 +342,104 @@ impl Runtime {
     }
 }
 
+/// A connection being opened: where its outcome comes from.
+pub(crate) enum Connecting {
+    /// The shard sends the result here.
+    Shard(crossbeam_channel::Receiver<io::Result<stream::ShardStream>>),
+    /// The handshake runs on this stack.
+    Local(Arc<Core>, bypass_stack::SocketId),
+}
+
+/// Start one shard thread per device.
+fn start_shards<D: Device + Send + 'static>(
+    devices: Vec<D>,
+    config: StackConfig,
+    options: RuntimeOptions,
+) -> io::Result<Stacks> {
+    let count = devices.len();
+    let pool = Pool::new();
+    let (mut links_out, mut threads, mut counters) = (Vec::new(), Vec::new(), Vec::new());
+    let mut devices: Vec<D> = devices;
+    let links: Vec<_> =
+        devices.iter_mut().enumerate().map(|(index, device)| shard::link(index, device.waker())).collect();
+    let all: Vec<Arc<ShardLink>> = links.iter().map(|(link, _)| Arc::clone(link)).collect();
+    for ((device, (link, commands)), index) in devices.into_iter().zip(links).zip(0..) {
+        let mut config = config.clone();
+        config.ephemeral_port_share = (index as u16, count as u16);
+        config.share_neighbours = count > 1;
+        let siblings: Vec<_> = all.iter().filter(|l| l.index != index).cloned().collect();
+        let published = Arc::new(Mutex::new(Counters::default()));
+        let (link2, pool2, published2, options2) =
+            (Arc::clone(&link), pool.clone(), Arc::clone(&published), options.clone());
+        let thread = std::thread::Builder::new().name(format!("bypass-shard-{index}")).spawn(move || {
+            let mut stack = Stack::new(device, config);
+            if let Some(factory) = &options2.capture {
+                stack.set_capture(factory(index, stack.epoch())?);
+            }
+            Shard::new(stack, link2, commands, pool2, options2.busy_poll, published2, siblings).run()
+        })?;
+        links_out.push(link);
+        threads.push(thread);
+        counters.push(published);
+    }
+    Ok(Stacks::Shard { links: links_out, threads, counters })
+}
+
+/// Make one in-thread core per device, each with its helper thread.
+fn start_cores<D: Device + Send + 'static>(
+    devices: Vec<D>,
+    config: StackConfig,
+    options: RuntimeOptions,
+) -> io::Result<Stacks> {
+    let count = devices.len();
+    let mut cores = Vec::new();
+    let mut sleepers = Vec::new();
+    for (index, mut device) in devices.into_iter().enumerate() {
+        let waker = device.waker();
+        sleepers.push(device.sleeper());
+        let mut config = config.clone();
+        config.ephemeral_port_share = (index as u16, count as u16);
+        config.share_neighbours = count > 1;
+        let mut stack = Stack::new(Box::new(device) as Box<dyn Device + Send>, config);
+        if let Some(factory) = &options.capture {
+            stack.set_capture(factory(index, stack.epoch())?);
+        }
+        cores.push(Arc::new(Core::new(index, stack, waker, options.spin, options.busy_poll)));
+    }
+    for core in &cores {
+        core.set_siblings(cores.iter().filter(|c| c.index != core.index).map(Arc::downgrade).collect());
+    }
+    let mut helpers = Vec::new();
+    for (core, sleeper) in cores.iter().zip(sleepers) {
+        let core2 = Arc::clone(core);
+        let spawned = std::thread::Builder::new()
+            .name(format!("bypass-helper-{}", core.index))
+            .spawn(move || core2.help(sleeper));
+        match spawned {
+            Ok(h) => helpers.push(h),
+            Err(e) => {
+                for core in &cores {
+                    core.begin_stop();
+                }
+                for h in helpers {
+                    let _ = h.join();
+                }
+                for core in &cores {
+                    let _ = core.finish_stop();
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(Stacks::Local { cores, helpers })
+}
+
 impl Drop for Runtime {
     fn drop(&mut self) {
-        if !self.threads.is_empty()
-            && let Err(e) = self.stop_shards()
+        if !self.stopped
+            && let Err(e) = self.stop_stacks()
         {
-            log::warn!("a shard ended with an error: {e}");
+            log::warn!("a stack ended with an error: {e}");
         }
     }
 }

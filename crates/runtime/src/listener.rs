@@ -1,15 +1,17 @@
-//! [`TcpListener`]: a port listened on by every shard of a runtime, accepting from all.
+//! A port listened on by every shard of a runtime (the shard mode), accepting from all.
 
 use std::io::{self, ErrorKind};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Waker;
-use std::time::Duration;
+#[cfg(feature = "tokio")]
+use std::task::{Context, Poll};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 
 use crate::shard::{Command, ShardLink};
-use crate::stream::TcpStream;
+#[cfg(feature = "tokio")]
+use crate::stream::park;
+use crate::stream::{ShardStream, Wait};
 
 /// What a listener's shards share with its handle.
 #[derive(Default)]
@@ -26,73 +28,32 @@ impl ListenerShared {
     }
 }
 
-/// A listening port of a [`Runtime`](crate::Runtime): every shard listens, and
-/// [`accept`](TcpListener::accept) returns connections established on any of them. `Send`;
-/// dropping it stops listening (connections not yet accepted are reset).
-pub struct TcpListener {
+/// A port listened on by every shard of a runtime: the application's side of the queue of
+/// accepted connections. Dropping it stops listening (connections not yet accepted are reset).
+pub(crate) struct ShardListener {
     pub(crate) port: u16,
-    pub(crate) local: SocketAddr,
-    pub(crate) accepted: Receiver<TcpStream>,
+    pub(crate) accepted: Receiver<ShardStream>,
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) shared: Arc<ListenerShared>,
     pub(crate) links: Vec<Arc<ShardLink>>,
-    nonblocking: bool,
-    timeout: Option<Duration>,
 }
 
-impl std::fmt::Debug for TcpListener {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TcpListener").field("local", &self.local).finish()
-    }
-}
-
-impl TcpListener {
-    pub(crate) fn new(
-        port: u16,
-        local: SocketAddr,
-        accepted: Receiver<TcpStream>,
-        shared: Arc<ListenerShared>,
-        links: Vec<Arc<ShardLink>>,
-    ) -> TcpListener {
-        TcpListener { port, local, accepted, shared, links, nonblocking: false, timeout: None }
-    }
-
-    /// Return the address listened on (the stack's first address and the port).
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.local)
-    }
-
-    /// Make [`accept`](TcpListener::accept) return `WouldBlock` instead of waiting.
-    pub fn set_nonblocking(&mut self, nonblocking: bool) -> io::Result<()> {
-        self.nonblocking = nonblocking;
-        Ok(())
-    }
-
-    /// Give up a blocked [`accept`](TcpListener::accept) after `timeout` with `WouldBlock`.
-    pub fn set_timeout(&mut self, timeout: Option<Duration>) {
-        self.timeout = timeout;
-    }
-
-    /// Return the next established connection and its peer's address, waiting for one
-    /// unless non-blocking or timed out.
-    pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
-        let stream = if self.nonblocking {
-            self.try_accept()?.ok_or_else(|| io::Error::from(ErrorKind::WouldBlock))?
-        } else if let Some(t) = self.timeout {
-            match self.accepted.recv_timeout(t) {
-                Ok(s) => s,
-                Err(RecvTimeoutError::Timeout) => return Err(io::Error::from(ErrorKind::WouldBlock)),
-                Err(RecvTimeoutError::Disconnected) => return Err(stopped()),
-            }
-        } else {
-            self.accepted.recv().map_err(|_| stopped())?
-        };
-        let remote = stream.shared.remote;
-        Ok((stream, remote))
+impl ShardListener {
+    /// Return the next established connection, waiting as `wait` says.
+    pub(crate) fn accept(&self, wait: Wait) -> io::Result<ShardStream> {
+        match wait {
+            Wait::No => self.try_accept()?.ok_or_else(|| io::Error::from(ErrorKind::WouldBlock)),
+            Wait::For(t) => match self.accepted.recv_timeout(t) {
+                Ok(s) => Ok(s),
+                Err(RecvTimeoutError::Timeout) => Err(io::Error::from(ErrorKind::WouldBlock)),
+                Err(RecvTimeoutError::Disconnected) => Err(stopped()),
+            },
+            Wait::Forever => self.accepted.recv().map_err(|_| stopped()),
+        }
     }
 
     /// Return an established connection if one is waiting.
-    pub(crate) fn try_accept(&self) -> io::Result<Option<TcpStream>> {
+    fn try_accept(&self) -> io::Result<Option<ShardStream>> {
         match self.accepted.try_recv() {
             Ok(s) => Ok(Some(s)),
             Err(TryRecvError::Empty) => Ok(None),
@@ -100,13 +61,24 @@ impl TcpListener {
         }
     }
 
-    /// Return an iterator over accepted connections, as std's `incoming`.
-    pub fn incoming(&self) -> impl Iterator<Item = io::Result<TcpStream>> + '_ {
-        std::iter::from_fn(move || Some(self.accept().map(|(s, _)| s)))
+    #[cfg(feature = "tokio")]
+    /// Return the next established connection, or park `cx`'s task to be woken when one is.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn poll_accept(&self, cx: &Context<'_>) -> Poll<io::Result<ShardStream>> {
+        for attempt in 0..2 {
+            if let Some(stream) = self.try_accept()? {
+                return Poll::Ready(Ok(stream));
+            }
+            if attempt == 0 {
+                // Park, then look again: a connection handed out in between is not missed.
+                park(&self.shared.waker, cx);
+            }
+        }
+        Poll::Pending
     }
 }
 
-impl Drop for TcpListener {
+impl Drop for ShardListener {
     fn drop(&mut self) {
         for link in &self.links {
             link.command(Command::Unlisten(self.port));

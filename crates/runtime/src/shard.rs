@@ -21,7 +21,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError, bounded};
 
 use crate::listener::ListenerShared;
 use crate::pool::Pool;
-use crate::stream::{RxMsg, Shared, TcpStream, TxMsg};
+use crate::stream::{RxMsg, ShardStream, Shared, TxMsg};
 
 /// Chunks queued per connection each way (16 of 16 KiB: 256 KiB), on top of the TCP buffers.
 const QUEUE_CHUNKS: usize = 16;
@@ -35,7 +35,7 @@ pub(crate) enum Command {
     /// Look at this connection: bytes to send, room to receive, or its handle is gone.
     Kick(SocketId),
     /// Listen on a port, handing accepted connections to `accepted`.
-    Listen { port: u16, accepted: Sender<TcpStream>, shared: Arc<ListenerShared>, reply: Sender<io::Result<()>> },
+    Listen { port: u16, accepted: Sender<ShardStream>, shared: Arc<ListenerShared>, reply: Sender<io::Result<()>> },
     /// Stop listening on a port.
     Unlisten(u16),
     /// Open a connection; the reply comes once it is established or has failed.
@@ -52,12 +52,12 @@ pub(crate) enum Command {
 
 /// Where the result of a connect goes, and who to wake (the tokio feature).
 pub(crate) struct ConnectReply {
-    pub(crate) tx: Sender<io::Result<TcpStream>>,
+    pub(crate) tx: Sender<io::Result<ShardStream>>,
     pub(crate) waker: Arc<Mutex<Option<Waker>>>,
 }
 
 impl ConnectReply {
-    fn send(self, result: io::Result<TcpStream>) {
+    fn send(self, result: io::Result<ShardStream>) {
         // The application may have given up waiting; its stream then drops here, closing.
         let _ = self.tx.send(result);
         if let Some(w) = self.waker.lock().unwrap_or_else(PoisonError::into_inner).take() {
@@ -108,7 +108,7 @@ pub(crate) struct Shard<D: Device> {
     pool: Pool,
     busy_poll: bool,
     conns: HashMap<SocketId, Conn>,
-    listeners: HashMap<u16, (ListenerId, Sender<TcpStream>, Arc<ListenerShared>)>,
+    listeners: HashMap<u16, (ListenerId, Sender<ShardStream>, Arc<ListenerShared>)>,
     /// The listeners' ports, to walk every turn without collecting them.
     ports: Vec<u16>,
     connecting: HashMap<SocketId, ConnectReply>,
@@ -311,13 +311,13 @@ impl<D: Device> Shard<D> {
     }
 
     /// Make the application's handle for `id` and keep the shard's side.
-    fn adopt(&mut self, id: SocketId) -> TcpStream {
+    fn adopt(&mut self, id: SocketId) -> ShardStream {
         let tuple = self.stack.interface().connection(id).and_then(|c| c.tuple()).expect("a live connection");
         let shared = Arc::new(Shared::new(tuple.local, tuple.remote));
         let (rx_tx, rx_rx) = bounded(QUEUE_CHUNKS);
         let (tx_tx, tx_rx) = bounded(QUEUE_CHUNKS);
         self.conns.insert(id, Conn { shared: Arc::clone(&shared), rx: Some(rx_tx), tx: Some(tx_rx), head: None });
-        TcpStream::new(shared, Arc::clone(&self.link), id, self.pool.clone(), rx_rx, tx_tx)
+        ShardStream::new(shared, Arc::clone(&self.link), id, self.pool.clone(), rx_rx, tx_tx)
     }
 
     /// Move bytes between `id`'s queues and its connection, and close it once its handle is

@@ -1,5 +1,5 @@
-//! [`TcpStream`]: one connection of a stack that runs on its own thread, as a `Send` value
-//! with blocking, timed and non-blocking `std::io::Read` and `Write`.
+//! One connection of a stack that runs on its own thread (the shard mode), with blocking,
+//! timed and non-blocking reads and writes.
 //!
 //! Bytes cross between the threads in [`Chunk`]s through two bounded channels per
 //! connection (lock-free array queues): received bytes from the stack's thread to the
@@ -7,11 +7,13 @@
 //! chunk pool and each shard's command queue, so application threads never wait for one
 //! another, nor for the stack's thread except when a queue is full or empty.
 
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{self, ErrorKind};
 use std::net::{Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::Waker;
+#[cfg(feature = "tokio")]
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bypass_stack::SocketId;
@@ -93,13 +95,12 @@ impl Shared {
 /// Bytes the application's threads copied (into and out of chunks), for cost reports.
 pub(crate) static APP_BYTES_COPIED: AtomicU64 = AtomicU64::new(0);
 
-/// A TCP connection on a stack that runs on its own thread ([`Runtime`](crate::Runtime)):
-/// `Send`, with `std::io::Read` and `Write` that block (optionally with timeouts) or, after
-/// [`set_nonblocking`](TcpStream::set_nonblocking), return `WouldBlock`.
+/// A connection of a stack that runs on its own thread (a shard): the application's side
+/// of its two queues.
 ///
 /// Dropping it closes the connection as close(2) does: FIN after everything written (which
 /// the stack's thread still sends), or RST if received data was left unread.
-pub struct TcpStream {
+pub(crate) struct ShardStream {
     pub(crate) shared: Arc<Shared>,
     pub(crate) link: Arc<ShardLink>,
     pub(crate) id: SocketId,
@@ -109,15 +110,6 @@ pub struct TcpStream {
     /// The chunk being read, and how far.
     cur: Option<(Chunk, usize)>,
     eof: bool,
-    read_timeout: Option<Duration>,
-    write_timeout: Option<Duration>,
-    nonblocking: bool,
-}
-
-impl std::fmt::Debug for TcpStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TcpStream").field("local", &self.shared.local).field("remote", &self.shared.remote).finish()
-    }
 }
 
 /// How long a call may wait.
@@ -128,7 +120,7 @@ pub(crate) enum Wait {
     Forever,
 }
 
-impl TcpStream {
+impl ShardStream {
     pub(crate) fn new(
         shared: Arc<Shared>,
         link: Arc<ShardLink>,
@@ -136,80 +128,17 @@ impl TcpStream {
         pool: Pool,
         rx: Receiver<RxMsg>,
         tx: Sender<TxMsg>,
-    ) -> TcpStream {
-        TcpStream {
-            shared,
-            link,
-            id,
-            pool,
-            rx: Some(rx),
-            tx: Some(tx),
-            cur: None,
-            eof: false,
-            read_timeout: None,
-            write_timeout: None,
-            nonblocking: false,
-        }
-    }
-
-    /// Return the remote address.
-    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.shared.remote)
-    }
-
-    /// Return the local address.
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.shared.local)
+    ) -> ShardStream {
+        ShardStream { shared, link, id, pool, rx: Some(rx), tx: Some(tx), cur: None, eof: false }
     }
 
     /// Return the index of the shard (stack thread) the connection lives on.
-    pub fn shard(&self) -> usize {
+    pub(crate) fn shard(&self) -> usize {
         self.link.index
     }
 
-    /// Give up a blocked read after `timeout` with `WouldBlock` (as std's `TcpStream`
-    /// reports `SO_RCVTIMEO` on Unix); `None` waits without limit.
-    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        if timeout == Some(Duration::ZERO) {
-            return Err(io::Error::new(
-                ErrorKind::InvalidInput,
-                "a zero timeout is not a timeout: use set_nonblocking",
-            ));
-        }
-        self.read_timeout = timeout;
-        Ok(())
-    }
-
-    /// Give up a blocked write after `timeout` with `WouldBlock`; `None` waits without limit.
-    pub fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        if timeout == Some(Duration::ZERO) {
-            return Err(io::Error::new(
-                ErrorKind::InvalidInput,
-                "a zero timeout is not a timeout: use set_nonblocking",
-            ));
-        }
-        self.write_timeout = timeout;
-        Ok(())
-    }
-
-    /// Return the read timeout.
-    pub fn read_timeout(&self) -> Option<Duration> {
-        self.read_timeout
-    }
-
-    /// Return the write timeout.
-    pub fn write_timeout(&self) -> Option<Duration> {
-        self.write_timeout
-    }
-
-    /// Make reads and writes return `WouldBlock` instead of waiting (`true`), or wait again.
-    pub fn set_nonblocking(&mut self, nonblocking: bool) -> io::Result<()> {
-        self.nonblocking = nonblocking;
-        Ok(())
-    }
-
     /// Turn Nagle's algorithm off (`true`) or on.
-    pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+    pub(crate) fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
         self.link.command(Command::SetNodelay(self.id, nodelay));
         Ok(())
     }
@@ -217,7 +146,7 @@ impl TcpStream {
     /// Shut down the writing half (`Shutdown::Write`: FIN after what was written), the
     /// reading half (`Shutdown::Read`: reads return end of stream; what arrives is
     /// discarded), or both.
-    pub fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
+    pub(crate) fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
         if matches!(how, Shutdown::Write | Shutdown::Both)
             && let Some(tx) = &self.tx
         {
@@ -234,8 +163,8 @@ impl TcpStream {
         Ok(())
     }
 
+    #[cfg(feature = "tokio")]
     /// Queue FIN after what was written without waiting: `Ok(false)` when the queue is full.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn try_shutdown_write(&mut self) -> io::Result<bool> {
         let Some(tx) = &self.tx else { return Ok(true) };
         match tx.try_send(TxMsg::Shutdown) {
@@ -245,14 +174,6 @@ impl TcpStream {
             }
             Err(TrySendError::Full(_)) => Ok(false),
             Err(TrySendError::Disconnected(_)) => Err(self.shared.error_or(ErrorKind::NotConnected)),
-        }
-    }
-
-    fn wait(&self, timeout: Option<Duration>) -> Wait {
-        match (self.nonblocking, timeout) {
-            (true, _) => Wait::No,
-            (false, Some(t)) => Wait::For(t),
-            (false, None) => Wait::Forever,
         }
     }
 
@@ -400,52 +321,61 @@ impl TcpStream {
         }
     }
 
-    /// Read received bytes in place: `f` sees the front of what has arrived (at most one
-    /// chunk, 16 KiB) and returns how many bytes it consumed and a value. Blocks, times out
-    /// or returns `WouldBlock` as [`read`](Read::read) does; at end of stream `f` sees an
-    /// empty slice. The bytes were copied once, by the stack's thread, out of the TCP
-    /// receive buffer; this saves the second copy into a buffer of yours.
-    pub fn recv_with<R>(&mut self, f: impl FnOnce(&[u8]) -> (usize, R)) -> io::Result<R> {
-        let wait = self.wait(self.read_timeout);
-        self.read_with_waiting(wait, f)?.ok_or_else(|| io::Error::from(ErrorKind::WouldBlock))
-    }
-
-    /// Write in place: `f` fills the front of a send buffer of up to 16 KiB and returns
-    /// how many bytes it wrote and a value; those bytes are sent. Blocks, times out or
-    /// returns `WouldBlock` (`f` has run then, and its bytes are dropped) as
-    /// [`write`](Write::write) does. This saves the copy out of a buffer of yours.
-    pub fn send_with<R>(&mut self, f: impl FnOnce(&mut [u8]) -> (usize, R)) -> io::Result<R> {
-        let wait = self.wait(self.write_timeout);
-        self.write_with_waiting(wait, f)?.ok_or_else(|| io::Error::from(ErrorKind::WouldBlock))
-    }
-}
-
-impl Read for TcpStream {
-    /// Read what has arrived: `Ok(0)` at end of stream. See [`TcpStream`] for blocking.
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
+    #[cfg(feature = "tokio")]
+    /// Read without waiting; on nothing, park `cx`'s task to be woken when bytes come.
+    pub(crate) fn poll_read(&mut self, cx: &Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        for attempt in 0..2 {
+            match self.read_waiting(buf, Wait::No) {
+                Ok(Some(n)) => return Poll::Ready(Ok(n)),
+                // Park, then look again: bytes queued in between are not missed.
+                Ok(None) if attempt == 0 => park(&self.shared.read_waker, cx),
+                Ok(None) => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
         }
-        let wait = self.wait(self.read_timeout);
-        self.read_waiting(buf, wait)?.ok_or_else(|| io::Error::from(ErrorKind::WouldBlock))
+        Poll::Pending
+    }
+
+    #[cfg(feature = "tokio")]
+    /// Write without waiting; on a full queue, park `cx`'s task to be woken when it drains.
+    pub(crate) fn poll_write(&mut self, cx: &Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        for attempt in 0..2 {
+            match self.write_waiting(data, Wait::No) {
+                Ok(Some(n)) => return Poll::Ready(Ok(n)),
+                Ok(None) if attempt == 0 => park(&self.shared.write_waker, cx),
+                Ok(None) => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        Poll::Pending
+    }
+
+    #[cfg(feature = "tokio")]
+    /// Queue FIN after what was written, or park `cx`'s task until the queue has room.
+    pub(crate) fn poll_shutdown(&mut self, cx: &Context<'_>) -> Poll<io::Result<()>> {
+        for attempt in 0..2 {
+            match self.try_shutdown_write() {
+                Ok(true) => return Poll::Ready(Ok(())),
+                Ok(false) if attempt == 0 => park(&self.shared.write_waker, cx),
+                Ok(false) => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        Poll::Pending
     }
 }
 
-impl Write for TcpStream {
-    /// Queue up to 16 KiB of `data` for the stack's thread to send.
-    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        let wait = self.wait(self.write_timeout);
-        self.write_waiting(data, wait)?.ok_or_else(|| io::Error::from(ErrorKind::WouldBlock))
-    }
-
-    /// Nothing to do: written bytes are queued for the stack already (as a kernel socket's
-    /// flush does nothing).
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+#[cfg(feature = "tokio")]
+/// Park `cx`'s waker in `slot`.
+pub(crate) fn park(slot: &Mutex<Option<Waker>>, cx: &Context<'_>) {
+    let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+    match &*slot {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
     }
 }
 
-impl Drop for TcpStream {
+impl Drop for ShardStream {
     fn drop(&mut self) {
         let mut unread = self.cur.is_some();
         for msg in self.rx.iter().flat_map(|rx| rx.try_iter()) {

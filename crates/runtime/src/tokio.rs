@@ -1,9 +1,17 @@
 //! tokio's `AsyncRead` and `AsyncWrite` over a [`Runtime`]'s connections
 //! (feature `tokio`), for servers written once for `tokio::net` and for this stack.
 //!
-//! The shard's thread is the reactor: when it queues received bytes, takes bytes to send,
-//! hands out an accepted connection or finishes a connect, it wakes the task waiting for
-//! that. Any tokio runtime drives the tasks; none of tokio's I/O driver is used.
+//! In-thread ([`Mode::InThread`](crate::Mode)), the stack runs on the tokio runtime's own
+//! workers: a call that cannot complete polls the stack, and a driver task, spawned on the
+//! first call, polls it between the tasks it wakes, so one turn of a worker answers every
+//! ready connection with one transmit, and no byte or wake-up crosses to another thread.
+//! Idle for the spin time (never when busy-polling), the driver sleeps and the stack's
+//! helper thread wakes it, and the tasks, when frames arrive. The tokio runtime needs no
+//! I/O or time driver of its own for this.
+//!
+//! With shards ([`Mode::Shard`](crate::Mode)), each shard's thread is the reactor: when it
+//! queues received bytes, takes bytes to send, hands out an accepted connection or finishes
+//! a connect, it wakes the task waiting for that.
 //!
 //! ```no_run
 //! use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -27,23 +35,15 @@ use std::future::poll_fn;
 use std::io::{self, ErrorKind};
 use std::net::{Shutdown, SocketAddr};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use crossbeam_channel::TryRecvError;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::Runtime;
-use crate::stream::Wait;
-
-/// Park `cx`'s waker in `slot`.
-fn park(slot: &Mutex<Option<Waker>>, cx: &Context<'_>) {
-    let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
-    match &*slot {
-        Some(w) if w.will_wake(cx.waker()) => {}
-        _ => *slot = Some(cx.waker().clone()),
-    }
-}
+use crate::local_socket::{LocalStream, abandon};
+use crate::stream::park;
+use crate::{Connecting, Runtime};
 
 /// A listening port of a [`Runtime`], accepting with `.await`.
 #[derive(Debug)]
@@ -52,7 +52,7 @@ pub struct TcpListener {
 }
 
 impl TcpListener {
-    /// Listen on `port` on every shard of `runtime`.
+    /// Listen on `port` on every stack of `runtime`.
     pub fn bind(runtime: &Runtime, port: u16) -> io::Result<TcpListener> {
         Ok(TcpListener { inner: runtime.listen(port)? })
     }
@@ -74,17 +74,10 @@ impl TcpListener {
 
     /// Return the next established connection, or register to be woken when one is.
     pub fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<(TcpStream, SocketAddr)>> {
-        for attempt in 0..2 {
-            if let Some(stream) = self.inner.try_accept()? {
-                let remote = stream.shared.remote;
-                return Poll::Ready(Ok((TcpStream { inner: stream }, remote)));
-            }
-            if attempt == 0 {
-                // Park, then look again: a connection handed out in between is not missed.
-                park(&self.inner.shared.waker, cx);
-            }
-        }
-        Poll::Pending
+        self.inner.poll_accept(cx).map_ok(|stream| {
+            let remote = stream.peer_addr().expect("known");
+            (TcpStream { inner: stream }, remote)
+        })
     }
 }
 
@@ -95,27 +88,48 @@ pub struct TcpStream {
 }
 
 impl TcpStream {
-    /// Open a connection to `remote` on the next shard in turn.
+    /// Open a connection to `remote` on the next stack in turn.
     pub async fn connect(runtime: &Runtime, remote: impl Into<SocketAddr>) -> io::Result<TcpStream> {
         let waker: Arc<Mutex<Option<Waker>>> = Arc::default();
-        let (_, result) = runtime.start_connect(remote.into(), Arc::clone(&waker));
-        let stream = poll_fn(|cx| {
-            for attempt in 0..2 {
-                match result.try_recv() {
-                    Ok(r) => return Poll::Ready(r),
-                    Err(TryRecvError::Disconnected) => {
-                        return Poll::Ready(Err(io::Error::new(ErrorKind::NotConnected, "the runtime has stopped")));
+        let stream: crate::TcpStream = match runtime.start_connect(remote.into(), Arc::clone(&waker))? {
+            Connecting::Shard(result) => poll_fn(|cx| {
+                for attempt in 0..2 {
+                    match result.try_recv() {
+                        Ok(r) => return Poll::Ready(r),
+                        Err(TryRecvError::Disconnected) => {
+                            return Poll::Ready(Err(io::Error::new(
+                                ErrorKind::NotConnected,
+                                "the runtime has stopped",
+                            )));
+                        }
+                        Err(TryRecvError::Empty) if attempt == 0 => park(&waker, cx),
+                        Err(TryRecvError::Empty) => {}
                     }
-                    Err(TryRecvError::Empty) if attempt == 0 => park(&waker, cx),
-                    Err(TryRecvError::Empty) => {}
                 }
+                Poll::Pending
+            })
+            .await?
+            .into(),
+            Connecting::Local(core, id) => {
+                // Abandon the attempt if this future is dropped before it completes.
+                struct Attempt(Option<(Arc<crate::local::Core>, bypass_stack::SocketId)>);
+                impl Drop for Attempt {
+                    fn drop(&mut self) {
+                        if let Some((core, id)) = self.0.take() {
+                            abandon(&core, id);
+                        }
+                    }
+                }
+                let mut attempt = Attempt(Some((Arc::clone(&core), id)));
+                let result = poll_fn(|cx| LocalStream::poll_connect(&core, id, cx)).await;
+                if result.is_ok() {
+                    attempt.0 = None;
+                }
+                result?.into()
             }
-            Poll::Pending
-        })
-        .await?;
+        };
         Ok(TcpStream { inner: stream })
     }
-
     /// Wrap a blocking stream.
     pub fn from_std(inner: crate::TcpStream) -> TcpStream {
         TcpStream { inner }
@@ -145,33 +159,13 @@ impl TcpStream {
 impl AsyncRead for TcpStream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        for attempt in 0..2 {
-            match this.inner.read_waiting(buf.initialize_unfilled(), Wait::No) {
-                Ok(Some(n)) => {
-                    buf.advance(n);
-                    return Poll::Ready(Ok(()));
-                }
-                Ok(None) if attempt == 0 => park(&this.inner.shared.read_waker, cx),
-                Ok(None) => {}
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
-        Poll::Pending
+        this.inner.poll_read(cx, buf.initialize_unfilled()).map_ok(|n| buf.advance(n))
     }
 }
 
 impl AsyncWrite for TcpStream {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        for attempt in 0..2 {
-            match this.inner.write_waiting(data, Wait::No) {
-                Ok(Some(n)) => return Poll::Ready(Ok(n)),
-                Ok(None) if attempt == 0 => park(&this.inner.shared.write_waker, cx),
-                Ok(None) => {}
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
-        Poll::Pending
+        self.get_mut().inner.poll_write(cx, data)
     }
 
     /// Written bytes are queued for the stack already.
@@ -181,16 +175,7 @@ impl AsyncWrite for TcpStream {
 
     /// Send FIN after what was written (`shutdown(Write)`).
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        for attempt in 0..2 {
-            match this.inner.try_shutdown_write() {
-                Ok(true) => return Poll::Ready(Ok(())),
-                Ok(false) if attempt == 0 => park(&this.inner.shared.write_waker, cx),
-                Ok(false) => {}
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
-        Poll::Pending
+        self.get_mut().inner.poll_shutdown(cx)
     }
 }
 

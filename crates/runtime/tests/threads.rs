@@ -1,28 +1,30 @@
 //! The threaded API between two runtimes over the in-memory link, on the real clock: many
 //! application threads and 1,000 connections byte-exact, and each std::io behaviour
-//! (timeouts, non-blocking, end of stream, refusal, reset, half-close).
+//! (timeouts, non-blocking, end of stream, refusal, reset, half-close). Every test runs in
+//! both modes: `NAME::in_thread` and `NAME::shard`.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr};
 use std::time::{Duration, Instant};
 
 use bypass_device::{Clock, LinkConfig, MemoryLink};
-use bypass_runtime::{Runtime, RuntimeOptions, TcpStream};
+use bypass_runtime::{Mode, Runtime, RuntimeOptions, TcpStream};
 use bypass_stack::StackConfig;
 
 const SERVER: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);
 const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 2);
 
 /// A server runtime and a client runtime joined by a lossless in-memory link.
-fn pair(tweak: impl Fn(&mut StackConfig)) -> (Runtime, Runtime) {
+fn pair(mode: Mode, tweak: impl Fn(&mut StackConfig)) -> (Runtime, Runtime) {
     let _ = env_logger::builder().is_test(true).try_init();
     let (a, b) = MemoryLink::new(LinkConfig::default(), LinkConfig::default(), 1).clock(Clock::real()).build();
     let mut server = StackConfig::new(SERVER, 24, [1; 16]);
     let mut client = StackConfig::new(CLIENT, 24, [2; 16]);
     tweak(&mut server);
     tweak(&mut client);
-    let server = Runtime::start(vec![a], server, RuntimeOptions::default()).expect("server runtime");
-    let client = Runtime::start(vec![b], client, RuntimeOptions::default()).expect("client runtime");
+    let options = RuntimeOptions { mode, ..RuntimeOptions::default() };
+    let server = Runtime::start(vec![a], server, options.clone()).expect("server runtime");
+    let client = Runtime::start(vec![b], client, options).expect("client runtime");
     (server, client)
 }
 
@@ -54,13 +56,37 @@ fn echo_forever(runtime: &Runtime, port: u16) {
     });
 }
 
+/// Run each named test in both modes, as `NAME::in_thread` and `NAME::shard`.
+macro_rules! in_both_modes {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn in_thread() {
+                super::$name(bypass_runtime::Mode::InThread)
+            }
+            #[test]
+            fn shard() {
+                super::$name(bypass_runtime::Mode::Shard)
+            }
+        }
+    )*};
+}
+
+in_both_modes!(
+    a_thousand_connections_from_twenty_threads_echo_byte_exact,
+    a_read_times_out_with_would_block_and_nonblocking_calls_do_not_wait,
+    a_nonblocking_writer_sees_would_block_when_the_peer_does_not_read,
+    a_closed_port_refuses_and_a_taken_port_is_in_use,
+    half_close_end_of_stream_and_reset_on_unread_data,
+    bytes_in_place_through_recv_with_and_send_with
+);
+
 fn server_addr(port: u16) -> SocketAddr {
     SocketAddr::from((SERVER, port))
 }
 
-#[test]
-fn a_thousand_connections_from_twenty_threads_echo_byte_exact() {
-    let (server, client) = pair(|c| {
+fn a_thousand_connections_from_twenty_threads_echo_byte_exact(mode: Mode) {
+    let (server, client) = pair(mode, |c| {
         c.max_connections = 4096;
         // Small buffers: 1,000 connections each way, in one process.
         c.tcp.send_buffer = 64 * 1024;
@@ -105,9 +131,8 @@ fn a_thousand_connections_from_twenty_threads_echo_byte_exact() {
     assert_eq!(counters[0].connections_accepted, 1000);
 }
 
-#[test]
-fn a_read_times_out_with_would_block_and_nonblocking_calls_do_not_wait() {
-    let (server, client) = pair(|_| {});
+fn a_read_times_out_with_would_block_and_nonblocking_calls_do_not_wait(mode: Mode) {
+    let (server, client) = pair(mode, |_| {});
     let listener = server.listen(9).unwrap();
     let mut c = client.connect(server_addr(9)).unwrap();
     let (mut s, peer) = listener.accept().unwrap();
@@ -142,9 +167,8 @@ fn a_read_times_out_with_would_block_and_nonblocking_calls_do_not_wait() {
     assert_eq!(l.accept().unwrap_err().kind(), ErrorKind::WouldBlock);
 }
 
-#[test]
-fn a_nonblocking_writer_sees_would_block_when_the_peer_does_not_read() {
-    let (server, client) = pair(|c| {
+fn a_nonblocking_writer_sees_would_block_when_the_peer_does_not_read(mode: Mode) {
+    let (server, client) = pair(mode, |c| {
         c.tcp.send_buffer = 16 * 1024;
         c.tcp.recv_buffer = 16 * 1024;
     });
@@ -183,9 +207,8 @@ fn a_nonblocking_writer_sees_would_block_when_the_peer_does_not_read() {
     drop(s);
 }
 
-#[test]
-fn a_closed_port_refuses_and_a_taken_port_is_in_use() {
-    let (server, client) = pair(|_| {});
+fn a_closed_port_refuses_and_a_taken_port_is_in_use(mode: Mode) {
+    let (server, client) = pair(mode, |_| {});
     let err = client.connect(server_addr(81)).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{err}");
     let _l = server.listen(80).unwrap();
@@ -194,9 +217,8 @@ fn a_closed_port_refuses_and_a_taken_port_is_in_use() {
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
 }
 
-#[test]
-fn half_close_end_of_stream_and_reset_on_unread_data() {
-    let (server, client) = pair(|_| {});
+fn half_close_end_of_stream_and_reset_on_unread_data(mode: Mode) {
+    let (server, client) = pair(mode, |_| {});
     let listener = server.listen(5).unwrap();
 
     // Half-close: the client's FIN reaches the server as end of stream, and the server's
@@ -229,9 +251,8 @@ fn half_close_end_of_stream_and_reset_on_unread_data() {
     assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err}");
 }
 
-#[test]
-fn bytes_in_place_through_recv_with_and_send_with() {
-    let (server, client) = pair(|_| {});
+fn bytes_in_place_through_recv_with_and_send_with(mode: Mode) {
+    let (server, client) = pair(mode, |_| {});
     let listener = server.listen(6).unwrap();
     let mut c = client.connect(server_addr(6)).unwrap();
     let (mut s, _) = listener.accept().unwrap();

@@ -1,6 +1,6 @@
 //! The async API under tokio: 1,000 tasks, each with its own connection between two
 //! runtimes over the in-memory link, byte-exact; accept, connect, half-close and errors
-//! through `.await`.
+//! through `.await`. Every test runs in both modes: `NAME::in_thread` and `NAME::shard`.
 
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use bypass_device::{Clock, LinkConfig, MemoryLink};
 use bypass_runtime::tokio::{TcpListener, TcpStream};
-use bypass_runtime::{Runtime, RuntimeOptions};
+use bypass_runtime::{Mode, Runtime, RuntimeOptions};
 use bypass_stack::StackConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const SERVER: Ipv4Addr = Ipv4Addr::new(10, 9, 1, 1);
 const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 9, 1, 2);
 
-fn pair() -> (Runtime, Runtime) {
+fn pair(mode: Mode) -> (Runtime, Runtime) {
     let _ = env_logger::builder().is_test(true).try_init();
     let (a, b) = MemoryLink::new(LinkConfig::default(), LinkConfig::default(), 2).clock(Clock::real()).build();
     let tweak = |mut c: StackConfig| {
@@ -24,8 +24,9 @@ fn pair() -> (Runtime, Runtime) {
         c.tcp.recv_buffer = 64 * 1024;
         c
     };
-    let server = Runtime::start(vec![a], tweak(StackConfig::new(SERVER, 24, [3; 16])), RuntimeOptions::default());
-    let client = Runtime::start(vec![b], tweak(StackConfig::new(CLIENT, 24, [4; 16])), RuntimeOptions::default());
+    let options = RuntimeOptions { mode, ..RuntimeOptions::default() };
+    let server = Runtime::start(vec![a], tweak(StackConfig::new(SERVER, 24, [3; 16])), options.clone());
+    let client = Runtime::start(vec![b], tweak(StackConfig::new(CLIENT, 24, [4; 16])), options);
     (server.expect("server runtime"), client.expect("client runtime"))
 }
 
@@ -33,9 +34,8 @@ fn pattern(n: usize, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i.wrapping_mul(7) ^ n.wrapping_mul(13) ^ (i >> 9)) as u8).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thousand_tasks_echo_byte_exact() {
-    let (server, client) = pair();
+async fn a_thousand_tasks_echo_byte_exact(mode: Mode) {
+    let (server, client) = pair(mode);
     let client = std::sync::Arc::new(client);
     let listener = TcpListener::bind(&server, 7).unwrap();
     let acceptor = tokio::spawn(async move {
@@ -79,18 +79,17 @@ async fn a_thousand_tasks_echo_byte_exact() {
     drop(server);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connect_to_a_closed_port_is_refused_through_await() {
-    let (server, client) = pair();
+async fn connect_to_a_closed_port_is_refused_through_await(mode: Mode) {
+    let (server, client) = pair(mode);
     let err = TcpStream::connect(&client, SocketAddr::from((SERVER, 99))).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{err}");
     drop(server);
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn a_current_thread_runtime_is_woken_by_the_shard() {
-    // One tokio thread: every wake-up must come from the shard's thread, none from polling.
-    let (server, client) = pair();
+async fn a_current_thread_runtime_is_woken_by_the_stack(mode: Mode) {
+    // One tokio thread: every wake-up comes from the stack (the shard's thread, or in-thread
+    // the driver and the helper), none from the test polling.
+    let (server, client) = pair(mode);
     let listener = TcpListener::bind(&server, 8).unwrap();
     let accept = tokio::spawn(async move { listener.accept().await.unwrap().0 });
     let mut c = TcpStream::connect(&client, SocketAddr::from((SERVER, 8))).await.unwrap();
@@ -103,4 +102,46 @@ async fn a_current_thread_runtime_is_woken_by_the_shard() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     c.write_all(b"later").await.unwrap();
     assert_eq!(tokio::time::timeout(Duration::from_secs(5), reader).await.unwrap().unwrap(), b"later");
+}
+
+mod a_thousand_tasks_echo_byte_exact {
+    use bypass_runtime::Mode;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn in_thread() {
+        super::a_thousand_tasks_echo_byte_exact(Mode::InThread).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shard() {
+        super::a_thousand_tasks_echo_byte_exact(Mode::Shard).await
+    }
+}
+
+mod connect_to_a_closed_port_is_refused_through_await {
+    use bypass_runtime::Mode;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn in_thread() {
+        super::connect_to_a_closed_port_is_refused_through_await(Mode::InThread).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shard() {
+        super::connect_to_a_closed_port_is_refused_through_await(Mode::Shard).await
+    }
+}
+
+mod a_current_thread_runtime_is_woken_by_the_stack {
+    use bypass_runtime::Mode;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn in_thread() {
+        super::a_current_thread_runtime_is_woken_by_the_stack(Mode::InThread).await
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn shard() {
+        super::a_current_thread_runtime_is_woken_by_the_stack(Mode::Shard).await
+    }
 }

@@ -681,7 +681,7 @@ impl Device for XdpDevice {
             Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
         };
         self.socket.count_syscall();
-        let result = match sys::poll_either(self.socket.fd(), self.wake.fd(), ms) {
+        let result = match crate::wake::poll_either(self.socket.fd(), self.wake.fd(), ms) {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
             Err(e) => Err(e),
@@ -692,6 +692,10 @@ impl Device for XdpDevice {
 
     fn waker(&mut self) -> Option<bypass_device::Waker> {
         self.wake.waker(&self.info.name)
+    }
+
+    fn sleeper(&mut self) -> Option<bypass_device::Sleeper> {
+        self.wake.sleeper(&self.info.name, self.socket.fd())
     }
 
     fn raw_fd(&self) -> Option<RawFd> {

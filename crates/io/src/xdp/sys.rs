@@ -414,19 +414,6 @@ pub fn xsk_kick_rx(fd: BorrowedFd<'_>) -> io::Result<()> {
     if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
-/// Block until `fd` or `also` (a wake-up descriptor) is readable or `timeout_ms` passes
-/// (-1: no limit); return whether either is.
-pub fn poll_either(fd: BorrowedFd<'_>, also: Option<BorrowedFd<'_>>, timeout_ms: libc::c_int) -> io::Result<bool> {
-    let mut pfds = [
-        libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-        libc::pollfd { fd: also.map_or(-1, |f| f.as_raw_fd()), events: libc::POLLIN, revents: 0 },
-    ];
-    let count = if also.is_some() { 2 } else { 1 };
-    // SAFETY: `pfds` holds `count` valid pollfds, alive for the call.
-    let ret = unsafe { libc::poll(pfds.as_mut_ptr(), count, timeout_ms) };
-    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(ret > 0) }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Shared memory: mappings, UMEM, frames, rings
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,722 @@
+//! In-thread mode: the application's own threads run the stack inside their socket calls.
+//!
+//! Each device queue has a [`Core`]: its [`Stack`] behind one lock, and what waits on it. A
+//! thread that reads, writes, accepts or connects takes the lock, tries the call on the
+//! TCP buffers and, when it cannot complete, polls the device, the timers and TCP itself
+//! (receive, events, transmit) and tries again. Bytes are copied once, between the TCP
+//! buffers and the caller's buffer, as [`Stack::read`] and [`Stack::write`] do.
+//!
+//! A call that must wait spins (polling) for [`RuntimeOptions::spin`](crate::RuntimeOptions),
+//! or for good when busy-polling, and then sleeps. One thread per stack spins at a time; the
+//! others sleep at once, and whoever polls wakes them when their connection changes.
+//!
+//! While no application thread is inside (none has polled for [`GRACE`], or every waiting
+//! one sleeps), a helper thread keeps the protocol moving: it watches the device
+//! ([`Device::sleeper`]) and the next timer, and polls, so the peer's data is ACKed up to
+//! the offered window, handshakes complete into the accept queue and keepalives answer,
+//! however long the application is away. While applications poll, it naps.
+//!
+//! With tokio, a driver task on the runtime's workers polls the stack between the tasks it
+//! wakes (so one turn of the worker answers every connection with one transmit), spinning
+//! by yielding, and leaves the device to the helper when idle for the spin time.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, ErrorKind};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::task::Waker;
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use bypass_device::{Device, Sleeper};
+use bypass_stack::{ConnectError, Counters, ListenError, ListenerId, SocketId, Stack};
+use bypass_tcp::{Event, State as TcpState};
+
+use crate::stream::Wait;
+
+/// How long no application thread may have polled before the helper polls instead.
+pub(crate) const GRACE: Duration = Duration::from_millis(1);
+/// The longest a sleeping call sleeps before it looks again by itself (wakes are not lost;
+/// this bounds the cost of a bug and lets a stopped runtime be noticed).
+const PARK_MAX: Duration = Duration::from_millis(100);
+/// How long the helper sleeps at most on a device it cannot watch (no [`Sleeper`]).
+const UNWATCHABLE: Duration = Duration::from_millis(1);
+/// Established connections a listener keeps for `accept`, at most; the stack's own backlog
+/// holds the rest.
+const BACKLOG: usize = 1024;
+
+/// Who to wake when a connection or listener changes.
+#[derive(Clone)]
+pub(crate) enum Waiter {
+    /// A thread asleep in a blocking call.
+    Thread(Thread),
+    /// A task waiting in a `poll_*` (tokio).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    Task(Waker),
+}
+
+impl Waiter {
+    fn wake(self) {
+        match self {
+            Waiter::Thread(t) => t.unpark(),
+            Waiter::Task(w) => w.wake(),
+        }
+    }
+
+    fn same(&self, other: &Waiter) -> bool {
+        match (self, other) {
+            (Waiter::Thread(a), Waiter::Thread(b)) => a.id() == b.id(),
+            (Waiter::Task(a), Waiter::Task(b)) => a.will_wake(b),
+            _ => false,
+        }
+    }
+}
+
+/// The waiters of one side of a connection (or of a listener), each once.
+#[derive(Default)]
+pub(crate) struct Waiters(Vec<Waiter>);
+
+impl Waiters {
+    pub(crate) fn add(&mut self, w: Waiter) {
+        match self.0.iter_mut().find(|x| x.same(&w)) {
+            Some(slot) => *slot = w,
+            None => self.0.push(w),
+        }
+    }
+
+    /// Move every waiter to `woken` (they are woken once the lock is released).
+    fn take_into(&mut self, woken: &mut Vec<Waiter>) {
+        woken.append(&mut self.0);
+    }
+}
+
+/// The waiters of a connection the application holds.
+#[derive(Default)]
+pub(crate) struct Sock {
+    pub(crate) readers: Waiters,
+    pub(crate) writers: Waiters,
+}
+
+/// A port listened on: established connections taken from the stack, and who waits for one.
+pub(crate) struct Listen {
+    id: ListenerId,
+    pub(crate) ready: VecDeque<SocketId>,
+    pub(crate) waiters: Waiters,
+}
+
+/// What a frame or a fact handed over by a sibling stack is.
+enum Handoff {
+    Frame(Vec<u8>),
+    Neighbour(std::net::IpAddr, [u8; 6]),
+}
+
+/// What the lock of a [`Core`] guards.
+pub(crate) struct State {
+    /// `None` once the runtime has stopped (the device is closed then).
+    pub(crate) stack: Option<Stack<Box<dyn Device + Send>>>,
+    pub(crate) socks: HashMap<SocketId, Sock>,
+    pub(crate) listeners: HashMap<u16, Listen>,
+    /// Waiters to wake once the lock is released.
+    woken: Vec<Waiter>,
+    /// The counters as the stack stopped.
+    final_counters: Option<Counters>,
+}
+
+impl State {
+    /// Return the stack, or the error every call gets once the runtime has stopped.
+    pub(crate) fn stack(&mut self) -> io::Result<&mut Stack<Box<dyn Device + Send>>> {
+        self.stack.as_mut().ok_or_else(stopped)
+    }
+
+    /// Return the waiters of `id`, adding an entry for it.
+    pub(crate) fn sock(&mut self, id: SocketId) -> &mut Sock {
+        self.socks.entry(id).or_default()
+    }
+}
+
+thread_local! {
+    /// The waiters a thread wakes after releasing a lock, kept to reuse the allocation.
+    static WAKING: std::cell::RefCell<Vec<Waiter>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// One stack and what waits on it: see the module docs.
+pub(crate) struct Core {
+    pub(crate) index: usize,
+    state: Mutex<State>,
+    /// When the stack was made: the zero of `last_app_poll`.
+    origin: Instant,
+    /// Microseconds after `origin` at which an application thread (or the tokio driver)
+    /// last polled.
+    last_app_poll: AtomicU64,
+    /// Threads spinning in a wait (at most one).
+    spinning: AtomicUsize,
+    /// Threads and driver tasks asleep in a wait: they count on the helper.
+    sleeping: AtomicUsize,
+    /// The helper naps (not watching the device): unpark it to make it look.
+    napping: AtomicBool,
+    helper: OnceLock<Thread>,
+    /// Ends the helper's watch of the device.
+    device_waker: Option<bypass_device::Waker>,
+    /// How long a waiting call spins before it sleeps.
+    pub(crate) spin: Duration,
+    /// Spin without end instead of sleeping.
+    pub(crate) busy_poll: bool,
+    stopped: AtomicBool,
+    /// A tokio driver task runs for this stack.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    driver_running: AtomicBool,
+    /// The driver sleeps: wake `driver_waker` when there is work.
+    driver_asleep: AtomicBool,
+    driver_waker: Mutex<Option<Waker>>,
+    /// Frames and neighbours from sibling stacks, taken at the next poll.
+    inbox: Mutex<Vec<Handoff>>,
+    inbox_pending: AtomicBool,
+    siblings: OnceLock<Vec<Weak<Core>>>,
+}
+
+impl Core {
+    /// Return a core running `stack`, whose device's waker is `device_waker`.
+    pub(crate) fn new(
+        index: usize,
+        stack: Stack<Box<dyn Device + Send>>,
+        device_waker: Option<bypass_device::Waker>,
+        spin: Duration,
+        busy_poll: bool,
+    ) -> Core {
+        Core {
+            index,
+            state: Mutex::new(State {
+                stack: Some(stack),
+                socks: HashMap::new(),
+                listeners: HashMap::new(),
+                woken: Vec::new(),
+                final_counters: None,
+            }),
+            origin: Instant::now(),
+            last_app_poll: AtomicU64::new(0),
+            spinning: AtomicUsize::new(0),
+            sleeping: AtomicUsize::new(0),
+            napping: AtomicBool::new(false),
+            helper: OnceLock::new(),
+            device_waker,
+            spin,
+            busy_poll,
+            stopped: AtomicBool::new(false),
+            driver_running: AtomicBool::new(false),
+            driver_asleep: AtomicBool::new(false),
+            driver_waker: Mutex::new(None),
+            inbox: Mutex::new(Vec::new()),
+            inbox_pending: AtomicBool::new(false),
+            siblings: OnceLock::new(),
+        }
+    }
+
+    /// Tell the core about the other stacks of its runtime (frames and neighbours go to them).
+    pub(crate) fn set_siblings(&self, siblings: Vec<Weak<Core>>) {
+        let _ = self.siblings.set(siblings);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Run `f` under the lock, then wake whom it made ready (outside the lock).
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        let mut state = self.lock();
+        let out = f(&mut state);
+        if state.woken.is_empty() {
+            return out;
+        }
+        WAKING.with(|waking| {
+            let mut waking = waking.borrow_mut();
+            std::mem::swap(&mut *waking, &mut state.woken);
+            drop(state);
+            for w in waking.drain(..) {
+                w.wake();
+            }
+        });
+        out
+    }
+
+    /// Return whether the runtime has stopped.
+    pub(crate) fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    fn micros(&self) -> u64 {
+        self.origin.elapsed().as_micros() as u64
+    }
+
+    /// Return how long ago an application thread last polled.
+    fn since_app_poll(&self) -> Duration {
+        Duration::from_micros(self.micros().saturating_sub(self.last_app_poll.load(Ordering::Relaxed)))
+    }
+
+    /// One turn of the stack: hand-offs from siblings, receive and timers, events to
+    /// waiters, accept queues, transmit. `app` says an application thread (or the driver)
+    /// polls, not the helper. Return whether frames moved.
+    pub(crate) fn progress(&self, st: &mut State, app: bool) -> io::Result<bool> {
+        if app {
+            self.last_app_poll.store(self.micros(), Ordering::Relaxed);
+        }
+        let State { stack, socks, listeners, woken, .. } = st;
+        let stack = stack.as_mut().ok_or_else(stopped)?;
+        if self.inbox_pending.swap(false, Ordering::AcqRel) {
+            let handed = std::mem::take(&mut *self.inbox.lock().unwrap_or_else(PoisonError::into_inner));
+            for h in handed {
+                match h {
+                    Handoff::Frame(frame) => stack.receive_handed_over(&frame),
+                    Handoff::Neighbour(ip, mac) => stack.learn_neighbour(ip, mac),
+                }
+            }
+        }
+        let received = stack.poll_rx()?;
+        if let Some(siblings) = self.siblings.get().filter(|s| !s.is_empty()) {
+            for (ip, mac) in stack.take_learned_neighbours() {
+                for sibling in siblings.iter().filter_map(Weak::upgrade) {
+                    sibling.hand(Handoff::Neighbour(ip, mac));
+                }
+            }
+            for (owner, frame) in stack.take_foreign_frames() {
+                let sibling = siblings.iter().filter_map(Weak::upgrade).find(|s| s.index == usize::from(owner));
+                if let Some(sibling) = sibling {
+                    sibling.hand(Handoff::Frame(frame));
+                }
+            }
+        }
+        while let Some((id, event)) = stack.poll_event() {
+            let Some(sock) = socks.get_mut(&id) else { continue };
+            match event {
+                Event::Readable | Event::PeerClosed => sock.readers.take_into(woken),
+                Event::Writable => sock.writers.take_into(woken),
+                Event::Established | Event::Reset | Event::Closed | Event::TimedOut | Event::Unreachable => {
+                    sock.readers.take_into(woken);
+                    sock.writers.take_into(woken);
+                }
+            }
+        }
+        for listen in listeners.values_mut() {
+            let before = listen.ready.len();
+            while listen.ready.len() < BACKLOG {
+                let Some(id) = stack.accept(listen.id) else { break };
+                listen.ready.push_back(id);
+                socks.insert(id, Sock::default());
+            }
+            if listen.ready.len() > before {
+                listen.waiters.take_into(woken);
+            }
+        }
+        let sent = stack.poll_tx()?;
+        let busy = received > 0 || sent > 0;
+        if busy && !app && self.driver_asleep.load(Ordering::SeqCst) {
+            self.wake_driver();
+        }
+        Ok(busy)
+    }
+
+    /// Queue a hand-off from a sibling and make sure someone polls this stack soon.
+    fn hand(&self, handoff: Handoff) {
+        self.inbox.lock().unwrap_or_else(PoisonError::into_inner).push(handoff);
+        self.inbox_pending.store(true, Ordering::Release);
+        self.call_helper();
+        if let Some(w) = &self.device_waker {
+            w.wake();
+        }
+    }
+
+    /// Make a napping helper look at the stack now (a thread is about to sleep on it).
+    fn call_helper(&self) {
+        if self.napping.load(Ordering::SeqCst)
+            && let Some(helper) = self.helper.get()
+        {
+            helper.unpark();
+        }
+    }
+
+    /// Run as the helper thread until the runtime stops: see the module docs.
+    pub(crate) fn help(self: Arc<Core>, sleeper: Option<Sleeper>) {
+        let _ = self.helper.set(std::thread::current());
+        loop {
+            if self.stopped() {
+                return;
+            }
+            let idle = self.since_app_poll();
+            let spinner = self.spinning.load(Ordering::SeqCst) > 0;
+            if spinner || (idle < GRACE && self.sleeping.load(Ordering::SeqCst) == 0) {
+                self.napping.store(true, Ordering::SeqCst);
+                // Look again after raising the flag: a thread that went to sleep before the
+                // flag was up did not unpark us, and is seen here.
+                if spinner || self.sleeping.load(Ordering::SeqCst) == 0 {
+                    std::thread::park_timeout(GRACE.saturating_sub(idle).max(GRACE / 4));
+                }
+                self.napping.store(false, Ordering::SeqCst);
+                continue;
+            }
+            let turn = self.with(|st| {
+                let busy = self.progress(st, false)?;
+                let stack = st.stack()?;
+                let now = stack.now();
+                Ok::<_, io::Error>((busy, stack.poll_timeout().map(|t| t.saturating_duration_since(now))))
+            });
+            let (busy, timer) = match turn {
+                Ok(t) => t,
+                Err(_) if self.stopped() => return,
+                Err(e) => {
+                    log::warn!("stack {}: the helper's poll failed: {e}", self.index);
+                    std::thread::sleep(UNWATCHABLE);
+                    continue;
+                }
+            };
+            if busy {
+                continue;
+            }
+            match &sleeper {
+                Some(sleeper) if timer != Some(Duration::ZERO) => sleeper.sleep(timer),
+                Some(_) => {}
+                None => std::thread::park_timeout(timer.unwrap_or(UNWATCHABLE).min(UNWATCHABLE)),
+            }
+        }
+    }
+
+    /// Stop: end the helper's watch (the caller joins it), then reset every connection,
+    /// close the device and wake every waiter; return the final counters.
+    pub(crate) fn begin_stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        if let Some(w) = &self.device_waker {
+            w.wake();
+        }
+        if let Some(helper) = self.helper.get() {
+            helper.unpark();
+        }
+    }
+
+    /// Finish stopping after the helper has ended: see [`begin_stop`](Core::begin_stop).
+    pub(crate) fn finish_stop(&self) -> io::Result<Counters> {
+        let result = self.with(|st| {
+            let result = match st.stack.as_mut() {
+                Some(stack) => {
+                    stack.abort_all();
+                    let flushed = stack.poll_tx().map(drop);
+                    st.final_counters = Some(stack.counters().clone());
+                    flushed
+                }
+                None => Ok(()),
+            };
+            st.stack = None;
+            let State { socks, listeners, woken, .. } = st;
+            for sock in socks.values_mut() {
+                sock.readers.take_into(woken);
+                sock.writers.take_into(woken);
+            }
+            for listen in listeners.values_mut() {
+                listen.waiters.take_into(woken);
+            }
+            result.map(|()| st.final_counters.clone().unwrap_or_default())
+        });
+        self.wake_driver();
+        result
+    }
+
+    /// Return the stack's counters (as they were when it stopped, after a stop).
+    pub(crate) fn counters(&self) -> Counters {
+        let st = self.lock();
+        match &st.stack {
+            Some(stack) => stack.counters().clone(),
+            None => st.final_counters.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Listen on `port`.
+    pub(crate) fn listen(&self, port: u16) -> io::Result<()> {
+        self.with(|st| {
+            let id = st.stack()?.listen(port).map_err(|e| match e {
+                ListenError::AddrInUse(_) => io::Error::new(ErrorKind::AddrInUse, e),
+                ListenError::InvalidPort => io::Error::new(ErrorKind::InvalidInput, e),
+            })?;
+            st.listeners.insert(port, Listen { id, ready: VecDeque::new(), waiters: Waiters::default() });
+            Ok(())
+        })
+    }
+
+    /// Stop listening on `port`, resetting the connections no one accepted.
+    pub(crate) fn unlisten(&self, port: u16) {
+        self.with(|st| {
+            let Some(listen) = st.listeners.remove(&port) else { return };
+            let Some(stack) = st.stack.as_mut() else { return };
+            stack.unlisten(listen.id);
+            for id in listen.ready {
+                stack.abort(id);
+                st.socks.remove(&id);
+            }
+            let _ = stack.poll_tx();
+        });
+    }
+
+    /// Start opening a connection to `remote`: the SYN is sent before this returns.
+    pub(crate) fn start_connect(&self, remote: SocketAddr) -> io::Result<SocketId> {
+        self.with(|st| {
+            let stack = st.stack()?;
+            let id = stack.connect(remote).map_err(|e| {
+                let kind = match e {
+                    ConnectError::InvalidAddress(_) => ErrorKind::InvalidInput,
+                    ConnectError::NoSourceAddress(_) | ConnectError::NoFreePort(_) => ErrorKind::AddrNotAvailable,
+                    ConnectError::PortInUse(_) => ErrorKind::AddrInUse,
+                    ConnectError::TableFull(_) => ErrorKind::OutOfMemory,
+                };
+                io::Error::new(kind, e)
+            })?;
+            stack.poll_tx()?;
+            st.socks.insert(id, Sock::default());
+            Ok(id)
+        })
+    }
+
+    /// Ensure a tokio driver task polls this stack (spawned on the current runtime).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn ensure_driver(self: &Arc<Core>) {
+        if !self.driver_running.swap(true, Ordering::SeqCst) {
+            tokio::spawn(drive(Arc::clone(self)));
+        }
+    }
+
+    /// Return whether a driver task polls the stack now (it runs and is not asleep).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn driver_awake(&self) -> bool {
+        self.driver_running.load(Ordering::SeqCst) && !self.driver_asleep.load(Ordering::SeqCst)
+    }
+
+    fn wake_driver(&self) {
+        if self.driver_asleep.swap(false, Ordering::SeqCst)
+            && let Some(w) = self.driver_waker.lock().unwrap_or_else(PoisonError::into_inner).take()
+        {
+            w.wake();
+        }
+    }
+}
+
+/// The error of every call on a stopped runtime.
+pub(crate) fn stopped() -> io::Error {
+    io::Error::new(ErrorKind::NotConnected, "the runtime has stopped")
+}
+
+/// Holds the one spinning slot of a core while a thread spins in a wait.
+struct Spinning<'a>(&'a Core);
+
+impl<'a> Spinning<'a> {
+    fn try_take(core: &'a Core) -> Option<Spinning<'a>> {
+        core.spinning.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).ok().map(|_| Spinning(core))
+    }
+}
+
+impl Drop for Spinning<'_> {
+    fn drop(&mut self) {
+        self.0.spinning.store(0, Ordering::SeqCst);
+    }
+}
+
+/// Counts a thread asleep on each of `cores` while it lives.
+struct Sleeping<'a>(&'a [Arc<Core>]);
+
+impl<'a> Sleeping<'a> {
+    fn new(cores: &'a [Arc<Core>]) -> Sleeping<'a> {
+        for core in cores {
+            core.sleeping.fetch_add(1, Ordering::SeqCst);
+            core.call_helper();
+        }
+        Sleeping(cores)
+    }
+}
+
+impl Drop for Sleeping<'_> {
+    fn drop(&mut self) {
+        for core in self.0 {
+            core.sleeping.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Run a blocking call on `cores` (one, or every stack of a listener): `attempt` tries it
+/// under a core's lock (`None`: not yet), `register` adds the calling thread as a waiter.
+/// Between tries the caller polls the stacks itself, spins while it may, then sleeps until
+/// woken, as `wait` allows. `WouldBlock` when it may not wait or the time is up.
+pub(crate) fn block_on<T>(
+    cores: &[Arc<Core>],
+    wait: Wait,
+    mut attempt: impl FnMut(usize, &mut State) -> Option<io::Result<T>>,
+    mut register: impl FnMut(usize, &mut State, Waiter),
+) -> io::Result<T> {
+    let deadline = match wait {
+        Wait::For(t) => Some(Instant::now() + t),
+        _ => None,
+    };
+    let first = &cores[0];
+    let mut spin_end = None;
+    let mut spinning = None;
+    loop {
+        for (k, core) in cores.iter().enumerate() {
+            let tried = core.with(|st| {
+                if let Some(r) = attempt(k, st) {
+                    return Some(r);
+                }
+                if let Err(e) = core.progress(st, true) {
+                    return Some(Err(e));
+                }
+                attempt(k, st)
+            });
+            if let Some(r) = tried {
+                return r;
+            }
+        }
+        let now = Instant::now();
+        if matches!(wait, Wait::No) || deadline.is_some_and(|d| now >= d) {
+            return Err(io::Error::from(ErrorKind::WouldBlock));
+        }
+        let spin_end = *spin_end.get_or_insert(now + first.spin);
+        if first.busy_poll || now < spin_end {
+            if spinning.is_none() {
+                spinning = Spinning::try_take(first);
+            }
+            if spinning.is_some() {
+                std::hint::spin_loop();
+                continue;
+            }
+        }
+        spinning = None;
+        // Sleep: register under the lock after a last try, so a change after the try wakes us.
+        for (k, core) in cores.iter().enumerate() {
+            let tried = core.with(|st| {
+                if let Some(r) = attempt(k, st) {
+                    return Some(r);
+                }
+                register(k, st, Waiter::Thread(std::thread::current()));
+                None
+            });
+            if let Some(r) = tried {
+                return r;
+            }
+        }
+        let _sleeping = Sleeping::new(cores);
+        let nap = deadline.map_or(PARK_MAX, |d| d.saturating_duration_since(Instant::now()).min(PARK_MAX));
+        std::thread::park_timeout(nap);
+    }
+}
+
+/// The tokio driver: poll the stack between the tasks it wakes, yielding to them; once idle
+/// for the spin time (never when busy-polling), sleep until the helper sees work.
+#[cfg(feature = "tokio")]
+async fn drive(core: Arc<Core>) {
+    /// Marks the driver gone when its task ends or is dropped (the tokio runtime stopped).
+    struct Running(Arc<Core>);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            self.0.driver_running.store(false, Ordering::SeqCst);
+        }
+    }
+    let running = Running(core);
+    let core = &running.0;
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        if core.stopped() {
+            return;
+        }
+        let busy = match core.with(|st| core.progress(st, true)) {
+            Ok(busy) => busy,
+            Err(_) if core.stopped() => return,
+            Err(e) => {
+                log::warn!("stack {}: the driver's poll failed: {e}", core.index);
+                false
+            }
+        };
+        let now = Instant::now();
+        if busy {
+            idle_since = None;
+        }
+        let idle = now - *idle_since.get_or_insert(now);
+        if core.busy_poll || idle < core.spin {
+            yield_once().await;
+            continue;
+        }
+        // Sleep until the helper sees work: counted as a sleeper while the guard lives.
+        let _asleep = DriverAsleep::new(core);
+        let mut registered = false;
+        std::future::poll_fn(|cx| {
+            if !registered || core.driver_asleep.load(Ordering::SeqCst) {
+                *core.driver_waker.lock().unwrap_or_else(PoisonError::into_inner) = Some(cx.waker().clone());
+                if !registered {
+                    registered = true;
+                    core.driver_asleep.store(true, Ordering::SeqCst);
+                    core.call_helper();
+                }
+                // Look after storing the waker: a wake in between cleared the flag.
+                if core.driver_asleep.load(Ordering::SeqCst) {
+                    return std::task::Poll::Pending;
+                }
+            }
+            std::task::Poll::Ready(())
+        })
+        .await;
+        idle_since = None;
+    }
+}
+
+/// Counts the driver as a sleeper of its core while it lives.
+#[cfg(feature = "tokio")]
+struct DriverAsleep<'a>(&'a Core);
+
+#[cfg(feature = "tokio")]
+impl<'a> DriverAsleep<'a> {
+    fn new(core: &'a Core) -> DriverAsleep<'a> {
+        core.sleeping.fetch_add(1, Ordering::SeqCst);
+        DriverAsleep(core)
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Drop for DriverAsleep<'_> {
+    fn drop(&mut self) {
+        self.0.driver_asleep.store(false, Ordering::SeqCst);
+        self.0.sleeping.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Yield once to the tokio scheduler: wake ourselves and return `Pending`, so every task
+/// already woken runs before the driver polls again.
+#[cfg(feature = "tokio")]
+async fn yield_once() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// Return the state of `id` as a connect sees it: `None` while the handshake runs, else
+/// whether it succeeded (the error a failed one reports).
+pub(crate) fn connect_outcome(st: &mut State, id: SocketId) -> Option<io::Result<()>> {
+    let stack = match st.stack() {
+        Ok(s) => s,
+        Err(e) => return Some(Err(e)),
+    };
+    match stack.state(id) {
+        TcpState::SynSent | TcpState::SynReceived => None,
+        TcpState::Closed => {
+            let err = match stack.read(id, &mut []) {
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => {
+                    io::Error::new(ErrorKind::ConnectionRefused, "connection refused (the peer answered RST)")
+                }
+                Err(e) => e,
+                Ok(_) => io::Error::new(ErrorKind::ConnectionRefused, "the connection closed while opening"),
+            };
+            stack.close(id);
+            st.socks.remove(&id);
+            Some(Err(err))
+        }
+        _ => Some(Ok(())),
+    }
+}

@@ -1,0 +1,346 @@
+//! Connections and listeners of the in-thread mode ([`crate::local`]): every call runs the
+//! stack in the caller's thread.
+
+use std::io::{self, ErrorKind};
+use std::net::{Shutdown, SocketAddr};
+use std::sync::Arc;
+#[cfg(feature = "tokio")]
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bypass_stack::SocketId;
+
+use crate::local::{Core, State, Waiter, block_on, connect_outcome};
+use crate::stream::Wait;
+
+/// What a [`LocalStream`] asks of its connection.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Read,
+    Write,
+}
+
+/// A connection of an in-thread stack.
+pub(crate) struct LocalStream {
+    core: Arc<Core>,
+    cores: [Arc<Core>; 1],
+    id: SocketId,
+    pub(crate) local: SocketAddr,
+    pub(crate) remote: SocketAddr,
+    /// `shutdown(Read)`: reads return end of stream.
+    read_shut: bool,
+}
+
+impl LocalStream {
+    /// Return the handle of `id`, a connection of `core` between `local` and `remote`.
+    pub(crate) fn new(core: Arc<Core>, id: SocketId, local: SocketAddr, remote: SocketAddr) -> LocalStream {
+        LocalStream { cores: [Arc::clone(&core)], core, id, local, remote, read_shut: false }
+    }
+
+    /// Return the handle of `id` once its addresses are known (it has been accepted or has
+    /// connected).
+    pub(crate) fn adopt(core: &Arc<Core>, st: &mut State, id: SocketId) -> io::Result<LocalStream> {
+        let tuple = st.stack()?.interface().connection(id).and_then(|c| c.tuple());
+        let tuple = tuple.ok_or_else(|| io::Error::new(ErrorKind::NotConnected, "the connection is gone"))?;
+        Ok(LocalStream::new(Arc::clone(core), id, tuple.local, tuple.remote))
+    }
+
+    pub(crate) fn shard(&self) -> usize {
+        self.core.index
+    }
+
+    /// Run `op` on the stack until it stops saying `WouldBlock`, waiting as `wait` says.
+    fn blocking<T>(
+        &self,
+        side: Side,
+        wait: Wait,
+        mut op: impl FnMut(&mut State, SocketId) -> io::Result<T>,
+    ) -> io::Result<T> {
+        let id = self.id;
+        block_on(
+            &self.cores,
+            wait,
+            |_, st| match op(st, id) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => None,
+                r => Some(r),
+            },
+            |_, st, w| register(st, id, side, w),
+        )
+    }
+
+    /// Read what has arrived into `buf`: `Ok(0)` at end of stream.
+    pub(crate) fn read(&mut self, buf: &mut [u8], wait: Wait) -> io::Result<usize> {
+        if self.read_shut || buf.is_empty() {
+            return Ok(0);
+        }
+        self.blocking(Side::Read, wait, |st, id| st.stack()?.read(id, buf))
+    }
+
+    /// Queue `data` for sending (some of it, as the send buffer takes) and transmit.
+    pub(crate) fn write(&mut self, data: &[u8], wait: Wait) -> io::Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        self.blocking(Side::Write, wait, |st, id| {
+            let stack = st.stack()?;
+            let n = stack.write(id, data)?;
+            stack.poll_tx()?;
+            Ok(n)
+        })
+    }
+
+    /// Read in place: see [`crate::TcpStream::recv_with`].
+    pub(crate) fn recv_with<R>(&mut self, wait: Wait, f: impl FnOnce(&[u8]) -> (usize, R)) -> io::Result<R> {
+        if self.read_shut {
+            return Ok(f(&[]).1);
+        }
+        let mut f = Some(f);
+        self.blocking(Side::Read, wait, |st, id| {
+            st.stack()?.recv_with(id, |data| (f.take().expect("called once"))(data))
+        })
+    }
+
+    /// Write in place: see [`crate::TcpStream::send_with`].
+    pub(crate) fn send_with<R>(&mut self, wait: Wait, f: impl FnOnce(&mut [u8]) -> (usize, R)) -> io::Result<R> {
+        let mut f = Some(f);
+        self.blocking(Side::Write, wait, |st, id| {
+            let stack = st.stack()?;
+            let r = stack.send_with(id, |space| (f.take().expect("called once"))(space))?;
+            stack.poll_tx()?;
+            Ok(r)
+        })
+    }
+
+    pub(crate) fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+        self.core.with(|st| st.stack().map(|s| s.set_nodelay(self.id, nodelay)))
+    }
+
+    pub(crate) fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
+        if matches!(how, Shutdown::Write | Shutdown::Both) {
+            self.core.with(|st| {
+                let stack = st.stack()?;
+                stack.shutdown(self.id);
+                stack.poll_tx().map(drop)
+            })?;
+        }
+        if matches!(how, Shutdown::Read | Shutdown::Both) {
+            self.read_shut = true;
+        }
+        Ok(())
+    }
+
+    #[cfg(feature = "tokio")]
+    /// Try `op` without waiting; on `WouldBlock`, register `cx`'s task to be woken when the
+    /// connection changes and make sure a driver polls the stack.
+    fn poll_op<T>(
+        &mut self,
+        cx: &Context<'_>,
+        side: Side,
+        mut op: impl FnMut(&mut State, SocketId, bool) -> io::Result<T>,
+    ) -> Poll<io::Result<T>> {
+        #[cfg(feature = "tokio")]
+        self.core.ensure_driver();
+        let id = self.id;
+        // With a driver polling, it transmits after this turn's tasks; without, do it here.
+        let flush = !self.core.driver_awake();
+        let core = &self.core;
+        core.with(|st| match op(st, id, flush) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if let Err(e) = core.progress(st, true) {
+                    return Poll::Ready(Err(e));
+                }
+                match op(st, id, flush) {
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        register(st, id, side, Waiter::Task(cx.waker().clone()));
+                        Poll::Pending
+                    }
+                    r => Poll::Ready(r),
+                }
+            }
+            r => Poll::Ready(r),
+        })
+    }
+
+    #[cfg(feature = "tokio")]
+    pub(crate) fn poll_read(&mut self, cx: &Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        if self.read_shut || buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        self.poll_op(cx, Side::Read, |st, id, _| st.stack()?.read(id, buf))
+    }
+
+    #[cfg(feature = "tokio")]
+    pub(crate) fn poll_write(&mut self, cx: &Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        if data.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        self.poll_op(cx, Side::Write, |st, id, flush| {
+            let stack = st.stack()?;
+            let n = stack.write(id, data)?;
+            if flush {
+                stack.poll_tx()?;
+            }
+            Ok(n)
+        })
+    }
+
+    #[cfg(feature = "tokio")]
+    pub(crate) fn poll_shutdown(&mut self, _: &Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.shutdown(Shutdown::Write))
+    }
+
+    /// Wait for the handshake of a connection being opened: `Ok` once established.
+    pub(crate) fn connect_wait(core: &Arc<Core>, id: SocketId, timeout: Option<Duration>) -> io::Result<LocalStream> {
+        let wait = timeout.map_or(Wait::Forever, Wait::For);
+        let cores = [Arc::clone(core)];
+        let outcome =
+            block_on(&cores, wait, |_, st| connect_outcome(st, id), |_, st, w| register(st, id, Side::Write, w));
+        match outcome {
+            Ok(()) => core.with(|st| LocalStream::adopt(core, st, id)),
+            Err(e) => {
+                abandon(core, id);
+                if e.kind() == ErrorKind::WouldBlock {
+                    return Err(io::Error::new(ErrorKind::TimedOut, "connection timed out"));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    #[cfg(feature = "tokio")]
+    /// Poll the handshake of a connection being opened (tokio).
+    pub(crate) fn poll_connect(core: &Arc<Core>, id: SocketId, cx: &Context<'_>) -> Poll<io::Result<LocalStream>> {
+        #[cfg(feature = "tokio")]
+        core.ensure_driver();
+        core.with(|st| {
+            let outcome = match connect_outcome(st, id) {
+                None => {
+                    if let Err(e) = core.progress(st, true) {
+                        return Poll::Ready(Err(e));
+                    }
+                    connect_outcome(st, id)
+                }
+                done => done,
+            };
+            match outcome {
+                None => {
+                    register(st, id, Side::Write, Waiter::Task(cx.waker().clone()));
+                    Poll::Pending
+                }
+                Some(Ok(())) => Poll::Ready(LocalStream::adopt(core, st, id)),
+                Some(Err(e)) => Poll::Ready(Err(e)),
+            }
+        })
+    }
+}
+
+/// Give up a connection being opened (its handle never reached the application).
+pub(crate) fn abandon(core: &Core, id: SocketId) {
+    core.with(|st| {
+        st.socks.remove(&id);
+        if let Some(stack) = st.stack.as_mut() {
+            stack.abort(id);
+            let _ = stack.poll_tx();
+        }
+    });
+}
+
+/// Add `w` to the waiters of `id`'s `side`.
+fn register(st: &mut State, id: SocketId, side: Side, w: Waiter) {
+    let sock = st.sock(id);
+    match side {
+        Side::Read => sock.readers.add(w),
+        Side::Write => sock.writers.add(w),
+    }
+}
+
+impl Drop for LocalStream {
+    /// Close as close(2) does: FIN after what was written, or RST if received data is left
+    /// unread (see [`bypass_stack::Stack::close`]).
+    fn drop(&mut self) {
+        let id = self.id;
+        self.core.with(|st| {
+            st.socks.remove(&id);
+            if let Some(stack) = st.stack.as_mut() {
+                stack.close(id);
+                let _ = stack.poll_tx();
+            }
+        });
+    }
+}
+
+/// A port listened on by every in-thread stack of a runtime.
+pub(crate) struct LocalListener {
+    /// Every stack of the runtime, in order of their index.
+    cores: Vec<Arc<Core>>,
+    port: u16,
+}
+
+impl LocalListener {
+    pub(crate) fn new(cores: Vec<Arc<Core>>, port: u16) -> LocalListener {
+        LocalListener { cores, port }
+    }
+
+    /// Take an established connection from the queue of stack `k`, whose state is `st`.
+    fn take(&self, k: usize, st: &mut State) -> Option<io::Result<LocalStream>> {
+        let core = &self.cores[k];
+        if st.stack.is_none() {
+            return Some(Err(io::Error::new(
+                ErrorKind::NotConnected,
+                "the runtime stopped: no more connections will be accepted",
+            )));
+        }
+        let id = st.listeners.get_mut(&self.port)?.ready.pop_front()?;
+        Some(LocalStream::adopt(core, st, id))
+    }
+
+    pub(crate) fn accept(&self, wait: Wait) -> io::Result<LocalStream> {
+        let port = self.port;
+        block_on(
+            &self.cores,
+            wait,
+            |k, st| self.take(k, st),
+            |_, st, w| {
+                if let Some(l) = st.listeners.get_mut(&port) {
+                    l.waiters.add(w);
+                }
+            },
+        )
+    }
+
+    #[cfg(feature = "tokio")]
+    pub(crate) fn poll_accept(&self, cx: &Context<'_>) -> Poll<io::Result<LocalStream>> {
+        for core in &self.cores {
+            #[cfg(feature = "tokio")]
+            core.ensure_driver();
+            let k = core.index;
+            let polled = core.with(|st| {
+                if let Some(r) = self.take(k, st) {
+                    return Some(r);
+                }
+                if let Err(e) = core.progress(st, true) {
+                    return Some(Err(e));
+                }
+                if let Some(r) = self.take(k, st) {
+                    return Some(r);
+                }
+                if let Some(l) = st.listeners.get_mut(&self.port) {
+                    l.waiters.add(Waiter::Task(cx.waker().clone()));
+                }
+                None
+            });
+            if let Some(r) = polled {
+                return Poll::Ready(r);
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for LocalListener {
+    fn drop(&mut self) {
+        for core in &self.cores {
+            core.unlisten(self.port);
+        }
+    }
+}
