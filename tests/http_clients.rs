@@ -170,16 +170,24 @@ fn protocol_details_xdp() {
     let responses: Vec<&str> = reply.split("HTTP/1.1 ").skip(1).collect();
     let statuses: Vec<&str> = responses.iter().map(|r| &r[..3]).collect();
     assert_eq!(statuses, ["200", "200", "404", "405", "400", "200"], "{reply}");
-    assert!(responses[0].ends_with("Content-Length: 3\r\n\r\n\x00\x01\x02"), "{reply}");
-    assert!(responses[1].ends_with("Content-Length: 5\r\n\r\n"), "HEAD sent a body: {reply}");
+    // hyper writes `Date` (RFC 9110 section 6.6.1) after the service's headers.
+    assert!(
+        responses[0].contains("\r\nContent-Length: 3\r\n") && responses[0].ends_with("\r\n\r\n\x00\x01\x02"),
+        "{reply}"
+    );
+    assert!(
+        responses[1].contains("\r\nContent-Length: 5\r\n") && responses[1].ends_with("\r\n\r\n"),
+        "HEAD sent a body: {reply}"
+    );
     assert!(responses[3].contains("Allow: GET, HEAD\r\n"), "{reply}");
     assert!(responses[5].contains("Connection: close\r\n") && responses[5].ends_with("\r\n\r\n\x00\x01"), "{reply}");
     assert!(reply.contains("Server: bypass-http-example\r\n"), "{reply}");
 
+    // hyper answers an HTTP/1.0 request in HTTP/1.0.
     let reply = exchange(b"GET /bytes/1 HTTP/1.0\r\n\r\n");
-    assert!(reply.starts_with("HTTP/1.1 200 OK\r\n") && reply.contains("Connection: close\r\n"), "{reply}");
+    assert!(reply.starts_with("HTTP/1.0 200 OK\r\n") && reply.contains("Connection: close\r\n"), "{reply}");
     let reply = exchange(b"GET /bytes/1 HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET / HTTP/1.0\r\n\r\n");
-    assert_eq!(reply.matches("HTTP/1.1 200 OK\r\n").count(), 2, "{reply}");
+    assert_eq!(reply.matches("HTTP/1.0 200 OK\r\n").count(), 2, "{reply}");
     assert!(reply.contains("Connection: keep-alive\r\n"), "{reply}");
 
     for (request, status) in [
@@ -190,7 +198,8 @@ fn protocol_details_xdp() {
         // Closed after the error, even with another request behind it.
         let reply = exchange(&[&request[..], b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"].concat());
         assert!(reply.starts_with(&format!("HTTP/1.1 {status} ")), "{reply}");
-        assert_eq!(reply.matches("\r\nServer: ").count(), 1, "a response after the error: {reply}");
+        // One response (hyper's own 400 and 431 have no `Server`, but all have a length).
+        assert_eq!(reply.matches("\r\nContent-Length: ").count(), 1, "a response after the error: {reply}");
         assert!(reply.contains("Connection: close\r\n"), "{reply}");
     }
     server.stop();

@@ -20,21 +20,57 @@ enum Side {
     Write,
 }
 
-/// A connection of an in-thread stack.
+/// A connection of an in-thread stack (one handle of it: see [`try_clone`](LocalStream::try_clone)).
 pub(crate) struct LocalStream {
     core: Arc<Core>,
     cores: [Arc<Core>; 1],
     id: SocketId,
     pub(crate) local: SocketAddr,
     pub(crate) remote: SocketAddr,
-    /// `shutdown(Read)`: reads return end of stream.
+    /// `shutdown(Read)` on this handle: its reads return end of stream.
     read_shut: bool,
+    /// Closes the connection when the last handle goes.
+    _closer: Arc<Closer>,
+}
+
+/// Closes a connection as close(2) does when dropped: FIN after what was written, or RST if
+/// received data is left unread (see [`bypass_stack::Stack::close`]).
+struct Closer {
+    core: Arc<Core>,
+    id: SocketId,
+}
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        let id = self.id;
+        self.core.with(|st| {
+            st.socks.remove(&id);
+            if let Some(stack) = st.stack.as_mut() {
+                stack.close(id);
+                let _ = stack.poll_tx();
+            }
+        });
+    }
 }
 
 impl LocalStream {
     /// Return the handle of `id`, a connection of `core` between `local` and `remote`.
     pub(crate) fn new(core: Arc<Core>, id: SocketId, local: SocketAddr, remote: SocketAddr) -> LocalStream {
-        LocalStream { cores: [Arc::clone(&core)], core, id, local, remote, read_shut: false }
+        let closer = Arc::new(Closer { core: Arc::clone(&core), id });
+        LocalStream { cores: [Arc::clone(&core)], core, id, local, remote, read_shut: false, _closer: closer }
+    }
+
+    /// Return another handle of the same connection; it closes when the last handle drops.
+    pub(crate) fn try_clone(&self) -> LocalStream {
+        LocalStream {
+            core: Arc::clone(&self.core),
+            cores: [Arc::clone(&self.core)],
+            id: self.id,
+            local: self.local,
+            remote: self.remote,
+            read_shut: false,
+            _closer: Arc::clone(&self._closer),
+        }
     }
 
     /// Return the handle of `id` once its addresses are known (it has been accepted or has
@@ -141,21 +177,23 @@ impl LocalStream {
         #[cfg(feature = "tokio")]
         self.core.ensure_driver();
         let id = self.id;
-        // With a driver polling, it transmits after this turn's tasks; without, do it here.
-        let flush = !self.core.driver_awake();
+        // With a driver polling, it receives and transmits once for every task of this turn
+        // of the worker; without (it sleeps), this call does.
+        let driven = self.core.driver_awake();
         let core = &self.core;
-        core.with(|st| match op(st, id, flush) {
+        core.with(|st| match op(st, id, !driven) {
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if let Err(e) = core.progress(st, true) {
-                    return Poll::Ready(Err(e));
-                }
-                match op(st, id, flush) {
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                        register(st, id, side, Waiter::Task(cx.waker().clone()));
-                        Poll::Pending
+                if !driven {
+                    if let Err(e) = core.progress(st, true) {
+                        return Poll::Ready(Err(e));
                     }
-                    r => Poll::Ready(r),
+                    match op(st, id, true) {
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                        r => return Poll::Ready(r),
+                    }
                 }
+                register(st, id, side, Waiter::Task(cx.waker().clone()));
+                Poll::Pending
             }
             r => Poll::Ready(r),
         })
@@ -254,21 +292,6 @@ fn register(st: &mut State, id: SocketId, side: Side, w: Waiter) {
     }
 }
 
-impl Drop for LocalStream {
-    /// Close as close(2) does: FIN after what was written, or RST if received data is left
-    /// unread (see [`bypass_stack::Stack::close`]).
-    fn drop(&mut self) {
-        let id = self.id;
-        self.core.with(|st| {
-            st.socks.remove(&id);
-            if let Some(stack) = st.stack.as_mut() {
-                stack.close(id);
-                let _ = stack.poll_tx();
-            }
-        });
-    }
-}
-
 /// A port listened on by every in-thread stack of a runtime.
 pub(crate) struct LocalListener {
     /// Every stack of the runtime, in order of their index.
@@ -314,15 +337,18 @@ impl LocalListener {
             #[cfg(feature = "tokio")]
             core.ensure_driver();
             let k = core.index;
+            let driven = core.driver_awake();
             let polled = core.with(|st| {
                 if let Some(r) = self.take(k, st) {
                     return Some(r);
                 }
-                if let Err(e) = core.progress(st, true) {
-                    return Some(Err(e));
-                }
-                if let Some(r) = self.take(k, st) {
-                    return Some(r);
+                if !driven {
+                    if let Err(e) = core.progress(st, true) {
+                        return Some(Err(e));
+                    }
+                    if let Some(r) = self.take(k, st) {
+                        return Some(r);
+                    }
                 }
                 if let Some(l) = st.listeners.get_mut(&self.port) {
                     l.waiters.add(Waiter::Task(cx.waker().clone()));

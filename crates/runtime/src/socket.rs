@@ -79,6 +79,25 @@ impl TcpStream {
         }
     }
 
+    /// Return another handle of the same connection, for example to read on one thread and
+    /// write on another (as std's `try_clone`); the connection closes when the last handle
+    /// drops. In-thread only: a shard's connection has one reader's and one writer's queue,
+    /// so with [`Mode::Shard`](crate::Mode) this fails with `Unsupported`.
+    pub fn try_clone(&self) -> io::Result<TcpStream> {
+        match &self.kind {
+            StreamKind::Local(s) => Ok(TcpStream {
+                kind: StreamKind::Local(s.try_clone()),
+                read_timeout: self.read_timeout,
+                write_timeout: self.write_timeout,
+                nonblocking: self.nonblocking,
+            }),
+            StreamKind::Shard(_) => Err(io::Error::new(
+                ErrorKind::Unsupported,
+                "try_clone needs the in-thread mode (Mode::InThread): a shard's connection has one queue each way",
+            )),
+        }
+    }
+
     /// Give up a blocked read after `timeout` with `WouldBlock` (as std's `TcpStream`
     /// reports `SO_RCVTIMEO` on Unix); `None` waits without limit.
     pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
