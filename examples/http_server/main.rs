@@ -16,13 +16,19 @@
 //! sudo target/release/bypass lab down
 //! ```
 //!
-//! Arguments: `INTERFACE ADDRESS[/PREFIX] PORT [packet|kernel] [--pcap FILE] [--shards N]`.
+//! Arguments: `INTERFACE ADDRESS[/PREFIX] PORT [packet|kernel] [--pcap FILE] [--shards N]
+//! [--busy-poll | --spin-usec N] [--shard-threads]`.
 //! Without a mode the server runs on our stack over AF_XDP (the prefix defaults to 24);
 //! `packet` runs it over AF_PACKET; `kernel` serves from a `tokio::net::TcpListener` bound to
 //! ADDRESS:PORT, the kernel's TCP, so ADDRESS must be one of the kernel's; INTERFACE is then
 //! only checked to exist. `--pcap FILE` records our stack's frames for Wireshark (one file per
 //! shard: FILE, then FILE with extension `q1`, `q2`, ...). `--shards N` runs N stacks on
 //! queues 0 to N-1 of INTERFACE (AF_XDP only; `bypass lab up --queues N` gives bx0 N queues).
+//! Our stack runs in the tokio worker's own thread (`bypass_runtime::Mode::InThread`):
+//! `--busy-poll` makes the worker spin on the stack instead of sleeping when idle (the
+//! lowest latency, a core), `--spin-usec N` sets how long it spins before sleeping (default
+//! 50); `--shard-threads` runs each stack on a thread of its own instead
+//! (`bypass_runtime::Mode::Shard`), for comparison.
 //! Needs root for our stack. It prints one line saying where it serves and through what, then serves until
 //! SIGINT or SIGTERM, on which it stops the stacks (detaching XDP) and exits 0.
 //! `RUST_LOG=debug` shows connections that ended early.
@@ -61,9 +67,11 @@ struct Args {
     mode: Mode,
     pcap: Option<PathBuf>,
     shards: u32,
+    options: RuntimeOptions,
 }
 
-const USAGE: &str = "usage: http_server INTERFACE ADDRESS[/PREFIX] PORT [packet|kernel] [--pcap FILE] [--shards N]";
+const USAGE: &str = "usage: http_server INTERFACE ADDRESS[/PREFIX] PORT [packet|kernel] [--pcap FILE] [--shards N] \
+                     [--busy-poll | --spin-usec N] [--shard-threads]";
 
 fn main() -> std::process::ExitCode {
     env_logger::init();
@@ -145,11 +153,16 @@ fn start_stack<D: Device + Send + 'static>(
         }) as CaptureFactory
     });
     let config = StackConfig::new(args.ip, args.prefix, rand_secret());
-    let runtime = Runtime::start(devices, config, RuntimeOptions { capture, ..RuntimeOptions::default() })?;
+    let runtime = Runtime::start(devices, config, RuntimeOptions { capture, ..args.options.clone() })?;
     let listener = bypass_runtime::tokio::TcpListener::bind(&runtime, args.port)?;
     let more =
         if shards == 1 { String::new() } else { format!(" (shard 0 of {shards}, one per queue 0-{})", shards - 1) };
-    println!("http_server on http://{}:{}/ via our stack, {mode}{more}", args.ip, args.port);
+    let how = match (args.options.mode, args.options.busy_poll) {
+        (bypass_runtime::Mode::Shard, _) => "stack on its own thread",
+        (_, true) => "stack in the tokio worker, busy-polling",
+        (_, false) => "stack in the tokio worker",
+    };
+    println!("http_server on http://{}:{}/ via our stack ({how}), {mode}{more}", args.ip, args.port);
     tokio.spawn(async move {
         let listener = &listener;
         let outcome = serve::accept_loop(move || async move {
@@ -165,6 +178,15 @@ fn start_stack<D: Device + Send + 'static>(
 
 fn parse_args(mut args: Vec<String>) -> Result<Args, String> {
     let pcap = take_flag(&mut args, "--pcap")?.map(PathBuf::from);
+    let mut options = RuntimeOptions::default();
+    if let Some(usec) = take_flag(&mut args, "--spin-usec")? {
+        let usec = usec.parse::<u64>().map_err(|_| format!("--spin-usec takes microseconds, not `{usec}`"))?;
+        options.spin = std::time::Duration::from_micros(usec);
+    }
+    options.busy_poll = take_switch(&mut args, "--busy-poll");
+    if take_switch(&mut args, "--shard-threads") {
+        options.mode = bypass_runtime::Mode::Shard;
+    }
     let shards = match take_flag(&mut args, "--shards")? {
         Some(n) => n.parse::<u32>().ok().filter(|&n| n > 0).ok_or(format!("--shards takes a count, not `{n}`"))?,
         None => 1,
@@ -190,7 +212,14 @@ fn parse_args(mut args: Vec<String>) -> Result<Args, String> {
     if pcap.is_some() && mode == Mode::Kernel {
         return Err("--pcap records our stack's frames; with `kernel`, capture with tcpdump on the peer".into());
     }
-    Ok(Args { iface: iface.clone(), ip, prefix, port, mode, pcap, shards })
+    Ok(Args { iface: iface.clone(), ip, prefix, port, mode, pcap, shards, options })
+}
+
+/// Remove `flag` from the arguments and return whether it was there.
+fn take_switch(args: &mut Vec<String>, flag: &str) -> bool {
+    let before = args.len();
+    args.retain(|a| a != flag);
+    args.len() < before
 }
 
 /// Remove `flag VALUE` from the arguments and return VALUE.

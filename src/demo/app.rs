@@ -1,8 +1,10 @@
 //! The application row: the HTTP/1.1 server of `examples/http_server` (the same code, its
-//! `serve.rs`) on kernel sockets (`tokio::net`) and on our stack over AF_XDP
+//! `serve.rs`, on hyper) on kernel sockets (`tokio::net`) and on our stack over AF_XDP
 //! (`bypass_runtime::tokio`), each under a tokio runtime of one worker thread, loaded with
 //! keep-alive requests for `/` by `wrk` (or, without it, `ab -k`) from the peer namespace:
-//! the comparison an application developer makes.
+//! the comparison an application developer makes. Ours runs twice: in-thread and
+//! busy-polling (the stack runs on the tokio worker itself), and with the stack on a shard
+//! thread of its own (the runtime's other mode), so the table shows what the mode buys.
 
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -11,11 +13,10 @@ use std::time::Duration;
 
 use bypass_io::xdp::{XdpConfig, XdpDevice};
 use bypass_lab::testlab::Lab;
-use bypass_runtime::{Runtime, RuntimeOptions};
+use bypass_runtime::{Mode, Runtime, RuntimeOptions};
 use bypass_stack::StackConfig;
 
 #[path = "../../examples/http_server/serve.rs"]
-#[allow(dead_code)] // the example's pattern helpers are for its tests
 mod serve;
 
 /// The name `--only` and `--workload` know the application row by.
@@ -79,12 +80,20 @@ pub fn measure(lab: &Lab, kernel_ip: Ipv4Addr, runs: usize, duration: Duration, 
         Tool::Wrk => format!("wrk -t1 -c{CONNECTIONS} -d{secs}s --latency http://ADDRESS/"),
         Tool::Ab => format!("ab -k -c {CONNECTIONS} -t {secs} http://ADDRESS/"),
     };
-    let names = ["kernel sockets (tokio::net)", "ours/AF_XDP (bypass_runtime::tokio)"];
-    let mut samples: Vec<Vec<Result<AppRow, String>>> = vec![Vec::new(), Vec::new()];
+    let names = [
+        "kernel sockets (tokio::net)",
+        "ours/AF_XDP, in-thread, busy-poll (bypass_runtime::tokio)",
+        "ours/AF_XDP, shard thread (bypass_runtime::tokio)",
+    ];
+    let mut samples: Vec<Vec<Result<AppRow, String>>> = vec![Vec::new(); names.len()];
     for _ in 0..runs {
         for (i, name) in names.iter().enumerate() {
             *port += 1;
-            let result = if i == 0 { kernel(lab, kernel_ip, *port, tool, secs) } else { ours(lab, *port, tool, secs) };
+            let result = match i {
+                0 => kernel(lab, kernel_ip, *port, tool, secs),
+                1 => ours(lab, *port, tool, secs, RuntimeOptions { mode: Mode::InThread, busy_poll: true, ..Default::default() }),
+                _ => ours(lab, *port, tool, secs, RuntimeOptions { mode: Mode::Shard, ..Default::default() }),
+            };
             samples[i].push(result.map(|mut r| {
                 r.server = name;
                 r
@@ -143,17 +152,17 @@ fn kernel(lab: &Lab, ip: Ipv4Addr, port: u16, tool: Tool, secs: u64) -> Result<A
     result
 }
 
-/// The server on our stack over AF_XDP at the lab's stack address.
-fn ours(lab: &Lab, port: u16, tool: Tool, secs: u64) -> Result<AppRow, String> {
+/// The server on our stack over AF_XDP at the lab's stack address, run as `options` says.
+fn ours(lab: &Lab, port: u16, tool: Tool, secs: u64, options: RuntimeOptions) -> Result<AppRow, String> {
     let device = lab
         .in_bypass(|| {
             XdpDevice::open(XdpConfig { tx_checksum_offload: true, ..XdpConfig::new(&lab.bypass_if, lab.bypass_ip) })
         })
         .map_err(|e| format!("AF_XDP on {}: {e}", lab.bypass_if))?;
     let config = StackConfig::new(lab.bypass_ip, lab.prefix_len, super::stack::secret());
-    let runtime = Runtime::start(vec![device], config, RuntimeOptions::default()).map_err(|e| e.to_string())?;
-    let listener = bypass_runtime::tokio::TcpListener::bind(&runtime, port).map_err(|e| e.to_string())?;
+    let runtime = Runtime::start(vec![device], config, options).map_err(|e| e.to_string())?;
     let rt = tokio_runtime()?;
+    let listener = bypass_runtime::tokio::TcpListener::bind(&runtime, port).map_err(|e| e.to_string())?;
     rt.spawn(async move { serve::accept_loop(|| listener.accept()).await });
     let result = load(lab, SocketAddr::from((lab.bypass_ip, port)), tool, secs);
     rt.shutdown_timeout(Duration::from_millis(200));
