@@ -91,7 +91,13 @@ pub fn measure(lab: &Lab, kernel_ip: Ipv4Addr, runs: usize, duration: Duration, 
             *port += 1;
             let result = match i {
                 0 => kernel(lab, kernel_ip, *port, tool, secs),
-                1 => ours(lab, *port, tool, secs, RuntimeOptions { mode: Mode::InThread, busy_poll: true, ..Default::default() }),
+                1 => ours(
+                    lab,
+                    *port,
+                    tool,
+                    secs,
+                    RuntimeOptions { mode: Mode::InThread, busy_poll: true, ..Default::default() },
+                ),
                 _ => ours(lab, *port, tool, secs, RuntimeOptions { mode: Mode::Shard, ..Default::default() }),
             };
             samples[i].push(result.map(|mut r| {
