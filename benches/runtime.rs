@@ -205,7 +205,7 @@ fn run(server: Server) -> Figures {
             thread = Some(std::thread::spawn(move || run_to_completion(device, config, &stop)));
         }
         Server::Threads(mode, _) => {
-            let options = RuntimeOptions { mode, ..RuntimeOptions::default() };
+            let options = RuntimeOptions { mode, spin: spin(), ..RuntimeOptions::default() };
             let rt = Runtime::start(devices(), config, options).expect("runtime");
             let listener = rt.listen(PORT).expect("listen");
             std::thread::spawn(move || {
@@ -273,6 +273,12 @@ fn run(server: Server) -> Figures {
     }
     drop(runtime);
     figures
+}
+
+/// The in-thread threads' spin: `BENCH_SPIN_US`, else the runtime's default.
+fn spin() -> Duration {
+    let us = std::env::var("BENCH_SPIN_US").ok().and_then(|v| v.parse().ok());
+    us.map_or(RuntimeOptions::default().spin, Duration::from_micros)
 }
 
 /// Echo a connection with blocking reads and writes until end of stream.

@@ -42,6 +42,8 @@ pub(crate) const GRACE: Duration = Duration::from_millis(1);
 const PARK_MAX: Duration = Duration::from_millis(100);
 /// How long the helper sleeps at most on a device it cannot watch (no [`Sleeper`]).
 const UNWATCHABLE: Duration = Duration::from_millis(1);
+/// Pause instructions between two polls of a spinning thread (a microsecond or two).
+const SPIN_PAUSE: usize = 64;
 /// Established connections a listener keeps for `accept`, at most; the stack's own backlog
 /// holds the rest.
 const BACKLOG: usize = 1024;
@@ -155,6 +157,11 @@ pub(crate) struct Core {
     sleeping: AtomicUsize,
     /// The helper naps (not watching the device): unpark it to make it look.
     napping: AtomicBool,
+    /// The helper polls in a loop (traffic is flowing): it transmits what is written soon,
+    /// so a writer need not (see [`Core::transmit`]).
+    helper_polling: AtomicBool,
+    /// Something was written and left for the helper to transmit.
+    tx_pending: AtomicBool,
     helper: OnceLock<Thread>,
     /// Ends the helper's watch of the device.
     device_waker: Option<bypass_device::Waker>,
@@ -198,6 +205,8 @@ impl Core {
             spinning: AtomicUsize::new(0),
             sleeping: AtomicUsize::new(0),
             napping: AtomicBool::new(false),
+            helper_polling: AtomicBool::new(false),
+            tx_pending: AtomicBool::new(false),
             helper: OnceLock::new(),
             device_waker,
             spin,
@@ -223,7 +232,20 @@ impl Core {
 
     /// Run `f` under the lock, then wake whom it made ready (outside the lock).
     pub(crate) fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        let mut state = self.lock();
+        Self::run_locked(self.lock(), f)
+    }
+
+    /// Run `f` under the lock if no one holds it, as [`with`](Core::with); `None` if someone does.
+    fn try_with<T>(&self, f: impl FnOnce(&mut State) -> T) -> Option<T> {
+        let state = match self.state.try_lock() {
+            Ok(state) => state,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        Some(Self::run_locked(state, f))
+    }
+
+    fn run_locked<T>(mut state: MutexGuard<'_, State>, f: impl FnOnce(&mut State) -> T) -> T {
         let out = f(&mut state);
         if state.woken.is_empty() {
             return out;
@@ -262,6 +284,8 @@ impl Core {
         }
         let State { stack, socks, listeners, woken, .. } = st;
         let stack = stack.as_mut().ok_or_else(stopped)?;
+        // This turn transmits whatever was left for it.
+        self.tx_pending.store(false, Ordering::SeqCst);
         if self.inbox_pending.swap(false, Ordering::AcqRel) {
             let handed = std::mem::take(&mut *self.inbox.lock().unwrap_or_else(PoisonError::into_inner));
             for h in handed {
@@ -315,6 +339,19 @@ impl Core {
         Ok(busy)
     }
 
+    /// Transmit what a call under the lock just wrote, unless the helper polls in a loop and
+    /// will: then the writer holds the lock only for its copy, and the helper sends the
+    /// writes of many threads with one kick of the device. The helper looks for
+    /// `tx_pending` after it stops polling, and a writer for `helper_polling` after it set
+    /// `tx_pending` (both sequentially consistent), so one of them always transmits.
+    pub(crate) fn transmit(&self, st: &mut State) -> io::Result<()> {
+        self.tx_pending.store(true, Ordering::SeqCst);
+        if self.helper_polling.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        st.stack()?.poll_tx().map(drop)
+    }
+
     /// Queue a hand-off from a sibling and make sure someone polls this stack soon.
     fn hand(&self, handoff: Handoff) {
         self.inbox.lock().unwrap_or_else(PoisonError::into_inner).push(handoff);
@@ -337,6 +374,7 @@ impl Core {
     /// Run as the helper thread until the runtime stops: see the module docs.
     pub(crate) fn help(self: Arc<Core>, sleeper: Option<Sleeper>) {
         let _ = self.helper.set(std::thread::current());
+        let mut busy_before = false;
         loop {
             if self.stopped() {
                 return;
@@ -353,12 +391,26 @@ impl Core {
                 self.napping.store(false, Ordering::SeqCst);
                 continue;
             }
-            let turn = self.with(|st| {
+            let poll = |st: &mut State| {
                 let busy = self.progress(st, false)?;
                 let stack = st.stack()?;
                 let now = stack.now();
                 Ok::<_, io::Error>((busy, stack.poll_timeout().map(|t| t.saturating_duration_since(now))))
-            });
+            };
+            // After a busy turn, more is likely under way: poll again, but leave the lock to
+            // an application thread that holds it (it polls too), and pause between polls so
+            // the threads just woken can take it.
+            let turn = if busy_before {
+                for _ in 0..SPIN_PAUSE {
+                    std::hint::spin_loop();
+                }
+                match self.try_with(poll) {
+                    Some(turn) => turn,
+                    None => continue,
+                }
+            } else {
+                self.with(poll)
+            };
             let (busy, timer) = match turn {
                 Ok(t) => t,
                 Err(_) if self.stopped() => return,
@@ -368,7 +420,15 @@ impl Core {
                     continue;
                 }
             };
+            busy_before = busy;
             if busy {
+                self.helper_polling.store(true, Ordering::SeqCst);
+                continue;
+            }
+            // Stop polling; a writer that left its bytes to us before seeing this goes again.
+            self.helper_polling.store(false, Ordering::SeqCst);
+            if self.tx_pending.load(Ordering::SeqCst) {
+                busy_before = true;
                 continue;
             }
             match &sleeper {
@@ -555,7 +615,7 @@ pub(crate) fn block_on<T>(
     let mut spinning = None;
     loop {
         for (k, core) in cores.iter().enumerate() {
-            let tried = core.with(|st| {
+            let poll = |st: &mut State| {
                 if let Some(r) = attempt(k, st) {
                     return Some(r);
                 }
@@ -563,7 +623,10 @@ pub(crate) fn block_on<T>(
                     return Some(Err(e));
                 }
                 attempt(k, st)
-            });
+            };
+            // Spinning, leave the lock to whoever holds it (a thread this poll woke, most
+            // likely): it polls too.
+            let tried = if spinning.is_some() { core.try_with(poll).flatten() } else { core.with(poll) };
             if let Some(r) = tried {
                 return r;
             }
@@ -578,7 +641,10 @@ pub(crate) fn block_on<T>(
                 spinning = Spinning::try_take(first);
             }
             if spinning.is_some() {
-                std::hint::spin_loop();
+                // Off the lock for a moment between polls, so the threads woken can take it.
+                for _ in 0..SPIN_PAUSE {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
         }

@@ -117,10 +117,10 @@ impl LocalStream {
         if data.is_empty() {
             return Ok(0);
         }
+        let core = &self.core;
         self.blocking(Side::Write, wait, |st, id| {
-            let stack = st.stack()?;
-            let n = stack.write(id, data)?;
-            stack.poll_tx()?;
+            let n = st.stack()?.write(id, data)?;
+            core.transmit(st)?;
             Ok(n)
         })
     }
@@ -139,10 +139,10 @@ impl LocalStream {
     /// Write in place: see [`crate::TcpStream::send_with`].
     pub(crate) fn send_with<R>(&mut self, wait: Wait, f: impl FnOnce(&mut [u8]) -> (usize, R)) -> io::Result<R> {
         let mut f = Some(f);
+        let core = &self.core;
         self.blocking(Side::Write, wait, |st, id| {
-            let stack = st.stack()?;
-            let r = stack.send_with(id, |space| (f.take().expect("called once"))(space))?;
-            stack.poll_tx()?;
+            let r = st.stack()?.send_with(id, |space| (f.take().expect("called once"))(space))?;
+            core.transmit(st)?;
             Ok(r)
         })
     }
