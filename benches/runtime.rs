@@ -8,7 +8,7 @@
 //!   threads poll the stack in their calls), on the runtime's shard design (a stack thread,
 //!   bytes crossing in chunks), and on the kernel's sockets (`std::net`, the same program);
 //! - `tokio`: a task per connection under a tokio runtime of one worker, on the runtime
-//!   in-thread (busy-polling, as `stack` does, and spinning 50 us then sleeping), with
+//!   in-thread (busy-polling, as `stack` does, and spinning then sleeping), with
 //!   shards, and on the kernel's sockets (`tokio::net`);
 //! - `threads, 2 stacks`: in-thread on a veth with two queues, a stack per queue.
 //!
@@ -57,11 +57,13 @@ impl Server {
     fn name(self) -> String {
         match self {
             Server::Stack => "stack (run to completion, 1 thread)".into(),
-            Server::Threads(Mode::InThread, 1) => "threads, in-thread".into(),
-            Server::Threads(Mode::InThread, n) => format!("threads, in-thread, {n} stacks"),
+            Server::Threads(Mode::InThread, 1) => format!("threads, in-thread, spin {} us", spin().as_micros()),
+            Server::Threads(Mode::InThread, n) => {
+                format!("threads, in-thread, spin {} us, {n} stacks", spin().as_micros())
+            }
             Server::Threads(Mode::Shard, n) => format!("threads, {n} shard"),
             Server::Tokio(Mode::InThread, true) => "tokio, in-thread, busy-poll".into(),
-            Server::Tokio(Mode::InThread, false) => "tokio, in-thread, spin 50 us".into(),
+            Server::Tokio(Mode::InThread, false) => "tokio, in-thread, driver spins 50 us".into(),
             Server::Tokio(Mode::Shard, _) => "tokio, 1 shard".into(),
             Server::KernelThreads => "threads, kernel sockets".into(),
             Server::KernelTokio => "tokio, kernel sockets".into(),

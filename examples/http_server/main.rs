@@ -181,7 +181,7 @@ fn parse_args(mut args: Vec<String>) -> Result<Args, String> {
     let mut options = RuntimeOptions::default();
     if let Some(usec) = take_flag(&mut args, "--spin-usec")? {
         let usec = usec.parse::<u64>().map_err(|_| format!("--spin-usec takes microseconds, not `{usec}`"))?;
-        options.spin = std::time::Duration::from_micros(usec);
+        options.driver_spin = std::time::Duration::from_micros(usec);
     }
     options.busy_poll = take_switch(&mut args, "--busy-poll");
     if take_switch(&mut args, "--shard-threads") {

@@ -167,6 +167,9 @@ pub(crate) struct Core {
     device_waker: Option<bypass_device::Waker>,
     /// How long a waiting call spins before it sleeps.
     pub(crate) spin: Duration,
+    /// How long an idle tokio driver spins before it sleeps.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    driver_spin: Duration,
     /// Spin without end instead of sleeping.
     pub(crate) busy_poll: bool,
     stopped: AtomicBool,
@@ -183,13 +186,13 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    /// Return a core running `stack`, whose device's waker is `device_waker`.
+    /// Return a core running `stack`, whose device's waker is `device_waker`, waiting and
+    /// spinning as `options` say.
     pub(crate) fn new(
         index: usize,
         stack: Stack<Box<dyn Device + Send>>,
         device_waker: Option<bypass_device::Waker>,
-        spin: Duration,
-        busy_poll: bool,
+        options: &crate::RuntimeOptions,
     ) -> Core {
         Core {
             index,
@@ -209,8 +212,9 @@ impl Core {
             tx_pending: AtomicBool::new(false),
             helper: OnceLock::new(),
             device_waker,
-            spin,
-            busy_poll,
+            spin: options.spin,
+            driver_spin: options.driver_spin,
+            busy_poll: options.busy_poll,
             stopped: AtomicBool::new(false),
             driver_running: AtomicBool::new(false),
             driver_asleep: AtomicBool::new(false),
@@ -614,6 +618,19 @@ pub(crate) fn block_on<T>(
     let mut spin_end = None;
     let mut spinning = None;
     loop {
+        let now = Instant::now();
+        let may_wait = !matches!(wait, Wait::No) && deadline.is_none_or(|d| now < d);
+        // Spin while the time allows and no other thread of this stack spins; else this
+        // poll is the last before sleeping, and registers in the same hold of the lock.
+        let spin_end = *spin_end.get_or_insert(now + first.spin);
+        if may_wait && (first.busy_poll || now < spin_end) {
+            if spinning.is_none() {
+                spinning = Spinning::try_take(first);
+            }
+        } else {
+            spinning = None;
+        }
+        let sleep_next = may_wait && spinning.is_none();
         for (k, core) in cores.iter().enumerate() {
             let poll = |st: &mut State| {
                 if let Some(r) = attempt(k, st) {
@@ -622,7 +639,12 @@ pub(crate) fn block_on<T>(
                 if let Err(e) = core.progress(st, true) {
                     return Some(Err(e));
                 }
-                attempt(k, st)
+                let r = attempt(k, st);
+                if r.is_none() && sleep_next {
+                    // Under the lock after a last try: a change after it wakes us.
+                    register(k, st, Waiter::Thread(std::thread::current()));
+                }
+                r
             };
             // Spinning, leave the lock to whoever holds it (a thread this poll woke, most
             // likely): it polls too.
@@ -631,36 +653,15 @@ pub(crate) fn block_on<T>(
                 return r;
             }
         }
-        let now = Instant::now();
-        if matches!(wait, Wait::No) || deadline.is_some_and(|d| now >= d) {
+        if !may_wait {
             return Err(io::Error::from(ErrorKind::WouldBlock));
         }
-        let spin_end = *spin_end.get_or_insert(now + first.spin);
-        if first.busy_poll || now < spin_end {
-            if spinning.is_none() {
-                spinning = Spinning::try_take(first);
+        if spinning.is_some() {
+            // Off the lock for a moment between polls, so the threads woken can take it.
+            for _ in 0..SPIN_PAUSE {
+                std::hint::spin_loop();
             }
-            if spinning.is_some() {
-                // Off the lock for a moment between polls, so the threads woken can take it.
-                for _ in 0..SPIN_PAUSE {
-                    std::hint::spin_loop();
-                }
-                continue;
-            }
-        }
-        spinning = None;
-        // Sleep: register under the lock after a last try, so a change after the try wakes us.
-        for (k, core) in cores.iter().enumerate() {
-            let tried = core.with(|st| {
-                if let Some(r) = attempt(k, st) {
-                    return Some(r);
-                }
-                register(k, st, Waiter::Thread(std::thread::current()));
-                None
-            });
-            if let Some(r) = tried {
-                return r;
-            }
+            continue;
         }
         let _sleeping = Sleeping::new(cores);
         let nap = deadline.map_or(PARK_MAX, |d| d.saturating_duration_since(Instant::now()).min(PARK_MAX));
@@ -699,7 +700,7 @@ async fn drive(core: Arc<Core>) {
             idle_since = None;
         }
         let idle = now - *idle_since.get_or_insert(now);
-        if core.busy_poll || idle < core.spin {
+        if core.busy_poll || idle < core.driver_spin {
             yield_once().await;
             continue;
         }
