@@ -343,9 +343,9 @@ impl Core {
         Ok(busy)
     }
 
-    /// Transmit what a call under the lock just wrote, unless the helper polls in a loop and
-    /// will: then the writer holds the lock only for its copy, and the helper sends the
-    /// writes of many threads with one kick of the device. The helper looks for
+    /// Transmit what a call under the lock just wrote (or the window a read opened), unless
+    /// the helper polls in a loop and will: then the caller holds the lock only for its copy,
+    /// and the helper sends the writes of many threads with one kick of the device. The helper looks for
     /// `tx_pending` after it stops polling, and a writer for `helper_polling` after it set
     /// `tx_pending` (both sequentially consistent), so one of them always transmits.
     pub(crate) fn transmit(&self, st: &mut State) -> io::Result<()> {

@@ -109,7 +109,14 @@ impl LocalStream {
         if self.read_shut || buf.is_empty() {
             return Ok(0);
         }
-        self.blocking(Side::Read, wait, |st, id| st.stack()?.read(id, buf))
+        let core = &self.core;
+        self.blocking(Side::Read, wait, |st, id| {
+            let n = st.stack()?.read(id, buf)?;
+            // The window the read opened goes out now (when it is due), not when a later
+            // call or the helper polls.
+            core.transmit(st)?;
+            Ok(n)
+        })
     }
 
     /// Queue `data` for sending (some of it, as the send buffer takes) and transmit.
@@ -131,8 +138,11 @@ impl LocalStream {
             return Ok(f(&[]).1);
         }
         let mut f = Some(f);
+        let core = &self.core;
         self.blocking(Side::Read, wait, |st, id| {
-            st.stack()?.recv_with(id, |data| (f.take().expect("called once"))(data))
+            let r = st.stack()?.recv_with(id, |data| (f.take().expect("called once"))(data))?;
+            core.transmit(st)?;
+            Ok(r)
         })
     }
 
@@ -204,7 +214,14 @@ impl LocalStream {
         if self.read_shut || buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        self.poll_op(cx, Side::Read, |st, id, _| st.stack()?.read(id, buf))
+        self.poll_op(cx, Side::Read, |st, id, flush| {
+            let stack = st.stack()?;
+            let n = stack.read(id, buf)?;
+            if flush {
+                stack.poll_tx()?;
+            }
+            Ok(n)
+        })
     }
 
     #[cfg(feature = "tokio")]
