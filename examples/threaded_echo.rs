@@ -1,5 +1,6 @@
-//! A TCP echo server on the threaded runtime: one stack thread per queue, one application
-//! thread per connection, plain `std::io::Read` and `Write`.
+//! A TCP echo server on the runtime: one application thread per connection, plain
+//! `std::io::Read` and `Write`; the stack of each queue runs in those threads' calls (the
+//! runtime's in-thread mode, with a helper thread per stack for while none is inside).
 //!
 //! ```sh
 //! sudo bypass lab up --queues 2
@@ -8,7 +9,7 @@
 //! ```
 //!
 //! Arguments: INTERFACE ADDRESS PORT [packet] [--shards N]. Needs root. `packet` uses
-//! AF_PACKET (one shard) instead of AF_XDP; `--shards N` opens queues 0..N, a stack on each.
+//! AF_PACKET (one stack) instead of AF_XDP; `--shards N` opens queues 0..N, a stack on each.
 
 use std::io::{Read, Write};
 use std::net::Ipv4Addr;
@@ -31,7 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let queues: Vec<u32> = (0..shards).collect();
         XdpDevice::open_queues(XdpConfig::new(iface, ip), &queues)?.into_iter().map(|d| Box::new(d) as _).collect()
     };
-    println!("echo on {ip}:{port} via {} ({} shards)", devices[0].info().mode, devices.len());
+    println!("echo on {ip}:{port} via {} ({} stacks)", devices[0].info().mode, devices.len());
     let runtime = Runtime::start(devices, StackConfig::new(ip, 24, rand_secret()), RuntimeOptions::default())?;
     let listener = runtime.listen(port)?;
     for stream in listener.incoming() {

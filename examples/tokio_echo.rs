@@ -1,5 +1,6 @@
 //! A TCP echo server on tokio over the bypass stack: the same code as over `tokio::net`,
-//! with the listener and streams of `bypass_runtime::tokio`.
+//! with the listener and streams of `bypass_runtime::tokio`. The stack runs on tokio's own
+//! workers (a driver task polls it between the tasks it wakes).
 //!
 //! ```sh
 //! sudo bypass lab up
