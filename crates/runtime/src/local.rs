@@ -405,9 +405,8 @@ impl Core {
             // an application thread that holds it (it polls too), and pause between polls so
             // the threads just woken can take it.
             let turn = if busy_before {
-                for _ in 0..SPIN_PAUSE {
-                    std::hint::spin_loop();
-                }
+                // Let the threads this turn woke run first, where they wait for a CPU.
+                std::thread::yield_now();
                 match self.try_with(poll) {
                     Some(turn) => turn,
                     None => continue,
@@ -636,8 +635,11 @@ pub(crate) fn block_on<T>(
                 if let Some(r) = attempt(k, st) {
                     return Some(r);
                 }
-                if let Err(e) = core.progress(st, true) {
-                    return Some(Err(e));
+                // A helper polling in a loop polls for everyone; else poll here.
+                if spinning.is_some() || !core.helper_polling.load(Ordering::SeqCst) {
+                    if let Err(e) = core.progress(st, true) {
+                        return Some(Err(e));
+                    }
                 }
                 let r = attempt(k, st);
                 if r.is_none() && sleep_next {
