@@ -636,10 +636,10 @@ pub(crate) fn block_on<T>(
                     return Some(r);
                 }
                 // A helper polling in a loop polls for everyone; else poll here.
-                if spinning.is_some() || !core.helper_polling.load(Ordering::SeqCst) {
-                    if let Err(e) = core.progress(st, true) {
-                        return Some(Err(e));
-                    }
+                if (spinning.is_some() || !core.helper_polling.load(Ordering::SeqCst))
+                    && let Err(e) = core.progress(st, true)
+                {
+                    return Some(Err(e));
                 }
                 let r = attempt(k, st);
                 if r.is_none() && sleep_next {
