@@ -5,6 +5,8 @@
 //! The in-thread mode is where threads meet inside the stack; each test also runs with shards
 //! where the API allows (`try_clone` is in-thread only).
 
+mod common;
+
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr};
 use std::sync::Arc;
@@ -45,29 +47,6 @@ fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static
         let _ = tx.send(f());
     });
     rx.recv_timeout(BOUND).unwrap_or_else(|e| panic!("{what}: not done within {BOUND:?} ({e})"))
-}
-
-/// Echo every accepted connection on its own thread until the runtime stops.
-fn echo_forever(runtime: &Runtime, port: u16) {
-    let listener = runtime.listen(port).expect("listen");
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 16 * 1024];
-                loop {
-                    match stream.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => {
-                            if stream.write_all(&buf[..n]).is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    });
 }
 
 fn server_addr(port: u16) -> SocketAddr {
@@ -133,7 +112,7 @@ fn try_clone_is_refused_clearly_with_shards() {
 /// 64 threads, each with its own share of 1,000 connections, writing and reading in turns.
 fn sixty_four_threads_with_a_thousand_connections(mode: Mode) {
     let (server, client) = pair(mode);
-    echo_forever(&server, 9);
+    common::echo_forever(&server, 9);
     let client = Arc::new(client);
     let total = bounded("64 threads, 1,000 connections", move || {
         let threads: Vec<_> = (0..64)

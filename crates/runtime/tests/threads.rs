@@ -3,6 +3,8 @@
 //! (timeouts, non-blocking, end of stream, refusal, reset, half-close). Every test runs in
 //! both modes: `NAME::in_thread` and `NAME::shard`.
 
+mod common;
+
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr};
 use std::time::{Duration, Instant};
@@ -31,29 +33,6 @@ fn pair(mode: Mode, tweak: impl Fn(&mut StackConfig)) -> (Runtime, Runtime) {
 /// The bytes connection `n` sends: distinct per connection and per offset.
 fn pattern(n: usize, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i.wrapping_mul(31) ^ n.wrapping_mul(131) ^ (i >> 8)) as u8).collect()
-}
-
-/// Echo every accepted connection on its own thread until the runtime stops.
-fn echo_forever(runtime: &Runtime, port: u16) {
-    let listener = runtime.listen(port).expect("listen");
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 8192];
-                loop {
-                    match stream.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => {
-                            if stream.write_all(&buf[..n]).is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    });
 }
 
 /// Run each named test in both modes, as `NAME::in_thread` and `NAME::shard`.
@@ -92,7 +71,7 @@ fn a_thousand_connections_from_twenty_threads_echo_byte_exact(mode: Mode) {
         c.tcp.send_buffer = 64 * 1024;
         c.tcp.recv_buffer = 64 * 1024;
     });
-    echo_forever(&server, 7);
+    common::echo_forever(&server, 7);
     let client = std::sync::Arc::new(client);
     let threads: Vec<_> = (0..20)
         .map(|t| {
