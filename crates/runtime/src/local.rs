@@ -386,6 +386,8 @@ impl Core {
             let idle = self.since_app_poll();
             let spinner = self.spinning.load(Ordering::SeqCst) > 0;
             if spinner || (idle < GRACE && self.sleeping.load(Ordering::SeqCst) == 0) {
+                self.stop_polling();
+                busy_before = false;
                 self.napping.store(true, Ordering::SeqCst);
                 // Look again after raising the flag: a thread that went to sleep before the
                 // flag was up did not unpark us, and is seen here.
@@ -402,8 +404,8 @@ impl Core {
                 Ok::<_, io::Error>((busy, stack.poll_timeout().map(|t| t.saturating_duration_since(now))))
             };
             // After a busy turn, more is likely under way: poll again, but leave the lock to
-            // an application thread that holds it (it polls too), and pause between polls so
-            // the threads just woken can take it.
+            // an application thread that holds it (it polls too), and yield between polls so
+            // the threads just woken can run.
             let turn = if busy_before {
                 // Let the threads this turn woke run first, where they wait for a CPU.
                 std::thread::yield_now();
@@ -428,18 +430,30 @@ impl Core {
                 self.helper_polling.store(true, Ordering::SeqCst);
                 continue;
             }
-            // Stop polling; a writer that left its bytes to us before seeing this goes again.
-            self.helper_polling.store(false, Ordering::SeqCst);
-            if self.tx_pending.load(Ordering::SeqCst) {
-                busy_before = true;
-                continue;
-            }
+            self.stop_polling();
             match &sleeper {
                 Some(sleeper) if timer != Some(Duration::ZERO) => sleeper.sleep(timer),
                 Some(_) => {}
                 None => std::thread::park_timeout(timer.unwrap_or(UNWATCHABLE).min(UNWATCHABLE)),
             }
         }
+    }
+
+    /// Leave the helper's polling loop: writers transmit for themselves from now on, and
+    /// what one left to the helper before it saw this goes out here (see
+    /// [`transmit`](Core::transmit)).
+    fn stop_polling(&self) {
+        if !self.helper_polling.swap(false, Ordering::SeqCst) || !self.tx_pending.load(Ordering::SeqCst) {
+            return;
+        }
+        self.with(|st| {
+            self.tx_pending.store(false, Ordering::SeqCst);
+            if let Some(stack) = st.stack.as_mut()
+                && let Err(e) = stack.poll_tx()
+            {
+                log::warn!("stack {}: the helper's transmit failed: {e}", self.index);
+            }
+        });
     }
 
     /// Stop: end the helper's watch (the caller joins it), then reset every connection,
