@@ -109,14 +109,13 @@ pub struct RuntimeOptions {
     pub busy_poll: bool,
     /// In-thread: how long a blocking call that must wait spins, polling, before it sleeps
     /// (OpenOnload's `EF_POLL_USEC`). Zero by default, as OpenOnload's: with many threads
-    /// on few cores a spinning thread takes the CPU the threads it wakes need (100
-    /// thread-per-connection echoes measured 48k round trips/s without spinning, 34k with
-    /// 50 us); a single thread waiting on one peer answers sooner spinning.
+    /// on few cores a spinning thread takes the CPU the threads it wakes need; a single
+    /// thread waiting on one peer answers sooner spinning (README, "Applications").
     pub spin: Duration,
     /// In-thread with tokio: how long the driver task goes on polling an idle stack (yielding
-    /// to the tasks between polls) before it sleeps and leaves the device to the helper; one
-    /// task per stack, so spinning costs one worker's idle time. 50 us by default (100
-    /// connections measured 169k-213k round trips/s at 50 us, 103k at zero).
+    /// to the tasks between polls) before it sleeps and leaves the device to the helper. 50 us
+    /// by default: there is one driver per stack, so spinning costs one worker's idle time,
+    /// and a driver that sleeps at once pays a wake-up for nearly every request.
     pub driver_spin: Duration,
     /// Record each stack's frames (`--pcap`).
     pub capture: Option<CaptureFactory>,

@@ -14,11 +14,14 @@
 //! one sleeps), a helper thread keeps the protocol moving: it watches the device
 //! ([`Device::sleeper`]) and the next timer, and polls, so the peer's data is ACKed up to
 //! the offered window, handshakes complete into the accept queue and keepalives answer,
-//! however long the application is away. While applications poll, it naps.
+//! however long the application is away. While applications poll, it naps. While traffic
+//! flows and the application's threads sleep, it polls in a loop, yielding the CPU to the
+//! threads it woke between turns; they leave polling, and transmitting what they write, to
+//! it ([`Core::transmit`]).
 //!
 //! With tokio, a driver task on the runtime's workers polls the stack between the tasks it
 //! wakes (so one turn of the worker answers every connection with one transmit), spinning
-//! by yielding, and leaves the device to the helper when idle for the spin time.
+//! by yielding, and leaves the device to the helper when idle for `driver_spin`.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, ErrorKind};
