@@ -165,6 +165,11 @@ pub(crate) struct Core {
     helper_polling: AtomicBool,
     /// Something was written and left for the helper to transmit.
     tx_pending: AtomicBool,
+    /// The helper sleeps on the device until `watch_until` (microseconds of the stack's
+    /// clock; `u64::MAX`: no timer): a call that arms an earlier timer wakes it (see
+    /// [`Core::after_call`]).
+    watching: AtomicBool,
+    watch_until: AtomicU64,
     helper: OnceLock<Thread>,
     /// Ends the helper's watch of the device.
     device_waker: Option<bypass_device::Waker>,
@@ -213,6 +218,8 @@ impl Core {
             napping: AtomicBool::new(false),
             helper_polling: AtomicBool::new(false),
             tx_pending: AtomicBool::new(false),
+            watching: AtomicBool::new(false),
+            watch_until: AtomicU64::new(u64::MAX),
             helper: OnceLock::new(),
             device_waker,
             spin: options.spin,
@@ -356,7 +363,24 @@ impl Core {
         if self.helper_polling.load(Ordering::SeqCst) {
             return Ok(());
         }
-        st.stack()?.poll_tx().map(drop)
+        st.stack()?.poll_tx()?;
+        self.after_call(st);
+        Ok(())
+    }
+
+    /// After an application's call that may have armed a timer (a retransmission for what it
+    /// sent, a close's FIN): if the helper sleeps on the device past that timer, wake it to
+    /// look again, so the timer fires while the application is away.
+    pub(crate) fn after_call(&self, st: &State) {
+        if !self.watching.load(Ordering::SeqCst) {
+            return;
+        }
+        let due = st.stack.as_ref().and_then(|s| s.poll_timeout()).map_or(u64::MAX, |t| t.as_micros());
+        if due < self.watch_until.load(Ordering::SeqCst)
+            && let Some(w) = &self.device_waker
+        {
+            w.wake();
+        }
     }
 
     /// Queue a hand-off from a sibling and make sure someone polls this stack soon.
@@ -434,11 +458,23 @@ impl Core {
                 continue;
             }
             self.stop_polling();
-            match &sleeper {
-                Some(sleeper) if timer != Some(Duration::ZERO) => sleeper.sleep(timer),
-                Some(_) => {}
-                None => std::thread::park_timeout(timer.unwrap_or(UNWATCHABLE).min(UNWATCHABLE)),
+            let Some(sleeper) = &sleeper else {
+                std::thread::park_timeout(timer.unwrap_or(UNWATCHABLE).min(UNWATCHABLE));
+                continue;
+            };
+            // Watch until the next timer. Raise the flag, then look at the timers again: a
+            // call that armed an earlier one before it saw the flag is seen here; one after
+            // rings the device (`after_call`).
+            let until = self.with(|st| st.stack.as_ref().map(|s| s.now().as_micros()));
+            let Some(now) = until else { continue };
+            let until = timer.map_or(u64::MAX, |t| now.saturating_add(t.as_micros() as u64));
+            self.watch_until.store(until, Ordering::SeqCst);
+            self.watching.store(true, Ordering::SeqCst);
+            let again = self.with(|st| st.stack.as_ref().and_then(|s| s.poll_timeout()).map(|t| t.as_micros()));
+            if again.is_none_or(|t| t >= until) && timer != Some(Duration::ZERO) {
+                sleeper.sleep(timer);
             }
+            self.watching.store(false, Ordering::SeqCst);
         }
     }
 
@@ -548,6 +584,7 @@ impl Core {
             })?;
             stack.poll_tx()?;
             st.socks.insert(id, Sock::default());
+            self.after_call(st);
             Ok(id)
         })
     }

@@ -49,6 +49,7 @@ impl Drop for Closer {
                 stack.close(id);
                 let _ = stack.poll_tx();
             }
+            self.core.after_call(st);
         });
     }
 }
@@ -166,7 +167,9 @@ impl LocalStream {
             self.core.with(|st| {
                 let stack = st.stack()?;
                 stack.shutdown(self.id);
-                stack.poll_tx().map(drop)
+                stack.poll_tx()?;
+                self.core.after_call(st);
+                Ok::<_, io::Error>(())
             })?;
         }
         if matches!(how, Shutdown::Read | Shutdown::Both) {
@@ -192,6 +195,12 @@ impl LocalStream {
         let driven = self.core.driver_awake();
         let core = &self.core;
         core.with(|st| match op(st, id, !driven) {
+            Ok(r) => {
+                if !driven {
+                    core.after_call(st);
+                }
+                Poll::Ready(Ok(r))
+            }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 if !driven {
                     if let Err(e) = core.progress(st, true) {
