@@ -56,6 +56,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod errors;
 mod listener;
 mod local;
 mod local_socket;

@@ -33,7 +33,7 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use bypass_device::{Device, Sleeper};
-use bypass_stack::{ConnectError, Counters, ListenError, ListenerId, SocketId, Stack};
+use bypass_stack::{Counters, ListenerId, SocketId, Stack};
 use bypass_tcp::{Event, State as TcpState};
 
 use crate::stream::Wait;
@@ -546,10 +546,7 @@ impl Core {
     /// Listen on `port`.
     pub(crate) fn listen(&self, port: u16) -> io::Result<()> {
         self.with(|st| {
-            let id = st.stack()?.listen(port).map_err(|e| match e {
-                ListenError::AddrInUse(_) => io::Error::new(ErrorKind::AddrInUse, e),
-                ListenError::InvalidPort => io::Error::new(ErrorKind::InvalidInput, e),
-            })?;
+            let id = st.stack()?.listen(port).map_err(crate::errors::listen)?;
             st.listeners.insert(port, Listen { id, ready: VecDeque::new(), waiters: Waiters::default() });
             Ok(())
         })
@@ -573,15 +570,7 @@ impl Core {
     pub(crate) fn start_connect(&self, remote: SocketAddr) -> io::Result<SocketId> {
         self.with(|st| {
             let stack = st.stack()?;
-            let id = stack.connect(remote).map_err(|e| {
-                let kind = match e {
-                    ConnectError::InvalidAddress(_) => ErrorKind::InvalidInput,
-                    ConnectError::NoSourceAddress(_) | ConnectError::NoFreePort(_) => ErrorKind::AddrNotAvailable,
-                    ConnectError::PortInUse(_) => ErrorKind::AddrInUse,
-                    ConnectError::TableFull(_) => ErrorKind::OutOfMemory,
-                };
-                io::Error::new(kind, e)
-            })?;
+            let id = stack.connect(remote).map_err(crate::errors::connect)?;
             stack.poll_tx()?;
             st.socks.insert(id, Sock::default());
             self.after_call(st);
@@ -829,14 +818,7 @@ pub(crate) fn connect_outcome(st: &mut State, id: SocketId) -> Option<io::Result
     match stack.state(id) {
         TcpState::SynSent | TcpState::SynReceived => None,
         TcpState::Closed => {
-            let err = match stack.read(id, &mut []) {
-                Err(e) if e.kind() == ErrorKind::ConnectionReset => {
-                    io::Error::new(ErrorKind::ConnectionRefused, "connection refused (the peer answered RST)")
-                }
-                Err(e) => e,
-                Ok(_) => io::Error::new(ErrorKind::ConnectionRefused, "the connection closed while opening"),
-            };
-            stack.close(id);
+            let err = crate::errors::handshake_failed(stack, id);
             st.socks.remove(&id);
             Some(Err(err))
         }

@@ -23,7 +23,6 @@ enum Side {
 /// A connection of an in-thread stack (one handle of it: see [`try_clone`](LocalStream::try_clone)).
 pub(crate) struct LocalStream {
     core: Arc<Core>,
-    cores: [Arc<Core>; 1],
     id: SocketId,
     pub(crate) local: SocketAddr,
     pub(crate) remote: SocketAddr,
@@ -58,14 +57,13 @@ impl LocalStream {
     /// Return the handle of `id`, a connection of `core` between `local` and `remote`.
     pub(crate) fn new(core: Arc<Core>, id: SocketId, local: SocketAddr, remote: SocketAddr) -> LocalStream {
         let closer = Arc::new(Closer { core: Arc::clone(&core), id });
-        LocalStream { cores: [Arc::clone(&core)], core, id, local, remote, read_shut: false, _closer: closer }
+        LocalStream { core, id, local, remote, read_shut: false, _closer: closer }
     }
 
     /// Return another handle of the same connection; it closes when the last handle drops.
     pub(crate) fn try_clone(&self) -> LocalStream {
         LocalStream {
             core: Arc::clone(&self.core),
-            cores: [Arc::clone(&self.core)],
             id: self.id,
             local: self.local,
             remote: self.remote,
@@ -95,7 +93,7 @@ impl LocalStream {
     ) -> io::Result<T> {
         let id = self.id;
         block_on(
-            &self.cores,
+            std::slice::from_ref(&self.core),
             wait,
             |_, st| match op(st, id) {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => None,
@@ -256,9 +254,12 @@ impl LocalStream {
     /// Wait for the handshake of a connection being opened: `Ok` once established.
     pub(crate) fn connect_wait(core: &Arc<Core>, id: SocketId, timeout: Option<Duration>) -> io::Result<LocalStream> {
         let wait = timeout.map_or(Wait::Forever, Wait::For);
-        let cores = [Arc::clone(core)];
-        let outcome =
-            block_on(&cores, wait, |_, st| connect_outcome(st, id), |_, st, w| register(st, id, Side::Write, w));
+        let outcome = block_on(
+            std::slice::from_ref(core),
+            wait,
+            |_, st| connect_outcome(st, id),
+            |_, st, w| register(st, id, Side::Write, w),
+        );
         match outcome {
             Ok(()) => core.with(|st| LocalStream::adopt(core, st, id)),
             Err(e) => {

@@ -224,10 +224,7 @@ impl<D: Device> Shard<D> {
         match command {
             Command::Kick(id) => self.pump(id),
             Command::Listen { port, accepted, shared, reply } => {
-                let result = self.stack.listen(port).map_err(|e| match e {
-                    bypass_stack::ListenError::AddrInUse(_) => io::Error::new(ErrorKind::AddrInUse, e),
-                    bypass_stack::ListenError::InvalidPort => io::Error::new(ErrorKind::InvalidInput, e),
-                });
+                let result = self.stack.listen(port).map_err(crate::errors::listen);
                 let result = result.map(|id| {
                     self.listeners.insert(port, (id, accepted, shared));
                     self.ports.push(port);
@@ -244,16 +241,7 @@ impl<D: Device> Shard<D> {
                 Ok(id) => {
                     self.connecting.insert(id, reply);
                 }
-                Err(e) => {
-                    use bypass_stack::ConnectError as C;
-                    let kind = match e {
-                        C::InvalidAddress(_) => ErrorKind::InvalidInput,
-                        C::NoSourceAddress(_) | C::NoFreePort(_) => ErrorKind::AddrNotAvailable,
-                        C::PortInUse(_) => ErrorKind::AddrInUse,
-                        C::TableFull(_) => ErrorKind::OutOfMemory,
-                    };
-                    reply.send(Err(io::Error::new(kind, e)));
-                }
+                Err(e) => reply.send(Err(crate::errors::connect(e))),
             },
             Command::SetNodelay(id, nodelay) => self.stack.set_nodelay(id, nodelay),
             Command::Neighbour(ip, mac) => self.stack.learn_neighbour(ip, mac),
@@ -270,15 +258,7 @@ impl<D: Device> Shard<D> {
                     reply.send(Ok(stream));
                 }
                 Event::Reset | Event::TimedOut | Event::Unreachable | Event::Closed => {
-                    let err = match self.stack.read(id, &mut []) {
-                        Err(e) if e.kind() == ErrorKind::ConnectionReset => {
-                            io::Error::new(ErrorKind::ConnectionRefused, "connection refused (the peer answered RST)")
-                        }
-                        Err(e) => e,
-                        Ok(_) => io::Error::new(ErrorKind::ConnectionRefused, "the connection closed while opening"),
-                    };
-                    self.stack.close(id);
-                    reply.send(Err(err));
+                    reply.send(Err(crate::errors::handshake_failed(&mut self.stack, id)));
                 }
                 _ => {
                     self.connecting.insert(id, reply);
