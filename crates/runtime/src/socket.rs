@@ -183,9 +183,9 @@ impl TcpStream {
 
     #[cfg(feature = "tokio")]
     /// Read without waiting; on nothing yet, arrange for `cx`'s task to be woken.
-    pub(crate) fn poll_read(&mut self, cx: &Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+    pub(crate) fn poll_read(&mut self, cx: &Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> Poll<io::Result<()>> {
         match &mut self.kind {
-            StreamKind::Shard(s) => s.poll_read(cx, buf),
+            StreamKind::Shard(s) => s.poll_read(cx, buf.initialize_unfilled()).map_ok(|n| buf.advance(n)),
             StreamKind::Local(s) => s.poll_read(cx, buf),
         }
     }

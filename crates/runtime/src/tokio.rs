@@ -158,8 +158,7 @@ impl TcpStream {
 
 impl AsyncRead for TcpStream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        this.inner.poll_read(cx, buf.initialize_unfilled()).map_ok(|n| buf.advance(n))
+        self.get_mut().inner.poll_read(cx, buf)
     }
 }
 

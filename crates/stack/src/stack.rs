@@ -394,6 +394,12 @@ impl<D: Device> Stack<D> {
         }
     }
 
+    /// Return how many received bytes wait to be read on `id` (0 for an unknown id), as
+    /// `FIONREAD` tells of a kernel socket.
+    pub fn recv_queued(&self, id: SocketId) -> usize {
+        self.iface.connection(id).map_or(0, |c| c.recv_available())
+    }
+
     /// Return the statistics of `id`'s connection.
     pub fn tcp_stats(&self, id: SocketId) -> Option<bypass_tcp::Stats> {
         self.iface.connection(id).map(|c| c.stats())

@@ -74,6 +74,8 @@ impl App {
         }
         while !self.eof {
             let before = stack.counters().clone();
+            // What FIONREAD would say: every byte the reads below can take.
+            let queued = stack.recv_queued(self.id);
             let (key, at) = (self.peer_key, self.received);
             let result = stack.recv_with(self.id, |data| {
                 if let Some(i) = (0..data.len()).find(|&i| data[i] != pattern(key, at + i as u64)) {
@@ -82,8 +84,13 @@ impl App {
                 (data.len(), data.len())
             });
             match result {
-                Ok(0) => self.eof = true,
+                Ok(0) => {
+                    assert_eq!(queued, 0, "end of stream with bytes queued");
+                    self.eof = true;
+                }
                 Ok(n) => {
+                    assert!(n <= queued, "read {n} of {queued} queued");
+                    assert_eq!(stack.recv_queued(self.id), queued - n);
                     self.received += n as u64;
                     let after = stack.counters();
                     assert_eq!(after.bytes_copied, before.bytes_copied, "reading in place copies nothing");
