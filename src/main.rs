@@ -4,6 +4,7 @@
 mod demo;
 mod echo;
 mod inspect;
+mod run;
 
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -33,6 +34,9 @@ enum Command {
     },
     /// Serve TCP echo (RFC 862) from user space on an interface.
     Echo(EchoArgs),
+    /// Run an unmodified program with its TCP sockets on our stack (a preloaded library
+    /// serves them in the program's own threads, as OpenOnload's `onload` does).
+    Run(run::RunArgs),
     /// Draw every TCP conversation of a pcap/pcapng capture as a ladder diagram.
     Inspect(InspectArgs),
     /// Replay one side of a captured TCP conversation against our stack and compare replies.
@@ -270,6 +274,7 @@ fn main() -> ExitCode {
         Command::Lab { action: LabAction::Up { name, queues } } => lab_up(&name, queues),
         Command::Lab { action: LabAction::Down { name } } => lab_down(&name),
         Command::Echo(args) => echo(args),
+        Command::Run(args) => run::run(args),
         Command::Inspect(args) => inspect::run(
             &args.file,
             &inspect::Options { svg: args.svg, comments: args.comments, no_color: args.no_color },
@@ -342,37 +347,7 @@ fn lab_down(name: &str) -> Result<(), String> {
 }
 
 fn echo(args: EchoArgs) -> Result<(), String> {
-    if !is_root() {
-        return Err("bypass echo needs root (CAP_NET_ADMIN and CAP_BPF for AF_XDP, CAP_NET_RAW for AF_PACKET): run it with sudo".into());
-    }
-    if !netdev::exists(&args.iface) {
-        return Err(format!("there is no interface `{}` in this network namespace (see `ip link`)", args.iface));
-    }
-    let v4: Vec<_> = args.ip.iter().filter(|(a, _)| a.is_ipv4()).collect();
-    if v4.len() > 1 {
-        return Err("give at most one IPv4 --ip (and any number of IPv6 ones)".into());
-    }
-    let kernel4 = netdev::kernel_ipv4_addrs(&args.iface)
-        .map_err(|e| format!("cannot list the addresses of {}: {e}", args.iface))?;
-    let kernel6 = netdev::kernel_ipv6_addrs(&args.iface)
-        .map_err(|e| format!("cannot list the IPv6 addresses of {}: {e}", args.iface))?;
-    for &(ip, prefix) in &args.ip {
-        let taken = match ip {
-            IpAddr::V4(a) => kernel4.contains(&a),
-            IpAddr::V6(a) => kernel6.contains(&a),
-        };
-        if taken {
-            return Err(format!(
-                "the kernel already uses {ip} on {}: remove it (`ip addr del {ip}/{prefix} dev {}`) or give the stack another address",
-                args.iface, args.iface
-            ));
-        }
-    }
-    for gw in &args.gateway {
-        if !args.ip.iter().any(|(a, _)| a.is_ipv4() == gw.is_ipv4()) {
-            return Err(format!("--gateway {gw} is of a family we have no --ip for; add an address of its family"));
-        }
-    }
+    check_setup("bypass echo", &args.iface, &args.ip, &args.gateway)?;
     if args.queues > 1 && args.backend == Backend::Packet {
         return Err("--queues needs the xdp backend (AF_PACKET runs one shard)".into());
     }
@@ -452,6 +427,43 @@ fn echo(args: EchoArgs) -> Result<(), String> {
             println!("[queue {i}]");
         }
         print!("{c}");
+    }
+    Ok(())
+}
+
+/// Check what `bypass echo` and `bypass run` need before they touch the interface: root,
+/// the interface, addresses the kernel does not use, gateways of our families. Each
+/// failure is one sentence saying what to do.
+fn check_setup(command: &str, iface: &str, ips: &[(IpAddr, u8)], gateways: &[IpAddr]) -> Result<(), String> {
+    if !is_root() {
+        return Err(format!(
+            "{command} needs root (CAP_NET_ADMIN and CAP_BPF for AF_XDP, CAP_NET_RAW for AF_PACKET): run it with sudo"
+        ));
+    }
+    if !netdev::exists(iface) {
+        return Err(format!("there is no interface `{iface}` in this network namespace (see `ip link`)"));
+    }
+    if ips.iter().filter(|(a, _)| a.is_ipv4()).count() > 1 {
+        return Err("give at most one IPv4 --ip (and any number of IPv6 ones)".into());
+    }
+    let kernel4 = netdev::kernel_ipv4_addrs(iface).map_err(|e| format!("cannot list the addresses of {iface}: {e}"))?;
+    let kernel6 =
+        netdev::kernel_ipv6_addrs(iface).map_err(|e| format!("cannot list the IPv6 addresses of {iface}: {e}"))?;
+    for &(ip, prefix) in ips {
+        let taken = match ip {
+            IpAddr::V4(a) => kernel4.contains(&a),
+            IpAddr::V6(a) => kernel6.contains(&a),
+        };
+        if taken {
+            return Err(format!(
+                "the kernel already uses {ip} on {iface}: remove it (`ip addr del {ip}/{prefix} dev {iface}`) or give the stack another address"
+            ));
+        }
+    }
+    for gw in gateways {
+        if !ips.iter().any(|(a, _)| a.is_ipv4() == gw.is_ipv4()) {
+            return Err(format!("--gateway {gw} is of a family we have no --ip for; add an address of its family"));
+        }
     }
     Ok(())
 }

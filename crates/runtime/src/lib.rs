@@ -57,6 +57,7 @@
 #![warn(missing_docs)]
 
 mod errors;
+pub mod events;
 mod listener;
 mod local;
 mod local_socket;
@@ -282,8 +283,38 @@ impl Runtime {
             }
             Stacks::Local { cores, .. } => {
                 let core = &cores[turn % cores.len()];
-                Ok(Connecting::Local(Arc::clone(core), core.start_connect(remote)?))
+                Ok(Connecting::Local(Arc::clone(core), core.start_connect(remote, None)?))
             }
+        }
+    }
+
+    /// Start opening a connection to `remote` (from `local_port`, else an ephemeral port)
+    /// without waiting: the SYN is sent when this returns; [`PendingConnect::poll`](events::PendingConnect::poll)
+    /// tells how it ends. In-thread mode only.
+    pub fn connect_start(&self, remote: SocketAddr, local_port: Option<u16>) -> io::Result<events::PendingConnect> {
+        let Stacks::Local { cores, .. } = &self.stacks else { return Err(events::unsupported()) };
+        let core = &cores[self.next.fetch_add(1, Ordering::Relaxed) % cores.len()];
+        Ok(events::PendingConnect::new(Arc::clone(core), core.start_connect(remote, local_port)?))
+    }
+
+    /// Poll every stack once from this thread (receive, timers, TCP, transmit), waking the
+    /// waiters of what changed; return whether frames moved. For event loops of their own
+    /// (see [`events`]); with shards it does nothing and returns `false`.
+    pub fn poll(&self) -> io::Result<bool> {
+        let Stacks::Local { cores, .. } = &self.stacks else { return Ok(false) };
+        let mut busy = false;
+        for core in cores {
+            busy |= core.poll_once()?;
+        }
+        Ok(busy)
+    }
+
+    /// Return a guard that tells the stacks' helpers a thread sleeps on them until it
+    /// drops: they watch the devices and wake the wakers registered meanwhile.
+    pub fn idle(&self) -> events::Idle {
+        match &self.stacks {
+            Stacks::Local { cores, .. } => events::Idle::new(cores),
+            Stacks::Shard { .. } => events::Idle::new(&[]),
         }
     }
 
@@ -308,6 +339,27 @@ impl Runtime {
     /// counters. Calls on connections after this fail with `NotConnected`.
     pub fn stop(mut self) -> io::Result<Vec<Counters>> {
         self.stop_stacks()
+    }
+
+    /// Stop every stack as [`stop`](Runtime::stop) does, from a shared reference and without
+    /// waiting for the stacks' threads to end (they end by themselves): for a process that
+    /// is exiting and holds its runtime where it cannot be moved out (a preloaded library's
+    /// static). Return the final counters (with shards, as last published).
+    pub fn halt(&self) -> io::Result<Vec<Counters>> {
+        match &self.stacks {
+            Stacks::Shard { links, .. } => {
+                for link in links {
+                    link.command(Command::Stop);
+                }
+                Ok(self.counters())
+            }
+            Stacks::Local { cores, .. } => {
+                for core in cores {
+                    core.begin_stop();
+                }
+                cores.iter().map(|c| c.finish_stop()).collect()
+            }
+        }
     }
 
     fn stop_stacks(&mut self) -> io::Result<Vec<Counters>> {

@@ -57,7 +57,6 @@ pub(crate) enum Waiter {
     /// A thread asleep in a blocking call.
     Thread(Thread),
     /// A task waiting in a `poll_*` (tokio).
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     Task(Waker),
 }
 
@@ -157,7 +156,7 @@ pub(crate) struct Core {
     /// Threads spinning in a wait (at most one).
     spinning: AtomicUsize,
     /// Threads and driver tasks asleep in a wait: they count on the helper.
-    sleeping: AtomicUsize,
+    pub(crate) sleeping: AtomicUsize,
     /// The helper naps (not watching the device): unpark it to make it look.
     napping: AtomicBool,
     /// The helper polls in a loop (traffic is flowing): it transmits what is written soon,
@@ -394,7 +393,7 @@ impl Core {
     }
 
     /// Make a napping helper look at the stack now (a thread is about to sleep on it).
-    fn call_helper(&self) {
+    pub(crate) fn call_helper(&self) {
         if self.napping.load(Ordering::SeqCst)
             && let Some(helper) = self.helper.get()
         {
@@ -543,6 +542,11 @@ impl Core {
         }
     }
 
+    /// Poll the stack once from an application's thread: see [`Runtime::poll`](crate::Runtime::poll).
+    pub(crate) fn poll_once(&self) -> io::Result<bool> {
+        self.with(|st| self.progress(st, true))
+    }
+
     /// Listen on `port`.
     pub(crate) fn listen(&self, port: u16) -> io::Result<()> {
         self.with(|st| {
@@ -566,11 +570,16 @@ impl Core {
         });
     }
 
-    /// Start opening a connection to `remote`: the SYN is sent before this returns.
-    pub(crate) fn start_connect(&self, remote: SocketAddr) -> io::Result<SocketId> {
+    /// Start opening a connection to `remote` (from `local_port`, else an ephemeral one):
+    /// the SYN is sent before this returns.
+    pub(crate) fn start_connect(&self, remote: SocketAddr, local_port: Option<u16>) -> io::Result<SocketId> {
         self.with(|st| {
             let stack = st.stack()?;
-            let id = stack.connect(remote).map_err(crate::errors::connect)?;
+            let id = match local_port {
+                Some(port) => stack.connect_from(port, remote),
+                None => stack.connect(remote),
+            }
+            .map_err(crate::errors::connect)?;
             stack.poll_tx()?;
             st.socks.insert(id, Sock::default());
             self.after_call(st);

@@ -9,7 +9,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bypass_stack::SocketId;
+use bypass_tcp::State as TcpState;
+use std::task::Waker;
 
+use crate::events::Readiness;
 use crate::local::{Core, State, Waiter, block_on, connect_outcome};
 use crate::stream::Wait;
 
@@ -101,6 +104,71 @@ impl LocalStream {
             },
             |_, st, w| register(st, id, side, w),
         )
+    }
+
+    /// Return what the connection can do now; with `waker`, also register it to be woken at
+    /// the next change of either side (in the same hold of the lock: no change is missed).
+    pub(crate) fn readiness(&self, waker: Option<&Waker>) -> io::Result<Readiness> {
+        let id = self.id;
+        self.core.with(|st| {
+            let stack = st.stack()?;
+            let ready = stack.readiness(id);
+            let conn = stack.interface().connection(id);
+            let peer_closed = conn.is_none_or(|c| c.peer_closed());
+            let received = conn.map_or(0, |c| c.stats().bytes_in);
+            // A closed connection's read says whether it failed (an empty read consumes
+            // nothing and keeps the error for the application's read).
+            let failed = ready.state == TcpState::Closed && stack.read(id, &mut []).is_err();
+            let readiness = Readiness {
+                readable: ready.readable || self.read_shut,
+                writable: ready.writable || failed,
+                peer_closed: peer_closed || self.read_shut,
+                hung_up: ready.state == TcpState::Closed
+                    || (peer_closed
+                        && matches!(ready.state, TcpState::LastAck | TcpState::TimeWait | TcpState::Closing)),
+                error: failed,
+                received,
+            };
+            if let Some(w) = waker {
+                let sock = st.sock(id);
+                sock.readers.add(Waiter::Task(w.clone()));
+                sock.writers.add(Waiter::Task(w.clone()));
+            }
+            Ok(readiness)
+        })
+    }
+
+    /// Copy what has arrived into `buf` without consuming it (`MSG_PEEK`); `WouldBlock`
+    /// when nothing is there yet, `Ok(0)` at end of stream.
+    pub(crate) fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.read_shut {
+            return Ok(0);
+        }
+        let id = self.id;
+        self.core.with(|st| {
+            st.stack()?.recv_with(id, |data| {
+                let n = data.len().min(buf.len());
+                buf[..n].copy_from_slice(&data[..n]);
+                (0, n)
+            })
+        })
+    }
+
+    /// Return the bytes waiting to be read (`FIONREAD`).
+    pub(crate) fn recv_queued(&self) -> io::Result<usize> {
+        let id = self.id;
+        self.core.with(|st| Ok(if self.read_shut { 0 } else { st.stack()?.recv_queued(id) }))
+    }
+
+    /// Return the connection's state and figures (`TCP_INFO`).
+    pub(crate) fn stats(&self) -> io::Result<(TcpState, bypass_tcp::Stats)> {
+        let id = self.id;
+        self.core.with(|st| {
+            let stack = st.stack()?;
+            let stats =
+                stack.tcp_stats(id).ok_or_else(|| io::Error::new(ErrorKind::NotConnected, "the connection is gone"))?;
+            Ok((stack.state(id), stats))
+        })
     }
 
     /// Read what has arrived into `buf`: `Ok(0)` at end of stream.
@@ -348,6 +416,23 @@ impl LocalListener {
         }
         let id = st.listeners.get_mut(&self.port)?.ready.pop_front()?;
         Some(LocalStream::adopt(core, st, id))
+    }
+
+    /// Return whether a connection waits to be accepted; with `waker`, also register it to
+    /// be woken when one arrives (in the same hold of each stack's lock).
+    pub(crate) fn readiness(&self, waker: Option<&Waker>) -> io::Result<bool> {
+        let mut ready = false;
+        for core in &self.cores {
+            core.with(|st| {
+                let stopped = st.stack.is_none();
+                let Some(l) = st.listeners.get_mut(&self.port) else { return };
+                ready |= stopped || !l.ready.is_empty();
+                if let Some(w) = waker {
+                    l.waiters.add(Waiter::Task(w.clone()));
+                }
+            });
+        }
+        Ok(ready)
     }
 
     pub(crate) fn accept(&self, wait: Wait) -> io::Result<LocalStream> {

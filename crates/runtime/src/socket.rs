@@ -135,6 +135,42 @@ impl TcpStream {
         }
     }
 
+    /// Return what the connection can do now; with `waker`, also register it to be woken
+    /// at the next change. See [`crate::events`]; in-thread mode only.
+    pub fn readiness(&self, waker: Option<&std::task::Waker>) -> io::Result<crate::events::Readiness> {
+        match &self.kind {
+            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Local(s) => s.readiness(waker),
+        }
+    }
+
+    /// Copy what has arrived into `buf` without consuming it, as `MSG_PEEK` does, without
+    /// waiting: `WouldBlock` when nothing is there, `Ok(0)` at end of stream. In-thread
+    /// mode only.
+    pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match &self.kind {
+            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Local(s) => s.peek(buf),
+        }
+    }
+
+    /// Return how many received bytes wait to be read, as `FIONREAD` does. In-thread mode only.
+    pub fn recv_queued(&self) -> io::Result<usize> {
+        match &self.kind {
+            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Local(s) => s.recv_queued(),
+        }
+    }
+
+    /// Return the connection's TCP state and figures (what `TCP_INFO` reports of a kernel
+    /// socket). In-thread mode only.
+    pub fn stats(&self) -> io::Result<(bypass_tcp::State, bypass_tcp::Stats)> {
+        match &self.kind {
+            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Local(s) => s.stats(),
+        }
+    }
+
     /// Shut down the writing half (`Shutdown::Write`: FIN after what was written), the
     /// reading half (`Shutdown::Read`: reads return end of stream; what arrives is
     /// discarded), or both.
@@ -310,6 +346,15 @@ impl TcpListener {
         };
         let remote = stream.addrs().1;
         Ok((stream, remote))
+    }
+
+    /// Return whether a connection waits to be accepted; with `waker`, also register it to
+    /// be woken when one arrives. See [`crate::events`]; in-thread mode only.
+    pub fn readiness(&self, waker: Option<&std::task::Waker>) -> io::Result<bool> {
+        match &self.kind {
+            ListenerKind::Shard(_) => Err(crate::events::unsupported()),
+            ListenerKind::Local(l) => l.readiness(waker),
+        }
     }
 
     /// Return an iterator over accepted connections, as std's `incoming`.

@@ -732,6 +732,8 @@ impl Connection {
     pub fn stats(&self) -> Stats {
         Stats {
             srtt: self.rel.rtt.srtt(),
+            rttvar: self.rel.rtt.rttvar(),
+            bytes_acked: self.snd.acked_total,
             rto: self.rel.rtt.rto(),
             cwnd: self.rel.cc.cwnd(),
             ssthresh: self.rel.cc.ssthresh(),

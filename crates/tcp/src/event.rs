@@ -144,6 +144,11 @@ pub struct Stats {
     pub mtu_reductions: u64,
     /// Smoothed round-trip time, once measured.
     pub srtt: Option<Duration>,
+    /// Round-trip time variation (RFC 6298's RTTVAR).
+    pub rttvar: Duration,
+    /// Sequence space the peer has acknowledged, SYN and FIN included (Linux's
+    /// `tcpi_bytes_acked`).
+    pub bytes_acked: u64,
     /// Current retransmission timeout (with backoff).
     pub rto: Duration,
     /// Congestion window, bytes.

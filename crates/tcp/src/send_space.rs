@@ -56,6 +56,9 @@ pub(crate) struct SendSpace {
     /// Our SYN has been acknowledged. A flag, not `SND.UNA > ISS`: that comparison is
     /// modular and turns false again after 2 GiB have been sent.
     pub syn_acked: bool,
+    /// Sequence space acknowledged so far, SYN and FIN included (RFC 4898's
+    /// `tcpEStatsAppHCThruOctetsAcked`, Linux's `tcpi_bytes_acked`): 64 bits, no wrap.
+    pub acked_total: u64,
     /// Sequence number of the first byte held in `buf`.
     pub buf_seq: SeqNum,
     pub buf: RingBuffer,
@@ -90,6 +93,7 @@ impl SendSpace {
             wscale: 0,
             mss,
             syn_acked: false,
+            acked_total: 0,
             buf_seq: SeqNum(0),
             buf: RingBuffer::with_storage(storage),
             fin_queued: false,
@@ -210,6 +214,9 @@ impl SendSpace {
 
     /// Move SND.UNA (and SND.NXT with it, where a timeout had rewound it) to `ack`.
     pub(crate) fn advance(&mut self, ack: SeqNum) {
+        if ack.after(self.una) {
+            self.acked_total += u64::from(ack - self.una);
+        }
         self.una = ack;
         if self.nxt.before(ack) {
             self.nxt = ack;

@@ -1,0 +1,161 @@
+//! Waiting for our sockets, alone or beside the kernel's descriptors: poll the stacks,
+//! spin while allowed, then register a waker that rings an eventfd and sleep in the
+//! kernel's own `ppoll`/`epoll_pwait` on that eventfd and the program's descriptors. A
+//! signal ends the sleep with `EINTR`, as it ends the kernel's.
+#![allow(unsafe_code)]
+
+use std::sync::Arc;
+use std::task::{Wake, Waker};
+use std::time::Instant;
+
+use crate::env;
+use crate::real;
+use crate::sock::{Errno, Res};
+
+/// Rings an eventfd when woken; closes it when the last waker goes (a waker may outlive
+/// the wait that made it, in a stack's waiter list, so the descriptor must too).
+pub struct Bell {
+    pub fd: i32,
+}
+
+impl Bell {
+    pub fn new() -> Res<Arc<Bell>> {
+        // SAFETY: eventfd takes no pointers.
+        let fd = unsafe { real::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(last_errno());
+        }
+        Ok(Arc::new(Bell { fd }))
+    }
+
+    /// Empty the eventfd (after a wake).
+    pub fn drain(&self) {
+        let mut n = 0u64;
+        // SAFETY: reading 8 bytes into a u64 on the stack.
+        unsafe { real::read(self.fd, (&raw mut n).cast(), 8) };
+    }
+}
+
+impl Wake for Bell {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let one = 1u64;
+        // SAFETY: writing 8 bytes from a u64 on the stack to our eventfd.
+        unsafe { real::write(self.fd, (&raw const one).cast(), 8) };
+    }
+}
+
+impl Drop for Bell {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor is ours and closed once.
+        unsafe { real::close(self.fd) };
+    }
+}
+
+thread_local! {
+    static BELL: std::cell::OnceCell<Option<(Arc<Bell>, Waker)>> = const { std::cell::OnceCell::new() };
+}
+
+/// Return this thread's bell and a waker that rings it.
+pub fn thread_bell() -> Res<(Arc<Bell>, Waker)> {
+    BELL.with(|b| {
+        b.get_or_init(|| Bell::new().ok().map(|bell| (Arc::clone(&bell), Waker::from(bell))))
+            .clone()
+            .ok_or(libc::EMFILE)
+    })
+}
+
+/// Return the calling thread's errno.
+pub fn last_errno() -> Errno {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// Return how long until `deadline` as a timespec for ppoll (`None`: no limit).
+pub fn timespec(deadline: Option<Instant>) -> Option<libc::timespec> {
+    deadline.map(|d| {
+        let left = d.saturating_duration_since(Instant::now());
+        libc::timespec { tv_sec: left.as_secs() as libc::time_t, tv_nsec: left.subsec_nanos() as libc::c_long }
+    })
+}
+
+/// Return milliseconds until `deadline` for epoll (-1: no limit), rounded up.
+pub fn millis(deadline: Option<Instant>) -> i32 {
+    match deadline {
+        None => -1,
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
+        }
+    }
+}
+
+/// Wait until `ready` says so (it is called without a waker to look, and with one to look
+/// and register in one step), or `deadline` passes (`EAGAIN`), or a signal arrives
+/// (`EINTR`).
+pub fn until(deadline: Option<Instant>, ready: &mut dyn FnMut(Option<&Waker>) -> bool) -> Res<()> {
+    let env = env::get().map_err(|_| libc::ENETDOWN)?;
+    let spin_end = Instant::now() + env.spin;
+    loop {
+        let _ = env.runtime.poll();
+        if ready(None) {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(libc::EAGAIN);
+        }
+        if env.busy_poll || now < spin_end {
+            std::hint::spin_loop();
+            continue;
+        }
+        let (bell, waker) = thread_bell()?;
+        if ready(Some(&waker)) {
+            return Ok(());
+        }
+        let _idle = env.runtime.idle();
+        let mut fds = [libc::pollfd { fd: bell.fd, events: libc::POLLIN, revents: 0 }];
+        let ts = timespec(deadline);
+        let tp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: one valid pollfd; `tp` is null or points at `ts`, alive for the call.
+        let r = unsafe { real::ppoll(fds.as_mut_ptr(), 1, tp, std::ptr::null()) };
+        if r < 0 {
+            let e = last_errno();
+            if e == libc::EINTR {
+                return Err(libc::EINTR);
+            }
+            return Err(e);
+        }
+        bell.drain();
+    }
+}
+
+/// Return whether a call a signal interrupted should restart, as Linux decides for
+/// `SA_RESTART`: here, whether every handler the program installed asks for it (which
+/// signal arrived is not known).
+pub fn handlers_restart() -> bool {
+    for sig in 1..libc::SIGRTMAX() {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: sigaction with a null new action only reads the current one into `old`.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0 {
+            continue;
+        }
+        let handled = old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
+        if handled && old.sa_flags & libc::SA_RESTART == 0 {
+            return false;
+        }
+    }
+    true
+}
+
+/// Send SIGPIPE to the calling thread, as a send on a closed connection without
+/// `MSG_NOSIGNAL` does.
+pub fn raise_sigpipe() {
+    // SAFETY: raising a signal in the calling thread.
+    unsafe { libc::raise(libc::SIGPIPE) };
+}
