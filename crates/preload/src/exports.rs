@@ -316,8 +316,7 @@ pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut sockaddr, len: *mut sockl
             return Err(wait::last_errno());
         }
         let peer = stream.peer_addr().map_err(|e| crate::sock::errno_of(&e))?;
-        let nodelay = sock.opts().nodelay;
-        let new = Socket::accepted(stream, sock.v6, flags & libc::SOCK_NONBLOCK != 0, nodelay)?;
+        let new = Socket::accepted(stream, sock.v6, flags & libc::SOCK_NONBLOCK != 0, sock.opts())?;
         let peer = new.show(peer);
         match table::insert(placeholder, Entry::Socket(Arc::new(new))) {
             Ok(old) => old.map_or((), release),
@@ -1029,14 +1028,36 @@ pub unsafe extern "C" fn setsockopt(
         match (level, name) {
             (libc::SOL_SOCKET, libc::SO_RCVTIMEO) => get_timeval(value, len).map(|t| sock.set_opts(|o| o.rcvtimeo = t)),
             (libc::SOL_SOCKET, libc::SO_SNDTIMEO) => get_timeval(value, len).map(|t| sock.set_opts(|o| o.sndtimeo = t)),
-            (libc::IPPROTO_TCP, libc::TCP_NODELAY) => get_int(value, len).map(|v| sock.set_nodelay(v != 0)),
-            // Recorded on the placeholder (read back by getsockopt); the stack's own
-            // buffers, keepalive and timeouts are its configuration's.
+            (libc::IPPROTO_TCP, libc::TCP_NODELAY) => {
+                get_int(value, len).map(|v| sock.set_opts(|o| o.nodelay = v != 0))
+            }
+            (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => {
+                get_int(value, len).map(|v| sock.set_opts(|o| o.keepalive = v != 0))
+            }
+            (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE | libc::TCP_KEEPINTVL) => match get_int(value, len) {
+                Ok(v) if (1..=32767).contains(&v) => {
+                    let d = Some(Duration::from_secs(v as u64));
+                    Ok(sock.set_opts(|o| if name == libc::TCP_KEEPIDLE { o.keepidle = d } else { o.keepintvl = d }))
+                }
+                Ok(_) => Err(libc::EINVAL),
+                Err(e) => Err(e),
+            },
+            (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => match get_int(value, len) {
+                Ok(v) if (1..=127).contains(&v) => Ok(sock.set_opts(|o| o.keepcnt = Some(v as u32))),
+                Ok(_) => Err(libc::EINVAL),
+                Err(e) => Err(e),
+            },
+            (libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT) => match get_int(value, len) {
+                Ok(v) if v >= 0 => Ok(sock.set_opts(|o| o.user_timeout = Some(Duration::from_millis(v as u64)))),
+                Ok(_) => Err(libc::EINVAL),
+                Err(e) => Err(e),
+            },
+            // Recorded on the placeholder (read back by getsockopt): the stack's buffers
+            // autotune, and its MSS follows the path, whatever the program asks.
             (
                 libc::SOL_SOCKET,
                 libc::SO_REUSEADDR
                 | libc::SO_REUSEPORT
-                | libc::SO_KEEPALIVE
                 | libc::SO_RCVBUF
                 | libc::SO_SNDBUF
                 | libc::SO_LINGER
@@ -1045,14 +1066,7 @@ pub unsafe extern "C" fn setsockopt(
                 | libc::SO_BROADCAST
                 | libc::SO_OOBINLINE,
             )
-            | (
-                libc::IPPROTO_TCP,
-                libc::TCP_KEEPIDLE
-                | libc::TCP_KEEPINTVL
-                | libc::TCP_KEEPCNT
-                | libc::TCP_USER_TIMEOUT
-                | libc::TCP_MAXSEG,
-            )
+            | (libc::IPPROTO_TCP, libc::TCP_MAXSEG)
             | (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => Ok(()),
             _ => {
                 log::warn!(

@@ -60,6 +60,33 @@ pub struct Opts {
     pub rcvtimeo: Option<Duration>,
     pub sndtimeo: Option<Duration>,
     pub nodelay: bool,
+    /// `SO_KEEPALIVE`, and `TCP_KEEPIDLE`/`KEEPINTVL`/`KEEPCNT` where set (else Linux's
+    /// defaults: 7200 s, 75 s, 9).
+    pub keepalive: bool,
+    pub keepidle: Option<Duration>,
+    pub keepintvl: Option<Duration>,
+    pub keepcnt: Option<u32>,
+    /// `TCP_USER_TIMEOUT` (`Some(0)` is "the default").
+    pub user_timeout: Option<Duration>,
+}
+
+impl Opts {
+    /// Give a connection what these options ask of it.
+    fn apply(&self, stream: &TcpStream) {
+        let _ = stream.set_nodelay(self.nodelay);
+        let keepalive = self.keepalive.then(|| {
+            let d = bypass_tcp::Keepalive::default();
+            bypass_tcp::Keepalive {
+                idle: self.keepidle.unwrap_or(d.idle),
+                interval: self.keepintvl.unwrap_or(d.interval),
+                probes: self.keepcnt.unwrap_or(d.probes),
+            }
+        });
+        let _ = stream.set_keepalive(keepalive);
+        if let Some(t) = self.user_timeout {
+            let _ = stream.set_user_timeout((!t.is_zero()).then_some(t));
+        }
+    }
 }
 
 /// What happens to a socket at `bind` or `connect`.
@@ -174,17 +201,16 @@ impl Socket {
         }
     }
 
-    /// Return a socket for a connection `accept` returned.
-    pub fn accepted(stream: TcpStream, v6: bool, nonblocking: bool, nodelay: bool) -> Res<Socket> {
+    /// Return a socket for a connection `accept` returned, with the options it inherits
+    /// from the listener (`opts`, as Linux copies them).
+    pub fn accepted(stream: TcpStream, v6: bool, nonblocking: bool, opts: Opts) -> Res<Socket> {
         let conn = Conn::new(stream)?;
-        if nodelay {
-            let _ = conn.probe.set_nodelay(true);
-        }
+        opts.apply(&conn.probe);
         Ok(Socket {
             v6,
             nonblocking: AtomicBool::new(nonblocking),
             state: Mutex::new(State::Connected(Arc::new(conn))),
-            opts: Mutex::new(Opts { nodelay, ..Opts::default() }),
+            opts: Mutex::new(Opts { rcvtimeo: None, sndtimeo: None, ..opts }),
             read_gen: AtomicU32::new(0),
             write_gen: AtomicU32::new(0),
         })
@@ -198,8 +224,16 @@ impl Socket {
         *lock(&self.opts)
     }
 
+    /// Change the options, and give the connection (if there is one) what they ask.
     pub fn set_opts(&self, f: impl FnOnce(&mut Opts)) {
-        f(&mut lock(&self.opts));
+        let opts = {
+            let mut o = lock(&self.opts);
+            f(&mut o);
+            *o
+        };
+        if let State::Connected(c) = &*lock(&self.state) {
+            opts.apply(&c.probe);
+        }
     }
 
     /// Return whether it listens (`SO_ACCEPTCONN`).
@@ -333,9 +367,7 @@ impl Socket {
             State::Connecting { pending, .. } => match pending.poll(waker)? {
                 Ok(stream) => match Conn::new(stream) {
                     Ok(conn) => {
-                        if self.opts().nodelay {
-                            let _ = conn.probe.set_nodelay(true);
-                        }
+                        self.opts().apply(&conn.probe);
                         *state = State::Connected(Arc::new(conn));
                         Some(Ok(()))
                     }
@@ -635,14 +667,6 @@ impl Socket {
         match &*lock(&self.state) {
             State::Connected(c) => Ok(self.show(c.remote)),
             _ => Err(libc::ENOTCONN),
-        }
-    }
-
-    /// `TCP_NODELAY` on the connection (kept for one not yet made).
-    pub fn set_nodelay(&self, on: bool) {
-        self.set_opts(|o| o.nodelay = on);
-        if let State::Connected(c) = &*lock(&self.state) {
-            let _ = c.probe.set_nodelay(on);
         }
     }
 

@@ -228,6 +228,22 @@ impl LocalStream {
         self.core.with(|st| st.stack().map(|s| s.set_nodelay(self.id, nodelay)))
     }
 
+    pub(crate) fn set_keepalive(&self, keepalive: Option<bypass_tcp::Keepalive>) -> io::Result<()> {
+        self.core.with(|st| {
+            st.stack()?.set_keepalive(self.id, keepalive);
+            self.core.after_call(st);
+            Ok(())
+        })
+    }
+
+    pub(crate) fn set_user_timeout(&self, limit: Option<Duration>) -> io::Result<()> {
+        self.core.with(|st| {
+            st.stack()?.set_user_timeout(self.id, limit);
+            self.core.after_call(st);
+            Ok(())
+        })
+    }
+
     pub(crate) fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
         if matches!(how, Shutdown::Write | Shutdown::Both) {
             self.core.with(|st| {

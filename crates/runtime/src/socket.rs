@@ -135,6 +135,24 @@ impl TcpStream {
         }
     }
 
+    /// Turn keep-alive on with `keepalive`'s settings, or off (`SO_KEEPALIVE` with
+    /// `TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT`). In-thread mode only.
+    pub fn set_keepalive(&self, keepalive: Option<bypass_tcp::Keepalive>) -> io::Result<()> {
+        match &self.kind {
+            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Local(s) => s.set_keepalive(keepalive),
+        }
+    }
+
+    /// Abort the connection when sent data stays unacknowledged for `limit`
+    /// (`TCP_USER_TIMEOUT`; `None`: the stack's retransmission limit only). In-thread mode only.
+    pub fn set_user_timeout(&self, limit: Option<Duration>) -> io::Result<()> {
+        match &self.kind {
+            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Local(s) => s.set_user_timeout(limit),
+        }
+    }
+
     /// Return what the connection can do now; with `waker`, also register it to be woken
     /// at the next change. See [`crate::events`]; in-thread mode only.
     pub fn readiness(&self, waker: Option<&std::task::Waker>) -> io::Result<crate::events::Readiness> {

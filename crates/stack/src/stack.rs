@@ -377,6 +377,21 @@ impl<D: Device> Stack<D> {
         }
     }
 
+    /// Turn keep-alive on (with its settings) or off for `id` (`SO_KEEPALIVE`).
+    pub fn set_keepalive(&mut self, id: SocketId, keepalive: Option<bypass_tcp::Keepalive>) {
+        let now = self.now();
+        if let Some(conn) = self.iface.connection_mut(id) {
+            conn.set_keepalive(now, keepalive);
+        }
+    }
+
+    /// Set the user timeout of `id` (`TCP_USER_TIMEOUT`; `None`: none).
+    pub fn set_user_timeout(&mut self, id: SocketId, limit: Option<Duration>) {
+        if let Some(conn) = self.iface.connection_mut(id) {
+            conn.set_user_timeout(limit);
+        }
+    }
+
     /// Return the state of `id` (`Closed` for an unknown or removed id).
     pub fn state(&self, id: SocketId) -> State {
         self.iface.connection(id).map_or(State::Closed, |c| c.state())

@@ -34,7 +34,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::buffer::{RingBuffer, Storage};
-use crate::config::Config;
+use crate::config::{Config, Keepalive};
 use crate::controller::Controller;
 use crate::event::{Cause, Event, Stats, Transition, UserCall};
 use crate::isn::IsnGenerator;
@@ -650,6 +650,25 @@ impl Connection {
     /// Turn Nagle's algorithm off (`true`, TCP_NODELAY) or on.
     pub fn set_nodelay(&mut self, nodelay: bool) {
         self.config.nagle = !nodelay;
+    }
+
+    /// Turn keep-alive on with `keepalive`'s settings, or off (`None`), as `SO_KEEPALIVE`
+    /// and `TCP_KEEPIDLE`/`KEEPINTVL`/`KEEPCNT` do (RFC 9293 3.8.4): the idle time counts
+    /// from `now`.
+    pub fn set_keepalive(&mut self, now: Instant, keepalive: Option<Keepalive>) {
+        self.config.keepalive = keepalive;
+        match keepalive {
+            Some(_) => self.arm_keepalive(now),
+            None => self.timers.stop(Timer::KeepAlive),
+        }
+    }
+
+    /// Abort the connection when sent data stays unacknowledged for `limit` (RFC 5482's
+    /// user timeout, `TCP_USER_TIMEOUT`), or never (`None`); from now on.
+    pub fn set_user_timeout(&mut self, limit: Option<Duration>) {
+        self.config.user_timeout = limit;
+        let since = self.rel.unacked_since;
+        self.set_unacked_since(since);
     }
 
     /// Return bytes that `send` would accept now.
