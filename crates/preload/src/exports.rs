@@ -887,6 +887,13 @@ unsafe fn get_int(value: *const c_void, len: socklen_t) -> Res<c_int> {
     Ok(unsafe { (value as *const c_int).read_unaligned() })
 }
 
+/// Read an int option that must lie in `range` (`EINVAL` otherwise, as Linux answers).
+unsafe fn int_in(value: *const c_void, len: socklen_t, range: std::ops::RangeInclusive<c_int>) -> Res<c_int> {
+    // SAFETY: the caller's option value and length.
+    let v = unsafe { get_int(value, len) }?;
+    if range.contains(&v) { Ok(v) } else { Err(libc::EINVAL) }
+}
+
 unsafe fn get_timeval(value: *const c_void, len: socklen_t) -> Res<Option<Duration>> {
     if value.is_null() || (len as usize) < size_of::<libc::timeval>() {
         return Err(libc::EINVAL);
@@ -1034,24 +1041,15 @@ pub unsafe extern "C" fn setsockopt(
             (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => {
                 get_int(value, len).map(|v| sock.set_opts(|o| o.keepalive = v != 0))
             }
-            (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE | libc::TCP_KEEPINTVL) => match get_int(value, len) {
-                Ok(v) if (1..=32767).contains(&v) => {
-                    let d = Some(Duration::from_secs(v as u64));
-                    Ok(sock.set_opts(|o| if name == libc::TCP_KEEPIDLE { o.keepidle = d } else { o.keepintvl = d }))
-                }
-                Ok(_) => Err(libc::EINVAL),
-                Err(e) => Err(e),
-            },
-            (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => match get_int(value, len) {
-                Ok(v) if (1..=127).contains(&v) => Ok(sock.set_opts(|o| o.keepcnt = Some(v as u32))),
-                Ok(_) => Err(libc::EINVAL),
-                Err(e) => Err(e),
-            },
-            (libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT) => match get_int(value, len) {
-                Ok(v) if v >= 0 => Ok(sock.set_opts(|o| o.user_timeout = Some(Duration::from_millis(v as u64)))),
-                Ok(_) => Err(libc::EINVAL),
-                Err(e) => Err(e),
-            },
+            (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE | libc::TCP_KEEPINTVL) => int_in(value, len, 1..=32767).map(|v| {
+                let d = Some(Duration::from_secs(v as u64));
+                sock.set_opts(|o| if name == libc::TCP_KEEPIDLE { o.keepidle = d } else { o.keepintvl = d })
+            }),
+            (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => {
+                int_in(value, len, 1..=127).map(|v| sock.set_opts(|o| o.keepcnt = Some(v as u32)))
+            }
+            (libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT) => int_in(value, len, 0..=c_int::MAX)
+                .map(|v| sock.set_opts(|o| o.user_timeout = Some(Duration::from_millis(v as u64)))),
             // Recorded on the placeholder (read back by getsockopt): the stack's buffers
             // autotune, and its MSS follows the path, whatever the program asks.
             (
