@@ -63,7 +63,8 @@ struct DemoArgs {
     /// the lab is out of reach), http (the application row: the HTTP server on kernel sockets
     /// and on our stack under tokio, loaded by wrk or ab), memory (resident bytes per idle
     /// established connection of ours, with 10,000 of them, and the kernel's slab memory per
-    /// connection for the same clients).
+    /// connection for the same clients), programs (unmodified nginx, redis and iperf3 on
+    /// kernel sockets and under `bypass run`).
     #[arg(long, value_delimiter = ',', value_name = "TRANSPORT,...")]
     only: Vec<String>,
     /// Run only these workloads, comma-separated: rr-64B-1c, rr-1024B-1c, rr-64B-100c,

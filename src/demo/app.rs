@@ -219,7 +219,7 @@ fn wrk_time(s: &str) -> Option<f64> {
     num.parse::<f64>().ok().map(|n| n * scale)
 }
 
-fn parse_wrk(text: &str) -> Option<AppRow> {
+pub(super) fn parse_wrk(text: &str) -> Option<AppRow> {
     let mut row = AppRow::default();
     let field = |line: &str, key: &str| line.trim().strip_prefix(key).map(|v| v.trim().to_string());
     for line in text.lines() {

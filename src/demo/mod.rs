@@ -44,6 +44,7 @@ mod kernel;
 mod measure;
 mod memory;
 mod ours;
+mod programs;
 mod report;
 mod smoltcp;
 mod stack;
@@ -458,6 +459,8 @@ pub struct Conditions {
     pub floor: Option<Floor>,
     /// The application row: the HTTP server on kernel sockets and on our stack.
     pub app: Option<app::AppSection>,
+    /// Unmodified programs on kernel sockets and under `bypass run`.
+    pub programs: Option<programs::ProgramsSection>,
     /// Resident memory per idle established connection of ours.
     pub memory: Option<memory::MemorySection>,
 }
@@ -528,7 +531,14 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
     // So does the memory figure, with `memory`.
     let memory_wanted = (args.only.is_empty() || args.only.iter().any(|n| n.trim() == memory::NAME))
         && (args.workload.is_empty() || args.workload.iter().any(|n| n.trim() == memory::NAME));
-    let only: Vec<&String> = args.only.iter().filter(|n| n.trim() != app::NAME && n.trim() != memory::NAME).collect();
+    // And the programs rows (nginx, redis, iperf3 under `bypass run`), with `programs`.
+    let programs_wanted = (args.only.is_empty() || args.only.iter().any(|n| n.trim() == programs::NAME))
+        && (args.workload.is_empty() || args.workload.iter().any(|n| n.trim() == programs::NAME));
+    let only: Vec<&String> = args
+        .only
+        .iter()
+        .filter(|n| n.trim() != app::NAME && n.trim() != memory::NAME && n.trim() != programs::NAME)
+        .collect();
     let app_only = !args.only.is_empty() && only.is_empty();
     if app_only {
         // Only the application row.
@@ -550,8 +560,10 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
     let mut workloads: Vec<Workload> = WORKLOADS.to_vec();
     if !args.workload.is_empty() {
         for name in &args.workload {
-            if name.trim() != app::NAME && !WORKLOADS.iter().any(|w| w.key() == name.trim()) {
-                let keys: Vec<_> = WORKLOADS.iter().map(|w| w.key()).chain([app::NAME.to_string()]).collect();
+            let special = [app::NAME, memory::NAME, programs::NAME];
+            if !special.contains(&name.trim()) && !WORKLOADS.iter().any(|w| w.key() == name.trim()) {
+                let keys: Vec<_> =
+                    WORKLOADS.iter().map(|w| w.key()).chain(special.iter().map(|s| s.to_string())).collect();
                 return Err(format!("unknown workload `{name}` (known: {})", keys.join(", ")));
             }
         }
@@ -705,6 +717,21 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
             }
         }
     }
+    if programs_wanted && !interrupted.load(Ordering::Relaxed) {
+        conditions.programs = Some(match &net {
+            Net::Lab(lab) => {
+                if progress {
+                    eprint!("\r\x1b[K[programs] nginx, redis and iperf3, kernel and bypass run, {runs} runs");
+                }
+                let section = programs::measure(lab, KERNEL_SERVER_IP, runs, duration, &mut port);
+                if progress {
+                    eprint!("\r\x1b[K");
+                }
+                section
+            }
+            Net::Loopback => programs::ProgramsSection::default(),
+        });
+    }
     if memory_wanted && !interrupted.load(Ordering::Relaxed) {
         conditions.memory = Some(match &net {
             Net::Lab(lab) => {
@@ -754,6 +781,10 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
     if let Some(app) = &conditions.app {
         text.push_str(&app::markdown(app));
         markdown.push_str(&app::markdown(app));
+    }
+    if let Some(p) = &conditions.programs {
+        text.push_str(&programs::markdown(p));
+        markdown.push_str(&programs::markdown(p));
     }
     if let Some(memory) = &conditions.memory {
         text.push_str(&memory::markdown(memory));

@@ -425,6 +425,12 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
         }
         None => out.push_str("  \"application\": null,\n"),
     }
+    match &c.programs {
+        Some(p) => {
+            let _ = writeln!(out, "  \"programs\": {},", super::programs::json(p, js));
+        }
+        None => out.push_str("  \"programs\": null,\n"),
+    }
     match &c.memory {
         Some(memory) => {
             let _ = writeln!(out, "  \"memory\": {},", super::memory::json(memory, js));
