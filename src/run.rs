@@ -110,7 +110,10 @@ fn library() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the bypass executable: {e}"))?;
     let dir = exe.parent().ok_or("the bypass executable has no directory")?;
     let beside = dir.join(LIBRARY);
-    [beside.clone(), dir.join("deps").join(LIBRARY)].into_iter().find(|p| p.exists()).ok_or_else(|| {
+    // The newer of the two: `cargo build` refreshes the one beside, `cargo test` the other.
+    let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let candidates = [beside.clone(), dir.join("deps").join(LIBRARY)];
+    candidates.into_iter().filter(|p| p.exists()).max_by_key(modified).ok_or_else(|| {
         format!(
             "{} is not built: run `cargo build --release --workspace` (or point BYPASS_PRELOAD at it)",
             beside.display()

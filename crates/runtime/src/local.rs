@@ -263,14 +263,15 @@ impl Core {
         if state.woken.is_empty() {
             return out;
         }
-        WAKING.with(|waking| {
-            let mut waking = waking.borrow_mut();
-            std::mem::swap(&mut *waking, &mut state.woken);
-            drop(state);
-            for w in waking.drain(..) {
-                w.wake();
-            }
-        });
+        // The thread's spare list, if it still has one: a thread that is exiting (a
+        // program's atexit handler stopping the runtime) has lost its thread-locals.
+        let mut waking = WAKING.try_with(|w| std::mem::take(&mut *w.borrow_mut())).unwrap_or_default();
+        std::mem::swap(&mut waking, &mut state.woken);
+        drop(state);
+        for w in waking.drain(..) {
+            w.wake();
+        }
+        let _ = WAKING.try_with(|w| *w.borrow_mut() = waking);
         out
     }
 
