@@ -10,7 +10,8 @@
 //! or for good when busy-polling, and then sleeps. One thread per stack spins at a time; the
 //! others sleep at once, and whoever polls wakes them when their connection changes.
 //!
-//! While no application thread is inside (none has polled for [`GRACE`], or every waiting
+//! While no application thread is inside (none has polled for [`GRACE`], or
+//! [`GRACE_BUSY_POLL`] when busy-polling, or every waiting
 //! one sleeps), a helper thread keeps the protocol moving: it watches the device
 //! ([`Device::sleeper`]) and the next timer, and polls, so the peer's data is ACKed up to
 //! the offered window, handshakes complete into the accept queue and keepalives answer,
@@ -40,6 +41,10 @@ use crate::stream::Wait;
 
 /// How long no application thread may have polled before the helper polls instead.
 pub(crate) const GRACE: Duration = Duration::from_millis(1);
+/// The same when the application busy-polls: it comes back without sleeping, so a long
+/// gap is work between its polls (a batch of events served), not absence, and a helper
+/// that stepped in would only contend for the lock.
+pub(crate) const GRACE_BUSY_POLL: Duration = Duration::from_millis(10);
 /// The longest a sleeping call sleeps before it looks again by itself (wakes are not lost;
 /// this bounds the cost of a bug and lets a stopped runtime be noticed).
 const PARK_MAX: Duration = Duration::from_millis(100);
@@ -412,14 +417,15 @@ impl Core {
             }
             let idle = self.since_app_poll();
             let spinner = self.spinning.load(Ordering::SeqCst) > 0;
-            if spinner || (idle < GRACE && self.sleeping.load(Ordering::SeqCst) == 0) {
+            let grace = if self.busy_poll { GRACE_BUSY_POLL } else { GRACE };
+            if spinner || (idle < grace && self.sleeping.load(Ordering::SeqCst) == 0) {
                 self.stop_polling();
                 busy_before = false;
                 self.napping.store(true, Ordering::SeqCst);
                 // Look again after raising the flag: a thread that went to sleep before the
                 // flag was up did not unpark us, and is seen here.
                 if spinner || self.sleeping.load(Ordering::SeqCst) == 0 {
-                    std::thread::park_timeout(GRACE.saturating_sub(idle).max(GRACE / 4));
+                    std::thread::park_timeout(grace.saturating_sub(idle).max(GRACE / 4));
                 }
                 self.napping.store(false, Ordering::SeqCst);
                 continue;
