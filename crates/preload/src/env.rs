@@ -174,13 +174,18 @@ fn start() -> Result<Env, String> {
         mode: Mode::InThread,
         busy_poll,
         spin: Duration::from_micros(spin),
+        // Busy-polling, the program is back in a wait (which polls) within microseconds:
+        // what one turn of its event loop writes leaves with one kick of the device.
+        defer_transmit: busy_poll,
         capture,
         ..RuntimeOptions::default()
     };
-    let runtime = match var("BYPASS_BACKEND").as_deref() {
+    // The helper threads the runtime starts inherit a mask blocking every signal, so that
+    // the program's handlers run on the program's threads (see `signals`).
+    let runtime = crate::signals::blocked(|| match var("BYPASS_BACKEND").as_deref() {
         Some("packet") => {
             let device = PacketDevice::open_with(&iface, &PacketConfig::default()).map_err(|e| e.to_string())?;
-            Runtime::start(vec![device], config, options)
+            Ok(Runtime::start(vec![device], config, options))
         }
         None | Some("xdp") => {
             let mut xdp = XdpConfig::new(&iface, first);
@@ -188,10 +193,10 @@ fn start() -> Result<Env, String> {
             xdp.busy_poll = busy_poll;
             let queues: Vec<u32> = (0..queues).collect();
             let devices = XdpDevice::open_queues(xdp, &queues).map_err(|e| e.to_string())?;
-            Runtime::start(devices, config, options)
+            Ok(Runtime::start(devices, config, options))
         }
-        Some(other) => return Err(format!("BYPASS_BACKEND: `{other}` is not xdp or packet")),
-    }
+        Some(other) => Err(format!("BYPASS_BACKEND: `{other}` is not xdp or packet")),
+    })?
     .map_err(|e| format!("cannot start the stack: {e}"))?;
     crate::exports::at_exit(stop_at_exit);
     log::info!(

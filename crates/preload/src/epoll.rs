@@ -17,6 +17,7 @@ use libc::epoll_event;
 
 use crate::env;
 use crate::real;
+use crate::signals;
 use crate::sock::{ERR, HUP, IN, OUT, Res, Socket};
 use crate::wait::{self, Bell};
 use std::sync::atomic::Ordering;
@@ -167,6 +168,7 @@ impl Epoll {
     pub fn wait(&self, out: &mut [epoll_event], deadline: Option<Instant>, mask: *const libc::sigset_t) -> Res<usize> {
         let env = env::get().map_err(|_| libc::ENETDOWN)?;
         let spin_end = Instant::now() + env.spin;
+        let signals = signals::delivered();
         loop {
             let _ = env.runtime.poll();
             let n = self.collect(out, None);
@@ -177,6 +179,10 @@ impl Epoll {
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(0);
+            }
+            // A handler ran while we polled in user space: the kernel would have said EINTR.
+            if signals::delivered() != signals {
+                return Err(libc::EINTR);
             }
             if env.busy_poll || now < spin_end {
                 std::hint::spin_loop();
@@ -217,6 +223,7 @@ pub fn poll(
 ) -> Res<usize> {
     let env = env::get().map_err(|_| libc::ENETDOWN)?;
     let spin_end = Instant::now() + env.spin;
+    let signals = signals::delivered();
     let mut kernel: Vec<libc::pollfd> = Vec::new();
     let mut index: Vec<usize> = Vec::new();
     for (i, (pfd, sock)) in fds.iter().zip(ours).enumerate() {
@@ -261,6 +268,9 @@ pub fn poll(
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             return Ok(0);
+        }
+        if signals::delivered() != signals {
+            return Err(libc::EINTR);
         }
         if env.busy_poll || now < spin_end {
             std::hint::spin_loop();

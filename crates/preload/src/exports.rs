@@ -1345,3 +1345,33 @@ pub unsafe extern "C" fn epoll_pwait(
         None => unsafe { real::epoll_pwait(epfd, events, max, timeout, mask) },
     }
 }
+
+// ---- signals ----------------------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    if !env::configured() || INSIDE.with(|i| i.get()) {
+        // SAFETY: passing the caller's arguments on.
+        return unsafe { real::sigaction(sig, act, old) };
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::sigaction(sig, act, old) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    if !env::configured() {
+        // SAFETY: the C library's signal, through its sigaction.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = handler;
+        act.sa_flags = libc::SA_RESTART;
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: both are ours and valid.
+        if unsafe { real::sigaction(sig, &act, &mut old) } != 0 {
+            return libc::SIG_ERR;
+        }
+        return old.sa_sigaction;
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { crate::signals::signal(sig, handler) }
+}

@@ -31,6 +31,7 @@ mod epoll;
 mod exports;
 mod listen;
 mod real;
+mod signals;
 mod sock;
 mod table;
 mod wait;

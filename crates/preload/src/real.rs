@@ -83,4 +83,5 @@ real! {
     fn __chk_fail() -> ();
     fn select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, timeout: *mut libc::timeval) -> c_int;
     fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_int;
+    fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int;
 }

@@ -706,7 +706,7 @@ impl Socket {
             }
             match wait::until(deadline, &mut ready) {
                 Ok(()) => {}
-                Err(libc::EINTR) if restart && deadline.is_none() && wait::handlers_restart() => {}
+                Err(libc::EINTR) if restart && deadline.is_none() && crate::signals::last_restarts() => {}
                 Err(e) => return Err(e),
             }
         }

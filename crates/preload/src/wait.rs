@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use crate::env;
 use crate::real;
+use crate::signals;
 use crate::sock::{Errno, Res};
 
 /// Rings an eventfd when woken; closes it when the last waker goes (a waker may outlive
@@ -98,6 +99,7 @@ pub fn millis(deadline: Option<Instant>) -> i32 {
 pub fn until(deadline: Option<Instant>, ready: &mut dyn FnMut(Option<&Waker>) -> bool) -> Res<()> {
     let env = env::get().map_err(|_| libc::ENETDOWN)?;
     let spin_end = Instant::now() + env.spin;
+    let signals = signals::delivered();
     loop {
         let _ = env.runtime.poll();
         if ready(None) {
@@ -106,6 +108,10 @@ pub fn until(deadline: Option<Instant>, ready: &mut dyn FnMut(Option<&Waker>) ->
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             return Err(libc::EAGAIN);
+        }
+        // A handler ran while we polled in user space: the kernel would have said EINTR.
+        if signals::delivered() != signals {
+            return Err(libc::EINTR);
         }
         if env.busy_poll || now < spin_end {
             std::hint::spin_loop();
@@ -130,27 +136,6 @@ pub fn until(deadline: Option<Instant>, ready: &mut dyn FnMut(Option<&Waker>) ->
         }
         bell.drain();
     }
-}
-
-/// Return whether a call a signal interrupted should restart, as Linux decides for
-/// `SA_RESTART`: here, whether every handler the program installed asks for it (which
-/// signal arrived is not known).
-pub fn handlers_restart() -> bool {
-    for sig in 1..libc::SIGRTMAX() {
-        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
-            continue;
-        }
-        // SAFETY: sigaction with a null new action only reads the current one into `old`.
-        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0 {
-            continue;
-        }
-        let handled = old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
-        if handled && old.sa_flags & libc::SA_RESTART == 0 {
-            return false;
-        }
-    }
-    true
 }
 
 /// Send SIGPIPE to the calling thread, as a send on a closed connection without

@@ -119,6 +119,12 @@ pub struct RuntimeOptions {
     /// by default: there is one driver per stack, so spinning costs one worker's idle time,
     /// and a driver that sleeps at once pays a wake-up for nearly every request.
     pub driver_spin: Duration,
+    /// In-thread: a write does not transmit; the next poll of the stack does (an
+    /// application's next call that polls, [`Runtime::poll`], or the helper), so an event loop
+    /// that answers many connections and then polls again sends them all with one kick of the
+    /// device. For event loops that come back at once (busy-polling ones, as `bypass run
+    /// --busy-poll` serves); others should leave it off, or a write waits for the helper.
+    pub defer_transmit: bool,
     /// Record each stack's frames (`--pcap`).
     pub capture: Option<CaptureFactory>,
 }
@@ -130,6 +136,7 @@ impl Default for RuntimeOptions {
             busy_poll: false,
             spin: Duration::ZERO,
             driver_spin: Duration::from_micros(50),
+            defer_transmit: false,
             capture: None,
         }
     }

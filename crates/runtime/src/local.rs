@@ -184,6 +184,8 @@ pub(crate) struct Core {
     driver_spin: Duration,
     /// Spin without end instead of sleeping.
     pub(crate) busy_poll: bool,
+    /// Writes leave transmitting to the next poll (see `RuntimeOptions::defer_transmit`).
+    defer_transmit: bool,
     stopped: AtomicBool,
     /// A tokio driver task runs for this stack.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
@@ -229,6 +231,7 @@ impl Core {
             spin: options.spin,
             driver_spin: options.driver_spin,
             busy_poll: options.busy_poll,
+            defer_transmit: options.defer_transmit,
             stopped: AtomicBool::new(false),
             driver_running: AtomicBool::new(false),
             driver_asleep: AtomicBool::new(false),
@@ -365,7 +368,7 @@ impl Core {
     /// `tx_pending` (both sequentially consistent), so one of them always transmits.
     pub(crate) fn transmit(&self, st: &mut State) -> io::Result<()> {
         self.tx_pending.store(true, Ordering::SeqCst);
-        if self.helper_polling.load(Ordering::SeqCst) {
+        if self.defer_transmit || self.helper_polling.load(Ordering::SeqCst) {
             return Ok(());
         }
         st.stack()?.poll_tx()?;
