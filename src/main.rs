@@ -162,8 +162,9 @@ enum AttachMode {
     Generic,
 }
 
+/// Where a stack serves: what `bypass echo` and `bypass run` both take.
 #[derive(clap::Args)]
-struct EchoArgs {
+struct StackArgs {
     /// Interface to serve on (the kernel must not have --ip configured on it).
     #[arg(long)]
     iface: String,
@@ -176,6 +177,12 @@ struct EchoArgs {
     /// Advertisements is used.
     #[arg(long, value_name = "ADDR")]
     gateway: Vec<IpAddr>,
+}
+
+#[derive(clap::Args)]
+struct EchoArgs {
+    #[command(flatten)]
+    stack: StackArgs,
     /// TCP port to serve.
     #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u16).range(1..))]
     port: u16,
@@ -348,7 +355,7 @@ fn lab_down(name: &str) -> Result<(), String> {
 }
 
 fn echo(args: EchoArgs) -> Result<(), String> {
-    check_setup("bypass echo", &args.iface, &args.ip, &args.gateway)?;
+    check_setup("bypass echo", &args.stack)?;
     if args.queues > 1 && args.backend == Backend::Packet {
         return Err("--queues needs the xdp backend (AF_PACKET runs one shard)".into());
     }
@@ -360,32 +367,32 @@ fn echo(args: EchoArgs) -> Result<(), String> {
     }
     let mut secret = [0u8; 16];
     getrandom(&mut secret);
-    let (first, first_prefix) = args.ip[0];
+    let (first, first_prefix) = args.stack.ip[0];
     let mut config = StackConfig::new(first, first_prefix, secret);
-    for &(ip, prefix) in &args.ip[1..] {
+    for &(ip, prefix) in &args.stack.ip[1..] {
         config = config.with_address(ip, prefix);
     }
-    for &gw in &args.gateway {
+    for &gw in &args.stack.gateway {
         match gw {
             IpAddr::V4(a) => config.gateway = Some(a),
             IpAddr::V6(a) => config.gateway6 = Some(a),
         }
     }
     config.window_budget = args.window_budget;
-    let addrs = args.ip.iter().map(|(a, p)| format!("{a}/{p}")).collect::<Vec<_>>().join(" and ");
+    let addrs = args.stack.ip.iter().map(|(a, p)| format!("{a}/{p}")).collect::<Vec<_>>().join(" and ");
     let idle = args.idle_timeout.map(Duration::from_secs_f64);
 
     let totals = match args.backend {
         Backend::Packet => {
             let packet = PacketConfig { rx_frames: args.rx_ring as usize, ..PacketConfig::default() };
-            let device = PacketDevice::open_with(&args.iface, &packet).map_err(|e| e.to_string())?;
-            println!("serving echo on {addrs} port {} over {} ({})", args.port, args.iface, device.info().mode);
+            let device = PacketDevice::open_with(&args.stack.iface, &packet).map_err(|e| e.to_string())?;
+            println!("serving echo on {addrs} port {} over {} ({})", args.port, args.stack.iface, device.info().mode);
             let pcap = args.pcap.clone();
             vec![serve(device, config, args.port, idle, args.busy_poll, pcap.as_deref(), &stop)?]
         }
         Backend::Xdp => {
-            let mut xdp = XdpConfig::new(&args.iface, first);
-            xdp.addrs = args.ip.iter().map(|&(a, _)| a).collect();
+            let mut xdp = XdpConfig::new(&args.stack.iface, first);
+            xdp.addrs = args.stack.ip.iter().map(|&(a, _)| a).collect();
             xdp.mode = match args.xdp_mode {
                 AttachMode::Auto => XdpMode::Auto,
                 AttachMode::Driver => XdpMode::Driver,
@@ -399,9 +406,9 @@ fn echo(args: EchoArgs) -> Result<(), String> {
             xdp.rx_size = args.rx_ring;
             xdp.frame_count = xdp.frame_count.max(2 * args.rx_ring);
             let queues: Vec<u32> = (0..args.queues).collect();
-            let devices = XdpDevice::open_queues(xdp, &queues).map_err(|e| xdp_error(e, &args.iface))?;
+            let devices = XdpDevice::open_queues(xdp, &queues).map_err(|e| xdp_error(e, &args.stack.iface))?;
             for d in &devices {
-                println!("serving echo on {addrs} port {} over {} ({})", args.port, args.iface, d.info().mode);
+                println!("serving echo on {addrs} port {} over {} ({})", args.port, args.stack.iface, d.info().mode);
             }
             std::thread::scope(|scope| {
                 let handles: Vec<_> = devices
@@ -435,7 +442,8 @@ fn echo(args: EchoArgs) -> Result<(), String> {
 /// Check what `bypass echo` and `bypass run` need before they touch the interface: root,
 /// the interface, addresses the kernel does not use, gateways of our families. Each
 /// failure is one sentence saying what to do.
-fn check_setup(command: &str, iface: &str, ips: &[(IpAddr, u8)], gateways: &[IpAddr]) -> Result<(), String> {
+fn check_setup(command: &str, stack: &StackArgs) -> Result<(), String> {
+    let (iface, ips, gateways) = (stack.iface.as_str(), &stack.ip, &stack.gateway);
     if !is_root() {
         return Err(format!(
             "{command} needs root (CAP_NET_ADMIN and CAP_BPF for AF_XDP, CAP_NET_RAW for AF_PACKET): run it with sudo"

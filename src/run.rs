@@ -11,22 +11,15 @@ use std::path::{Path, PathBuf};
 use bypass_io::xdp::{XdpConfig, XdpDevice};
 use bypass_io::{PacketConfig, PacketDevice};
 
-use crate::{Backend, check_setup, parse_cidr, xdp_error};
+use crate::{Backend, StackArgs, check_setup, xdp_error};
 
 /// The preloaded library's file name, beside the `bypass` executable.
 const LIBRARY: &str = "libbypass_preload.so";
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// Interface to serve on (the kernel must not have --ip configured on it).
-    #[arg(long)]
-    iface: String,
-    /// Our address, ADDR or ADDR/PREFIX; give it twice for both families.
-    #[arg(long, value_parser = parse_cidr, required = true)]
-    ip: Vec<(IpAddr, u8)>,
-    /// Next hop for destinations outside our subnets (one per family).
-    #[arg(long, value_name = "ADDR")]
-    gateway: Vec<IpAddr>,
+    #[command(flatten)]
+    stack: StackArgs,
     /// Packet I/O backend.
     #[arg(long, value_enum, default_value_t = Backend::Xdp)]
     backend: Backend,
@@ -50,7 +43,7 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> Result<(), String> {
-    check_setup("bypass run", &args.iface, &args.ip, &args.gateway)?;
+    check_setup("bypass run", &args.stack)?;
     if args.queues > 1 && args.backend == Backend::Packet {
         return Err("--queues needs the xdp backend (AF_PACKET serves one queue)".into());
     }
@@ -59,16 +52,16 @@ pub fn run(args: RunArgs) -> Result<(), String> {
     check_program(&program, &args.program[0])?;
     // Open the device once here, so that a failure to attach reads as `bypass echo`'s does,
     // before the program starts; the program opens its own at its first TCP socket.
-    let (first, _) = args.ip[0];
+    let (first, _) = args.stack.ip[0];
     match args.backend {
         Backend::Xdp => {
-            let mut xdp = XdpConfig::new(&args.iface, first);
-            xdp.addrs = args.ip.iter().map(|&(a, _)| a).collect();
+            let mut xdp = XdpConfig::new(&args.stack.iface, first);
+            xdp.addrs = args.stack.ip.iter().map(|&(a, _)| a).collect();
             let queues: Vec<u32> = (0..args.queues).collect();
-            drop(XdpDevice::open_queues(xdp, &queues).map_err(|e| xdp_error(e, &args.iface))?);
+            drop(XdpDevice::open_queues(xdp, &queues).map_err(|e| xdp_error(e, &args.stack.iface))?);
         }
         Backend::Packet => {
-            drop(PacketDevice::open_with(&args.iface, &PacketConfig::default()).map_err(|e| e.to_string())?);
+            drop(PacketDevice::open_with(&args.stack.iface, &PacketConfig::default()).map_err(|e| e.to_string())?);
         }
     }
     let preload = match std::env::var("LD_PRELOAD") {
@@ -81,12 +74,12 @@ pub fn run(args: RunArgs) -> Result<(), String> {
         .arg0(&args.program[0])
         .args(&args.program[1..])
         .env("LD_PRELOAD", preload)
-        .env("BYPASS_IFACE", &args.iface)
-        .env("BYPASS_IP", join(args.ip.iter().map(|(a, p)| format!("{a}/{p}")).collect()))
+        .env("BYPASS_IFACE", &args.stack.iface)
+        .env("BYPASS_IP", join(args.stack.ip.iter().map(|(a, p)| format!("{a}/{p}")).collect()))
         .env("BYPASS_BACKEND", if args.backend == Backend::Packet { "packet" } else { "xdp" })
         .env("BYPASS_QUEUES", args.queues.to_string());
-    if !args.gateway.is_empty() {
-        command.env("BYPASS_GATEWAY", join(args.gateway.iter().map(IpAddr::to_string).collect()));
+    if !args.stack.gateway.is_empty() {
+        command.env("BYPASS_GATEWAY", join(args.stack.gateway.iter().map(IpAddr::to_string).collect()));
     }
     if args.busy_poll {
         command.env("BYPASS_BUSY_POLL", "1");

@@ -20,10 +20,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -395,8 +395,8 @@ impl Server {
             .unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
         let output = Arc::new(Mutex::new(String::new()));
         let readers = vec![
-            collect(child.stdout.take().expect("piped stdout"), output.clone()),
-            collect(child.stderr.take().expect("piped stderr"), output.clone()),
+            common::collect(child.stdout.take().expect("piped stdout"), output.clone()),
+            common::collect(child.stderr.take().expect("piped stderr"), output.clone()),
         ];
         let mut server = Server {
             child: Some(child),
@@ -436,7 +436,7 @@ impl Server {
         // server), not yet reaped, so the pid names no other process.
         let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
         assert_eq!(rc, 0, "kill -TERM {pid}: {}", std::io::Error::last_os_error());
-        let status = wait_exit(&mut child, Duration::from_secs(10));
+        let status = common::wait_exit(&mut child, Duration::from_secs(10));
         let status = status.unwrap_or_else(|| {
             let _ = child.kill();
             let _ = child.wait();
@@ -474,32 +474,6 @@ impl Drop for Server {
         }
         self.join_readers();
     }
-}
-
-/// Wait up to `limit` for `child` to exit.
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait for the server") {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Append every line read from `pipe` to `into`, on a thread.
-fn collect(pipe: impl Read + Send + 'static, into: Arc<Mutex<String>>) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines() {
-            let Ok(line) = line else { break };
-            let mut s = into.lock().unwrap();
-            s.push_str(&line);
-            s.push('\n');
-        }
-    })
 }
 
 /// Return the example server's binary, `<target>/<profile>/examples/http_server` beside this

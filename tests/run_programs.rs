@@ -602,8 +602,8 @@ impl Program {
             .unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
         let output = Arc::new(Mutex::new(String::new()));
         let readers = vec![
-            collect(child.stdout.take().expect("piped stdout"), output.clone()),
-            collect(child.stderr.take().expect("piped stderr"), output.clone()),
+            common::collect(child.stdout.take().expect("piped stdout"), output.clone()),
+            common::collect(child.stderr.take().expect("piped stderr"), output.clone()),
         ];
         Program { name: name.to_string(), child: Some(child), output, readers, xdp }
     }
@@ -650,7 +650,7 @@ impl Program {
         // pid names no other process.
         let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
         assert_eq!(rc, 0, "kill -TERM {pid}: {}", std::io::Error::last_os_error());
-        let status = wait_exit(&mut child, Duration::from_secs(10)).unwrap_or_else(|| {
+        let status = common::wait_exit(&mut child, Duration::from_secs(10)).unwrap_or_else(|| {
             let _ = child.kill();
             let _ = child.wait();
             panic!("{} did not exit within 10 s of SIGTERM: {}", self.name, self.output())
@@ -690,33 +690,6 @@ impl Drop for Program {
     }
 }
 
-/// Wait up to `limit` for `child` to exit.
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait for a child") {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Append every line read from `pipe` to `into`, on a thread.
-fn collect(pipe: impl Read + Send + 'static, into: Arc<Mutex<String>>) -> std::thread::JoinHandle<()> {
-    use std::io::BufRead;
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(pipe).lines() {
-            let Ok(line) = line else { break };
-            let mut s = into.lock().unwrap();
-            s.push_str(&line);
-            s.push('\n');
-        }
-    })
-}
-
 /// What a client command left.
 struct ClientOutput {
     status: ExitStatus,
@@ -748,7 +721,7 @@ fn run_client(cmd: &mut Command, input: Option<&[u8]>) -> ClientOutput {
         // Dropping `stdin` at the end closes it: the program sees the end of its input.
         std::thread::spawn(move || stdin.write_all(&data))
     });
-    let status = wait_exit(&mut child, CLIENT);
+    let status = common::wait_exit(&mut child, CLIENT);
     if status.is_none() {
         let _ = child.kill();
         let _ = child.wait();

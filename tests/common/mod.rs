@@ -282,7 +282,8 @@ impl Finished {
     }
 }
 
-fn collect(pipe: impl Read + Send + 'static, into: Arc<Mutex<String>>) -> std::thread::JoinHandle<()> {
+/// Append every line read from `pipe` to `into`, on a thread.
+pub fn collect(pipe: impl Read + Send + 'static, into: Arc<Mutex<String>>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         for line in BufReader::new(pipe).lines() {
             let Ok(line) = line else { break };
@@ -957,5 +958,19 @@ impl Injector {
         self.dev.flush().expect("flush the peer's AF_PACKET socket");
         // Drain what the socket received (everything on px0), so its ring never matters.
         let _ = self.dev.recv(usize::MAX, &mut |_| {});
+    }
+}
+
+/// Wait up to `limit` for `child` to exit.
+pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for a child") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }

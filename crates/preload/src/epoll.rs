@@ -17,9 +17,8 @@ use libc::epoll_event;
 
 use crate::env;
 use crate::real;
-use crate::signals;
 use crate::sock::{ERR, HUP, IN, OUT, Res, Socket};
-use crate::wait::{self, Bell};
+use crate::wait::{self, Bell, Next, Spinner};
 use std::sync::atomic::Ordering;
 
 /// The data of the eventfd's registration in the kernel's instance.
@@ -167,8 +166,7 @@ impl Epoll {
     /// `deadline` passes, or a signal arrives (`EINTR`).
     pub fn wait(&self, out: &mut [epoll_event], deadline: Option<Instant>, mask: *const libc::sigset_t) -> Res<usize> {
         let env = env::get().map_err(|_| libc::ENETDOWN)?;
-        let spin_end = Instant::now() + env.spin;
-        let signals = signals::delivered();
+        let spinner = Spinner::new(env);
         loop {
             let _ = env.runtime.poll();
             let n = self.collect(out, None);
@@ -176,17 +174,11 @@ impl Epoll {
             if n > 0 {
                 return Ok(n);
             }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return Ok(0);
-            }
-            // A handler ran while we polled in user space: the kernel would have said EINTR.
-            if signals::delivered() != signals {
-                return Err(libc::EINTR);
-            }
-            if env.busy_poll || now < spin_end {
-                std::hint::spin_loop();
-                continue;
+            match spinner.next(deadline) {
+                Next::TimedOut => return Ok(0),
+                Next::Interrupted => return Err(libc::EINTR),
+                Next::Spin => continue,
+                Next::Sleep => {}
             }
             let n = self.collect(out, Some(&self.waker));
             if n > 0 {
@@ -222,8 +214,7 @@ pub fn poll(
     mask: *const libc::sigset_t,
 ) -> Res<usize> {
     let env = env::get().map_err(|_| libc::ENETDOWN)?;
-    let spin_end = Instant::now() + env.spin;
-    let signals = signals::delivered();
+    let spinner = Spinner::new(env);
     let mut kernel: Vec<libc::pollfd> = Vec::new();
     let mut index: Vec<usize> = Vec::new();
     for (i, (pfd, sock)) in fds.iter().zip(ours).enumerate() {
@@ -265,16 +256,11 @@ pub fn poll(
         if n > 0 {
             return Ok(n);
         }
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            return Ok(0);
-        }
-        if signals::delivered() != signals {
-            return Err(libc::EINTR);
-        }
-        if env.busy_poll || now < spin_end {
-            std::hint::spin_loop();
-            continue;
+        match spinner.next(deadline) {
+            Next::TimedOut => return Ok(0),
+            Next::Interrupted => return Err(libc::EINTR),
+            Next::Spin => continue,
+            Next::Sleep => {}
         }
         let (bell, waker) = wait::thread_bell()?;
         let n = look(fds, Some(&waker));

@@ -93,29 +93,64 @@ pub fn millis(deadline: Option<Instant>) -> i32 {
     }
 }
 
+/// What a waiting loop does after a look that found nothing ready.
+pub enum Next {
+    /// The deadline has passed.
+    TimedOut,
+    /// A handler ran while the loop polled in user space: the kernel would have said EINTR.
+    Interrupted,
+    /// Look again (spinning: busy-polling, or within the spin time).
+    Spin,
+    /// Register the waker and sleep in the kernel.
+    Sleep,
+}
+
+/// The spin-then-sleep policy of one wait: `BYPASS_SPIN_USEC` or `BYPASS_BUSY_POLL`, and
+/// the signals delivered since it began.
+pub struct Spinner {
+    spin_end: Instant,
+    busy_poll: bool,
+    signals: u64,
+}
+
+impl Spinner {
+    pub fn new(env: &env::Env) -> Spinner {
+        Spinner { spin_end: Instant::now() + env.spin, busy_poll: env.busy_poll, signals: signals::delivered() }
+    }
+
+    /// Decide what follows a look that found nothing, for a wait until `deadline`.
+    pub fn next(&self, deadline: Option<Instant>) -> Next {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Next::TimedOut;
+        }
+        if signals::delivered() != self.signals {
+            return Next::Interrupted;
+        }
+        if self.busy_poll || now < self.spin_end {
+            std::hint::spin_loop();
+            return Next::Spin;
+        }
+        Next::Sleep
+    }
+}
+
 /// Wait until `ready` says so (it is called without a waker to look, and with one to look
 /// and register in one step), or `deadline` passes (`EAGAIN`), or a signal arrives
 /// (`EINTR`).
 pub fn until(deadline: Option<Instant>, ready: &mut dyn FnMut(Option<&Waker>) -> bool) -> Res<()> {
     let env = env::get().map_err(|_| libc::ENETDOWN)?;
-    let spin_end = Instant::now() + env.spin;
-    let signals = signals::delivered();
+    let spinner = Spinner::new(env);
     loop {
         let _ = env.runtime.poll();
         if ready(None) {
             return Ok(());
         }
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            return Err(libc::EAGAIN);
-        }
-        // A handler ran while we polled in user space: the kernel would have said EINTR.
-        if signals::delivered() != signals {
-            return Err(libc::EINTR);
-        }
-        if env.busy_poll || now < spin_end {
-            std::hint::spin_loop();
-            continue;
+        match spinner.next(deadline) {
+            Next::TimedOut => return Err(libc::EAGAIN),
+            Next::Interrupted => return Err(libc::EINTR),
+            Next::Spin => continue,
+            Next::Sleep => {}
         }
         let (bell, waker) = thread_bell()?;
         if ready(Some(&waker)) {
