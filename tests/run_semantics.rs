@@ -19,7 +19,9 @@
 //! - `fork`: the child's calls on an inherited socket fail with `EOPNOTSUPP`, and the
 //!   parent's connection is unharmed;
 //! - a listener of ours accepts a kernel client, and `SO_RCVTIMEO` ends a blocking
-//!   `accept` with `EAGAIN`.
+//!   `accept` with `EAGAIN`; closed with `SO_LINGER` at zero seconds, the connection is
+//!   reset;
+//! - `epoll_pwait2` (called through `ctypes`) sees our socket.
 //!
 //! Needs root, network namespaces and python3 (under `CI=true`, missing ones fail).
 
@@ -154,6 +156,18 @@ assert ep.poll(1) == [(s.fileno(), select.EPOLLIN)]
 assert s.recv(1) == b"o"
 ep.unregister(s); ep.close()
 ok("epoll")
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+class Event(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("events", ctypes.c_uint32), ("data", ctypes.c_uint64)]
+ep2 = select.epoll(); ep2.register(s, select.EPOLLIN)
+s.sendall(b"p2"); time.sleep(0.1)
+evs = (Event * 4)(); ts = (ctypes.c_long * 2)(1, 0)
+n = libc.epoll_pwait2(ep2.fileno(), evs, 4, ts, None)
+assert n == 1 and evs[0].data & 0xffffffff == s.fileno(), (n, evs[0].data)  # data.fd: the low 32 bits
+assert s.recv(2) == b"p2"
+ep2.close(); ok("epoll-pwait2")
 os.write(pw, b"q"); s.sendall(b"z"); time.sleep(0.1)
 r_, _, _ = select.select([s, pr], [], [], 1)
 assert sorted(r_, key=lambda f: f if isinstance(f, int) else f.fileno()) == sorted([s, pr], key=lambda f: f if isinstance(f, int) else f.fileno()), r_
@@ -217,6 +231,8 @@ print("listening", flush=True)
 c, a = l.accept()
 assert a[0] == PEER, a
 c.sendall(c.recv(5))
+# SO_LINGER at zero seconds: close resets the connection (the client sees RST).
+c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 c.close(); l.close()
 ok("listener")
 s.close()
@@ -233,6 +249,7 @@ const CHECKS: &[&str] = &[
     "mapped-addresses",
     "ipv6",
     "epoll",
+    "epoll-pwait2",
     "select-poll",
     "eintr",
     "dup",
@@ -322,6 +339,11 @@ fn a_python_program_sees_linux_socket_semantics() {
         let mut back = [0u8; 5];
         c.read_exact(&mut back).expect("read the echo");
         assert_eq!(&back, b"hello");
+        c.set_read_timeout(Some(Duration::from_secs(10))).expect("a read timeout");
+        match c.read(&mut back) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("after close with SO_LINGER at zero, expected a reset, got {other:?}"),
+        }
     }
     let status = loop {
         if let Some(s) = guard.0.try_wait().expect("wait") {

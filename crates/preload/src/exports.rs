@@ -180,6 +180,7 @@ fn release(entry: Entry) {
         && table::count_refs(sock) == 0
     {
         epoll::forget_everywhere(sock);
+        sock.last_close();
     }
     drop(entry);
 }
@@ -887,6 +888,15 @@ unsafe fn get_int(value: *const c_void, len: socklen_t) -> Res<c_int> {
     Ok(unsafe { (value as *const c_int).read_unaligned() })
 }
 
+/// Read a `struct linger` option.
+unsafe fn get_linger(value: *const c_void, len: socklen_t) -> Res<libc::linger> {
+    if value.is_null() || (len as usize) < size_of::<libc::linger>() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: a linger structure is readable there.
+    Ok(unsafe { (value as *const libc::linger).read_unaligned() })
+}
+
 /// Read an int option that must lie in `range` (`EINVAL` otherwise, as Linux answers).
 unsafe fn int_in(value: *const c_void, len: socklen_t, range: std::ops::RangeInclusive<c_int>) -> Res<c_int> {
     // SAFETY: the caller's option value and length.
@@ -1038,6 +1048,9 @@ pub unsafe extern "C" fn setsockopt(
             (libc::IPPROTO_TCP, libc::TCP_NODELAY) => {
                 get_int(value, len).map(|v| sock.set_opts(|o| o.nodelay = v != 0))
             }
+            (libc::SOL_SOCKET, libc::SO_LINGER) => get_linger(value, len).map(|l| {
+                sock.set_opts(|o| o.linger_reset = l.l_onoff != 0 && l.l_linger == 0);
+            }),
             (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => {
                 get_int(value, len).map(|v| sock.set_opts(|o| o.keepalive = v != 0))
             }
@@ -1058,7 +1071,6 @@ pub unsafe extern "C" fn setsockopt(
                 | libc::SO_REUSEPORT
                 | libc::SO_RCVBUF
                 | libc::SO_SNDBUF
-                | libc::SO_LINGER
                 | libc::SO_RCVLOWAT
                 | libc::SO_SNDLOWAT
                 | libc::SO_BROADCAST
@@ -1343,6 +1355,22 @@ pub unsafe extern "C" fn epoll_pwait(
         Some(r) => r,
         // SAFETY: passing the caller's arguments on.
         None => unsafe { real::epoll_pwait(epfd, events, max, timeout, mask) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_pwait2(
+    epfd: c_int,
+    events: *mut epoll_event,
+    max: c_int,
+    timeout: *const libc::timespec,
+    mask: *const sigset_t,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    match unsafe { epoll_wait_ours(epfd, events, max, deadline_ts(timeout), mask) } {
+        Some(r) => r,
+        // SAFETY: passing the caller's arguments on.
+        None => unsafe { real::epoll_pwait2(epfd, events, max, timeout, mask) },
     }
 }
 

@@ -68,6 +68,8 @@ pub struct Opts {
     pub keepcnt: Option<u32>,
     /// `TCP_USER_TIMEOUT` (`Some(0)` is "the default").
     pub user_timeout: Option<Duration>,
+    /// `SO_LINGER` on with zero seconds: the last close resets the connection (RST).
+    pub linger_reset: bool,
 }
 
 impl Opts {
@@ -649,6 +651,16 @@ impl Socket {
             lock(&conn.writer).shutdown(Shutdown::Write).map_err(|e| errno_of(&e))?;
         }
         Ok(())
+    }
+
+    /// The last descriptor of the socket closed: with `SO_LINGER` at zero seconds, reset
+    /// the connection (else dropping it closes with FIN, or RST for unread data).
+    pub fn last_close(&self) {
+        if self.opts().linger_reset
+            && let State::Connected(c) = &*lock(&self.state)
+        {
+            let _ = c.probe.abort();
+        }
     }
 
     /// `getsockname(2)`: `None` for a socket the kernel's placeholder answers for.

@@ -228,6 +228,18 @@ impl LocalStream {
         self.core.with(|st| st.stack().map(|s| s.set_nodelay(self.id, nodelay)))
     }
 
+    /// Reset the connection now (RST), dropping what is queued either way, as close(2) does
+    /// with `SO_LINGER` set to zero seconds.
+    pub(crate) fn abort(&self) -> io::Result<()> {
+        let id = self.id;
+        self.core.with(|st| {
+            let stack = st.stack()?;
+            stack.abort(id);
+            stack.poll_tx()?;
+            Ok(())
+        })
+    }
+
     pub(crate) fn set_keepalive(&self, keepalive: Option<bypass_tcp::Keepalive>) -> io::Result<()> {
         self.core.with(|st| {
             st.stack()?.set_keepalive(self.id, keepalive);

@@ -135,6 +135,15 @@ impl TcpStream {
         }
     }
 
+    /// Reset the connection now (RST), dropping what is queued either way, as close(2) does
+    /// with `SO_LINGER` set to zero seconds. In-thread mode only.
+    pub fn abort(&self) -> io::Result<()> {
+        match &self.kind {
+            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Local(s) => s.abort(),
+        }
+    }
+
     /// Turn keep-alive on with `keepalive`'s settings, or off (`SO_KEEPALIVE` with
     /// `TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT`). In-thread mode only.
     pub fn set_keepalive(&self, keepalive: Option<bypass_tcp::Keepalive>) -> io::Result<()> {
