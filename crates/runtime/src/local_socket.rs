@@ -229,11 +229,13 @@ impl LocalStream {
     }
 
     /// Reset the connection now (RST), dropping what is queued either way, as close(2) does
-    /// with `SO_LINGER` set to zero seconds.
+    /// with `SO_LINGER` set to zero seconds. What writes left for a later transmit (the
+    /// helper's, or the next poll's) goes out first, as the kernel had sent it in the write.
     pub(crate) fn abort(&self) -> io::Result<()> {
         let id = self.id;
         self.core.with(|st| {
             let stack = st.stack()?;
+            stack.poll_tx()?;
             stack.abort(id);
             stack.poll_tx()?;
             Ok(())
