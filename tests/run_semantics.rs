@@ -267,6 +267,20 @@ impl Drop for Guard {
     }
 }
 
+/// Start the peer's echo server (port 9000) and wait until it accepts.
+fn peer_echo(lab: &Lab) -> Guard {
+    let guard = Guard(
+        lab.peer_cmd("python3").args(["-c", PEER_ECHO]).stdin(Stdio::null()).spawn().expect("the peer's echo server"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let echo = SocketAddr::new(lab.peer_ip.into(), 9000);
+    while lab.in_peer(|| TcpStream::connect_timeout(&echo, Duration::from_millis(200))).is_err() {
+        assert!(Instant::now() < deadline, "the peer's echo server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    guard
+}
+
 fn python_available(test: &str) -> bool {
     let found = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
     if !found {
@@ -288,15 +302,7 @@ fn a_python_program_sees_linux_socket_semantics() {
     let _serial = common::serial();
     let lab = Lab::with_config(LabConfig { ipv6: true, ..LabConfig::new(test) }).expect("create an IPv6 lab");
     common::peer_without_tail_loss_probes(&lab);
-    let _peer = Guard(
-        lab.peer_cmd("python3").args(["-c", PEER_ECHO]).stdin(Stdio::null()).spawn().expect("the peer's echo server"),
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let echo = SocketAddr::new(lab.peer_ip.into(), 9000);
-    while lab.in_peer(|| TcpStream::connect_timeout(&echo, Duration::from_millis(200))).is_err() {
-        assert!(Instant::now() < deadline, "the peer's echo server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _peer = peer_echo(&lab);
     let mut cmd = lab.bypass_cmd(env!("CARGO_BIN_EXE_bypass"));
     cmd.args(["run", "--iface", &lab.bypass_if])
         .args(["--ip", &format!("{}/{}", lab.bypass_ip, lab.prefix_len)])
@@ -420,15 +426,7 @@ fn a_busy_polling_program_is_interrupted_by_signals_and_its_writes_leave() {
     }
     common::init_log();
     let lab = common::create_lab(test, 1);
-    let _peer = Guard(
-        lab.peer_cmd("python3").args(["-c", PEER_ECHO]).stdin(Stdio::null()).spawn().expect("the peer's echo server"),
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let echo = SocketAddr::new(lab.peer_ip.into(), 9000);
-    while lab.in_peer(|| TcpStream::connect_timeout(&echo, Duration::from_millis(200))).is_err() {
-        assert!(Instant::now() < deadline, "the peer's echo server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _peer = peer_echo(&lab);
     let mut cmd = lab.bypass_cmd(env!("CARGO_BIN_EXE_bypass"));
     cmd.args(["run", "--busy-poll", "--iface", &lab.bypass_if])
         .args(["--ip", &format!("{}/{}", lab.bypass_ip, lab.prefix_len)])

@@ -177,7 +177,7 @@ fn release(entry: Entry) {
         return;
     }
     if let Entry::Socket(sock) = &entry
-        && table::count_refs(sock) == 0
+        && sock.fds.load(Ordering::SeqCst) == 0
     {
         epoll::forget_everywhere(sock);
         sock.last_close();

@@ -5,7 +5,7 @@
 
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -168,6 +168,9 @@ pub struct Socket {
     /// quickly it came back.
     pub read_gen: AtomicU32,
     pub write_gen: AtomicU32,
+    /// Descriptors that refer to it (duplicates included), kept by `table`: at zero, the
+    /// program has closed it.
+    pub fds: AtomicUsize,
 }
 
 /// How `recv` and `send` were asked to behave.
@@ -200,6 +203,7 @@ impl Socket {
             opts: Mutex::new(Opts::default()),
             read_gen: AtomicU32::new(0),
             write_gen: AtomicU32::new(0),
+            fds: AtomicUsize::new(0),
         }
     }
 
@@ -215,6 +219,7 @@ impl Socket {
             opts: Mutex::new(Opts { rcvtimeo: None, sndtimeo: None, ..opts }),
             read_gen: AtomicU32::new(0),
             write_gen: AtomicU32::new(0),
+            fds: AtomicUsize::new(0),
         })
     }
 

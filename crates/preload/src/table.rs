@@ -58,9 +58,24 @@ pub fn insert(fd: i32, entry: Entry) -> Result<Option<Entry>, Entry> {
     if map.len() <= i {
         map.resize(i + 1, None);
     }
+    counted(&entry, 1);
     let old = map[i].replace(entry);
+    if let Some(old) = &old {
+        counted(old, -1);
+    }
     BITS[i / 64].fetch_or(1 << (i % 64), Ordering::Release);
     Ok(old)
+}
+
+/// Keep a socket's count of the descriptors that refer to it (under the table's lock).
+fn counted(entry: &Entry, by: isize) {
+    if let Entry::Socket(s) = entry {
+        if by > 0 {
+            s.fds.fetch_add(1, Ordering::SeqCst);
+        } else {
+            s.fds.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 /// Forget `fd`; return what it was (to be dropped by the caller, outside the lock).
@@ -71,13 +86,11 @@ pub fn remove(fd: i32) -> Option<Entry> {
     let i = fd as usize;
     let mut map = MAP.write().unwrap_or_else(|e| e.into_inner());
     BITS[i / 64].fetch_and(!(1 << (i % 64)), Ordering::Release);
-    map.get_mut(i).and_then(Option::take)
-}
-
-/// Return every descriptor that refers to `sock` (its duplicates).
-pub fn count_refs(sock: &Arc<Socket>) -> usize {
-    let map = MAP.read().unwrap_or_else(|e| e.into_inner());
-    map.iter().filter(|e| matches!(e, Some(Entry::Socket(s)) if Arc::ptr_eq(s, sock))).count()
+    let old = map.get_mut(i).and_then(Option::take);
+    if let Some(old) = &old {
+        counted(old, -1);
+    }
+    old
 }
 
 /// Forget every descriptor without closing anything (the process exits, or is a forked
