@@ -142,15 +142,24 @@ fn sample(own: Own) -> (Usage, u64) {
 
 /// The one system call without a safe wrapper in std.
 #[allow(unsafe_code)]
-mod sys {
+pub(super) mod sys {
     use std::time::Duration;
 
     /// Return (user + system CPU time, voluntary, involuntary context switches) of the calling thread.
     pub fn thread_rusage() -> (Duration, u64, u64) {
+        rusage(libc::RUSAGE_THREAD)
+    }
+
+    /// The same figures for the children this process has reaped so far (and theirs).
+    pub fn reaped_children_rusage() -> (Duration, u64, u64) {
+        rusage(libc::RUSAGE_CHILDREN)
+    }
+
+    fn rusage(who: libc::c_int) -> (Duration, u64, u64) {
         let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
         // SAFETY: `ru` points to writable memory of the size of `struct rusage`, which
-        // getrusage fills; RUSAGE_THREAD is valid on Linux.
-        let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, ru.as_mut_ptr()) };
+        // getrusage fills; `who` is RUSAGE_THREAD or RUSAGE_CHILDREN, both valid on Linux.
+        let rc = unsafe { libc::getrusage(who, ru.as_mut_ptr()) };
         if rc != 0 {
             return (Duration::ZERO, 0, 0);
         }

@@ -26,6 +26,9 @@ pub struct Fig {
     pub value: f64,
     pub p50_us: Option<f64>,
     pub p99_us: Option<f64>,
+    /// The load generator's CPU time over its run, as a share of one core: near 1.0, the
+    /// client, not the server, set the rate (and caps the ratio between the sides).
+    pub client_busy: Option<f64>,
 }
 
 /// One program's workload on both sides (medians).
@@ -112,13 +115,19 @@ fn start(lab: &Lab, side: Side, addr: SocketAddr, program: &str, args: &[String]
     }
 }
 
-fn run_peer(lab: &Lab, program: &str, args: &[String]) -> Result<String, String> {
+/// Run a load generator in the peer namespace: its standard output, and its CPU time as a
+/// share of its wall time. The servers are reaped only after their client, so the
+/// difference in reaped children's CPU is the client's alone.
+fn run_peer(lab: &Lab, program: &str, args: &[String]) -> Result<(String, f64), String> {
+    let (cpu0, t0) = (super::measure::sys::reaped_children_rusage().0, Instant::now());
     let out = lab.peer_cmd(program).args(args).output().map_err(|e| format!("cannot run {program}: {e}"))?;
+    let busy =
+        (super::measure::sys::reaped_children_rusage().0 - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64().max(1e-6);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() {
         return Err(format!("{program} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
     }
-    Ok(text)
+    Ok((text, busy))
 }
 
 /// A scratch directory for nginx, removed on drop.
@@ -151,12 +160,13 @@ fn nginx(lab: &Lab, side: Side, addr: SocketAddr, secs: u64, dir: &Path) -> Resu
     let conf = nginx_conf(dir, addr)?;
     let _server = start(lab, side, addr, "nginx", &["-c".into(), conf.display().to_string()])?;
     let url = format!("http://{addr}/");
-    let text = run_peer(lab, "wrk", &["-t1".into(), "-c100".into(), format!("-d{secs}s"), "--latency".into(), url])?;
+    let (text, busy) =
+        run_peer(lab, "wrk", &["-t1".into(), "-c100".into(), format!("-d{secs}s"), "--latency".into(), url])?;
     let row = super::app::parse_wrk(&text).ok_or_else(|| format!("cannot read wrk's output: {}", text.trim()))?;
     if row.errors > 0 {
         return Err(format!("wrk counted {} errors", row.errors));
     }
-    Ok(Fig { value: row.per_sec, p50_us: Some(row.p50_us), p99_us: Some(row.p99_us) })
+    Ok(Fig { value: row.per_sec, p50_us: Some(row.p50_us), p99_us: Some(row.p99_us), client_busy: Some(busy) })
 }
 
 /// redis-benchmark's GET and SET figures, from its CSV.
@@ -168,33 +178,42 @@ fn redis(lab: &Lab, side: Side, addr: SocketAddr, requests: u32) -> Result<[Fig;
         .chain(["--protected-mode".into(), "no".into()])
         .collect();
     let _server = start(lab, side, addr, "redis-server", &args)?;
-    let text = run_peer(
-        lab,
-        "redis-benchmark",
-        &[
-            "-h".into(),
-            addr.ip().to_string(),
-            "-p".into(),
-            port,
-            "-t".into(),
-            "get,set".into(),
-            "-c".into(),
-            "50".into(),
-            "-n".into(),
-            requests.to_string(),
-            "--csv".into(),
-        ],
-    )?;
-    let fig = |test: &str| {
-        let line = text.lines().find(|l| l.starts_with(&format!("\"{test}\"")))?;
+    // One test per run, SET first (GET then reads the key it wrote), so each test's client
+    // CPU is its own.
+    let mut figs = ["SET", "GET"].map(|test| -> Result<Fig, String> {
+        let (text, busy) = run_peer(
+            lab,
+            "redis-benchmark",
+            &[
+                "-h".into(),
+                addr.ip().to_string(),
+                "-p".into(),
+                port.clone(),
+                "-t".into(),
+                test.to_lowercase(),
+                "-c".into(),
+                "50".into(),
+                "-n".into(),
+                requests.to_string(),
+                "--csv".into(),
+            ],
+        )?;
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("\"{test}\"")))
+            .ok_or_else(|| format!("no {test} line in redis-benchmark's output: {}", text.trim()))?;
         let cols: Vec<f64> = line.split(',').skip(1).filter_map(|c| c.trim_matches('"').parse().ok()).collect();
         // rps, avg, min, p50, p95, p99, max (milliseconds).
-        Some(Fig { value: *cols.first()?, p50_us: cols.get(3).map(|v| v * 1e3), p99_us: cols.get(5).map(|v| v * 1e3) })
-    };
-    Ok([
-        fig("GET").ok_or_else(|| format!("no GET line in redis-benchmark's output: {}", text.trim()))?,
-        fig("SET").ok_or_else(|| format!("no SET line in redis-benchmark's output: {}", text.trim()))?,
-    ])
+        Ok(Fig {
+            value: *cols.first().ok_or_else(|| format!("no rate in redis-benchmark's line: {line}"))?,
+            p50_us: cols.get(3).map(|v| v * 1e3),
+            p99_us: cols.get(5).map(|v| v * 1e3),
+            client_busy: Some(busy),
+        })
+    });
+    figs.reverse();
+    let [get, set] = figs;
+    Ok([get?, set?])
 }
 
 /// Gbit/s received, one iperf3 stream for `secs`; `reverse`: the server sends.
@@ -214,7 +233,7 @@ fn iperf3(lab: &Lab, side: Side, addr: SocketAddr, secs: u64, reverse: bool) -> 
     if reverse {
         client.push("-R".into());
     }
-    let text = run_peer(lab, "iperf3", &client)?;
+    let (text, busy) = run_peer(lab, "iperf3", &client)?;
     let after = text.find("\"sum_received\"").ok_or("no sum_received in iperf3's JSON")?;
     let bps = text[after..]
         .split("\"bits_per_second\":")
@@ -222,7 +241,7 @@ fn iperf3(lab: &Lab, side: Side, addr: SocketAddr, secs: u64, reverse: bool) -> 
         .and_then(|v| v.split([',', '\n', '}']).next())
         .and_then(|v| v.trim().parse::<f64>().ok())
         .ok_or("no bits_per_second in iperf3's JSON")?;
-    Ok(Fig { value: bps / 1e9, p50_us: None, p99_us: None })
+    Ok(Fig { value: bps / 1e9, p50_us: None, p99_us: None, client_busy: Some(busy) })
 }
 
 fn median(v: &mut [Fig]) -> Option<Fig> {
@@ -308,9 +327,10 @@ pub fn markdown(section: &ProgramsSection) -> String {
     );
     let _ = writeln!(
         out,
-        "| program and load | unit | kernel | bypass run | vs kernel | p50 kernel / ours | p99 kernel / ours |"
+        "| program and load | unit | kernel | bypass run | vs kernel | p50 kernel / ours | p99 kernel / ours | client CPU kernel / ours |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+    let busy = |f: Option<Fig>| f.and_then(|f| f.client_busy).map_or("-".into(), |b| format!("{:.0}%", b * 100.0));
     let us = |f: Option<Fig>, pick: fn(&Fig) -> Option<f64>| {
         f.and_then(|f| pick(&f)).map_or("-".into(), |v| format!("{v:.0} us"))
     };
@@ -327,7 +347,7 @@ pub fn markdown(section: &ProgramsSection) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {ratio} | {} / {} | {} / {} |{}",
+            "| {} | {} | {} | {} | {ratio} | {} / {} | {} / {} | {} / {} |{}",
             r.name,
             r.unit,
             val(r.kernel),
@@ -336,6 +356,8 @@ pub fn markdown(section: &ProgramsSection) -> String {
             us(r.ours, |f| f.p50_us),
             us(r.kernel, |f| f.p99_us),
             us(r.ours, |f| f.p99_us),
+            busy(r.kernel),
+            busy(r.ours),
             r.failure.as_ref().map_or(String::new(), |f| format!(" {f}")),
         );
     }
@@ -347,7 +369,13 @@ pub fn json(section: &ProgramsSection, js: impl Fn(&str) -> String) -> String {
     let num = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.3}"));
     let fig = |f: Option<Fig>| match f {
         Some(f) => {
-            format!("{{\"value\": {:.3}, \"p50_us\": {}, \"p99_us\": {}}}", f.value, num(f.p50_us), num(f.p99_us))
+            format!(
+                "{{\"value\": {:.3}, \"p50_us\": {}, \"p99_us\": {}, \"client_cpu_share\": {}}}",
+                f.value,
+                num(f.p50_us),
+                num(f.p99_us),
+                num(f.client_busy)
+            )
         }
         None => "null".into(),
     };
