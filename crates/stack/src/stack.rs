@@ -33,20 +33,14 @@ use crate::counters::Counters;
 use crate::device::Device;
 use crate::interface::{ConnectError, Interface, ListenError, ListenerId, SocketId, StackConfig};
 
-/// Frames taken from the device per call. Measured over AF_XDP (2026-12-02, two paired runs
-/// each, `bypass demo --only stack-afxdp,stack-afxdp-jumbo --workload bulk-up,rr-64B-100c`):
-/// 16, 64 and 256 frames received bulk at MTU 1500 at 7.65/6.55, 7.00/6.99 and 6.64/6.07
-/// Gbit/s, served 100 connections at p50 531/555, 530/542 and 559/680 µs, and left the
-/// jumbo row where the kernel sender bounds it (20.5-23.5 Gbit/s) whatever the size: 64 is
-/// as fast as 16, with less spread, and a larger batch only delays the answers.
+/// Frames taken from the device per call: as fast as smaller batches for bulk, with less
+/// spread, while a larger batch only delays the answers (measured in docs/performance.md,
+/// "Receive batch sizes").
 const RX_BATCH: usize = 64;
 /// Batches taken per poll before the timers run: 4096 frames, the default ring, so that the
-/// timers fire after the ACKs waiting in the ring have been seen, and a flood still cannot
-/// hold them off for long. After 8 batches (512 frames), a loaded machine overflowed a
-/// 512-frame ring (`small_ring_lossless_*`, 3 runs of 15 beside two CPU hogs): frames kept
-/// arriving while the stack took the first 512, the timers then sent tail-loss probes for
-/// data whose ACKs were still in the ring, and the peer answered each duplicate at once
-/// (D-SACK) with more frames; with 64 batches, no loss in 20 runs.
+/// timers fire after the ACKs waiting in the ring have been seen (rather than sending
+/// tail-loss probes for data already acknowledged), and a flood still cannot hold them off
+/// for long (see docs/performance.md, "Receive batch sizes").
 const RX_DRAIN: usize = 64;
 
 /// Where the stack's time comes from.
