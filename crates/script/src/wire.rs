@@ -123,8 +123,8 @@ impl Tester {
     }
 
     fn send_arp(&mut self, op: ArpOperation, target_mac: [u8; 6]) {
-        let mut frame = [0u8; bypass_stack::arp::ARP_FRAME_LEN];
-        bypass_stack::arp::write_frame(&mut frame, op, self.mac, self.ip, target_mac, self.sut_ip);
+        let mut frame = [0u8; bypass_stack::wire::arp::ARP_FRAME_LEN];
+        bypass_stack::wire::arp::write_frame(&mut frame, op, self.mac, self.ip, target_mac, self.sut_ip);
         if op == ArpOperation::REQUEST {
             // A request goes to everyone.
             frame[..6].copy_from_slice(&[0xff; 6]);

@@ -28,6 +28,7 @@ mod ports;
 pub mod stack;
 pub mod syncookie;
 mod timer_wheel;
+pub mod wire;
 
 pub use capture::{Capture, Direction};
 pub use counters::{Counters, Drop};

@@ -25,12 +25,7 @@ use crate::ndp::{NdpCache, NdpConfig};
 use crate::ports::{EphemeralPorts, derive_key};
 use crate::syncookie::{RecentOverflow, SynCookies};
 
-const ETH_LEN: usize = 14;
-const IPV4_LEN: usize = 20;
-const IPV6_LEN: usize = 40;
-const HEADERS: usize = ETH_LEN + IPV4_LEN;
-const HEADERS6: usize = ETH_LEN + IPV6_LEN;
-const BROADCAST: [u8; 6] = [0xff; 6];
+use crate::wire::{BROADCAST, ETH_LEN, IPV4_LEN, IPV6_LEN, headers_len, write_ip_headers};
 
 /// Host settings.
 #[derive(Clone, Debug)]
@@ -349,7 +344,7 @@ mod table;
 mod tcp;
 mod user;
 
-use ethernet::{headers_len, mac_string, write_ip_headers};
+use ethernet::mac_string;
 use notes::{note_segment, note_send};
 
 impl Interface {
