@@ -1,5 +1,6 @@
-//! IPv4 (RFC 791) and ICMP (RFC 792): the checks a host makes on a datagram, echo, routing
-//! to the next hop, and the headers in front of what we send.
+//! IPv4 (RFC 791) and ICMP (RFC 792): the checks a host makes on a datagram, echo, and
+//! routing to the next hop. The headers in front of what we send are written by
+//! [`crate::wire`].
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};

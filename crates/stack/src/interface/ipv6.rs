@@ -1,6 +1,6 @@
 //! IPv6 (RFC 8200) and ICMPv6 (RFC 4443): the checks a host makes on a packet, its
-//! extension headers, echo, errors for TCP, Neighbour Discovery's messages handed on, and
-//! the headers in front of what we send.
+//! extension headers, echo, errors for TCP, and Neighbour Discovery's messages handed on.
+//! The headers in front of what we send are written by [`crate::wire`].
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv6Addr};
