@@ -114,10 +114,10 @@ impl Interface {
         };
         let seq = SeqNum(seq);
         let tuple = FourTuple { local: SocketAddr::new(ours, src_port), remote: SocketAddr::new(theirs, dst_port) };
-        let Some(&index) = self.table.get(&tuple) else {
+        let Some(&index) = self.conns.table.get(&tuple) else {
             return self.drop(Drop::IcmpOutOfWindow, "ICMP error for no connection of ours");
         };
-        let sock = self.slots[index as usize].sock.as_mut().expect("table points at live slots");
+        let sock = self.conns.slots[index as usize].sock.as_mut().expect("table points at live slots");
         let outcome = sock.conn.handle_icmp(now, seq, error);
         if self.notes.is_some() {
             let _ = write!(self.note, "ICMP error from {theirs} about {tuple}: {error:?} -> {outcome:?}");
@@ -143,7 +143,7 @@ impl Interface {
             _ => {}
         }
         self.counters.icmp_errors += 1;
-        self.mark_dirty(index);
+        self.conns.mark_dirty(index);
     }
 
     /// Return the path MTU learnt for `dst`, if one was in the last 10 minutes (RFC 1191
@@ -167,11 +167,11 @@ impl Interface {
             self.path_mtu.insert(dst, (mtu, now));
         }
         let others: Vec<u32> =
-            self.table.iter().filter(|&(t, &i)| t.remote.ip() == dst && i != except).map(|(_, &i)| i).collect();
+            self.conns.table.iter().filter(|&(t, &i)| t.remote.ip() == dst && i != except).map(|(_, &i)| i).collect();
         for index in others {
-            if let Some(sock) = self.slots[index as usize].sock.as_mut() {
+            if let Some(sock) = self.conns.slots[index as usize].sock.as_mut() {
                 sock.conn.set_path_mtu(now, mtu);
-                self.mark_dirty(index);
+                self.conns.mark_dirty(index);
             }
         }
     }
