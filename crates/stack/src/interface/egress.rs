@@ -1,13 +1,13 @@
 //! Transmission: each connection's segments written straight into the device's frames behind
 //! their headers, or held while the next hop is resolved.
 
+use bypass_device::Device;
+use bypass_device::capture::Direction;
 use bypass_tcp::{FourTuple, Instant, Segment};
 use etherparse::IpNumber;
 
 use super::*;
-use crate::capture::Direction;
 use crate::counters::Drop;
-use crate::device::Device;
 
 impl Interface {
     /// Drain one connection's output into the device, then settle its events and

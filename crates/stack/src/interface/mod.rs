@@ -11,14 +11,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 
+use bypass_device::Device;
+use bypass_device::capture::NoteBoard;
 use bypass_tcp::{Checksum, Config as TcpConfig, Event, Instant};
 use etherparse::ArpOperation;
 
 use crate::addr::Addresses;
 use crate::arp::ArpCache;
-use crate::capture::NoteBoard;
 use crate::counters::{Counters, Drop};
-use crate::device::Device;
 use crate::fragments::Reassembler;
 use crate::ndp::{NdpCache, NdpConfig};
 use crate::ports::{EphemeralPorts, derive_key};
@@ -58,7 +58,7 @@ pub struct Interface {
     misrouted: Option<u16>,
     /// Frames for siblings' connections, with the sibling's index, since the last take.
     foreign: Vec<(u16, Vec<u8>)>,
-    /// Where the note of each frame goes while a [`Recorder`](crate::capture::Recorder)
+    /// Where the note of each frame goes while a [`Recorder`](bypass_device::capture::Recorder)
     /// records the device (`None`: no notes are formatted).
     notes: Option<NoteBoard>,
     /// What the frame being received meant (filled only while capturing).
@@ -67,7 +67,7 @@ pub struct Interface {
     counters: Counters,
     ports: EphemeralPorts,
     /// The device verifies IPv4 header, TCP and ICMP checksums itself and delivers no frame
-    /// that fails ([`ChecksumCaps::rx_verified`](crate::ChecksumCaps)): skip verifying them.
+    /// that fails ([`ChecksumCaps::rx_verified`](bypass_device::ChecksumCaps)): skip verifying them.
     rx_verified: bool,
 }
 
@@ -154,7 +154,7 @@ impl Interface {
     /// checksums of what it sends (`tx_offload`), every TCP segment we send, of a connection
     /// or not, carries only the pseudo-header sum ([`Checksum::PseudoHeader`]).
     /// [`Stack::new`](crate::Stack::new) calls this, before any connection exists.
-    pub fn set_device_checksums(&mut self, caps: crate::ChecksumCaps) {
+    pub fn set_device_checksums(&mut self, caps: bypass_device::ChecksumCaps) {
         self.rx_verified = caps.rx_verified;
         let mode = if caps.tx_offload { Checksum::PseudoHeader } else { Checksum::Full };
         self.config.tcp.tx_checksum = mode;
@@ -197,7 +197,7 @@ impl Interface {
     }
 
     /// Leave a note about every frame received and sent on `board`, for the
-    /// [`Recorder`](crate::capture::Recorder) that records the device (`None` stops).
+    /// [`Recorder`](bypass_device::capture::Recorder) that records the device (`None` stops).
     pub fn set_notes(&mut self, board: Option<NoteBoard>) {
         self.notes = board;
     }

@@ -4,10 +4,10 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
+use bypass_device::capture::Direction;
 use bypass_tcp::{Connection, FourTuple, Instant, Segment, State};
 
 use super::*;
-use crate::capture::Direction;
 use crate::counters::Drop;
 
 impl Interface {

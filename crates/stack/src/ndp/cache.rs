@@ -587,7 +587,7 @@ impl NdpCache {
     /// Take a Neighbour Solicitation from `src` whose target is one of our addresses
     /// (RFC 4861 7.2.3): with a source link-layer address option and a specified source,
     /// create or update the entry for `src` (appendix C, second table). Answering it is the
-    /// caller's ([`write_advertisement`]).
+    /// caller's ([`write_advertisement`](crate::wire::ndp::write_advertisement)).
     pub fn handle_solicitation(&mut self, src: Ipv6Addr, ns: &NeighborSolicitation, now: Instant) -> Update {
         match ns.source_mac {
             Some(mac) if !src.is_unspecified() => self.learn(src, mac, false, now),
