@@ -7,6 +7,13 @@
 //! [`Interface::transmit`] then writes everything due into a [`Device`]: each reply and
 //! each TCP segment straight into the device's frame buffer behind its headers. Only echo
 //! replies (their data) and frames held for address resolution keep bytes of their own.
+//!
+//! Beside the layers: `config.rs` ([`StackConfig`]), `ids.rs` ([`SocketId`], [`ListenerId`]),
+//! `errors.rs` ([`ListenError`], [`ConnectError`]), `connections.rs` (the connection table:
+//! slots, listeners, dirty list, buffer pool, timer wheel, orphans and budgets), `table.rs`
+//! (inserting, settling and removing connections), `user.rs` (the socket calls), `egress.rs`
+//! (a connection's segments into the device) and `notes.rs` (capture notes). The headers and
+//! messages themselves are read and written by [`crate::wire`].
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
