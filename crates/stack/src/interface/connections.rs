@@ -71,7 +71,7 @@ pub(super) struct Listener {
 /// The connections and listeners of one host, with their bookkeeping.
 pub(super) struct Connections {
     pub(super) slots: Vec<Slot>,
-    pub(super) free: Vec<u32>,
+    free: Vec<u32>,
     pub(super) table: HashMap<FourTuple, u32>,
     pub(super) listeners: HashMap<u16, Listener>,
     pub(super) dirty: Vec<u32>,
@@ -88,8 +88,8 @@ pub(super) struct Connections {
     pub(super) storage_pool: [Vec<Storage>; 2],
     /// Each connection's earliest timer, keyed by slot and generation (see `Sock::scheduled`).
     pub(super) timers: TimerWheel<(u32, u32)>,
-    /// Entries `handle_timeouts` takes from `timers` (kept for its capacity).
-    pub(super) fired: Vec<(Instant, (u32, u32))>,
+    /// Entries `expire_timers` takes from `timers` (kept for its capacity).
+    fired: Vec<(Instant, (u32, u32))>,
     /// The epoch of the latest listener (see `Owner::Listener`).
     pub(super) listener_epoch: u32,
     /// Connections the application closed that are still finishing, and the bytes they
@@ -125,6 +125,41 @@ impl Connections {
             buffer_bytes: 0,
             offered_bytes: 0,
         }
+    }
+
+    /// Put `sock` in a free slot (a new one if none is free) and index it by its 4-tuple;
+    /// return its id. Its budgets are not counted yet (`Interface::apply_budgets`).
+    pub(super) fn insert(&mut self, sock: Sock) -> SocketId {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot { generation: 0, sock: None });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let tuple = sock.tuple;
+        let slot = &mut self.slots[index as usize];
+        slot.sock = Some(sock);
+        let id = SocketId { index, generation: slot.generation };
+        self.table.insert(tuple, index);
+        id
+    }
+
+    /// Take connection `index` out of the table, uncounting its buffers, window and orphan
+    /// charge; its slot's next occupant gets a new generation, so old ids go stale.
+    pub(super) fn remove(&mut self, index: u32) -> Option<Sock> {
+        let slot = &mut self.slots[index as usize];
+        let sock = slot.sock.take()?;
+        self.table.remove(&sock.tuple);
+        self.buffer_bytes -= sock.capacity;
+        self.offered_bytes -= sock.offered as usize;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(index);
+        if let Some(bytes) = sock.orphan {
+            self.orphans -= 1;
+            self.orphan_bytes -= bytes;
+        }
+        Some(sock)
     }
 
     /// Return how many connections are in the table.

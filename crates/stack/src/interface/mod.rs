@@ -95,7 +95,7 @@ mod tcp;
 mod user;
 
 pub use config::StackConfig;
-use connections::{Connections, Listener, Owner, Slot, Sock};
+use connections::{Connections, Listener, Owner, Sock};
 pub use errors::{ConnectError, ListenError};
 use ethernet::mac_string;
 pub use ids::{ListenerId, SocketId};

@@ -65,15 +65,7 @@ impl Interface {
         if let Some(mtu) = self.known_path_mtu(now, tuple.remote.ip()) {
             conn.set_path_mtu(now, mtu);
         }
-        let index = match self.conns.free.pop() {
-            Some(i) => i,
-            None => {
-                self.conns.slots.push(Slot { generation: 0, sock: None });
-                (self.conns.slots.len() - 1) as u32
-            }
-        };
-        let slot = &mut self.conns.slots[index as usize];
-        slot.sock = Some(Sock {
+        let id = self.conns.insert(Sock {
             conn,
             tuple,
             owner,
@@ -85,25 +77,13 @@ impl Interface {
             scheduled: None,
             queued: false,
         });
-        let id = SocketId { index, generation: slot.generation };
-        self.conns.table.insert(tuple, index);
-        self.apply_budgets(index);
-        self.conns.mark_dirty(index);
+        self.apply_budgets(id.index);
+        self.conns.mark_dirty(id.index);
         id
     }
 
     pub(super) fn remove(&mut self, index: u32) {
-        let slot = &mut self.conns.slots[index as usize];
-        if let Some(sock) = slot.sock.take() {
-            self.conns.table.remove(&sock.tuple);
-            self.conns.buffer_bytes -= sock.capacity;
-            self.conns.offered_bytes -= sock.offered as usize;
-            slot.generation = slot.generation.wrapping_add(1);
-            self.conns.free.push(index);
-            if let Some(bytes) = sock.orphan {
-                self.conns.orphans -= 1;
-                self.conns.orphan_bytes -= bytes;
-            }
+        if let Some(sock) = self.conns.remove(index) {
             self.counters.resets_for_lost_data += sock.conn.stats().resets_for_lost_data;
             // Buffers autotuning grew go back to the allocator: the pool keeps the configured
             // sizes, what short connections (the ones a pool is for) use.
