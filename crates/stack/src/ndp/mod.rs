@@ -7,21 +7,21 @@
 //! here reads a clock or touches a device: time comes in as `now`, messages come in parsed,
 //! and frames go out through the writers of [`crate::wire::ndp`] into the caller's buffer.
 //!
-//! - **Receiving** an ICMPv6 message of type 133 to 137: [`parse`](crate::wire::ndp::parse) it with the IPv6 source,
+//! - **Receiving** an ICMPv6 message of type 133 to 137: [`parse`] it with the IPv6 source,
 //!   destination and hop limit. `parse` checks the ICMPv6 checksum itself (the caller need
-//!   not; [`checksum`](crate::wire::ndp::checksum) is there for other ICMPv6 messages) and the validity rules of RFC
-//!   4861 6.1 and 7.1, and names the failed rule in an [`NdpError`](crate::wire::ndp::NdpError). Then hand the message to
+//!   not; [`checksum`] is there for other ICMPv6 messages) and the validity rules of RFC
+//!   4861 6.1 and 7.1, and names the failed rule in an [`NdpError`]. Then hand the message to
 //!   the [`NdpCache`]: [`NdpCache::handle_solicitation`] (only for a target address that is
-//!   ours, RFC 4861 7.2.3; answer it with [`write_advertisement`](crate::wire::ndp::write_advertisement)),
+//!   ours, RFC 4861 7.2.3; answer it with [`write_advertisement`]),
 //!   [`NdpCache::handle_advertisement`], [`NdpCache::handle_router_advertisement`] and
 //!   [`NdpCache::handle_redirect`]. Each returns an [`Update`]: the frames that were waiting
 //!   for the address, their destination MAC filled in, to send now.
 //! - **Sending** to an on-link next hop ([`NdpCache::on_link`], else
 //!   [`NdpCache::default_router`]): [`NdpCache::lookup`]; on `None`, [`NdpCache::hold`] the
 //!   frame, which starts address resolution. Multicast destinations need no resolution:
-//!   [`multicast_mac`](crate::wire::ndp::multicast_mac).
+//!   [`multicast_mac`].
 //! - **Timers**: call [`NdpCache::due`] once [`NdpCache::next_timeout`] has passed. It asks
-//!   for the solicitations to send (write them with [`write_solicitation`](crate::wire::ndp::write_solicitation)) and returns the
+//!   for the solicitations to send (write them with [`write_solicitation`]) and returns the
 //!   resolutions that failed with the frames they held, for ICMPv6 address unreachable
 //!   errors (RFC 4861 7.2.2).
 //! - **Upper-layer progress** (TCP seeing new data acknowledged): [`NdpCache::confirm`]
@@ -62,6 +62,13 @@
 //! - DAD is done with [`Dad`] (RFC 4862 5.4), without the looped-back-solicitation check
 //!   (RFC 4862 5.4.3) and without RFC 7527's nonces: a userspace host does not see its own
 //!   multicast frames.
+//!
+//! [`parse`]: crate::wire::ndp::parse
+//! [`checksum`]: crate::wire::ndp::checksum
+//! [`NdpError`]: crate::wire::ndp::NdpError
+//! [`write_advertisement`]: crate::wire::ndp::write_advertisement
+//! [`multicast_mac`]: crate::wire::ndp::multicast_mac
+//! [`write_solicitation`]: crate::wire::ndp::write_solicitation
 
 use std::time::Duration;
 

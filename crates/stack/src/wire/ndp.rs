@@ -15,7 +15,7 @@ use etherparse::icmpv6::{
 };
 use etherparse::{EtherType, Icmpv6Header, Icmpv6Slice, Icmpv6Type, IpNumber};
 
-use super::{HEADERS6, write_ethernet, write_ipv6};
+use super::{ETH_LEN, HEADERS6, write_ethernet, write_ipv6};
 
 // -------------------------------------------------------------------------------------
 // Constants.
@@ -466,7 +466,7 @@ fn write_frame(
     let len = ICMP_OFFSET + icmp_len;
     assert!(buf.len() >= len, "an NDP frame needs {len} bytes; the buffer has {}", buf.len());
     write_ethernet(buf, src_mac, dst_mac, EtherType::IPV6);
-    write_ipv6(&mut buf[super::ETH_LEN..], src, dst, IpNumber::IPV6_ICMP, icmp_len, HOP_LIMIT);
+    write_ipv6(&mut buf[ETH_LEN..], src, dst, IpNumber::IPV6_ICMP, icmp_len, HOP_LIMIT);
     let icmp = &mut buf[ICMP_OFFSET..len];
     icmp[..ICMP_HEADER_LEN].copy_from_slice(&Icmpv6Header { icmp_type, checksum: 0 }.to_bytes());
     icmp[ICMP_HEADER_LEN..].copy_from_slice(body);
@@ -538,8 +538,6 @@ pub(crate) mod tests {
 
     use super::*;
     use etherparse::Ipv6HeaderSlice;
-
-    use crate::wire::ETH_LEN;
 
     pub(crate) const A_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
     pub(crate) const B_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0xab, 0xcd, 0xef];
