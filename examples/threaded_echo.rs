@@ -14,10 +14,11 @@
 use std::io::{Read, Write};
 use std::net::Ipv4Addr;
 
+use bypass_device::Device;
 use bypass_io::PacketDevice;
 use bypass_io::xdp::{XdpConfig, XdpDevice};
 use bypass_runtime::{Runtime, RuntimeOptions};
-use bypass_stack::{Device, StackConfig};
+use bypass_stack::StackConfig;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args: Vec<String> = std::env::args().collect();

@@ -13,11 +13,12 @@
 
 use std::net::Ipv4Addr;
 
+use bypass_device::Device;
 use bypass_io::PacketDevice;
 use bypass_io::xdp::{XdpConfig, XdpDevice};
 use bypass_runtime::tokio::TcpListener;
 use bypass_runtime::{Runtime, RuntimeOptions};
-use bypass_stack::{Device, StackConfig};
+use bypass_stack::StackConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::main]

@@ -22,9 +22,10 @@
 use std::io::{self, ErrorKind};
 use std::net::Ipv4Addr;
 
+use bypass_device::Device;
 use bypass_io::xdp::{XdpConfig, XdpDevice};
 use bypass_io::{PacketDevice, PcapNgCapture};
-use bypass_stack::{Device, SocketId, Stack, StackConfig};
+use bypass_stack::{SocketId, Stack, StackConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args: Vec<String> = std::env::args().collect();

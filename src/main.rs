@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use bypass_device::Device;
 use bypass_io::xdp::{XdpConfig, XdpDevice, XdpError, XdpMode};
 use bypass_io::{PacketConfig, PacketDevice, PcapNgCapture, netdev};
 use bypass_lab::testlab::{Lab, LabConfig};
-use bypass_stack::{Device, Stack, StackConfig};
+use bypass_stack::{Stack, StackConfig};
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
@@ -492,7 +493,7 @@ fn replay(args: ReplayArgs) -> Result<(), String> {
         ReplayRole::Server => Role::Server,
         ReplayRole::Client => Role::Client,
     };
-    let capture: Option<Box<dyn bypass_stack::Capture>> = match &args.pcap {
+    let capture: Option<Box<dyn bypass_device::Capture>> = match &args.pcap {
         Some(path) => {
             let description = "bypass replay";
             let cap =

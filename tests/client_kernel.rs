@@ -11,10 +11,11 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddrV4, TcpListener};
 use std::time::{Duration, Instant};
 
+use bypass_device::Device;
 use bypass_io::PacketDevice;
 use bypass_io::xdp::{XdpConfig, XdpDevice};
 use bypass_lab::testlab::{Lab, lab_available};
-use bypass_stack::{Device, Stack, StackConfig};
+use bypass_stack::{Stack, StackConfig};
 use bypass_tcp::State;
 use common::{Backend, Capture, data, first_difference, peer_nstat};
 

@@ -52,11 +52,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
+use bypass_device::Device;
 use bypass_io::impair::{ImpairStats, Impaired, Impairment};
 use bypass_io::xdp::{XdpConfig, XdpDevice};
 use bypass_io::{PacketDevice, PcapNgCapture};
 use bypass_lab::testlab::{Lab, LabConfig, in_namespace, lab_available};
-use bypass_stack::{Device, Stack, StackConfig};
+use bypass_stack::{Stack, StackConfig};
 use bypass_tcp::{Event, State};
 use common::{Backend, Capture, PORT, PeerChanges, data, echo_with_reader, peer_connect, peer_nstat, read_to_eof};
 

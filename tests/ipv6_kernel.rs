@@ -12,10 +12,11 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use bypass_device::Device;
 use bypass_io::PacketDevice;
 use bypass_io::xdp::{XdpConfig, XdpDevice};
 use bypass_lab::testlab::{Lab, LabConfig, lab_available, ping_sized, ping6};
-use bypass_stack::{Device, Stack, StackConfig};
+use bypass_stack::{Stack, StackConfig};
 use bypass_tcp::State;
 use common::{Backend, EchoServer, PORT, data, echo_many, echo_with_reader, peer_connect, peer_connect_many};
 

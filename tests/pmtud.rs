@@ -15,9 +15,9 @@ mod common;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
+use bypass_device::Device;
 use bypass_io::PacketDevice;
 use bypass_lab::testlab::{RoutedLab, lab_available};
-use bypass_stack::Device;
 use common::{Backend, EchoServer, PORT, data, echo_with_reader};
 use etherparse::{Icmpv4Type, Icmpv6Type, IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header, PacketBuilder, icmpv4};
 

@@ -42,10 +42,11 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use bypass_device::Device;
 use bypass_io::xdp::{XdpConfig, XdpDevice};
 use bypass_io::{PacketDevice, PcapNgCapture};
 use bypass_runtime::{CaptureFactory, Runtime, RuntimeOptions};
-use bypass_stack::{Device, StackConfig};
+use bypass_stack::StackConfig;
 
 /// Which TCP serves.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -149,7 +150,7 @@ fn start_stack<D: Device + Send + 'static>(
         Arc::new(move |shard: usize, epoch| {
             let file = capture_path(&path, shard);
             let capture = PcapNgCapture::create(&file, &iface, "http_server example", epoch)?;
-            Ok(Box::new(capture) as Box<dyn bypass_stack::Capture>)
+            Ok(Box::new(capture) as Box<dyn bypass_device::Capture>)
         }) as CaptureFactory
     });
     let config = StackConfig::new(args.ip, args.prefix, rand_secret());

@@ -34,10 +34,11 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
-use bypass_stack::arp::{self, ARP_FRAME_LEN};
+use bypass_device::{Device, DeviceInfo};
 use bypass_stack::fragments::{Fragment, FragmentKey, Reassembler, ReassemblyConfig};
-use bypass_stack::ndp::{self, NdpMessage};
-use bypass_stack::{Device, DeviceInfo, Interface, ListenerId, SocketId, StackConfig};
+use bypass_stack::wire::arp::{self, ARP_FRAME_LEN};
+use bypass_stack::wire::ndp::{self, NdpMessage};
+use bypass_stack::{Interface, ListenerId, SocketId, StackConfig};
 use bypass_tcp::{Instant, RecvError, Segment};
 use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4HeaderSlice, Ipv6HeaderSlice};
 

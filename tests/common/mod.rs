@@ -19,9 +19,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bypass_device::Device;
 use bypass_io::PacketDevice;
 use bypass_lab::testlab::Lab;
-use bypass_stack::Device;
 
 /// The echo port the tests serve on.
 pub const PORT: u16 = 7;

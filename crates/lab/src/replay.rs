@@ -209,12 +209,12 @@ fn arp_reply(frame: &[u8], peer_ip: IpAddr) -> Option<Vec<u8>> {
     if frame.len() < 42 || frame[12..14] != [0x08, 0x06] {
         return None;
     }
-    let msg = bypass_stack::arp::parse(&frame[14..])?;
+    let msg = bypass_stack::wire::arp::parse(&frame[14..])?;
     if msg.operation != etherparse::ArpOperation::REQUEST || msg.target_ip != peer_ip {
         return None;
     }
-    let mut reply = vec![0u8; bypass_stack::arp::ARP_FRAME_LEN];
-    bypass_stack::arp::write_frame(
+    let mut reply = vec![0u8; bypass_stack::wire::arp::ARP_FRAME_LEN];
+    bypass_stack::wire::arp::write_frame(
         &mut reply,
         etherparse::ArpOperation::REPLY,
         PEER_MAC,
@@ -227,7 +227,7 @@ fn arp_reply(frame: &[u8], peer_ip: IpAddr) -> Option<Vec<u8>> {
 
 /// Answer a Neighbour Solicitation of ours for the peer with the peer's advertisement.
 fn ndp_reply(frame: &[u8], peer_ip: IpAddr) -> Option<Vec<u8>> {
-    use bypass_stack::ndp;
+    use bypass_stack::wire::ndp;
     let IpAddr::V6(peer_ip) = peer_ip else { return None };
     let packet = SlicedPacket::from_ethernet(frame).ok()?;
     let NetSlice::Ipv6(ip) = packet.net? else { return None };

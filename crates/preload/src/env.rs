@@ -167,7 +167,7 @@ fn start() -> Result<Env, String> {
             let file = if shard == 0 { path.clone() } else { format!("{path}.q{shard}") };
             let capture =
                 bypass_device::PcapNgCapture::create(std::path::Path::new(&file), &iface, "bypass run", epoch)?;
-            Ok(Box::new(capture) as Box<dyn bypass_stack::Capture>)
+            Ok(Box::new(capture) as Box<dyn bypass_device::Capture>)
         }) as CaptureFactory
     });
     let options = RuntimeOptions {

@@ -119,7 +119,7 @@ impl Settings {
             "window_budget" => self.stack.window_budget = if v == "none" { None } else { Some(num(v)?) },
             "local_ip" => {
                 let prefix = self.stack.ipv4.map_or(24, |c| c.prefix_len);
-                self.stack.ipv4 = Some(bypass_stack::addr::Cidr { addr: num(v)?, prefix_len: prefix });
+                self.stack.ipv4 = Some(bypass_stack::Cidr { addr: num(v)?, prefix_len: prefix });
             }
             "remote_ip" => self.tester_ip = num(v)?,
             "remote_port" => self.tester_port = num(v)?,

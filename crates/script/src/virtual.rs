@@ -63,8 +63,8 @@ impl VirtualTarget {
 
     /// Send an ARP message from the tester to our stack.
     fn arp(&mut self, op: ArpOperation, target_mac: [u8; 6]) {
-        let mut frame = [0u8; bypass_stack::arp::ARP_FRAME_LEN];
-        bypass_stack::arp::write_frame(&mut frame, op, TESTER_MAC, self.tester, target_mac, self.us);
+        let mut frame = [0u8; bypass_stack::wire::arp::ARP_FRAME_LEN];
+        bypass_stack::wire::arp::write_frame(&mut frame, op, TESTER_MAC, self.tester, target_mac, self.us);
         let now = self.instant();
         self.iface.receive(now, &frame);
         self.pump();
@@ -103,8 +103,15 @@ impl VirtualTarget {
                 return;
             }
             arp_requests += 1;
-            let mut frame = [0u8; bypass_stack::arp::ARP_FRAME_LEN];
-            bypass_stack::arp::write_frame(&mut frame, ArpOperation::REPLY, TESTER_MAC, self.tester, OUR_MAC, self.us);
+            let mut frame = [0u8; bypass_stack::wire::arp::ARP_FRAME_LEN];
+            bypass_stack::wire::arp::write_frame(
+                &mut frame,
+                ArpOperation::REPLY,
+                TESTER_MAC,
+                self.tester,
+                OUR_MAC,
+                self.us,
+            );
             self.iface.receive(now, &frame);
         }
     }

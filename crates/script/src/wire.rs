@@ -6,10 +6,11 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::{Duration, Instant as Clock};
 
+use bypass_device::Device;
 use bypass_io::packet::{PacketConfig, PacketDevice};
 use bypass_io::xdp::{XdpConfig, XdpDevice};
 use bypass_lab::testlab::{Lab, LabConfig, in_namespace};
-use bypass_stack::{Device, Interface};
+use bypass_stack::Interface;
 use bypass_tcp::{Instant, Segment};
 use etherparse::{ArpOperation, EtherType, Ethernet2Header, IpNumber, Ipv4Header, NetSlice, SlicedPacket};
 
@@ -123,8 +124,8 @@ impl Tester {
     }
 
     fn send_arp(&mut self, op: ArpOperation, target_mac: [u8; 6]) {
-        let mut frame = [0u8; bypass_stack::arp::ARP_FRAME_LEN];
-        bypass_stack::arp::write_frame(&mut frame, op, self.mac, self.ip, target_mac, self.sut_ip);
+        let mut frame = [0u8; bypass_stack::wire::arp::ARP_FRAME_LEN];
+        bypass_stack::wire::arp::write_frame(&mut frame, op, self.mac, self.ip, target_mac, self.sut_ip);
         if op == ArpOperation::REQUEST {
             // A request goes to everyone.
             frame[..6].copy_from_slice(&[0xff; 6]);

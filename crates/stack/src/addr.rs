@@ -7,7 +7,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::ndp::{link_local_from_mac, solicited_node};
+use crate::wire::ndp::{link_local_from_mac, solicited_node};
 
 /// An address and the prefix length of its subnet (`10.0.0.1/24`, `fd00::1/64`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,15 +1,11 @@
-//! ARP (RFC 826): answer requests for our address, resolve peers, cache with expiry, retry,
-//! and hold frames while resolving.
+//! ARP (RFC 826): resolve peers, cache with expiry, retry, and hold frames while resolving.
+//! The message codec is [`crate::wire::arp`].
 
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use bypass_tcp::Instant;
-use etherparse::{ArpEthIpv4Packet, ArpOperation, ArpPacketSlice, EtherType, Ethernet2Header};
-
-/// Length of an ARP frame: Ethernet header plus the Ethernet/IPv4 ARP packet.
-pub const ARP_FRAME_LEN: usize = 14 + ArpEthIpv4Packet::LEN;
 
 /// ARP settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,53 +61,6 @@ pub struct DueRequests {
     pub dropped: usize,
     /// Requests held back by the per-address rate limit ([`ArpConfig::retry`]).
     pub suppressed: usize,
-}
-
-/// What a request or reply told us.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ArpMessage {
-    /// Request or reply.
-    pub operation: ArpOperation,
-    /// Sender hardware address.
-    pub sender_mac: [u8; 6],
-    /// Sender protocol address.
-    pub sender_ip: Ipv4Addr,
-    /// Target protocol address.
-    pub target_ip: Ipv4Addr,
-}
-
-/// Parse an Ethernet/IPv4 ARP packet (the payload of an ARP frame).
-pub fn parse(payload: &[u8]) -> Option<ArpMessage> {
-    let packet = ArpPacketSlice::from_slice(payload).ok()?.to_packet().try_eth_ipv4().ok()?;
-    Some(ArpMessage {
-        operation: packet.operation,
-        sender_mac: packet.sender_mac,
-        sender_ip: packet.sender_ipv4_addr(),
-        target_ip: packet.target_ipv4_addr(),
-    })
-}
-
-/// Write an ARP frame into `buf` (at least [`ARP_FRAME_LEN`] bytes); return its length.
-pub fn write_frame(
-    buf: &mut [u8],
-    operation: ArpOperation,
-    our_mac: [u8; 6],
-    our_ip: Ipv4Addr,
-    target_mac: [u8; 6],
-    target_ip: Ipv4Addr,
-) -> usize {
-    let eth_dst = if operation == ArpOperation::REQUEST { [0xff; 6] } else { target_mac };
-    let eth = Ethernet2Header { source: our_mac, destination: eth_dst, ether_type: EtherType::ARP };
-    buf[..14].copy_from_slice(&eth.to_bytes());
-    let arp = ArpEthIpv4Packet {
-        operation,
-        sender_mac: our_mac,
-        sender_ipv4: our_ip.octets(),
-        target_mac: if operation == ArpOperation::REQUEST { [0; 6] } else { target_mac },
-        target_ipv4: target_ip.octets(),
-    };
-    buf[14..ARP_FRAME_LEN].copy_from_slice(&arp.to_bytes());
-    ARP_FRAME_LEN
 }
 
 /// The neighbour cache and the resolutions in progress, bounded together by
@@ -299,24 +248,8 @@ mod tests {
         Ipv4Addr::new(10, 0, 0, last)
     }
 
-    #[test]
-    fn request_round_trips_through_bytes() {
-        let mut buf = [0xa5u8; 64];
-        let n = write_frame(&mut buf, ArpOperation::REQUEST, MAC, ip(1), [0; 6], ip(2));
-        assert_eq!(n, 42);
-        assert_eq!(&buf[..6], &[0xff; 6]);
-        assert_eq!(&buf[12..14], &[0x08, 0x06]);
-        let msg = parse(&buf[14..n]).unwrap();
-        assert_eq!(
-            msg,
-            ArpMessage { operation: ArpOperation::REQUEST, sender_mac: MAC, sender_ip: ip(1), target_ip: ip(2) }
-        );
-        assert_eq!(buf[n], 0xa5);
-        assert_eq!(parse(&buf[14..30]), None, "truncated");
-    }
-
     // ---------------------------------------------------------------------------------
-    // Wire format and basic caching.
+    // Basic caching.
     // ---------------------------------------------------------------------------------
 
     #[test]

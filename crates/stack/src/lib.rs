@@ -1,36 +1,46 @@
 //! `bypass-stack`: the host around the TCP core: Ethernet, ARP and Neighbour Discovery, IPv4
 //! and IPv6 (with fragment reassembly), ICMP, the connection table and listeners (with SYN
-//! cookies), a socket-like API, and the poll loop that drives a [`Device`].
+//! cookies), a socket-like API, and the poll loop that drives a
+//! [`Device`](bypass_device::Device).
 //!
 //! [`Interface`] is the host without a device (frames in, frames out), testable on its own;
 //! [`Stack`] binds it to a device and a clock and offers `listen`/`accept`/`connect`/
 //! `read`/`write`, readiness and events, and blocking `std::io` adapters.
 //!
-//! The [`Device`] and [`Capture`] traits (with [`DeviceInfo`] and [`Direction`]) live in
-//! `bypass-device`, the crate below this one and `bypass-tcp`; they are re-exported here, at
-//! the crate root and as the modules [`device`] and [`capture`], so `bypass_stack::Device`
-//! and `bypass_stack::device::Device` name the same trait as `bypass_device::Device`. The host
-//! computes and verifies every checksum in software, whatever [`Device::checksums`] says.
+//! The `Device` and `Capture` traits live in `bypass-device`, the crate below this one and
+//! `bypass-tcp`: name them `bypass_device::Device` and `bypass_device::Capture`. The host
+//! computes and verifies every checksum in software unless the device's
+//! [`ChecksumCaps`](bypass_device::ChecksumCaps) say it verified them.
+//!
+//! | what | where | file |
+//! |---|---|---|
+//! | the host with a device, sockets, the poll loop | [`Stack`], [`Stream`], [`Readiness`], [`Time`] | `stack.rs` |
+//! | the host without a device | [`Interface`] | `interface/mod.rs`, one file per layer |
+//! | its settings, names and errors | [`StackConfig`], [`SocketId`], [`ListenerId`], [`ListenError`], [`ConnectError`] | `interface/{config,ids,errors}.rs` |
+//! | the connection table | (internal) | `interface/{connections,table}.rs` |
+//! | our addresses | [`Addresses`], [`Cidr`] | `addr.rs` |
+//! | counters and drop reasons | [`Counters`], [`Drop`] | `counters.rs` |
+//! | wire formats: Ethernet/IP header writers, ARP, NDP, ICMP | [`wire`] | `wire/` |
+//! | ARP cache (RFC 826) | [`arp`] | `arp.rs` |
+//! | Neighbour Discovery cache and DAD (RFC 4861, RFC 4862) | [`ndp`] | `ndp/{mod,cache,dad}.rs` |
+//! | fragment reassembly (RFC 791, RFC 8200) | [`fragments`] | `fragments.rs` |
+//! | SYN cookies, ephemeral ports, timer wheel | (internal) | `syncookie.rs`, `ports.rs`, `timer_wheel.rs` |
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod addr;
+mod addr;
 pub mod arp;
-/// Capture hooks: re-exported from bypass-device.
-pub use bypass_device::capture;
-pub mod counters;
-/// The device trait: re-exported from bypass-device.
-pub use bypass_device::device;
+mod counters;
 pub mod fragments;
-pub mod interface;
+mod interface;
 pub mod ndp;
 mod ports;
-pub mod stack;
-pub mod syncookie;
+mod stack;
+mod syncookie;
 mod timer_wheel;
+pub mod wire;
 
-pub use capture::{Capture, Direction};
+pub use addr::{Addresses, Cidr};
 pub use counters::{Counters, Drop};
-pub use device::{ChecksumCaps, Device, DeviceInfo};
 pub use interface::{ConnectError, Interface, ListenError, ListenerId, SocketId, StackConfig};
 pub use stack::{Readiness, Stack, Stream, Time};

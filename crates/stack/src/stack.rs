@@ -1,7 +1,8 @@
 //! A host driving a device: the poll loop and a socket-like API in the shape of `std::net`.
 //!
 //! ```no_run
-//! # use bypass_stack::{Stack, StackConfig, Device};
+//! # use bypass_device::Device;
+//! # use bypass_stack::{Stack, StackConfig};
 //! # fn serve(device: impl Device) -> std::io::Result<()> {
 //! let config = StackConfig::new(std::net::Ipv4Addr::new(10, 77, 0, 2), 24, [7; 16]);
 //! let mut stack = Stack::new(device, config);
@@ -26,11 +27,11 @@ use std::io::{self, ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use bypass_device::Device;
+use bypass_device::capture::{Capture, NoteBoard, Recorder};
 use bypass_tcp::{Event, Instant, RecvError, SendError, State};
 
-use crate::capture::{Capture, NoteBoard, Recorder};
 use crate::counters::Counters;
-use crate::device::Device;
 use crate::interface::{ConnectError, Interface, ListenError, ListenerId, SocketId, StackConfig};
 
 /// Frames taken from the device per call: as fast as smaller batches for bulk, with less

@@ -5,7 +5,7 @@
 use std::net::Ipv4Addr;
 
 use bypass_device::{DeviceInfo, Instant, ScriptedDevice};
-use bypass_stack::arp::{self, ARP_FRAME_LEN};
+use bypass_stack::wire::arp::{self, ARP_FRAME_LEN};
 use bypass_stack::{Stack, StackConfig};
 use etherparse::ArpOperation;
 

@@ -9,9 +9,11 @@ use std::time::Duration;
 
 mod common;
 
+use bypass_device::Device;
 use bypass_device::{LinkConfig, MemoryDevice, MemoryLink};
 use bypass_stack::fragments::{Fragment, FragmentKey, Reassembler, ReassemblyConfig};
-use bypass_stack::{Device, Drop, SocketId, Stack, StackConfig, arp, ndp};
+use bypass_stack::wire::{arp, ndp};
+use bypass_stack::{Drop, SocketId, Stack, StackConfig};
 use bypass_tcp::{Event, IcmpError, Instant, Segment, SeqNum, State};
 use common::{Collector, Host, Net};
 use etherparse::{

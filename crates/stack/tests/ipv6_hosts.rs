@@ -10,7 +10,7 @@ use std::time::Duration;
 mod common;
 
 use bypass_device::LinkConfig;
-use bypass_stack::ndp::{self, NdpMessage};
+use bypass_stack::wire::ndp::{self, NdpMessage};
 use bypass_stack::{Drop, SocketId, StackConfig};
 use bypass_tcp::{Event, Flags, Instant, Segment, SeqNum, State, TcpOptions};
 use common::{Collector, Host, Net, ipv6_frame};

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
-use bypass_io::{MemoryDevice, MemoryLink};
-use bypass_stack::{Device, Stack, StackConfig};
+use bypass_device::{Device, MemoryDevice, MemoryLink};
+use bypass_stack::{Stack, StackConfig};
 use bypass_tcp::sim::LinkConfig;
 use bypass_tcp::{Config, Connection, Event, FourTuple, Instant, Segment, State};
 use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, NetSlice, SlicedPacket};
@@ -136,9 +136,9 @@ impl Peers {
                 let Ok(arp) = arp.to_packet().try_eth_ipv4() else { return };
                 if arp.target_ipv4 == PEER.octets() && arp.operation == etherparse::ArpOperation::REQUEST {
                     let (mac, ip) = (arp.sender_mac, Ipv4Addr::from(arp.sender_ipv4));
-                    let mut reply = [0u8; bypass_stack::arp::ARP_FRAME_LEN];
+                    let mut reply = [0u8; bypass_stack::wire::arp::ARP_FRAME_LEN];
                     let op = etherparse::ArpOperation::REPLY;
-                    bypass_stack::arp::write_frame(&mut reply, op, PEER_MAC, PEER, mac, ip);
+                    bypass_stack::wire::arp::write_frame(&mut reply, op, PEER_MAC, PEER, mac, ip);
                     send(&mut self.device, &reply);
                 }
             }

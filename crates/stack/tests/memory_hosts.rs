@@ -6,8 +6,9 @@ use std::time::Duration;
 
 mod common;
 
+use bypass_device::Device;
 use bypass_device::LinkConfig;
-use bypass_stack::{Device, Drop, StackConfig};
+use bypass_stack::{Drop, StackConfig};
 use bypass_tcp::{Event, State};
 use common::{Collector, Net};
 
@@ -473,7 +474,7 @@ fn internet_checksum(data: &[u8]) -> u16 {
 /// completes nothing, they carry whole checksums.
 #[test]
 fn behind_a_device_that_completes_checksums_segments_carry_the_pseudo_header_sum() {
-    use bypass_stack::ChecksumCaps;
+    use bypass_device::ChecksumCaps;
     let net = net(LinkConfig::default(), |_| {});
     let [syn, _] = syn_and_ping_from(&net, A);
     let mut closed = syn.clone();
@@ -514,7 +515,7 @@ fn behind_a_device_that_completes_checksums_segments_carry_the_pseudo_header_sum
 /// behind one that says it verified it (such a device would never deliver it).
 #[test]
 fn checksums_the_device_verified_are_not_verified_again() {
-    use bypass_stack::ChecksumCaps;
+    use bypass_device::ChecksumCaps;
     let net = net(LinkConfig::default(), |_| {});
     let [mut syn, _] = syn_and_ping_from(&net, A);
     syn[14 + 20 + 16] ^= 0x5a;

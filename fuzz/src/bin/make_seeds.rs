@@ -3,7 +3,7 @@
 //! Run from `fuzz/`: `cargo run --bin make_seeds`. The stack seeds are conversations a
 //! peer (10.0.0.1 or fd00::1, port 40000; fe80::1 on the link) has with the fuzzed host
 //! (10.0.0.2 and fd00::2, echo on port 7), built with etherparse's `PacketBuilder` and
-//! `bypass_stack::ndp`'s writers: ARP, Neighbour Discovery, echo (whole and in fragments,
+//! `bypass_stack::wire::ndp`'s writers: ARP, Neighbour Discovery, echo (whole and in fragments,
 //! good and bad trains), a Router Advertisement, TCP, and ICMP errors about TCP. Each is
 //! played against the same [`Host`] the fuzz target runs, so every ACK acknowledges the
 //! host's real ISN and echoed data, and every ICMP error quotes a segment the host really
@@ -17,7 +17,7 @@ use std::path::Path;
 
 use bypass_fuzz::host::{ECHO_PORT, HOST_IP, HOST_IP6, HOST_MAC, Host, UNLIMITED, host_link_local, record};
 use bypass_stack::Drop;
-use bypass_stack::ndp::{self, NDP_FRAME_LEN, Solicit};
+use bypass_stack::wire::ndp::{self, NDP_FRAME_LEN, Solicit};
 use bypass_tcp::wire::set_checksum;
 use bypass_tcp::{Flags, SackBlock, SackBlocks, Segment, SeqNum, TcpOptions, Timestamps};
 use etherparse::icmpv4::DestUnreachableHeader;

@@ -1,13 +1,13 @@
 //! Transmission: each connection's segments written straight into the device's frames behind
 //! their headers, or held while the next hop is resolved.
 
+use bypass_device::Device;
+use bypass_device::capture::Direction;
 use bypass_tcp::{FourTuple, Instant, Segment};
 use etherparse::IpNumber;
 
 use super::*;
-use crate::capture::Direction;
 use crate::counters::Drop;
-use crate::device::Device;
 
 impl Interface {
     /// Drain one connection's output into the device, then settle its events and
@@ -20,7 +20,7 @@ impl Interface {
     ) -> std::io::Result<Option<usize>> {
         self.reset_if_orphaned_child(now, index);
         self.apply_budgets(index);
-        let Some(sock) = self.slots[index as usize].sock.as_mut() else { return Ok(Some(0)) };
+        let Some(sock) = self.conns.slots[index as usize].sock.as_mut() else { return Ok(Some(0)) };
         let Some(FourTuple { local, remote }) = sock.conn.tuple() else {
             // Back in LISTEN after an RST in SYN-RECEIVED: nothing to send; settle removes it.
             sock.dirty = false;
@@ -35,7 +35,7 @@ impl Interface {
         let headers = headers_len(dst);
         let mut sent = 0;
         loop {
-            let sock = self.slots[index as usize].sock.as_mut().expect("live");
+            let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
             let mut produced = None;
             let (notes, note) = (&self.notes, &mut self.note);
             match mac {
@@ -90,7 +90,7 @@ impl Interface {
                 self.counters.tx_bytes += (headers + t.len) as u64;
             }
         }
-        if let Some(sock) = self.slots[index as usize].sock.as_mut() {
+        if let Some(sock) = self.conns.slots[index as usize].sock.as_mut() {
             sock.dirty = false;
         }
         self.settle(now, index);

@@ -3,15 +3,15 @@
 
 use std::fmt::Write as _;
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use bypass_tcp::{Checksum, FourTuple, Instant, Segment};
 use etherparse::{ArpOperation, EtherType, Ethernet2Header, IpNumber};
 
 use super::*;
-use crate::arp;
 use crate::counters::Drop;
-use crate::ndp::{self, NaFlags, Solicit};
+use crate::wire::arp;
+use crate::wire::ndp::{self, NaFlags, Solicit};
 
 impl Interface {
     pub(super) fn receive_frame(&mut self, now: Instant, frame: &[u8]) {
@@ -105,32 +105,6 @@ impl Reply {
                 len
             }
         }
-    }
-}
-
-/// Return the length of the Ethernet and IP headers in front of an IP payload to `dst`.
-pub(super) fn headers_len(dst: IpAddr) -> usize {
-    match dst {
-        IpAddr::V4(_) => HEADERS,
-        IpAddr::V6(_) => HEADERS6,
-    }
-}
-
-/// Write the Ethernet and IP headers (of `src`'s family) at the front of `frame` for an IP
-/// payload of `len` bytes carrying `proto`; `frame` is at least `headers_len(dst)` long.
-pub(super) fn write_ip_headers(
-    frame: &mut [u8],
-    src_mac: [u8; 6],
-    dst_mac: [u8; 6],
-    src: IpAddr,
-    dst: IpAddr,
-    proto: IpNumber,
-    len: usize,
-) {
-    match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => ipv4::write_headers(frame, src_mac, dst_mac, s, d, proto, len),
-        (IpAddr::V6(s), IpAddr::V6(d)) => ipv6::write_headers(frame, src_mac, dst_mac, s, d, proto, len),
-        _ => unreachable!("a packet's addresses are of one family"),
     }
 }
 

@@ -6,10 +6,12 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
 use bypass_tcp::{FourTuple, IcmpError, IcmpIgnored, IcmpOutcome, Instant, SeqNum};
-use etherparse::IpNumber;
+use etherparse::{EtherType, IpNumber};
 
 use super::*;
 use crate::counters::Drop;
+use crate::wire::icmp::{self, QuotedTcp};
+use crate::wire::{self, FRAGMENT_HEADER_LEN};
 
 /// How long a learnt path MTU holds for new connections (RFC 1191 6.3: "no less than 10
 /// minutes"; Linux `net.ipv4.route.mtu_expires`, 10 minutes).
@@ -24,22 +26,7 @@ impl Interface {
     pub(super) fn reply_echo(&mut self, dst_mac: [u8; 6], ours: IpAddr, theirs: IpAddr, request: &[u8]) {
         let mut reply = self.buffer();
         reply.extend_from_slice(request);
-        reply[2..4].fill(0);
-        let proto = match (ours, theirs) {
-            (IpAddr::V6(s), IpAddr::V6(d)) => {
-                reply[0] = 129;
-                let sum = crate::ndp::checksum(s, d, &reply);
-                reply[2..4].copy_from_slice(&sum.to_be_bytes());
-                IpNumber::IPV6_ICMP
-            }
-            _ => {
-                reply[0] = 0;
-                // The sum is of native-endian words, so it is stored native-endian (RFC 1071 2(B)).
-                let sum = etherparse::checksum::Sum16BitWords::new().add_slice(&reply).ones_complement();
-                reply[2..4].copy_from_slice(&sum.to_ne_bytes());
-                IpNumber::ICMP
-            }
-        };
+        let proto = icmp::make_echo_reply(&mut reply, ours, theirs);
         if self.queue_datagram(dst_mac, ours, theirs, proto, &reply, "echo reply") {
             if self.notes.is_some() {
                 let _ = write!(self.note, "echo request from {theirs}: answered");
@@ -81,7 +68,7 @@ impl Interface {
         }
         self.fragment_id = self.fragment_id.wrapping_add(1);
         let id = self.fragment_id;
-        let frag_header = if dst.is_ipv6() { 8 } else { 0 };
+        let frag_header = if dst.is_ipv6() { FRAGMENT_HEADER_LEN } else { 0 };
         let chunk = (room - frag_header) & !7;
         let count = payload.len().div_ceil(chunk);
         for (i, part) in payload.chunks(chunk).enumerate() {
@@ -90,18 +77,19 @@ impl Interface {
             let mut frame = self.buffer();
             frame.resize(headers + frag_header + part.len(), 0);
             frame[headers + frag_header..].copy_from_slice(part);
+            let len = frag_header + part.len();
             match (src, dst) {
                 (IpAddr::V4(s), IpAddr::V4(d)) => {
-                    ipv4::write_fragment_headers(&mut frame, self.mac, dst_mac, s, d, proto, (id as u16, offset, more));
+                    // DF clear, so a router on a narrower link may cut it further (RFC 791 2.3).
+                    wire::write_ethernet(&mut frame, self.mac, dst_mac, EtherType::IPV4);
+                    let fragment = Some((id as u16, offset, more));
+                    wire::write_ipv4(&mut frame[ETH_LEN..], s, d, proto, len, fragment);
                 }
-                (IpAddr::V6(s), IpAddr::V6(d)) => {
-                    let fragment = [u8::from(proto), 0, ((offset >> 8) as u8), (offset as u8 & 0xf8) | u8::from(more)];
-                    frame[headers..headers + 4].copy_from_slice(&fragment);
-                    frame[headers + 4..headers + 8].copy_from_slice(&id.to_be_bytes());
-                    let len = frag_header + part.len();
-                    ipv6::write_headers(&mut frame, self.mac, dst_mac, s, d, IpNumber::IPV6_FRAGMENTATION_HEADER, len);
+                _ => {
+                    wire::write_ipv6_fragment(&mut frame[headers..], proto, offset, more, id);
+                    let next = IpNumber::IPV6_FRAGMENTATION_HEADER;
+                    write_ip_headers(&mut frame, self.mac, dst_mac, src, dst, next, len);
                 }
-                _ => unreachable!("a packet's addresses are of one family"),
             }
             self.queue_control(frame, || format!("{what} to {dst}, fragment {} of {count}", i + 1));
         }
@@ -121,16 +109,15 @@ impl Interface {
         tcp: &[u8],
         error: IcmpError,
     ) {
-        if tcp.len() < 8 {
+        let Some(QuotedTcp { src_port, dst_port, seq }) = QuotedTcp::parse(tcp) else {
             return self.drop(Drop::BadIcmp, "ICMP error quoting fewer than 8 octets of TCP");
-        }
-        let (src_port, dst_port) = (u16::from_be_bytes([tcp[0], tcp[1]]), u16::from_be_bytes([tcp[2], tcp[3]]));
-        let seq = SeqNum(u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]));
+        };
+        let seq = SeqNum(seq);
         let tuple = FourTuple { local: SocketAddr::new(ours, src_port), remote: SocketAddr::new(theirs, dst_port) };
-        let Some(&index) = self.table.get(&tuple) else {
+        let Some(&index) = self.conns.table.get(&tuple) else {
             return self.drop(Drop::IcmpOutOfWindow, "ICMP error for no connection of ours");
         };
-        let sock = self.slots[index as usize].sock.as_mut().expect("table points at live slots");
+        let sock = self.conns.slots[index as usize].sock.as_mut().expect("table points at live slots");
         let outcome = sock.conn.handle_icmp(now, seq, error);
         if self.notes.is_some() {
             let _ = write!(self.note, "ICMP error from {theirs} about {tuple}: {error:?} -> {outcome:?}");
@@ -156,7 +143,7 @@ impl Interface {
             _ => {}
         }
         self.counters.icmp_errors += 1;
-        self.mark_dirty(index);
+        self.conns.mark_dirty(index);
     }
 
     /// Return the path MTU learnt for `dst`, if one was in the last 10 minutes (RFC 1191
@@ -180,11 +167,11 @@ impl Interface {
             self.path_mtu.insert(dst, (mtu, now));
         }
         let others: Vec<u32> =
-            self.table.iter().filter(|&(t, &i)| t.remote.ip() == dst && i != except).map(|(_, &i)| i).collect();
+            self.conns.table.iter().filter(|&(t, &i)| t.remote.ip() == dst && i != except).map(|(_, &i)| i).collect();
         for index in others {
-            if let Some(sock) = self.slots[index as usize].sock.as_mut() {
+            if let Some(sock) = self.conns.slots[index as usize].sock.as_mut() {
                 sock.conn.set_path_mtu(now, mtu);
-                self.mark_dirty(index);
+                self.conns.mark_dirty(index);
             }
         }
     }

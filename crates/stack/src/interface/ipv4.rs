@@ -1,15 +1,17 @@
-//! IPv4 (RFC 791) and ICMP (RFC 792): the checks a host makes on a datagram, echo, routing
-//! to the next hop, and the headers in front of what we send.
+//! IPv4 (RFC 791) and ICMP (RFC 792): the checks a host makes on a datagram, echo, and
+//! routing to the next hop. The headers in front of what we send are written by
+//! [`crate::wire`].
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 
 use bypass_tcp::Instant;
-use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv4HeaderSlice};
+use etherparse::{IpNumber, Ipv4HeaderSlice};
 
 use super::*;
 use crate::counters::Drop;
 use crate::fragments::{Fragment, FragmentKey};
+use crate::wire::icmp::{self, IcmpMessage};
 
 impl Interface {
     pub(super) fn receive_ipv4(&mut self, now: Instant, src_mac: [u8; 6], payload: &[u8]) {
@@ -101,22 +103,21 @@ impl Interface {
     /// ICMP (RFC 792): answer an echo request with an echo reply, and pass the errors that
     /// quote one of our TCP segments to its connection (RFC 1122 3.2.2, 4.2.3.9).
     pub(super) fn receive_icmp(&mut self, now: Instant, src_mac: [u8; 6], src: Ipv4Addr, dst: Ipv4Addr, body: &[u8]) {
-        let bad_sum = || etherparse::checksum::Sum16BitWords::new().add_slice(body).ones_complement() != 0;
-        if body.len() < 8 || (!self.rx_verified && bad_sum()) {
+        let message = IcmpMessage::parse(body).filter(|_| self.rx_verified || icmp::checksum_ok_v4(body));
+        let Some(message) = message else {
             return self.drop(Drop::BadIcmp, "ICMP checksum or length");
-        }
-        match (body[0], body[1]) {
+        };
+        match (message.kind, message.code) {
             (8, 0) => self.reply_echo(src_mac, IpAddr::V4(dst), IpAddr::V4(src), body),
             (3 | 11 | 12, _) => {
                 // Destination unreachable, time exceeded, parameter problem: the payload
                 // quotes the IPv4 header of what we sent and at least 8 octets of it (RFC 792;
                 // RFC 1812 4.3.2.3 lets routers quote more).
-                let quoted = &body[8..];
+                let quoted = message.body;
                 let Ok(inner) = Ipv4HeaderSlice::from_slice(quoted) else {
                     return self.drop(Drop::BadIcmp, "ICMP error quoting no IPv4 header");
                 };
-                let next_hop_mtu = u16::from_be_bytes([body[6], body[7]]);
-                let error = bypass_tcp::IcmpError::from_icmpv4(body[0], body[1], next_hop_mtu);
+                let error = bypass_tcp::IcmpError::from_icmpv4(message.kind, message.code, message.next_hop_mtu());
                 let (ours, theirs) = (inner.source_addr(), inner.destination_addr());
                 if inner.protocol() != IpNumber::TCP || !self.addrs.is_ours_v4(ours) {
                     return self.drop(Drop::IcmpIgnored, "ICMP error about no TCP segment of ours");
@@ -141,58 +142,4 @@ impl Interface {
             _ => dst,
         }
     }
-}
-
-/// Write Ethernet and IPv4 headers at the front of `frame` for an IP payload of `len` bytes,
-/// with DF set: our TCP segments fit the path MTU and are never fragmented (RFC 1191 3).
-pub(super) fn write_headers(
-    frame: &mut [u8],
-    src_mac: [u8; 6],
-    dst_mac: [u8; 6],
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    proto: IpNumber,
-    len: usize,
-) {
-    write_ipv4(frame, (src_mac, dst_mac), src, dst, proto, len, None);
-}
-
-/// Write Ethernet and IPv4 headers for one fragment of a datagram, the rest of `frame`: `id`,
-/// the fragment's `offset` in octets (a multiple of 8) and whether `more` follow (RFC 791
-/// 3.2); DF is clear, so a router on a narrower link may cut it further (RFC 791 2.3).
-pub(super) fn write_fragment_headers(
-    frame: &mut [u8],
-    src_mac: [u8; 6],
-    dst_mac: [u8; 6],
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    proto: IpNumber,
-    fragment: (u16, usize, bool),
-) {
-    let len = frame.len() - HEADERS;
-    write_ipv4(frame, (src_mac, dst_mac), src, dst, proto, len, Some(fragment));
-}
-
-/// Write the headers: whole with DF (`fragment` `None`), or one fragment `(id, offset, more)`.
-fn write_ipv4(
-    frame: &mut [u8],
-    (src_mac, dst_mac): ([u8; 6], [u8; 6]),
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    proto: IpNumber,
-    len: usize,
-    fragment: Option<(u16, usize, bool)>,
-) {
-    let eth = Ethernet2Header { source: src_mac, destination: dst_mac, ether_type: EtherType::IPV4 };
-    frame[..ETH_LEN].copy_from_slice(&eth.to_bytes());
-    // `Ipv4Header::new` sets DF.
-    let mut ip = Ipv4Header::new(len as u16, 64, proto, src.octets(), dst.octets()).expect("payload fits IPv4");
-    if let Some((id, offset, more)) = fragment {
-        ip.identification = id;
-        ip.dont_fragment = false;
-        ip.more_fragments = more;
-        ip.fragment_offset = etherparse::IpFragOffset::try_new((offset / 8) as u16).expect("offset below 65,536");
-    }
-    ip.header_checksum = ip.calc_header_checksum();
-    frame[ETH_LEN..HEADERS].copy_from_slice(&ip.to_bytes());
 }

@@ -1,19 +1,17 @@
 //! IPv6 (RFC 8200) and ICMPv6 (RFC 4443): the checks a host makes on a packet, its
-//! extension headers, echo, errors for TCP, Neighbour Discovery's messages handed on, and
-//! the headers in front of what we send.
+//! extension headers, echo, errors for TCP, and Neighbour Discovery's messages handed on.
+//! The headers in front of what we send are written by [`crate::wire`].
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv6Addr};
 
 use bypass_tcp::Instant;
-use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv6FlowLabel, Ipv6Header, Ipv6HeaderSlice};
+use etherparse::{IpNumber, Ipv6HeaderSlice};
 
 use super::*;
 use crate::counters::Drop;
 use crate::fragments::{Fragment, FragmentKey};
-
-/// The hop limit of what we send (Linux's `net.ipv6.conf.*.hop_limit` default, as IPv4's TTL).
-const HOP_LIMIT: u8 = 64;
+use crate::wire::icmp::{self, IcmpMessage};
 
 /// Where an IPv6 packet's upper-layer payload is, once its extension headers are walked.
 enum Payload<'a> {
@@ -116,11 +114,11 @@ impl Interface {
         hop_limit: u8,
         body: &[u8],
     ) {
-        let bad_sum = || crate::ndp::checksum(src, dst, body) != u16::from_be_bytes([body[2], body[3]]);
-        if body.len() < 8 || (!self.rx_verified && bad_sum()) {
+        let message = IcmpMessage::parse(body).filter(|_| self.rx_verified || icmp::checksum_ok_v6(src, dst, body));
+        let Some(message) = message else {
             return self.drop(Drop::BadIcmpv6, "ICMPv6 checksum or length");
-        }
-        match body[0] {
+        };
+        match message.kind {
             // Echo request (RFC 4443 4.1). Those to a multicast group are not answered (Linux
             // answers them unless `icmp.echo_ignore_multicast`; a host that serves TCP has
             // no need to, and an answer would come from a unicast address anyway).
@@ -129,18 +127,17 @@ impl Interface {
             // Destination unreachable, packet too big, time exceeded, parameter problem: as
             // much of the packet we sent as fits (RFC 4443 2.4 (c), 3).
             1..=4 => {
-                let Ok(inner) = Ipv6HeaderSlice::from_slice(&body[8..]) else {
+                let Ok(inner) = Ipv6HeaderSlice::from_slice(message.body) else {
                     return self.drop(Drop::BadIcmpv6, "ICMPv6 error quoting no IPv6 header");
                 };
                 let (ours, theirs) = (inner.source_addr(), inner.destination_addr());
                 if inner.next_header() != IpNumber::TCP || !self.addrs.is_ours_v6(ours) {
                     return self.drop(Drop::IcmpIgnored, "ICMPv6 error about no TCP segment of ours");
                 }
-                let mtu = u32::from_be_bytes([body[4], body[5], body[6], body[7]]);
-                let Some(error) = bypass_tcp::IcmpError::from_icmpv6(body[0], body[1], mtu) else {
+                let Some(error) = bypass_tcp::IcmpError::from_icmpv6(message.kind, message.code, message.mtu()) else {
                     return self.drop(Drop::IcmpIgnored, "ICMPv6 error TCP does not act on");
                 };
-                let tcp = &body[8 + IPV6_LEN..];
+                let tcp = &message.body[IPV6_LEN..];
                 self.icmp_error_for_tcp(now, IpAddr::V6(ours), IpAddr::V6(theirs), tcp, error);
             }
             133..=137 => self.receive_ndp(now, src_mac, src, dst, hop_limit, body),
@@ -241,31 +238,6 @@ fn options_skippable(mut options: &[u8]) -> bool {
         options = &options[end..];
     }
     true
-}
-
-/// Write Ethernet and IPv6 headers at the front of `frame` for a payload of `len` bytes whose
-/// first header is `next`.
-pub(super) fn write_headers(
-    frame: &mut [u8],
-    src_mac: [u8; 6],
-    dst_mac: [u8; 6],
-    src: Ipv6Addr,
-    dst: Ipv6Addr,
-    next: IpNumber,
-    len: usize,
-) {
-    let eth = Ethernet2Header { source: src_mac, destination: dst_mac, ether_type: EtherType::IPV6 };
-    frame[..ETH_LEN].copy_from_slice(&eth.to_bytes());
-    let ip = Ipv6Header {
-        traffic_class: 0,
-        flow_label: Ipv6FlowLabel::ZERO,
-        payload_length: len as u16,
-        next_header: next,
-        hop_limit: HOP_LIMIT,
-        source: src.octets(),
-        destination: dst.octets(),
-    };
-    frame[ETH_LEN..HEADERS6].copy_from_slice(&ip.to_bytes());
 }
 
 #[cfg(test)]

@@ -10,9 +10,9 @@ use etherparse::ArpOperation;
 
 use super::ethernet::Reply;
 use super::*;
-use crate::arp::{self};
 use crate::counters::Drop;
-use crate::ndp::{self, NaFlags, NdpMessage};
+use crate::wire::arp;
+use crate::wire::ndp::{self, NaFlags, NdpMessage};
 
 impl Interface {
     pub(super) fn receive_arp(&mut self, now: Instant, payload: &[u8]) {

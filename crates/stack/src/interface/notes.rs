@@ -2,9 +2,8 @@
 
 use std::fmt::Write as _;
 
+use bypass_device::capture::Direction;
 use bypass_tcp::{Connection, Segment, State};
-
-use crate::capture::Direction;
 
 /// Append a description of `seg` to `note`: direction, flags, sequence and acknowledgment
 /// numbers relative to the connection's initial ones, length, window in bytes, options, and

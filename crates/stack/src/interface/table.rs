@@ -32,36 +32,26 @@ impl Interface {
     /// (all but the orphans, whose data would be answered with RST), and never below two
     /// full-sized segments, so that every connection moves.
     pub(super) fn window_cap(&self, own: u32) -> u32 {
-        if self.window_budget == usize::MAX {
+        if self.conns.window_budget == usize::MAX {
             return u32::MAX;
         }
-        let receivers = self.table.len().saturating_sub(self.orphans).max(1);
-        let share = self.window_budget / receivers;
-        let left = own as usize + self.window_budget.saturating_sub(self.offered_bytes);
+        let receivers = self.conns.table.len().saturating_sub(self.conns.orphans).max(1);
+        let share = self.conns.window_budget / receivers;
+        let left = own as usize + self.conns.window_budget.saturating_sub(self.conns.offered_bytes);
         let floor = 2 * usize::from(self.config.tcp.mss);
         share.min(left).max(floor).min(u32::MAX as usize) as u32
     }
 
-    /// Count the window connection `index` offers now in the sum of offered windows; return
-    /// it (`None`: no such connection).
-    pub(super) fn count_window(&mut self, index: u32) -> Option<u32> {
-        let sock = self.slots[index as usize].sock.as_mut()?;
-        let offered = sock.conn.receive_window();
-        self.offered_bytes = self.offered_bytes - sock.offered as usize + offered as usize;
-        sock.offered = offered;
-        Some(offered)
-    }
-
     /// Give connection `index` its window cap and growth permission, and count its buffers.
     pub(super) fn apply_budgets(&mut self, index: u32) {
-        let Some(own) = self.count_window(index) else { return };
+        let Some(own) = self.conns.count_window(index) else { return };
         let cap = self.window_cap(own);
-        let Some(sock) = self.slots[index as usize].sock.as_mut() else { return };
+        let Some(sock) = self.conns.slots[index as usize].sock.as_mut() else { return };
         let capacity = sock.conn.buffer_capacity();
-        self.buffer_bytes = self.buffer_bytes - sock.capacity + capacity;
+        self.conns.buffer_bytes = self.conns.buffer_bytes - sock.capacity + capacity;
         sock.capacity = capacity;
         sock.conn.set_window_cap(cap);
-        sock.conn.set_growth_allowed(self.buffer_bytes < self.config.buffer_memory);
+        sock.conn.set_growth_allowed(self.conns.buffer_bytes < self.config.buffer_memory);
     }
 
     pub(super) fn insert(
@@ -75,15 +65,7 @@ impl Interface {
         if let Some(mtu) = self.known_path_mtu(now, tuple.remote.ip()) {
             conn.set_path_mtu(now, mtu);
         }
-        let index = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.slots.push(Slot { generation: 0, sock: None });
-                (self.slots.len() - 1) as u32
-            }
-        };
-        let slot = &mut self.slots[index as usize];
-        slot.sock = Some(Sock {
+        let id = self.conns.insert(Sock {
             conn,
             tuple,
             owner,
@@ -95,54 +77,13 @@ impl Interface {
             scheduled: None,
             queued: false,
         });
-        let id = SocketId { index, generation: slot.generation };
-        self.table.insert(tuple, index);
-        self.apply_budgets(index);
-        self.mark_dirty(index);
+        self.apply_budgets(id.index);
+        self.conns.mark_dirty(id.index);
         id
     }
 
-    pub(super) fn sock(&self, id: SocketId) -> Option<&Sock> {
-        let slot = self.slots.get(id.index as usize)?;
-        if slot.generation != id.generation {
-            return None;
-        }
-        slot.sock.as_ref()
-    }
-
-    pub(super) fn sock_mut(&mut self, id: SocketId) -> Option<&mut Sock> {
-        let slot = self.slots.get_mut(id.index as usize)?;
-        if slot.generation != id.generation {
-            return None;
-        }
-        slot.sock.as_mut()
-    }
-
-    pub(super) fn id(&self, index: u32) -> SocketId {
-        SocketId { index, generation: self.slots[index as usize].generation }
-    }
-
-    pub(super) fn mark_dirty(&mut self, index: u32) {
-        if let Some(sock) = self.slots[index as usize].sock.as_mut()
-            && !sock.dirty
-        {
-            sock.dirty = true;
-            self.dirty.push(index);
-        }
-    }
-
     pub(super) fn remove(&mut self, index: u32) {
-        let slot = &mut self.slots[index as usize];
-        if let Some(sock) = slot.sock.take() {
-            self.table.remove(&sock.tuple);
-            self.buffer_bytes -= sock.capacity;
-            self.offered_bytes -= sock.offered as usize;
-            slot.generation = slot.generation.wrapping_add(1);
-            self.free.push(index);
-            if let Some(bytes) = sock.orphan {
-                self.orphans -= 1;
-                self.orphan_bytes -= bytes;
-            }
+        if let Some(sock) = self.conns.remove(index) {
             self.counters.resets_for_lost_data += sock.conn.stats().resets_for_lost_data;
             // Buffers autotuning grew go back to the allocator: the pool keeps the configured
             // sizes, what short connections (the ones a pool is for) use.
@@ -156,9 +97,9 @@ impl Interface {
     /// may need them (a segment with data arrives, or the application calls), so that
     /// taking up storage again allocates nothing while the pool has some.
     pub(super) fn lend_storage(&mut self, index: u32, need: Option<Side>) {
-        let Some(sock) = self.slots[index as usize].sock.as_mut() else { return };
+        let Some(sock) = self.conns.slots[index as usize].sock.as_mut() else { return };
         let sizes = (self.config.tcp.send_buffer, self.config.tcp.recv_buffer);
-        let (pool, counters) = (&mut self.storage_pool, &mut self.counters);
+        let (pool, counters) = (&mut self.conns.storage_pool, &mut self.counters);
         sock.conn.attach_storage(|capacity, side| {
             if let Some(storage) = pool_for(sizes, capacity).and_then(|k| pool[k].pop()) {
                 counters.buffers_recycled += 1;
@@ -176,22 +117,12 @@ impl Interface {
     fn pool_storage(&mut self, storage: Storage) {
         let sizes = (self.config.tcp.send_buffer, self.config.tcp.recv_buffer);
         let limit = STORAGE_POOL.max(2 * self.config.buffer_pool);
-        let pooled = self.storage_pool[0].len() + self.storage_pool[1].len();
+        let pooled = self.conns.storage_pool[0].len() + self.conns.storage_pool[1].len();
         if let Some(k) = pool_for(sizes, storage.capacity())
             && storage.is_allocated()
             && pooled < limit
         {
-            self.storage_pool[k].push(storage);
-        }
-    }
-
-    /// Put the established child `id` of the listener on `port` in its accept queue.
-    pub(super) fn enqueue_child(&mut self, port: u16, id: SocketId) {
-        let Some(l) = self.listeners.get_mut(&port) else { return };
-        l.ready.push_back(id);
-        l.queued += 1;
-        if let Some(sock) = self.slots[id.index as usize].sock.as_mut() {
-            sock.queued = true;
+            self.conns.storage_pool[k].push(storage);
         }
     }
 
@@ -200,9 +131,9 @@ impl Interface {
     /// Linux leaves request sockets whose listener closed: `tcp_v4_rcv` and
     /// `reqsk_timer_handler` drop them when they come up).
     pub(super) fn reset_if_orphaned_child(&mut self, now: Instant, index: u32) {
-        let Some(sock) = self.slots[index as usize].sock.as_mut() else { return };
+        let Some(sock) = self.conns.slots[index as usize].sock.as_mut() else { return };
         if let Owner::Listener(port, epoch) = sock.owner
-            && self.listeners.get(&port).is_none_or(|l| l.epoch != epoch)
+            && self.conns.listeners.get(&port).is_none_or(|l| l.epoch != epoch)
         {
             sock.conn.abort(now);
             sock.owner = Owner::Released;
@@ -220,9 +151,9 @@ impl Interface {
     /// Pass on the events of the connections touched since the last transmit, so the
     /// application sees what arrived before replies go out (call after receiving).
     pub fn deliver_events(&mut self) {
-        for k in 0..self.dirty.len() {
-            let index = self.dirty[k];
-            if self.slots[index as usize].sock.is_some() {
+        for k in 0..self.conns.dirty.len() {
+            let index = self.conns.dirty[k];
+            if self.conns.slots[index as usize].sock.is_some() {
                 self.deliver(index);
             }
         }
@@ -231,8 +162,8 @@ impl Interface {
     /// Move `index`'s events to the user's queue; an established listener child joins the
     /// accept queue.
     pub(super) fn deliver(&mut self, index: u32) {
-        let id = self.id(index);
-        let sock = self.slots[index as usize].sock.as_mut().expect("live");
+        let id = self.conns.id(index);
+        let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
         let owner = sock.owner;
         let mut established = false;
         while let Some(event) = sock.conn.poll_event() {
@@ -247,20 +178,20 @@ impl Interface {
             }
         }
         if let (Owner::Listener(port, epoch), true) = (owner, established)
-            && let Some(l) = self.listeners.get_mut(&port).filter(|l| l.epoch == epoch)
+            && let Some(l) = self.conns.listeners.get_mut(&port).filter(|l| l.epoch == epoch)
         {
             l.half_open = l.half_open.saturating_sub(1);
-            self.enqueue_child(port, id);
+            self.conns.enqueue_child(port, id);
         }
     }
 
     /// After a connection ran: pass its events on, note its next timer, and remove it when
     /// nobody needs it any more.
     pub(super) fn settle(&mut self, now: Instant, index: u32) {
-        self.count_window(index);
+        self.conns.count_window(index);
         self.deliver(index);
-        let id = self.id(index);
-        let sock = self.slots[index as usize].sock.as_mut().expect("live");
+        let id = self.conns.id(index);
+        let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
         let owner = sock.owner;
         let state = sock.conn.state();
         // An idle connection's empty buffers go back to the pool (see
@@ -273,12 +204,12 @@ impl Interface {
         for storage in idle.into_iter().flatten() {
             self.pool_storage(storage);
         }
-        let sock = self.slots[index as usize].sock.as_mut().expect("live");
+        let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
         if let Some(t) = sock.conn.poll_timeout()
             && sock.scheduled.is_none_or(|s| t < s)
         {
             sock.scheduled = Some(t);
-            self.timers.insert(now, t, (id.index, id.generation));
+            self.conns.timers.insert(now, t, (id.index, id.generation));
         }
         if !matches!(state, State::Closed | State::Listen) {
             return;
@@ -286,13 +217,13 @@ impl Interface {
         match owner {
             Owner::Listener(port, epoch) => {
                 let queued = std::mem::take(&mut sock.queued);
-                if let Some(l) = self.listeners.get_mut(&port).filter(|l| l.epoch == epoch) {
+                if let Some(l) = self.conns.listeners.get_mut(&port).filter(|l| l.epoch == epoch) {
                     if queued {
                         // Its id stays in `ready` for `accept` to pass over, unless the
                         // queue is mostly such ids: then they go, in one pass (amortised O(1)).
                         l.queued -= 1;
                         if l.ready.len() > 2 * l.queued + 64 {
-                            let slots = &self.slots;
+                            let slots = &self.conns.slots;
                             l.ready.retain(|r| {
                                 let slot = &slots[r.index as usize];
                                 slot.generation == r.generation && slot.sock.as_ref().is_some_and(|s| s.queued)

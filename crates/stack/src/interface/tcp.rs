@@ -4,10 +4,10 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
+use bypass_device::capture::Direction;
 use bypass_tcp::{Connection, FourTuple, Instant, Segment, State};
 
 use super::*;
-use crate::capture::Direction;
 use crate::counters::Drop;
 
 impl Interface {
@@ -25,14 +25,14 @@ impl Interface {
         self.counters.tcp_segments_in += 1;
         self.counters.bytes_copied += seg.payload.len() as u64;
         let tuple = FourTuple { local: SocketAddr::new(dst, seg.dst_port), remote: SocketAddr::new(src, seg.src_port) };
-        if let Some(&index) = self.table.get(&tuple) {
+        if let Some(&index) = self.conns.table.get(&tuple) {
             if self.reopen_time_wait(now, index, &seg) {
                 return;
             }
             if !seg.payload.is_empty() {
                 self.lend_storage(index, Some(bypass_tcp::Side::Recv));
             }
-            let sock = self.slots[index as usize].sock.as_mut().expect("table points at live slots");
+            let sock = self.conns.slots[index as usize].sock.as_mut().expect("table points at live slots");
             let before = sock.conn.state();
             let acked_before = sock.conn.snd_una();
             let outcome = sock.conn.handle_segment(now, &seg);
@@ -46,17 +46,17 @@ impl Interface {
                 let hop = self.next_hop6(now, peer);
                 self.ndp.confirm(hop, now);
             }
-            let sock = self.slots[index as usize].sock.as_mut().expect("table points at live slots");
+            let sock = self.conns.slots[index as usize].sock.as_mut().expect("table points at live slots");
             if self.notes.is_some() {
                 note_segment(&mut self.note, &seg, &sock.conn, Direction::In, before);
                 if let Some(reason) = outcome.drop_reason() {
                     let _ = write!(self.note, " | dropped by TCP: {reason:?}");
                 }
             }
-            self.mark_dirty(index);
+            self.conns.mark_dirty(index);
             return;
         }
-        if self.listeners.contains_key(&seg.dst_port) {
+        if self.conns.listeners.contains_key(&seg.dst_port) {
             return self.receive_for_listener(now, src_mac, tuple, &seg);
         }
         if let Some(owner) = self.sibling_owner(seg.dst_port)
@@ -79,16 +79,16 @@ impl Interface {
     /// Only a connection the application has let go of is reused: one it still holds keeps
     /// its handle's meaning, and the SYN is only acknowledged, as RFC 9293 also allows.
     pub(super) fn reopen_time_wait(&mut self, now: Instant, index: u32, seg: &Segment<'_>) -> bool {
-        let sock = self.slots[index as usize].sock.as_ref().expect("table points at live slots");
+        let sock = self.conns.slots[index as usize].sock.as_ref().expect("table points at live slots");
         if sock.owner != Owner::Released || !sock.conn.time_wait_accepts(seg) {
             return false;
         }
-        let Some(listener) = self.listeners.get(&seg.dst_port) else { return false };
+        let Some(listener) = self.conns.listeners.get(&seg.dst_port) else { return false };
         if listener.queued >= self.config.accept_backlog || listener.half_open >= self.config.syn_queue {
             return false;
         }
         let epoch = listener.epoch;
-        let sock = self.slots[index as usize].sock.as_mut().expect("live");
+        let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
         let before = sock.conn.state();
         sock.conn.reopen(now, seg);
         if sock.conn.state() != State::SynReceived {
@@ -96,16 +96,16 @@ impl Interface {
         }
         sock.owner = Owner::Listener(seg.dst_port, epoch);
         if let Some(bytes) = sock.orphan.take() {
-            self.orphans -= 1;
-            self.orphan_bytes -= bytes;
+            self.conns.orphans -= 1;
+            self.conns.orphan_bytes -= bytes;
         }
         if self.notes.is_some() {
             let _ = write!(self.note, "new SYN in TIME-WAIT: a new connection (RFC 6191) | ");
             note_segment(&mut self.note, seg, &sock.conn, Direction::In, before);
         }
-        self.listeners.get_mut(&seg.dst_port).expect("listener").half_open += 1;
+        self.conns.listeners.get_mut(&seg.dst_port).expect("listener").half_open += 1;
         self.counters.time_wait_reopened += 1;
-        self.mark_dirty(index);
+        self.conns.mark_dirty(index);
         true
     }
 
@@ -116,20 +116,20 @@ impl Interface {
         if flags.rst() {
             return;
         }
-        let listener = self.listeners.get(&port).expect("checked by the caller");
+        let listener = self.conns.listeners.get(&port).expect("checked by the caller");
         let epoch = listener.epoch;
         if flags.syn() && !flags.ack() {
             if listener.queued >= self.config.accept_backlog {
                 // Like Linux: drop, the client's retransmission tries again later.
                 return self.drop(Drop::BacklogFull, "accept backlog full");
             }
-            if self.table.len() >= self.config.max_connections {
+            if self.conns.table.len() >= self.config.max_connections {
                 return self.drop(Drop::TableFull, "connection table full");
             }
             if listener.half_open >= self.config.syn_queue {
                 // The overflow opens (or extends) the window in which ACKs are checked as
                 // cookies (Linux: `tcp_synq_overflow`).
-                self.listeners.get_mut(&port).expect("listener").overflow.record(now);
+                self.conns.listeners.get_mut(&port).expect("listener").overflow.record(now);
                 let iss = self.cookies.make(&tuple, seg.seq, seg.options.mss, now);
                 let reply = Connection::syn_cookie_reply(self.tcp_config(tuple.local.ip()), &tuple, seg, iss, now);
                 self.queue_segment(src_mac, tuple, reply, || "SYN-ACK carrying a SYN cookie (RFC 4987)".into());
@@ -144,7 +144,7 @@ impl Interface {
                 if self.notes.is_some() {
                     note_segment(&mut self.note, seg, &conn, Direction::In, State::Listen);
                 }
-                self.listeners.get_mut(&port).expect("listener").half_open += 1;
+                self.conns.listeners.get_mut(&port).expect("listener").half_open += 1;
                 self.insert(now, tuple, conn, Owner::Listener(port, epoch), Some(src_mac));
             }
             return;
@@ -158,7 +158,9 @@ impl Interface {
                 return self.reply_reset(src_mac, tuple, seg, Drop::StrayAck);
             }
             if let Some((iss, mss)) = self.cookies.check(&tuple, seg.seq, seg.ack, now) {
-                if listener.queued >= self.config.accept_backlog || self.table.len() >= self.config.max_connections {
+                if listener.queued >= self.config.accept_backlog
+                    || self.conns.table.len() >= self.config.max_connections
+                {
                     return self.drop(Drop::BacklogFull, "accept backlog full (cookie)");
                 }
                 let buffers = self.take_buffers();
@@ -176,7 +178,7 @@ impl Interface {
                     note_segment(&mut self.note, seg, &conn, Direction::In, State::Listen);
                 }
                 let id = self.insert(now, tuple, conn, Owner::Listener(port, epoch), Some(src_mac));
-                self.enqueue_child(port, id);
+                self.conns.enqueue_child(port, id);
                 self.counters.syn_cookies_accepted += 1;
                 return;
             }

@@ -13,18 +13,18 @@ impl Interface {
         if port == 0 {
             return Err(ListenError::InvalidPort);
         }
-        if self.listeners.contains_key(&port) {
+        if self.conns.listeners.contains_key(&port) {
             return Err(ListenError::AddrInUse(port));
         }
-        self.listener_epoch = self.listener_epoch.wrapping_add(1);
+        self.conns.listener_epoch = self.conns.listener_epoch.wrapping_add(1);
         let listener = Listener {
             half_open: 0,
             ready: VecDeque::new(),
             queued: 0,
-            epoch: self.listener_epoch,
+            epoch: self.conns.listener_epoch,
             overflow: RecentOverflow::default(),
         };
-        self.listeners.insert(port, listener);
+        self.conns.listeners.insert(port, listener);
         Ok(ListenerId(port))
     }
 
@@ -32,9 +32,9 @@ impl Interface {
     /// the half-open ones when they next receive or time out (see
     /// `reset_if_orphaned_child`), so unlisten costs no scan of the table.
     pub fn unlisten(&mut self, now: Instant, listener: ListenerId) {
-        let Some(l) = self.listeners.remove(&listener.0) else { return };
+        let Some(l) = self.conns.listeners.remove(&listener.0) else { return };
         for id in l.ready {
-            if let Some(sock) = self.sock_mut(id).filter(|s| s.queued) {
+            if let Some(sock) = self.conns.sock_mut(id).filter(|s| s.queued) {
                 sock.queued = false;
                 self.abort(now, id);
             }
@@ -43,9 +43,9 @@ impl Interface {
 
     /// Return the next established connection waiting on `listener`.
     pub fn accept(&mut self, listener: ListenerId) -> Option<SocketId> {
-        let l = self.listeners.get_mut(&listener.0)?;
+        let l = self.conns.listeners.get_mut(&listener.0)?;
         while let Some(id) = l.ready.pop_front() {
-            let slot = &mut self.slots[id.index as usize];
+            let slot = &mut self.conns.slots[id.index as usize];
             if slot.generation != id.generation {
                 continue;
             }
@@ -80,17 +80,17 @@ impl Interface {
         let Some(ip) = self.addrs.source_for(remote.ip()) else {
             return Err(ConnectError::NoSourceAddress(remote));
         };
-        if self.table.len() >= self.config.max_connections {
+        if self.conns.table.len() >= self.config.max_connections {
             return Err(ConnectError::TableFull(self.config.max_connections));
         }
         let tuple = |port| FourTuple { local: SocketAddr::new(ip, port), remote };
         let port = match local_port {
-            Some(port) if port == 0 || self.table.contains_key(&tuple(port)) => {
+            Some(port) if port == 0 || self.conns.table.contains_key(&tuple(port)) => {
                 return Err(ConnectError::PortInUse(port));
             }
             Some(port) => port,
             None => {
-                let (table, listeners) = (&self.table, &self.listeners);
+                let (table, listeners) = (&self.conns.table, &self.conns.listeners);
                 // RFC 6056 section 3.3.4: a port is suitable if no connection uses the
                 // 4-tuple (several destinations may share a local port) and no listener
                 // holds it.
@@ -111,24 +111,24 @@ impl Interface {
 
     /// Return the connection behind `id`, if it still exists.
     pub fn connection(&self, id: SocketId) -> Option<&Connection> {
-        self.sock(id).map(|s| &s.conn)
+        self.conns.sock(id).map(|s| &s.conn)
     }
 
     /// Return the connection behind `id` for a user call; it is then polled for output.
     pub fn connection_mut(&mut self, id: SocketId) -> Option<&mut Connection> {
-        self.sock(id)?;
-        self.mark_dirty(id.index);
+        self.conns.sock(id)?;
+        self.conns.mark_dirty(id.index);
         self.lend_storage(id.index, None);
-        self.slots[id.index as usize].sock.as_mut().map(|s| &mut s.conn)
+        self.conns.slots[id.index as usize].sock.as_mut().map(|s| &mut s.conn)
     }
 
     /// Return the connection behind `id` for a call that queues data: its send buffer has
     /// storage (from the pool, or allocated) when this returns.
     pub fn connection_for_send(&mut self, id: SocketId) -> Option<&mut Connection> {
-        self.sock(id)?;
-        self.mark_dirty(id.index);
+        self.conns.sock(id)?;
+        self.conns.mark_dirty(id.index);
         self.lend_storage(id.index, Some(bypass_tcp::Side::Send));
-        self.slots[id.index as usize].sock.as_mut().map(|s| &mut s.conn)
+        self.conns.slots[id.index as usize].sock.as_mut().map(|s| &mut s.conn)
     }
 
     /// Close `id` and give up the handle, as close(2) does: FIN after the queued data, and
@@ -136,9 +136,9 @@ impl Interface {
     /// it received is still unread or arrives later ([`Connection::release`]), and when the
     /// orphans are at their bound in number or memory ([`StackConfig::max_orphans`]).
     pub fn close(&mut self, now: Instant, id: SocketId) {
-        let (orphans, orphan_bytes) = (self.orphans, self.orphan_bytes);
+        let (orphans, orphan_bytes) = (self.conns.orphans, self.conns.orphan_bytes);
         let (max_orphans, max_memory) = (self.config.max_orphans, self.config.max_orphan_memory);
-        let Some(sock) = self.sock_mut(id) else { return };
+        let Some(sock) = self.conns.sock_mut(id) else { return };
         if sock.owner != Owner::User {
             return;
         }
@@ -152,8 +152,8 @@ impl Interface {
             sock.conn.release(now);
             if sock.conn.state() != State::Closed {
                 sock.orphan = Some(queued);
-                self.orphans += 1;
-                self.orphan_bytes += queued;
+                self.conns.orphans += 1;
+                self.conns.orphan_bytes += queued;
             }
         }
         self.release(id);
@@ -169,19 +169,19 @@ impl Interface {
 
     /// Reset every connection (RST where synchronized) and release them all: for shutdown.
     pub fn abort_all(&mut self, now: Instant) {
-        for index in 0..self.slots.len() as u32 {
-            if let Some(sock) = self.slots[index as usize].sock.as_mut() {
+        for index in 0..self.conns.slots.len() as u32 {
+            if let Some(sock) = self.conns.slots[index as usize].sock.as_mut() {
                 sock.conn.abort(now);
                 sock.owner = Owner::Released;
-                self.mark_dirty(index);
+                self.conns.mark_dirty(index);
             }
         }
     }
 
     pub(super) fn release(&mut self, id: SocketId) {
-        if let Some(sock) = self.sock_mut(id) {
+        if let Some(sock) = self.conns.sock_mut(id) {
             sock.owner = Owner::Released;
-            self.mark_dirty(id.index);
+            self.conns.mark_dirty(id.index);
         }
     }
 

@@ -7,8 +7,9 @@ use std::net::{Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bypass_device::{Capture, Direction};
 use bypass_device::{DeviceInfo, LinkConfig, MemoryDevice, MemoryLink, ScriptedDevice};
-use bypass_stack::{Capture, Direction, Interface, ListenerId, SocketId, Stack, StackConfig};
+use bypass_stack::{Interface, ListenerId, SocketId, Stack, StackConfig};
 use bypass_tcp::{Instant, State};
 use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv6FlowLabel, Ipv6Header};
 

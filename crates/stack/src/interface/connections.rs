@@ -1,0 +1,264 @@
+//! The connection table: what the host keeps about its connections and listeners besides
+//! the connections themselves. Slots with generations (a [`SocketId`] names one), the
+//! 4-tuple index, the listeners, the dirty list `transmit` works through, the pool of
+//! buffer storage, the timer wheel, the orphans, and the memory and window budgets.
+//! The operations on it that need the rest of the host (inserting, settling and removing a
+//! connection) are `Interface`'s, in `table.rs`.
+
+use std::collections::{HashMap, VecDeque};
+
+use bypass_tcp::buffer::Storage;
+use bypass_tcp::{Connection, FourTuple, Instant};
+
+use super::SocketId;
+use crate::syncookie::RecentOverflow;
+use crate::timer_wheel::TimerWheel;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Owner {
+    /// A child of the listener on this port, of this epoch (`Listener::epoch`), not yet
+    /// accepted.
+    Listener(u16, u32),
+    /// Handed to the user (accepted or connected).
+    User,
+    /// The user let go (`close`, `abort`); removed once the connection is CLOSED.
+    Released,
+}
+
+pub(super) struct Sock {
+    pub(super) conn: Connection,
+    /// The table key. Kept here because a connection back in LISTEN (RST in SYN-RECEIVED)
+    /// no longer knows its remote address.
+    pub(super) tuple: FourTuple,
+    pub(super) owner: Owner,
+    /// The MAC the peer's frames came from: used if ARP has no entry.
+    pub(super) peer_mac: Option<[u8; 6]>,
+    pub(super) dirty: bool,
+    /// Counted among the orphans, holding this many bytes of their memory bound.
+    pub(super) orphan: Option<usize>,
+    /// The connection's buffer capacity as last counted in `Connections::buffer_bytes`.
+    pub(super) capacity: usize,
+    /// The receive window it offers, as last counted in `Connections::offered_bytes`.
+    pub(super) offered: u32,
+    /// The deadline of its live entry in `Connections::timers`. A deadline that moves later
+    /// leaves the entry be: when it comes up early, the connection is armed again for its
+    /// real deadline. One that moves earlier adds an entry and makes the old one stale.
+    pub(super) scheduled: Option<Instant>,
+    /// A listener's child waiting in its `ready` queue.
+    pub(super) queued: bool,
+}
+
+pub(super) struct Slot {
+    pub(super) generation: u32,
+    pub(super) sock: Option<Sock>,
+}
+
+pub(super) struct Listener {
+    pub(super) half_open: usize,
+    /// Established children in the order they arrived, for `accept`; also holds ids of
+    /// children that closed before being accepted (their `Sock::queued` is false), dropped
+    /// as `accept` passes them or when they outnumber the live ones.
+    pub(super) ready: VecDeque<SocketId>,
+    /// Children in `ready` still waiting (the backlog's length).
+    pub(super) queued: usize,
+    /// Tells this listener's children from those of an earlier listener on the port.
+    pub(super) epoch: u32,
+    /// When the SYN queue last overflowed (a cookie was sent): cookies are checked only
+    /// within `StackConfig::syn_cookie_valid` of it.
+    pub(super) overflow: RecentOverflow,
+}
+
+/// The connections and listeners of one host, with their bookkeeping.
+pub(super) struct Connections {
+    pub(super) slots: Vec<Slot>,
+    free: Vec<u32>,
+    pub(super) table: HashMap<FourTuple, u32>,
+    pub(super) listeners: HashMap<u16, Listener>,
+    pub(super) dirty: Vec<u32>,
+    /// The dirty connections in the order `transmit` sends them (held, then released); kept
+    /// for its storage.
+    pub(super) tx_order: Vec<u32>,
+    /// The device filled up during the last `transmit`: the next takes the dirty
+    /// connections in the order they were left, released or not.
+    pub(super) tx_backlog: bool,
+    /// Buffer storage of removed connections and of idle connections' empty buffers,
+    /// zeroed, for the next that need some (see `settle`, `remove`, `lend_storage`).
+    /// Indexed by `table::pool_for`: send-buffer-sized storage, then receive-buffer-sized, so
+    /// taking one is a pop.
+    pub(super) storage_pool: [Vec<Storage>; 2],
+    /// Each connection's earliest timer, keyed by slot and generation (see `Sock::scheduled`).
+    pub(super) timers: TimerWheel<(u32, u32)>,
+    /// Entries `expire_timers` takes from `timers` (kept for its capacity).
+    fired: Vec<(Instant, (u32, u32))>,
+    /// The epoch of the latest listener (see `Owner::Listener`).
+    pub(super) listener_epoch: u32,
+    /// Connections the application closed that are still finishing, and the bytes they
+    /// were charged when closed (see `StackConfig::max_orphans`).
+    pub(super) orphans: usize,
+    pub(super) orphan_bytes: usize,
+    /// `StackConfig::window_budget` as resolved for the device (`usize::MAX`: no limit).
+    pub(super) window_budget: usize,
+    /// Bytes allocated to the buffers of the connections in the table.
+    pub(super) buffer_bytes: usize,
+    /// The receive windows the connections offer, summed as each last ran.
+    pub(super) offered_bytes: usize,
+}
+
+impl Connections {
+    /// Return an empty table with no budget.
+    pub(super) fn new() -> Self {
+        Connections {
+            slots: Vec::new(),
+            free: Vec::new(),
+            table: HashMap::new(),
+            listeners: HashMap::new(),
+            dirty: Vec::new(),
+            tx_order: Vec::new(),
+            tx_backlog: false,
+            storage_pool: [Vec::new(), Vec::new()],
+            timers: TimerWheel::new(),
+            fired: Vec::new(),
+            listener_epoch: 0,
+            orphans: 0,
+            orphan_bytes: 0,
+            window_budget: usize::MAX,
+            buffer_bytes: 0,
+            offered_bytes: 0,
+        }
+    }
+
+    /// Put `sock` in a free slot (a new one if none is free) and index it by its 4-tuple;
+    /// return its id. Its budgets are not counted yet (`Interface::apply_budgets`).
+    pub(super) fn insert(&mut self, sock: Sock) -> SocketId {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot { generation: 0, sock: None });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let tuple = sock.tuple;
+        let slot = &mut self.slots[index as usize];
+        slot.sock = Some(sock);
+        let id = SocketId { index, generation: slot.generation };
+        self.table.insert(tuple, index);
+        id
+    }
+
+    /// Take connection `index` out of the table, uncounting its buffers, window and orphan
+    /// charge; its slot's next occupant gets a new generation, so old ids go stale.
+    pub(super) fn remove(&mut self, index: u32) -> Option<Sock> {
+        let slot = &mut self.slots[index as usize];
+        let sock = slot.sock.take()?;
+        self.table.remove(&sock.tuple);
+        self.buffer_bytes -= sock.capacity;
+        self.offered_bytes -= sock.offered as usize;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(index);
+        if let Some(bytes) = sock.orphan {
+            self.orphans -= 1;
+            self.orphan_bytes -= bytes;
+        }
+        Some(sock)
+    }
+
+    /// Return how many connections are in the table.
+    pub(super) fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Return how many connection buffers (send or receive storage) wait in the pool.
+    pub(super) fn pooled_buffers(&self) -> usize {
+        self.storage_pool[0].len() + self.storage_pool[1].len()
+    }
+
+    /// Count the window connection `index` offers now in the sum of offered windows; return
+    /// it (`None`: no such connection).
+    pub(super) fn count_window(&mut self, index: u32) -> Option<u32> {
+        let sock = self.slots[index as usize].sock.as_mut()?;
+        let offered = sock.conn.receive_window();
+        self.offered_bytes = self.offered_bytes - sock.offered as usize + offered as usize;
+        sock.offered = offered;
+        Some(offered)
+    }
+
+    /// Return the connection `id` names, if it is still in the table.
+    pub(super) fn sock(&self, id: SocketId) -> Option<&Sock> {
+        let slot = self.slots.get(id.index as usize)?;
+        if slot.generation != id.generation {
+            return None;
+        }
+        slot.sock.as_ref()
+    }
+
+    /// Return the connection `id` names for updating, if it is still in the table.
+    pub(super) fn sock_mut(&mut self, id: SocketId) -> Option<&mut Sock> {
+        let slot = self.slots.get_mut(id.index as usize)?;
+        if slot.generation != id.generation {
+            return None;
+        }
+        slot.sock.as_mut()
+    }
+
+    /// Return the id of the connection in slot `index`.
+    pub(super) fn id(&self, index: u32) -> SocketId {
+        SocketId { index, generation: self.slots[index as usize].generation }
+    }
+
+    /// Put connection `index` on the dirty list (once), for `transmit` to send what it has.
+    pub(super) fn mark_dirty(&mut self, index: u32) {
+        if let Some(sock) = self.slots[index as usize].sock.as_mut()
+            && !sock.dirty
+        {
+            sock.dirty = true;
+            self.dirty.push(index);
+        }
+    }
+
+    /// Put the established child `id` of the listener on `port` in its accept queue.
+    pub(super) fn enqueue_child(&mut self, port: u16, id: SocketId) {
+        let Some(l) = self.listeners.get_mut(&port) else { return };
+        l.ready.push_back(id);
+        l.queued += 1;
+        if let Some(sock) = self.slots[id.index as usize].sock.as_mut() {
+            sock.queued = true;
+        }
+    }
+
+    /// Fire the connection timers due at `now`: each connection whose deadline has come
+    /// handles its timeout and is marked dirty; one whose deadline moved later is armed
+    /// again for it.
+    pub(super) fn expire_timers(&mut self, now: Instant) {
+        let mut fired = std::mem::take(&mut self.fired);
+        self.timers.expire(now, &mut fired);
+        for (when, (index, generation)) in fired.drain(..) {
+            let slot = &mut self.slots[index as usize];
+            let Some(sock) = slot.sock.as_mut().filter(|s| slot.generation == generation && s.scheduled == Some(when))
+            else {
+                continue; // stale: the connection went, or was armed for an earlier time since
+            };
+            sock.scheduled = None;
+            match sock.conn.poll_timeout() {
+                Some(t) if t <= now => {
+                    sock.conn.handle_timeout(now);
+                    // `settle`, when the connection transmits, arms its next timer.
+                    self.mark_dirty(index);
+                }
+                Some(t) => {
+                    sock.scheduled = Some(t);
+                    self.timers.insert(now, t, (index, generation));
+                }
+                None => {}
+            }
+        }
+        self.fired = fired;
+        if self.timers.len() > 2 * self.table.len() + 1024 {
+            // Stale entries (connections gone, or armed earlier since) outnumber live ones.
+            let slots = &self.slots;
+            self.timers.retain(|when, (index, generation)| {
+                let slot = &slots[index as usize];
+                slot.generation == generation && slot.sock.as_ref().is_some_and(|s| s.scheduled == Some(when))
+            });
+        }
+    }
+}

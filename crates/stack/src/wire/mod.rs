@@ -1,0 +1,142 @@
+//! The wire formats the host reads and writes, apart from TCP's own (in `bypass-tcp`):
+//! the Ethernet, IPv4 and IPv6 headers in front of everything we send, and the codecs of the
+//! messages that belong to no connection.
+//!
+//! | module | what |
+//! |---|---|
+//! | this one | [`write_ethernet`], [`write_ipv4`], [`write_ipv6`], [`write_ip_headers`]: the one writer of each header |
+//! | [`arp`] | ARP requests and replies for Ethernet/IPv4 (RFC 826) |
+//! | [`ndp`] | Neighbour Discovery messages (RFC 4861 4), the ICMPv6 checksum, NDP addresses |
+//! | [`icmp`] | ICMP and ICMPv6 messages: the fixed header, echo replies, quoted TCP, fragments |
+//!
+//! Each codec is a parsed value (the "representation": [`arp::ArpMessage`],
+//! [`ndp::NdpMessage`], [`icmp::IcmpMessage`]) with a `parse` from bytes and writers that
+//! emit it into the caller's buffer. Headers are parsed and built with `etherparse`; only
+//! what it has no type for is read by offset here.
+//!
+//! # No panics on bytes from the wire
+//!
+//! Every `parse` here takes any bytes, of any length, and returns a value or a typed
+//! rejection (`None` or an error naming the rule broken); none panics, whatever the input.
+//! The host turns each rejection into a drop with its reason (`crate::Drop`) and a counter.
+//! The writers write into a buffer the caller sized: each says how long that buffer must
+//! be, and may panic only if it is shorter, which is the caller's bug, never the peer's.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header};
+
+pub mod arp;
+pub mod icmp;
+pub mod ndp;
+
+/// Length of an Ethernet II header (no VLAN tag).
+pub const ETH_LEN: usize = Ethernet2Header::LEN;
+/// Length of an IPv4 header without options (we send none).
+pub const IPV4_LEN: usize = Ipv4Header::MIN_LEN;
+/// Length of the fixed IPv6 header.
+pub const IPV6_LEN: usize = Ipv6Header::LEN;
+/// Length of the Ethernet and IPv4 headers in front of an IPv4 payload we send.
+pub const HEADERS4: usize = ETH_LEN + IPV4_LEN;
+/// Length of the Ethernet and IPv6 headers in front of an IPv6 payload we send.
+pub const HEADERS6: usize = ETH_LEN + IPV6_LEN;
+/// The Ethernet broadcast address.
+pub const BROADCAST: [u8; 6] = [0xff; 6];
+/// The TTL of the IPv4 datagrams we send (Linux's `net.ipv4.ip_default_ttl`).
+pub const TTL: u8 = 64;
+/// The hop limit of the IPv6 packets we send but Neighbour Discovery's (Linux's
+/// `net.ipv6.conf.*.hop_limit` default, as IPv4's TTL).
+pub const IPV6_HOP_LIMIT: u8 = 64;
+
+/// Write an Ethernet II header from `src` to `dst` carrying `ether_type` into the first
+/// [`ETH_LEN`] bytes of `frame` (at least that long).
+pub fn write_ethernet(frame: &mut [u8], src: [u8; 6], dst: [u8; 6], ether_type: EtherType) {
+    let eth = Ethernet2Header { source: src, destination: dst, ether_type };
+    frame[..ETH_LEN].copy_from_slice(&eth.to_bytes());
+}
+
+/// Write an IPv4 header (no options, TTL [`TTL`], the header checksum filled in) for a
+/// payload of `len` bytes carrying `proto` into the first [`IPV4_LEN`] bytes of `header`:
+/// whole with DF (`fragment` `None`: our TCP segments fit the path MTU and are never
+/// fragmented, RFC 1191 3), or one fragment `(id, offset, more)` with DF clear, its
+/// `offset` in octets a multiple of 8 (RFC 791 2.3, 3.2). `len` is at most 65,515.
+pub fn write_ipv4(
+    header: &mut [u8],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    proto: IpNumber,
+    len: usize,
+    fragment: Option<(u16, usize, bool)>,
+) {
+    // `Ipv4Header::new` sets DF.
+    let mut ip = Ipv4Header::new(len as u16, TTL, proto, src.octets(), dst.octets()).expect("payload fits IPv4");
+    if let Some((id, offset, more)) = fragment {
+        ip.identification = id;
+        ip.dont_fragment = false;
+        ip.more_fragments = more;
+        ip.fragment_offset = etherparse::IpFragOffset::try_new((offset / 8) as u16).expect("offset below 65,536");
+    }
+    ip.header_checksum = ip.calc_header_checksum();
+    header[..IPV4_LEN].copy_from_slice(&ip.to_bytes());
+}
+
+/// Write an IPv6 header (traffic class and flow label zero) for a payload of `len` bytes
+/// whose first header is `next`, sent with `hop_limit`, into the first [`IPV6_LEN`] bytes of
+/// `header`.
+pub fn write_ipv6(header: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr, next: IpNumber, len: usize, hop_limit: u8) {
+    let ip = Ipv6Header {
+        traffic_class: 0,
+        flow_label: Ipv6FlowLabel::ZERO,
+        payload_length: len as u16,
+        next_header: next,
+        hop_limit,
+        source: src.octets(),
+        destination: dst.octets(),
+    };
+    header[..IPV6_LEN].copy_from_slice(&ip.to_bytes());
+}
+
+/// Length of an IPv6 Fragment header (RFC 8200 4.5).
+pub const FRAGMENT_HEADER_LEN: usize = 8;
+
+/// Write an IPv6 Fragment header (RFC 8200 4.5) into the first [`FRAGMENT_HEADER_LEN`] bytes
+/// of `header`: the fragmentable part's first header `next`, the fragment's `offset` in
+/// octets (a multiple of 8), whether `more` follow, and the datagram's `id`.
+pub fn write_ipv6_fragment(header: &mut [u8], next: IpNumber, offset: usize, more: bool, id: u32) {
+    let fragment = [u8::from(next), 0, ((offset >> 8) as u8), (offset as u8 & 0xf8) | u8::from(more)];
+    header[..4].copy_from_slice(&fragment);
+    header[4..FRAGMENT_HEADER_LEN].copy_from_slice(&id.to_be_bytes());
+}
+
+/// Return the length of the Ethernet and IP headers in front of an IP payload to `dst`.
+pub fn headers_len(dst: IpAddr) -> usize {
+    match dst {
+        IpAddr::V4(_) => HEADERS4,
+        IpAddr::V6(_) => HEADERS6,
+    }
+}
+
+/// Write the Ethernet and IP headers (of `src`'s family: IPv4 with DF, IPv6 with hop limit
+/// [`IPV6_HOP_LIMIT`]) at the front of `frame` for an IP payload of `len` bytes carrying
+/// `proto`; `frame` is at least `headers_len(dst)` long.
+pub fn write_ip_headers(
+    frame: &mut [u8],
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: IpAddr,
+    dst: IpAddr,
+    proto: IpNumber,
+    len: usize,
+) {
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            write_ethernet(frame, src_mac, dst_mac, EtherType::IPV4);
+            write_ipv4(&mut frame[ETH_LEN..], s, d, proto, len, None);
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            write_ethernet(frame, src_mac, dst_mac, EtherType::IPV6);
+            write_ipv6(&mut frame[ETH_LEN..], s, d, proto, len, IPV6_HOP_LIMIT);
+        }
+        _ => unreachable!("a packet's addresses are of one family"),
+    }
+}
