@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
-use bypass_io::{MemoryDevice, MemoryLink};
+use bypass_device::{MemoryDevice, MemoryLink};
 use bypass_stack::{Device, Stack, StackConfig};
 use bypass_tcp::sim::LinkConfig;
 use bypass_tcp::{Config, Connection, Event, FourTuple, Instant, Segment, State};
