@@ -67,6 +67,7 @@ mod socket;
 mod stream;
 #[cfg(feature = "tokio")]
 pub mod tokio;
+mod wait;
 
 use std::io::{self, ErrorKind};
 use std::net::SocketAddr;
@@ -80,11 +81,12 @@ use bypass_stack::{Counters, Stack, StackConfig};
 
 pub use socket::{TcpListener, TcpStream};
 
-use listener::{ListenerShared, ShardListener};
+use listener::ShardListener;
 use local::Core;
 use local_socket::{LocalListener, LocalStream};
 use pool::Pool;
-use shard::{Command, ConnectReply, Shard, ShardLink};
+use shard::Shard;
+use stream::{Command, ConnectReply, ListenerShared, ShardLink};
 
 /// Makes the capture of one shard: given its index and the wall-clock time of its stack's
 /// zero, return where its frames are recorded (see `Stack::set_capture`).
@@ -435,7 +437,7 @@ fn start_shards<D: Device + Send + 'static>(
     let (mut links_out, mut threads, mut counters) = (Vec::new(), Vec::new(), Vec::new());
     let mut devices: Vec<D> = devices;
     let links: Vec<_> =
-        devices.iter_mut().enumerate().map(|(index, device)| shard::link(index, device.waker())).collect();
+        devices.iter_mut().enumerate().map(|(index, device)| ShardLink::new(index, device.waker())).collect();
     let all: Vec<Arc<ShardLink>> = links.iter().map(|(link, _)| Arc::clone(link)).collect();
     for ((device, (link, commands)), index) in devices.into_iter().zip(links).zip(0..) {
         let mut config = config.clone();

@@ -14,7 +14,7 @@ use std::task::Waker;
 
 use crate::events::Readiness;
 use crate::local::{Core, State, Waiter, block_on, connect_outcome};
-use crate::stream::Wait;
+use crate::wait::Wait;
 
 /// What a [`LocalStream`] asks of its connection.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use crate::listener::ShardListener;
 use crate::local_socket::{LocalListener, LocalStream};
-use crate::stream::{ShardStream, Wait};
+use crate::stream::ShardStream;
+use crate::wait::Wait;
 
 /// Which mode's connection a [`TcpStream`] is.
 enum StreamKind {
