@@ -3,12 +3,21 @@
 //!
 //! - [`xdp`]: AF_XDP ([`xdp::XdpDevice`]), with the XDP program that steers our addresses'
 //!   frames to its socket;
-//! - [`packet`]: AF_PACKET ([`PacketDevice`]), the fallback where AF_XDP is unavailable;
+//! - AF_PACKET ([`PacketDevice`]), the fallback where AF_XDP is unavailable;
 //! - [`netdev`]: what the kernel knows about an interface (addresses, offloads through the
 //!   ethtool ioctl, the driver and its statistics).
 //!
 //! The in-memory link, impairment and captures are in `bypass-device`; the namespace labs,
 //! the floor and replay in `bypass-lab`.
+//!
+//! | file | what |
+//! |---|---|
+//! | `xdp/` | [`xdp`]: the device (`mod.rs`), its UMEM (`umem.rs`) and socket rings (`socket.rs`), the XDP program (`program.rs`), errors (`error.rs`), the system calls (`sys.rs`) |
+//! | `packet.rs` | [`PacketDevice`], [`PacketConfig`], [`PacketError`], [`PacketStats`]: AF_PACKET |
+//! | `netdev.rs` | [`netdev`]: addresses, offloads, driver and statistics of an interface |
+//! | `ifreq.rs` | an interface's index, hardware address and MTU, through the interface ioctl |
+//! | `wake.rs` | the eventfd that wakes a device's wait from another thread |
+//! | `alloc.rs` | [`return_large_blocks_when_freed`] |
 //!
 //! ```no_run
 //! use bypass_device::Device;
@@ -25,7 +34,7 @@
 mod alloc;
 mod ifreq;
 pub mod netdev;
-pub mod packet;
+mod packet;
 mod wake;
 pub mod xdp;
 

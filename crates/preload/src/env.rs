@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use bypass_io::packet::{PacketConfig, PacketDevice};
 use bypass_io::xdp::{XdpConfig, XdpDevice};
+use bypass_io::{PacketConfig, PacketDevice};
 use bypass_runtime::{CaptureFactory, Mode, Runtime, RuntimeOptions};
 use bypass_stack::StackConfig;
 

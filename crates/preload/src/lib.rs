@@ -24,6 +24,18 @@
 //!
 //! Configured by `bypass run` through the environment ([`env`]); without `BYPASS_IFACE`
 //! every call passes through.
+//!
+//! | file | what |
+//! |---|---|
+//! | `exports.rs` | the C functions exported in place of the C library's |
+//! | `real.rs` | the C library's own functions, found with `dlsym(RTLD_NEXT)` |
+//! | `table.rs` | which descriptors are ours, and what each is |
+//! | `sock.rs` | one TCP socket of the program, from `socket` to `close` |
+//! | `listen.rs` | listening ports shared between sockets |
+//! | `epoll.rs` | `poll`, `select` and `epoll` over our sockets and the kernel's descriptors |
+//! | `wait.rs` | waiting for our sockets beside the kernel's descriptors |
+//! | `signals.rs` | signals that arrive while a call spins |
+//! | `env.rs` | [`env`]: the `BYPASS_*` variables and the runtime they start |
 #![deny(unsafe_code)]
 
 pub mod env;

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+use bypass_runtime::PendingConnect;
 use bypass_runtime::TcpStream;
-use bypass_runtime::events::PendingConnect;
 
 use crate::env::{self, unmap_addr};
 use crate::listen::{self, Claim};

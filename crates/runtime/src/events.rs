@@ -1,13 +1,5 @@
-//! For event loops that wait on many sockets at once, as poll(2) and epoll(7) do (what
-//! `bypass run` serves a program's `poll` and `epoll_wait` with): the readiness of a
-//! connection or a listener, a waker to call when it may have changed, a connect that does
-//! not wait, and the stacks polled from the caller's thread. In-thread mode only: with
-//! shards, each call fails with `Unsupported`.
-//!
-//! A loop drives the stacks ([`Runtime::poll`]), looks at the readiness of what it watches,
-//! and when nothing is ready registers its waker with each ([`TcpStream::readiness`] with
-//! a waker looks and registers in one hold of the stack's lock, so no change is missed),
-//! then sleeps inside an [`Idle`] guard, which tells the stacks' helpers that no one polls.
+//! What event loops use: readiness, the idle guard and a connect that does not wait (see
+//! the crate docs, "Event loops").
 
 use std::io::{self, ErrorKind};
 use std::net::SocketAddr;

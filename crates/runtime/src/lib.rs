@@ -53,11 +53,40 @@
 //! ports of its own residue (`StackConfig::ephemeral_port_share`), so no two stacks open the
 //! same 4-tuple. Replies must come back to the queue of the stack that sent: see the README
 //! on what a veth does.
+//!
+//! # Event loops
+//! For event loops that wait on many sockets at once, as poll(2) and epoll(7) do (what
+//! `bypass run` serves a program's `poll` and `epoll_wait` with): the readiness of a
+//! connection or a listener, a waker to call when it may have changed, a connect that does
+//! not wait, and the stacks polled from the caller's thread. In-thread mode only: with
+//! shards, each call fails with `Unsupported`.
+//!
+//! A loop drives the stacks ([`Runtime::poll`]), looks at the readiness of what it watches,
+//! and when nothing is ready registers its waker with each ([`TcpStream::readiness`] with
+//! a waker looks and registers in one hold of the stack's lock, so no change is missed),
+//! then sleeps inside an [`Idle`] guard, which tells the stacks' helpers that no one polls.
+//!
+//! # Files
+//!
+//! | file | what |
+//! |---|---|
+//! | `lib.rs` | [`Runtime`], [`RuntimeOptions`], [`Mode`]: starting the stacks and reaching them |
+//! | `socket.rs` | [`TcpStream`], [`TcpListener`]: the handles, over either mode |
+//! | `events.rs` | [`Readiness`], [`Idle`], [`PendingConnect`]: for event loops |
+//! | `tokio.rs` | `tokio::TcpStream`, `tokio::TcpListener`: the same for async Rust (feature `tokio`) |
+//! | `local.rs` | in-thread mode: a stack under a lock, polled by callers and a helper thread |
+//! | `local_socket.rs` | in-thread mode: a connection's and a listener's calls |
+//! | `shard.rs` | shard mode: the thread that owns a stack and answers commands |
+//! | `stream.rs` | shard mode: a connection's handle, and the command queue to its shard |
+//! | `listener.rs` | shard mode: a port listened on by every shard |
+//! | `pool.rs` | shard mode: the chunks bytes cross threads in |
+//! | `wait.rs` | how long a call may wait; parking a task's waker |
+//! | `errors.rs` | the stack's errors as `io::Error`s |
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod errors;
-pub mod events;
+mod events;
 mod listener;
 mod local;
 mod local_socket;
@@ -79,6 +108,7 @@ use std::time::Duration;
 use bypass_device::{Capture, Device};
 use bypass_stack::{Counters, Stack, StackConfig};
 
+pub use events::{Idle, PendingConnect, Readiness};
 pub use socket::{TcpListener, TcpStream};
 
 use listener::ShardListener;
@@ -298,7 +328,7 @@ impl Runtime {
     }
 
     /// Start opening a connection to `remote` (from `local_port`, else an ephemeral port)
-    /// without waiting: the SYN is sent when this returns; [`PendingConnect::poll`](events::PendingConnect::poll)
+    /// without waiting: the SYN is sent when this returns; [`PendingConnect::poll`]
     /// tells how it ends. In-thread mode only.
     pub fn connect_start(&self, remote: SocketAddr, local_port: Option<u16>) -> io::Result<events::PendingConnect> {
         let Stacks::Local { cores, .. } = &self.stacks else { return Err(events::unsupported()) };
@@ -308,7 +338,7 @@ impl Runtime {
 
     /// Poll every stack once from this thread (receive, timers, TCP, transmit), waking the
     /// waiters of what changed; return whether frames moved. For event loops of their own
-    /// (see [`events`]); with shards it does nothing and returns `false`.
+    /// (see [event loops](crate#event-loops)); with shards it does nothing and returns `false`.
     pub fn poll(&self) -> io::Result<bool> {
         let Stacks::Local { cores, .. } = &self.stacks else { return Ok(false) };
         let mut busy = false;

@@ -164,7 +164,7 @@ impl TcpStream {
     }
 
     /// Return what the connection can do now; with `waker`, also register it to be woken
-    /// at the next change. See [`crate::events`]; in-thread mode only.
+    /// at the next change. See [event loops](crate#event-loops); in-thread mode only.
     pub fn readiness(&self, waker: Option<&std::task::Waker>) -> io::Result<crate::events::Readiness> {
         match &self.kind {
             StreamKind::Shard(_) => Err(crate::events::unsupported()),
@@ -377,7 +377,7 @@ impl TcpListener {
     }
 
     /// Return whether a connection waits to be accepted; with `waker`, also register it to
-    /// be woken when one arrives. See [`crate::events`]; in-thread mode only.
+    /// be woken when one arrives. See [event loops](crate#event-loops); in-thread mode only.
     pub fn readiness(&self, waker: Option<&std::task::Waker>) -> io::Result<bool> {
         match &self.kind {
             ListenerKind::Shard(_) => Err(crate::events::unsupported()),

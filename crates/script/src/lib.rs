@@ -135,7 +135,7 @@
 //! two network namespaces of a `bypass_lab::testlab::Lab` (root; the lab is removed on every
 //! exit path), against a [`Backend`]:
 //!
-//! - **The tester** is an AF_PACKET socket (`bypass_io::packet::PacketDevice`) on one veth
+//! - **The tester** is an AF_PACKET socket (`bypass_io::PacketDevice`) on one veth
 //!   end, in a namespace where that end has no kernel address (so its kernel never answers).
 //!   It injects the script's inbound segments as whole Ethernet/IPv4/TCP frames with correct
 //!   checksums, captures the SUT's TCP frames stamped with the real clock since the script
@@ -146,7 +146,7 @@
 //!   the tester, `initrwnd 10` on the subnet's route (our initial window of 10 segments,
 //!   Linux's own default before 4.19) and `tcp_rmem[2]` = our `recv_buffer_max` (16 MiB: the
 //!   same window scale, 9). The script's `@config` becomes sysctls in that namespace, route
-//!   metrics and socket options ([`wire_linux::LinuxSetup::from_config`] has the table, and
+//!   metrics and socket options ([`LinuxSetup::from_config`] has the table, and
 //!   the keys with no Linux equivalent: a script using one is reported skipped with the
 //!   reason). The application lines are served by sockets made in that namespace:
 //!
@@ -174,7 +174,7 @@
 //! socket in between; scripts run one at a time. Outbound segments carry the time the
 //! tester captured them.
 //!
-//! **Tolerance.** 25 ms ([`wire::DEFAULT_TOLERANCE_USECS`]; `BYPASS_WIRE_TOLERANCE_US`
+//! **Tolerance.** 25 ms ([`DEFAULT_TOLERANCE_USECS`]; `BYPASS_WIRE_TOLERANCE_US`
 //! overrides it; a script's own larger `tolerance_usecs` wins): packetdrill's 4 ms is for a
 //! quiet machine, while on a shared 2-vCPU VM a wake-up can be late by several milliseconds
 //! and Linux's timers sit on the timer wheel. A script that should pass and fails on timing
@@ -192,30 +192,51 @@
 //! `cargo test -p bypass-script --release --test wire` runs every script against Linux and a
 //! representative set against our stack on both backends (`BYPASS_WIRE=linux,xdp,packet`
 //! picks the backends).
+//!
+//! # Files
+//!
+//! | file | what |
+//! |---|---|
+//! | `lib.rs` | [`run_script`], [`run_virtual`], [`check_file`], [`scripts_in`], [`Verdict`] |
+//! | `parse.rs` | the script language, text to typed lines |
+//! | `run.rs` | the runner: plays a script's lines against a [`Target`] |
+//! | `matcher.rs` | builds inbound segments, compares outbound ones with the script's |
+//! | `target.rs` | [`Target`], [`Call`], [`Returned`], [`Sent`]: what a mode implements |
+//! | `settings.rs` | [`Settings`]: a script's `@config` |
+//! | `report.rs` | [`Report`], [`Failure`] |
+//! | `virtual.rs` | [`VirtualTarget`]: our stack on virtual time |
+//! | `wire.rs` | [`WireTarget`], [`check_wire`], [`check_file_wire`]: the wire mode |
+//! | `wire_linux.rs` | [`LinuxSetup`]: the Linux kernel as the system under test |
+//! | `wire_sys.rs` | the system calls the wire mode makes |
+//! | `from_pcap.rs` | [`from_pcap`]: a script from a recorded conversation |
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod from_pcap;
-pub mod matcher;
-pub mod parse;
-pub mod report;
-pub mod run;
-pub mod settings;
-pub mod target;
+mod matcher;
+mod parse;
+mod report;
+mod run;
+mod settings;
+mod target;
 #[path = "virtual.rs"]
-pub mod virtual_target;
-pub mod wire;
-pub mod wire_linux;
+mod virtual_target;
+mod wire;
+mod wire_linux;
 mod wire_sys;
 
 use std::path::{Path, PathBuf};
 
 pub use from_pcap::{Side, script_from_pcap, script_from_pcap_file};
+pub use parse::SockOpt;
 pub use report::{Failure, Report};
 pub use settings::Settings;
-pub use target::Target;
+pub use target::{Call, Micros, Returned, Sent, Target};
 pub use virtual_target::VirtualTarget;
-pub use wire::{Backend, WireOptions, WireTarget, WireVerdict, check_file_wire, check_wire};
+pub use wire::{
+    Backend, DEFAULT_TOLERANCE_USECS, WireError, WireOptions, WireTarget, WireVerdict, check_file_wire, check_wire,
+};
+pub use wire_linux::LinuxSetup;
 
 /// Parse `text` (named `path` in messages) and run it against `target`. The script's
 /// `@config` directives are not applied here: build the target from

@@ -6,8 +6,8 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::{Duration, Instant as Clock};
 
-use bypass_io::packet::{PacketConfig, PacketDevice};
 use bypass_io::xdp::{XdpConfig, XdpDevice};
+use bypass_io::{PacketConfig, PacketDevice};
 use bypass_lab::testlab::{Lab, LabConfig, in_namespace};
 use bypass_stack::{Device, Interface};
 use bypass_tcp::{Instant, Segment};
