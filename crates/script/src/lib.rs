@@ -18,7 +18,7 @@
 //! +0    accept
 //! +0    state ESTABLISHED
 //! ";
-//! let parsed = bypass_script::parse::parse_script(script).unwrap();
+//! let parsed = bypass_script::parse_script(script).unwrap();
 //! let settings = Settings::from_pairs(&parsed.directives.config).unwrap();
 //! let report = run_script("inline", script, &mut VirtualTarget::new(&settings)).unwrap();
 //! assert_eq!(report.outbound, 1);
@@ -26,6 +26,7 @@
 //!
 //! | file | concern |
 //! |---|---|
+//! | `lib.rs` | running a script or a suite: [`run_script`], [`run_virtual`], [`check_file`], [`scripts_in`] |
 //! | `parse.rs` | the language: text to typed lines and directives |
 //! | `settings.rs` | `// @config` keys: the stack's settings and the runner's |
 //! | `matcher.rs` | number spaces, building inbound segments, comparing outbound ones |
@@ -192,23 +193,6 @@
 //! `cargo test -p bypass-script --release --test wire` runs every script against Linux and a
 //! representative set against our stack on both backends (`BYPASS_WIRE=linux,xdp,packet`
 //! picks the backends).
-//!
-//! # Files
-//!
-//! | file | what |
-//! |---|---|
-//! | `lib.rs` | [`run_script`], [`run_virtual`], [`check_file`], [`scripts_in`], [`Verdict`] |
-//! | `parse.rs` | the script language, text to typed lines |
-//! | `run.rs` | the runner: plays a script's lines against a [`Target`] |
-//! | `matcher.rs` | builds inbound segments, compares outbound ones with the script's |
-//! | `target.rs` | [`Target`], [`Call`], [`Returned`], [`Sent`]: what a mode implements |
-//! | `settings.rs` | [`Settings`]: a script's `@config` |
-//! | `report.rs` | [`Report`], [`Failure`] |
-//! | `virtual.rs` | [`VirtualTarget`]: our stack on virtual time |
-//! | `wire.rs` | [`WireTarget`], [`check_wire`], [`check_file_wire`]: the wire mode |
-//! | `wire_linux.rs` | [`LinuxSetup`]: the Linux kernel as the system under test |
-//! | `wire_sys.rs` | the system calls the wire mode makes |
-//! | `from_pcap.rs` | [`from_pcap`]: a script from a recorded conversation |
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -228,7 +212,7 @@ mod wire_sys;
 use std::path::{Path, PathBuf};
 
 pub use from_pcap::{Side, script_from_pcap, script_from_pcap_file};
-pub use parse::SockOpt;
+pub use parse::{Directives, ParseError, Script, SockOpt, parse_script};
 pub use report::{Failure, Report};
 pub use settings::Settings;
 pub use target::{Call, Micros, Returned, Sent, Target};
