@@ -72,10 +72,10 @@
 //! |---|---|
 //! | `lib.rs` | [`Runtime`], [`RuntimeOptions`], [`Mode`]: starting the stacks and reaching them |
 //! | `socket.rs` | [`TcpStream`], [`TcpListener`]: the handles, over either mode |
-//! | `events.rs` | [`Readiness`], [`Idle`], [`PendingConnect`]: for event loops |
+//! | `events.rs` | [`Readiness`], [`Idle`]: for event loops |
 //! | `tokio.rs` | `tokio::TcpStream`, `tokio::TcpListener`: the same for async Rust (feature `tokio`) |
 //! | `local.rs` | in-thread mode: a stack under a lock, polled by callers and a helper thread |
-//! | `local_socket.rs` | in-thread mode: a connection's and a listener's calls |
+//! | `local_socket.rs` | in-thread mode: a connection's and a listener's calls, and [`PendingConnect`] |
 //! | `shard.rs` | shard mode: the thread that owns a stack and answers commands |
 //! | `stream.rs` | shard mode: a connection's handle, and the command queue to its shard |
 //! | `listener.rs` | shard mode: a port listened on by every shard |
@@ -108,7 +108,8 @@ use std::time::Duration;
 use bypass_device::{Capture, Device};
 use bypass_stack::{Counters, Stack, StackConfig};
 
-pub use events::{Idle, PendingConnect, Readiness};
+pub use events::{Idle, Readiness};
+pub use local_socket::PendingConnect;
 pub use socket::{TcpListener, TcpStream};
 
 use listener::ShardListener;
@@ -330,10 +331,10 @@ impl Runtime {
     /// Start opening a connection to `remote` (from `local_port`, else an ephemeral port)
     /// without waiting: the SYN is sent when this returns; [`PendingConnect::poll`]
     /// tells how it ends. In-thread mode only.
-    pub fn connect_start(&self, remote: SocketAddr, local_port: Option<u16>) -> io::Result<events::PendingConnect> {
+    pub fn connect_start(&self, remote: SocketAddr, local_port: Option<u16>) -> io::Result<PendingConnect> {
         let Stacks::Local { cores, .. } = &self.stacks else { return Err(events::unsupported()) };
         let core = &cores[self.next.fetch_add(1, Ordering::Relaxed) % cores.len()];
-        Ok(events::PendingConnect::new(Arc::clone(core), core.start_connect(remote, local_port)?))
+        Ok(PendingConnect::new(Arc::clone(core), core.start_connect(remote, local_port)?))
     }
 
     /// Poll every stack once from this thread (receive, timers, TCP, transmit), waking the

@@ -42,9 +42,9 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `mod.rs` | [`LabError`], [`lab_available`], [`check_preconditions`] |
 //! | `topology.rs` | [`Lab`] (with [`LabConfig`], [`KernelPair`]) and [`RoutedLab`] (with [`RoutedConfig`]) |
-//! | `netns.rs` | [`in_namespace`], and the sysctls and `ip` commands a lab runs in a namespace |
+//! | `netns.rs` | [`lab_available`], [`check_preconditions`], [`in_namespace`], and the sysctls and `ip` commands a lab runs in a namespace |
+//! | `error.rs` | [`LabError`] |
 //! | `ping.rs` | [`ping`], [`ping6`], [`ping_sized`], [`ping_dont_fragment`] |
 //! | `sys.rs` | the system calls: the effective user id, `setns`, the raw ICMP socket |
 //!
@@ -59,82 +59,14 @@
 //! }
 //! ```
 
+mod error;
 mod netns;
 mod ping;
 #[allow(unsafe_code)]
 mod sys;
 mod topology;
 
-use std::io::{self, Write};
-use std::process::Command;
-
-use bypass_io::netdev;
-
-pub use netns::in_namespace;
+pub use error::LabError;
+pub use netns::{check_preconditions, in_namespace, lab_available};
 pub use ping::{ping, ping_dont_fragment, ping_sized, ping6};
 pub use topology::{KernelPair, Lab, LabConfig, RoutedConfig, RoutedLab};
-
-/// Why a lab could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum LabError {
-    /// Namespaces need root.
-    #[error("network labs need root (CAP_SYS_ADMIN and CAP_NET_ADMIN): run the tests as root")]
-    NotRoot,
-    /// A lab of that name exists already.
-    #[error("a lab named `{0}` exists already: use it, or remove it first with `bypass lab down --name {0}`")]
-    Exists(String),
-    /// A command-line tool is missing (labs run only `ip`, from iproute2).
-    #[error("`{0}` is not installed: install it (Debian: `apt-get install -y iproute2`)")]
-    MissingTool(String),
-    /// The peer's offloads could not be set.
-    #[error("set the offloads of the lab's veth: {0}")]
-    Offloads(#[from] netdev::NetdevError),
-    /// A setup command failed.
-    #[error("`{command}` failed: {stderr}")]
-    Command {
-        /// The command line.
-        command: String,
-        /// What it printed on standard error.
-        stderr: String,
-    },
-    /// The configuration asks for something a lab cannot be.
-    #[error("invalid lab configuration: {0}")]
-    InvalidConfig(String),
-    /// A system call failed.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being attempted.
-        what: String,
-        /// The error.
-        source: io::Error,
-    },
-}
-
-/// Return whether root and the lab tools are available (see [`check_preconditions`]). If not: under `CI=true`, panic with
-/// the reason (a privileged test must not silently pass in CI); otherwise print why `test` is
-/// skipped and return `false`.
-pub fn lab_available(test: &str) -> bool {
-    match check_preconditions() {
-        Ok(()) => true,
-        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("{test}: {e} (CI=true: tests that need root and network namespaces must run)")
-        }
-        Err(e) => {
-            // Straight to stderr: libtest captures eprintln! output of passing tests.
-            let _ = writeln!(io::stderr(), "skipping {test}: {e}");
-            false
-        }
-    }
-}
-
-/// Check that the process is root and that `ip` (iproute2), the one program labs run, is
-/// installed.
-pub fn check_preconditions() -> Result<(), LabError> {
-    if sys::euid() != 0 {
-        return Err(LabError::NotRoot);
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        return Err(LabError::MissingTool("ip".into()));
-    }
-    Ok(())
-}

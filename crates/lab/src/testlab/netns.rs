@@ -1,13 +1,42 @@
-//! Running code and commands inside a network namespace, and the settings labs give one
-//! (sysctls, IPv6 on or off, forwarding).
+//! Whether this machine can make namespaces, running code and commands inside one, and the
+//! settings labs give one (sysctls, IPv6 on or off, forwarding).
 
 use std::fs::{self, File};
-use std::io;
+use std::io::{self, Write};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::LabError;
+use super::error::LabError;
 use super::sys;
+
+/// Return whether root and the lab tools are available (see [`check_preconditions`]). If not: under `CI=true`, panic with
+/// the reason (a privileged test must not silently pass in CI); otherwise print why `test` is
+/// skipped and return `false`.
+pub fn lab_available(test: &str) -> bool {
+    match check_preconditions() {
+        Ok(()) => true,
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("{test}: {e} (CI=true: tests that need root and network namespaces must run)")
+        }
+        Err(e) => {
+            // Straight to stderr: libtest captures eprintln! output of passing tests.
+            let _ = writeln!(io::stderr(), "skipping {test}: {e}");
+            false
+        }
+    }
+}
+
+/// Check that the process is root and that `ip` (iproute2), the one program labs run, is
+/// installed.
+pub fn check_preconditions() -> Result<(), LabError> {
+    if sys::euid() != 0 {
+        return Err(LabError::NotRoot);
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Err(LabError::MissingTool("ip".into()));
+    }
+    Ok(())
+}
 
 /// Run `f` on a new thread that first enters the network namespace `ns`.
 pub fn in_namespace<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T, LabError> {

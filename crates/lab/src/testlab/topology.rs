@@ -10,8 +10,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use bypass_io::netdev;
 
-use super::netns::{disable_ipv6, in_namespace, ip_in, netns_exec, quiet_ipv6, router, run, wait_for_ipv6};
-use super::{LabError, check_preconditions};
+use super::error::LabError;
+use super::netns::{
+    check_preconditions, disable_ipv6, in_namespace, ip_in, netns_exec, quiet_ipv6, router, run, wait_for_ipv6,
+};
 
 /// Prefix of every lab namespace name.
 const PREFIX: &str = "bxt";
