@@ -28,9 +28,10 @@
 //! | file | what |
 //! |---|---|
 //! | `exports.rs` | the C functions exported in place of the C library's |
-//! | `real.rs` | the C library's own functions, found with `dlsym(RTLD_NEXT)` |
+//! | `real.rs` | the C library's own functions, found with `dlsym(RTLD_NEXT)`, and `atexit` |
 //! | `table.rs` | which descriptors are ours, and what each is |
 //! | `sock.rs` | one TCP socket of the program, from `socket` to `close` |
+//! | `errno.rs` | Linux's error numbers, as our calls return them |
 //! | `listen.rs` | listening ports shared between sockets |
 //! | `epoll.rs` | `poll`, `select` and `epoll` over our sockets and the kernel's descriptors |
 //! | `wait.rs` | waiting for our sockets beside the kernel's descriptors |
@@ -40,6 +41,7 @@
 
 pub mod env;
 mod epoll;
+mod errno;
 mod exports;
 mod listen;
 mod real;
