@@ -2,7 +2,6 @@
 //! the connect that does not wait, [`PendingConnect`](crate::PendingConnect), is in
 //! `local_socket.rs`).
 
-use std::io::{self, ErrorKind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -24,11 +23,6 @@ pub struct Readiness {
     /// Payload bytes received so far, in order: it grows with every segment of new data,
     /// which is what edge-triggered epoll reports as a new `EPOLLIN` edge.
     pub received: u64,
-}
-
-/// Return the error every call of this module gets with shards.
-pub(crate) fn unsupported() -> io::Error {
-    io::Error::new(ErrorKind::Unsupported, "readiness and non-blocking connects need the runtime's in-thread mode")
 }
 
 /// Tells the stacks' helpers that a thread sleeps on them while it lives (so they watch

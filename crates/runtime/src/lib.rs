@@ -81,7 +81,7 @@
 //! | `listener.rs` | shard mode: a port listened on by every shard |
 //! | `pool.rs` | shard mode: the chunks bytes cross threads in |
 //! | `wait.rs` | how long a call may wait; parking a task's waker |
-//! | `errors.rs` | the stack's errors as `io::Error`s |
+//! | `errors.rs` | the stack's errors as `io::Error`s, and `Unsupported` for what shards lack |
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -332,7 +332,7 @@ impl Runtime {
     /// without waiting: the SYN is sent when this returns; [`PendingConnect::poll`]
     /// tells how it ends. In-thread mode only.
     pub fn connect_start(&self, remote: SocketAddr, local_port: Option<u16>) -> io::Result<PendingConnect> {
-        let Stacks::Local { cores, .. } = &self.stacks else { return Err(events::unsupported()) };
+        let Stacks::Local { cores, .. } = &self.stacks else { return Err(errors::unsupported()) };
         let core = &cores[self.next.fetch_add(1, Ordering::Relaxed) % cores.len()];
         Ok(PendingConnect::new(Arc::clone(core), core.start_connect(remote, local_port)?))
     }

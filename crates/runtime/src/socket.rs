@@ -140,7 +140,7 @@ impl TcpStream {
     /// with `SO_LINGER` set to zero seconds. In-thread mode only.
     pub fn abort(&self) -> io::Result<()> {
         match &self.kind {
-            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Shard(_) => Err(crate::errors::unsupported()),
             StreamKind::Local(s) => s.abort(),
         }
     }
@@ -149,7 +149,7 @@ impl TcpStream {
     /// `TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT`). In-thread mode only.
     pub fn set_keepalive(&self, keepalive: Option<bypass_tcp::Keepalive>) -> io::Result<()> {
         match &self.kind {
-            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Shard(_) => Err(crate::errors::unsupported()),
             StreamKind::Local(s) => s.set_keepalive(keepalive),
         }
     }
@@ -158,7 +158,7 @@ impl TcpStream {
     /// (`TCP_USER_TIMEOUT`; `None`: the stack's retransmission limit only). In-thread mode only.
     pub fn set_user_timeout(&self, limit: Option<Duration>) -> io::Result<()> {
         match &self.kind {
-            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Shard(_) => Err(crate::errors::unsupported()),
             StreamKind::Local(s) => s.set_user_timeout(limit),
         }
     }
@@ -167,7 +167,7 @@ impl TcpStream {
     /// at the next change. See [event loops](crate#event-loops); in-thread mode only.
     pub fn readiness(&self, waker: Option<&std::task::Waker>) -> io::Result<crate::events::Readiness> {
         match &self.kind {
-            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Shard(_) => Err(crate::errors::unsupported()),
             StreamKind::Local(s) => s.readiness(waker),
         }
     }
@@ -177,7 +177,7 @@ impl TcpStream {
     /// mode only.
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         match &self.kind {
-            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Shard(_) => Err(crate::errors::unsupported()),
             StreamKind::Local(s) => s.peek(buf),
         }
     }
@@ -185,7 +185,7 @@ impl TcpStream {
     /// Return how many received bytes wait to be read, as `FIONREAD` does. In-thread mode only.
     pub fn recv_queued(&self) -> io::Result<usize> {
         match &self.kind {
-            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Shard(_) => Err(crate::errors::unsupported()),
             StreamKind::Local(s) => s.recv_queued(),
         }
     }
@@ -194,7 +194,7 @@ impl TcpStream {
     /// socket). In-thread mode only.
     pub fn stats(&self) -> io::Result<(bypass_tcp::State, bypass_tcp::Stats)> {
         match &self.kind {
-            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Shard(_) => Err(crate::errors::unsupported()),
             StreamKind::Local(s) => s.stats(),
         }
     }
@@ -380,7 +380,7 @@ impl TcpListener {
     /// be woken when one arrives. See [event loops](crate#event-loops); in-thread mode only.
     pub fn readiness(&self, waker: Option<&std::task::Waker>) -> io::Result<bool> {
         match &self.kind {
-            ListenerKind::Shard(_) => Err(crate::events::unsupported()),
+            ListenerKind::Shard(_) => Err(crate::errors::unsupported()),
             ListenerKind::Local(l) => l.readiness(waker),
         }
     }
