@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
-use bypass_io::PcapNgCapture;
+use bypass_device::PcapNgCapture;
 use bypass_io::xdp::{XdpConfig, XdpDevice};
 use bypass_stack::{Stack, StackConfig};
 

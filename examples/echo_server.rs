@@ -14,9 +14,9 @@ use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::net::Ipv4Addr;
 
-use bypass_device::Device;
+use bypass_device::{Device, PcapNgCapture};
+use bypass_io::PacketDevice;
 use bypass_io::xdp::{XdpConfig, XdpDevice};
-use bypass_io::{PacketDevice, PcapNgCapture};
 use bypass_stack::{Stack, StackConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -22,9 +22,9 @@
 use std::io::{self, ErrorKind};
 use std::net::Ipv4Addr;
 
-use bypass_device::Device;
+use bypass_device::{Device, PcapNgCapture};
+use bypass_io::PacketDevice;
 use bypass_io::xdp::{XdpConfig, XdpDevice};
-use bypass_io::{PacketDevice, PcapNgCapture};
 use bypass_stack::{SocketId, Stack, StackConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bypass_device::Device;
+use bypass_device::{Device, PcapNgCapture};
 use bypass_io::xdp::{XdpConfig, XdpDevice, XdpError, XdpMode};
-use bypass_io::{PacketConfig, PacketDevice, PcapNgCapture, netdev};
+use bypass_io::{PacketConfig, PacketDevice, netdev};
 use bypass_lab::testlab::{Lab, LabConfig};
 use bypass_stack::{Stack, StackConfig};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -485,7 +485,7 @@ fn capture_path(path: &std::path::Path, queue: usize) -> std::path::PathBuf {
 
 fn replay(args: ReplayArgs) -> Result<(), String> {
     use bypass_lab::replay::{self, Role};
-    let file = bypass_io::read_capture(&args.file).map_err(|e| e.to_string())?;
+    let file = bypass_device::read_capture(&args.file).map_err(|e| e.to_string())?;
     for skipped in &file.skipped {
         eprintln!("skipped frame {}: {}", skipped.index, skipped.reason);
     }

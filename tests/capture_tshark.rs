@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, UNIX_EPOCH};
 
-use bypass_io::{MemoryLink, PcapNgCapture};
+use bypass_device::{MemoryLink, PcapNgCapture};
 use bypass_stack::{Stack, StackConfig};
 use bypass_tcp::Instant;
 use bypass_tcp::sim::LinkConfig;

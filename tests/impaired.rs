@@ -1,6 +1,6 @@
 //! Linux interop under loss and reordering: a kernel TCP client with its defaults (SACK,
 //! timestamps, CUBIC, RACK-TLP) echoes 64 MiB each way, byte for byte, through our stack
-//! behind an impairment layer ([`bypass_io::impair::Impaired`]: 1% loss, 1% of frames held
+//! behind an impairment layer ([`bypass_device::Impaired`]: 1% loss, 1% of frames held
 //! back by three frames, 0.1% duplicated, in both directions of our device).
 //!
 //! The lab has no netem (LAB.md), so the impairment sits in process, in front of our device:
@@ -52,10 +52,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use bypass_device::Device;
-use bypass_io::impair::{ImpairStats, Impaired, Impairment};
+use bypass_device::{Device, ImpairStats, Impaired, Impairment, PcapNgCapture};
+use bypass_io::PacketDevice;
 use bypass_io::xdp::{XdpConfig, XdpDevice};
-use bypass_io::{PacketDevice, PcapNgCapture};
 use bypass_lab::testlab::{Lab, LabConfig, in_namespace, lab_available};
 use bypass_stack::{Stack, StackConfig};
 use bypass_tcp::{Event, State};

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bypass_io::read_capture;
+use bypass_device::read_capture;
 use bypass_lab::replay::{Role, play_into_stack, replay};
 
 fn captures() -> Vec<PathBuf> {

@@ -42,9 +42,9 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use bypass_device::Device;
+use bypass_device::{Device, PcapNgCapture};
+use bypass_io::PacketDevice;
 use bypass_io::xdp::{XdpConfig, XdpDevice};
-use bypass_io::{PacketDevice, PcapNgCapture};
 use bypass_runtime::{CaptureFactory, Runtime, RuntimeOptions};
 use bypass_stack::StackConfig;
 

@@ -1,62 +1,4 @@
 //! Impairment as middleware: a [`Device`] wrapper that loses, reorders and duplicates frames.
-//!
-//! [`Impaired`] wraps any device (AF_XDP, AF_PACKET, the in-memory link) and impairs the frames
-//! it receives, the frames it sends, or both, each direction by its own [`Impairment`]. It is
-//! the in-process stand-in for `tc qdisc ... netem` (which the lab machines lack, LAB.md): put
-//! it in front of the stack's device, and a kernel peer on the other end of a veth sees a lossy,
-//! reordering path, as does the stack. The host knows nothing about it (STYLE.md, "Middleware
-//! devices", after smoltcp's `FaultInjector`).
-//!
-//! # Determinism
-//!
-//! Each direction draws from its own SplitMix64 generator, seeded from the run seed
-//! ([`mix`]`(seed, 1)` for receiving, `(seed, 2)` for sending), and draws
-//! for every frame in a fixed order: loss, then duplication, then reordering, skipping the
-//! draw of a knob set to 0 (as the simulated `Link` does). So *which* frames are lost,
-//! duplicated or held back is a function of the seed and the frame's position in its
-//! direction alone, whatever the timing.
-//!
-//! A frame held back for reordering goes out right after [`Impairment::reorder_gap`] later
-//! frames of its direction have passed, or once [`Impairment::reorder_calls`] calls have gone
-//! by (calls to [`Device::recv`] for received frames, to [`Device::flush`] for sent ones),
-//! whichever comes first. Counting frames and calls instead of reading a clock keeps the
-//! wrapper deterministic on virtual time (the same calls give the same frames, in the same
-//! order) and free of system calls; the call limit makes sure a held frame at the tail of a
-//! burst, with no later frames to overtake it, is still released. On real time the call
-//! limit follows the poll loop's pace, so which of the two releases a held frame (and so how
-//! far it moves) depends on timing; which frames are held does not. With the pool full
-//! (rare; see below) a frame drawn for holding passes in order.
-//!
-//! # Frames are never owed
-//!
-//! A held frame is released by the wrapper's own `recv` and `flush`; while it holds any,
-//! [`Device::wait`] returns at once, so a caller sleeping on the device keeps polling until
-//! they are out. Dropping the wrapper discards what it holds, as unplugging a cable discards
-//! what is on it. Frames live in a small pool of buffers ([`Impaired::with_max_held`]): no
-//! allocation per frame once the pool has warmed up. With the pool full, a frame drawn for
-//! holding passes in order instead (counted as `pool_full`).
-//!
-//! # Example
-//!
-//! ```
-//! use std::time::Duration;
-//!
-//! use bypass_device::impair::{Impaired, Impairment};
-//! use bypass_device::{Device, LinkConfig, MemoryLink};
-//!
-//! let link = LinkConfig::default().with_delay(Duration::ZERO);
-//! let (a, mut b) = MemoryLink::pair(link, link, 1);
-//! // Lose every frame A sends.
-//! let mut a = Impaired::new(a, Impairment::NONE, Impairment::NONE.with_loss(1.0), 7);
-//! a.send(&mut |buf| {
-//!     buf[..60].fill(0xab);
-//!     60
-//! })
-//! .unwrap();
-//! a.flush().unwrap();
-//! assert_eq!(b.recv(8, &mut |_| {}).unwrap(), 0);
-//! assert_eq!(a.stats().tx.lost, 1);
-//! ```
 
 use std::collections::VecDeque;
 use std::io;
@@ -239,7 +181,7 @@ impl Lane {
         }
     }
 
-    /// Draw the fate of the next frame (see the module docs for the order of draws).
+    /// Draw the fate of the next frame (see [`Impaired`] for the order of draws).
     fn fate(&mut self) -> Fate {
         self.stats.frames += 1;
         if self.rng.roll(self.config.loss) {
@@ -318,11 +260,68 @@ impl Lane {
     }
 }
 
-/// A [`Device`] that impairs what the device inside it receives and sends. See the module
-/// docs for the knobs and how runs repeat.
+/// A [`Device`] that impairs what the device inside it receives and sends.
 ///
 /// Counters ([`Device::device_counters`]) are the inner device's followed by this wrapper's
 /// own (`impair.rx_lost`, `impair.tx_reordered`, ...); [`Impaired::stats`] returns them typed.
+///
+/// [`Impaired`] wraps any device (AF_XDP, AF_PACKET, the in-memory link) and impairs the frames
+/// it receives, the frames it sends, or both, each direction by its own [`Impairment`]. It is
+/// the in-process stand-in for `tc qdisc ... netem` (which the lab machines lack, LAB.md): put
+/// it in front of the stack's device, and a kernel peer on the other end of a veth sees a lossy,
+/// reordering path, as does the stack. The host knows nothing about it (STYLE.md, "Middleware
+/// devices", after smoltcp's `FaultInjector`).
+///
+/// # Determinism
+///
+/// Each direction draws from its own SplitMix64 generator, seeded from the run seed
+/// ([`mix`]`(seed, 1)` for receiving, `(seed, 2)` for sending), and draws
+/// for every frame in a fixed order: loss, then duplication, then reordering, skipping the
+/// draw of a knob set to 0 (as the simulated `Link` does). So *which* frames are lost,
+/// duplicated or held back is a function of the seed and the frame's position in its
+/// direction alone, whatever the timing.
+///
+/// A frame held back for reordering goes out right after [`Impairment::reorder_gap`] later
+/// frames of its direction have passed, or once [`Impairment::reorder_calls`] calls have gone
+/// by (calls to [`Device::recv`] for received frames, to [`Device::flush`] for sent ones),
+/// whichever comes first. Counting frames and calls instead of reading a clock keeps the
+/// wrapper deterministic on virtual time (the same calls give the same frames, in the same
+/// order) and free of system calls; the call limit makes sure a held frame at the tail of a
+/// burst, with no later frames to overtake it, is still released. On real time the call
+/// limit follows the poll loop's pace, so which of the two releases a held frame (and so how
+/// far it moves) depends on timing; which frames are held does not. With the pool full
+/// (rare; see below) a frame drawn for holding passes in order.
+///
+/// # Frames are never owed
+///
+/// A held frame is released by the wrapper's own `recv` and `flush`; while it holds any,
+/// [`Device::wait`] returns at once, so a caller sleeping on the device keeps polling until
+/// they are out. Dropping the wrapper discards what it holds, as unplugging a cable discards
+/// what is on it. Frames live in a small pool of buffers ([`Impaired::with_max_held`]): no
+/// allocation per frame once the pool has warmed up. With the pool full, a frame drawn for
+/// holding passes in order instead (counted as `pool_full`).
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use bypass_device::{Impaired, Impairment};
+/// use bypass_device::{Device, LinkConfig, MemoryLink};
+///
+/// let link = LinkConfig::default().with_delay(Duration::ZERO);
+/// let (a, mut b) = MemoryLink::pair(link, link, 1);
+/// // Lose every frame A sends.
+/// let mut a = Impaired::new(a, Impairment::NONE, Impairment::NONE.with_loss(1.0), 7);
+/// a.send(&mut |buf| {
+///     buf[..60].fill(0xab);
+///     60
+/// })
+/// .unwrap();
+/// a.flush().unwrap();
+/// assert_eq!(b.recv(8, &mut |_| {}).unwrap(), 0);
+/// assert_eq!(a.stats().tx.lost, 1);
+/// ```
 pub struct Impaired<D: Device> {
     inner: D,
     /// The inner device's name, for logs.

@@ -8,7 +8,7 @@
 //!   reordering, duplication and corruption from a seeded RNG, on virtual time, and
 //!   [`mix`], which splits one run seed into independent streams;
 //! - devices built on them: `MemoryLink` (feature `sim`: two `MemoryDevice`s joined by a
-//!   pair of links), [`Impaired`] (loss, duplication and reordering in front of any device,
+//!   pair of links, with the MAC addresses `MAC_A` and `MAC_B`), [`Impaired`] (loss, duplication and reordering in front of any device,
 //!   as middleware) and [`ScriptedDevice`] (a device you drive by hand: frames into its
 //!   inbox, the host's frames kept with their time; what tests, replay and the script runner
 //!   use);
@@ -21,6 +21,9 @@
 //! Nothing here knows TCP or IP: frames are bytes. `bypass-tcp` takes its [`Instant`] from
 //! here, `bypass-stack` its [`Device`] and [`Capture`], and `bypass-io` adds the kernel-bypass
 //! devices (AF_XDP, AF_PACKET) beside the ones here.
+//!
+//! Everything is re-exported at the crate root; `capture`, `device`, `link`, `seed` and `time`
+//! are public as modules too, for the crates that name them by path.
 //!
 //! | file | concern |
 //! |---|---|
@@ -55,30 +58,34 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+// Modules other crates name by path (`bypass-tcp` re-exports `time` and uses `link` and
+// `seed` in its simulator; `bypass-stack` re-exports `device` and `capture`); everything in
+// them is also re-exported below.
 pub mod capture;
 pub mod device;
-pub mod impair;
 #[cfg(feature = "sim")]
 pub mod link;
-#[cfg(feature = "sim")]
-pub mod memory;
-#[cfg(feature = "pcap")]
-pub mod pcap;
-pub mod scripted;
 pub mod seed;
 pub mod time;
 
+mod impair;
+#[cfg(feature = "sim")]
+mod memory;
+#[cfg(feature = "pcap")]
+mod pcap;
+mod scripted;
+
 pub use capture::{Capture, Direction, NoteBoard, Recorder};
 pub use device::{ChecksumCaps, Device, DeviceInfo, Sleeper, Waker};
-pub use impair::{ImpairStats, Impaired, Impairment};
+pub use impair::{DirectionStats, ImpairStats, Impaired, Impairment};
 #[cfg(feature = "sim")]
 pub use link::{Link, LinkConfig, LinkStats, Packet};
 #[cfg(feature = "sim")]
-pub use memory::{Clock, MemoryDevice, MemoryLink};
+pub use memory::{Clock, MAC_A, MAC_B, MemoryDevice, MemoryLink};
 #[cfg(feature = "pcap")]
 pub use pcap::{
     CaptureFile, CapturedFrame, PcapNgCapture, ReadCaptureError, SkippedFrame, parse_capture, read_capture,
 };
 pub use scripted::ScriptedDevice;
-pub use seed::mix;
+pub use seed::{mix, splitmix64};
 pub use time::Instant;

@@ -1,34 +1,4 @@
 //! An in-memory link between two stacks in one process.
-//!
-//! [`MemoryLink::pair`] returns two [`MemoryDevice`]s joined by a simulated cable: one
-//! [`Link`] each way, so Ethernet frames meet exactly the delay, bandwidth, loss, reordering,
-//! duplication and corruption of the TCP core's `Pair` harness (`bypass_tcp::sim`), drawn
-//! from the same seeded RNG. The links live behind `Arc<Mutex<..>>`, so the two devices can be
-//! driven from one thread or from two.
-//!
-//! Time comes from a [`Clock`]: [`Clock::Virtual`] is a counter the test advances (a run is
-//! then a pure function of the configs, the seed and the calls), [`Clock::Real`] follows the
-//! wall clock for demos. The two devices of a pair share one clock.
-//!
-//! # Example
-//!
-//! ```
-//! use std::time::Duration;
-//!
-//! use bypass_device::{Device, LinkConfig, MemoryLink};
-//!
-//! let link = LinkConfig::default().with_delay(Duration::from_millis(5));
-//! let (mut a, mut b) = MemoryLink::pair(link, link, 7);
-//! a.send(&mut |buf| {
-//!     buf[..60].fill(0xab);
-//!     60
-//! })
-//! .unwrap();
-//! a.flush().unwrap();
-//! assert_eq!(b.recv(8, &mut |_| {}).unwrap(), 0, "not there yet");
-//! a.clock().advance(Duration::from_millis(5));
-//! assert_eq!(b.recv(8, &mut |frame| assert_eq!(frame, [0xab; 60])).unwrap(), 1);
-//! ```
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -107,6 +77,36 @@ impl Direction {
 }
 
 /// Builds a pair of [`MemoryDevice`]s; [`MemoryLink::pair`] is the short form.
+///
+/// [`MemoryLink::pair`] returns two [`MemoryDevice`]s joined by a simulated cable: one
+/// [`Link`] each way, so Ethernet frames meet exactly the delay, bandwidth, loss, reordering,
+/// duplication and corruption of the TCP core's `Pair` harness (`bypass_tcp::sim`), drawn
+/// from the same seeded RNG. The links live behind `Arc<Mutex<..>>`, so the two devices can be
+/// driven from one thread or from two.
+///
+/// Time comes from a [`Clock`]: [`Clock::Virtual`] is a counter the test advances (a run is
+/// then a pure function of the configs, the seed and the calls), [`Clock::Real`] follows the
+/// wall clock for demos. The two devices of a pair share one clock.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use bypass_device::{Device, LinkConfig, MemoryLink};
+///
+/// let link = LinkConfig::default().with_delay(Duration::from_millis(5));
+/// let (mut a, mut b) = MemoryLink::pair(link, link, 7);
+/// a.send(&mut |buf| {
+///     buf[..60].fill(0xab);
+///     60
+/// })
+/// .unwrap();
+/// a.flush().unwrap();
+/// assert_eq!(b.recv(8, &mut |_| {}).unwrap(), 0, "not there yet");
+/// a.clock().advance(Duration::from_millis(5));
+/// assert_eq!(b.recv(8, &mut |frame| assert_eq!(frame, [0xab; 60])).unwrap(), 1);
+/// ```
 #[derive(Clone, Debug)]
 pub struct MemoryLink {
     config_ab: LinkConfig,

@@ -1,42 +1,4 @@
 //! A device you drive by hand: you put frames in its inbox, it keeps what the host sends.
-//!
-//! [`ScriptedDevice`] is the one stand-in for a real device in tests, in the replay of captures
-//! and in the script runner's virtual-time target. It has no wire and no clock of its own:
-//!
-//! - **receive**: [`push_rx`](ScriptedDevice::push_rx) queues a frame for the next
-//!   [`Device::recv`], [`push_rx_at`](ScriptedDevice::push_rx_at) one that becomes deliverable
-//!   at a given time; frames leave the inbox in the order they were pushed, at most `budget`
-//!   per call;
-//! - **transmit**: every frame the host sends is kept with the device's time when it left
-//!   ([`sent`](ScriptedDevice::sent), [`take_sent`](ScriptedDevice::take_sent)); the buffer
-//!   `send` lends is pre-filled with `0xa5`, so bytes the host forgot to write show;
-//! - **time**: whatever [`set_time`](ScriptedDevice::set_time) last said;
-//! - **limits**, to play a device under pressure: a transmit capacity (after that many frames
-//!   since the last flush, `send` reports no buffer free until the host flushes, as a full TX
-//!   ring does) and a flush limit (each flush puts at most that many queued frames on the wire,
-//!   as a kernel does that takes one batch per kick); and the receive ring size
-//!   [`Device::rx_frames`] reports;
-//! - **a responder**: an optional hook run on each frame as it leaves, whose answer goes to
-//!   the inbox (how replay answers our ARP requests and Neighbour Solicitations for the peer).
-//!
-//! # Example
-//!
-//! ```
-//! use bypass_device::{Device, DeviceInfo, Instant, ScriptedDevice};
-//!
-//! let info = DeviceInfo::new("test", [2, 0, 0, 0, 0, 1], 1500, "by hand");
-//! // Echo every frame back.
-//! let mut dev = ScriptedDevice::new(info).with_responder(|frame| Some(frame.to_vec()));
-//! dev.set_time(Instant::from_millis(3));
-//! dev.send(&mut |buf| {
-//!     buf[..4].copy_from_slice(b"ping");
-//!     4
-//! })
-//! .unwrap();
-//! dev.flush().unwrap();
-//! assert_eq!(dev.sent(), [(Instant::from_millis(3), b"ping".to_vec())]);
-//! assert_eq!(dev.recv(8, &mut |frame| assert_eq!(frame, b"ping")).unwrap(), 1);
-//! ```
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -49,7 +11,45 @@ use crate::time::Instant;
 /// What a [`ScriptedDevice`] answers a frame it sends with: the frame to put in its inbox.
 type Responder = Box<dyn FnMut(&[u8]) -> Option<Vec<u8>> + Send>;
 
-/// A device driven by hand (see the [module docs](self)).
+/// A device driven by hand.
+///
+/// [`ScriptedDevice`] is the one stand-in for a real device in tests, in the replay of captures
+/// and in the script runner's virtual-time target. It has no wire and no clock of its own:
+///
+/// - **receive**: [`push_rx`](ScriptedDevice::push_rx) queues a frame for the next
+///   [`Device::recv`], [`push_rx_at`](ScriptedDevice::push_rx_at) one that becomes deliverable
+///   at a given time; frames leave the inbox in the order they were pushed, at most `budget`
+///   per call;
+/// - **transmit**: every frame the host sends is kept with the device's time when it left
+///   ([`sent`](ScriptedDevice::sent), [`take_sent`](ScriptedDevice::take_sent)); the buffer
+///   `send` lends is pre-filled with `0xa5`, so bytes the host forgot to write show;
+/// - **time**: whatever [`set_time`](ScriptedDevice::set_time) last said;
+/// - **limits**, to play a device under pressure: a transmit capacity (after that many frames
+///   since the last flush, `send` reports no buffer free until the host flushes, as a full TX
+///   ring does) and a flush limit (each flush puts at most that many queued frames on the wire,
+///   as a kernel does that takes one batch per kick); and the receive ring size
+///   [`Device::rx_frames`] reports;
+/// - **a responder**: an optional hook run on each frame as it leaves, whose answer goes to
+///   the inbox (how replay answers our ARP requests and Neighbour Solicitations for the peer).
+///
+/// # Example
+///
+/// ```
+/// use bypass_device::{Device, DeviceInfo, Instant, ScriptedDevice};
+///
+/// let info = DeviceInfo::new("test", [2, 0, 0, 0, 0, 1], 1500, "by hand");
+/// // Echo every frame back.
+/// let mut dev = ScriptedDevice::new(info).with_responder(|frame| Some(frame.to_vec()));
+/// dev.set_time(Instant::from_millis(3));
+/// dev.send(&mut |buf| {
+///     buf[..4].copy_from_slice(b"ping");
+///     4
+/// })
+/// .unwrap();
+/// dev.flush().unwrap();
+/// assert_eq!(dev.sent(), [(Instant::from_millis(3), b"ping".to_vec())]);
+/// assert_eq!(dev.recv(8, &mut |frame| assert_eq!(frame, b"ping")).unwrap(), 1);
+/// ```
 ///
 /// By default it takes every frame (no transmit capacity), puts each on the wire at once (no
 /// flush limit), reports no receive ring and answers nothing.

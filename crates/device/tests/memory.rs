@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use bypass_device::memory::{MAC_A, MAC_B};
 use bypass_device::{Clock, Device, Instant, LinkConfig, LinkStats, MemoryDevice, MemoryLink};
+use bypass_device::{MAC_A, MAC_B};
 
 const MS: Duration = Duration::from_millis(1);
 

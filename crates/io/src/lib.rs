@@ -3,15 +3,21 @@
 //!
 //! - [`xdp`]: AF_XDP ([`xdp::XdpDevice`]), with the XDP program that steers our addresses'
 //!   frames to its socket;
-//! - [`packet`]: AF_PACKET ([`PacketDevice`]), the fallback where AF_XDP is unavailable;
+//! - AF_PACKET ([`PacketDevice`]), the fallback where AF_XDP is unavailable;
 //! - [`netdev`]: what the kernel knows about an interface (addresses, offloads through the
 //!   ethtool ioctl, the driver and its statistics).
 //!
-//! The in-memory link, impairment and captures live in `bypass-device` now, the namespace
-//! labs, the floor and replay in `bypass-lab`. The old paths of the first three are
-//! re-exported here (`bypass_io::{MemoryLink, MemoryDevice, Clock, PcapNgCapture,
-//! read_capture, parse_capture, CaptureFile, ...}` and the modules `bypass_io::memory`,
-//! `bypass_io::impair`, `bypass_io::pcap`), so code written against them keeps compiling.
+//! The in-memory link, impairment and captures are in `bypass-device`; the namespace labs,
+//! the floor and replay in `bypass-lab`.
+//!
+//! | file | what |
+//! |---|---|
+//! | `xdp/` | [`xdp`]: the device (`mod.rs`), its UMEM (`umem.rs`) and socket rings (`socket.rs`), the XDP program (`program.rs`), errors (`error.rs`), the system calls (`sys.rs`) |
+//! | `packet.rs` | [`PacketDevice`], [`PacketConfig`], [`PacketError`], [`PacketStats`]: AF_PACKET |
+//! | `netdev.rs` | [`netdev`]: addresses, offloads, driver and statistics of an interface |
+//! | `ifreq.rs` | an interface's index, hardware address and MTU, through the interface ioctl |
+//! | `wake.rs` | the eventfd that wakes a device's wait from another thread |
+//! | `alloc.rs` | [`return_large_blocks_when_freed`] |
 //!
 //! ```no_run
 //! use bypass_device::Device;
@@ -27,20 +33,10 @@
 
 mod alloc;
 mod ifreq;
-/// Impairment as middleware: re-exported from bypass-device.
-pub use bypass_device::impair;
-/// The in-memory link: re-exported from bypass-device.
-pub use bypass_device::memory;
 pub mod netdev;
-pub mod packet;
-/// Recording and reading captures: re-exported from bypass-device.
-pub use bypass_device::pcap;
+mod packet;
 mod wake;
 pub mod xdp;
 
 pub use alloc::return_large_blocks_when_freed;
-/// Re-exported from bypass-device.
-pub use bypass_device::{CaptureFile, CapturedFrame, PcapNgCapture, ReadCaptureError, parse_capture, read_capture};
-/// Re-exported from bypass-device.
-pub use bypass_device::{Clock, MemoryDevice, MemoryLink};
 pub use packet::{PacketConfig, PacketDevice, PacketError, PacketStats};

@@ -1,28 +1,4 @@
-//! AF_PACKET backend: the fallback where AF_XDP is unavailable.
-//!
-//! [`PacketDevice`] opens a raw `AF_PACKET` socket bound to one interface and moves frames in
-//! batches:
-//!
-//! - **RX: a `TPACKET_V2` ring** mapped into our memory. The kernel copies each frame into a
-//!   slot and flips the slot's status word; [`Device::recv`] reads ready slots and hands them
-//!   back, with no system call at all while frames keep coming. `TPACKET_V3` was the other
-//!   candidate: it packs frames into blocks and hands a block over only when it is full or its
-//!   retire timer (whole milliseconds) fires, which adds up to that timer to every frame of a
-//!   sparse flow, a TCP handshake for one. libpcap picks V2 over V3 in immediate mode for the
-//!   same reason.
-//! - **TX: a staging area flushed with one `sendmmsg(2)`** per batch of up to 64 frames. The
-//!   kernel copies each frame once. A `PACKET_TX_RING` would save that copy, but measured on a
-//!   veth it was no faster (the copy is small next to the per-frame socket-buffer work), and
-//!   the staging area has no slot shared with the kernel whose reuse depends on when the kernel
-//!   frees a socket buffer.
-//!
-//! An AF_PACKET socket sees every frame on the interface, including the ones the kernel
-//! handles itself; that is inherent. Give the stack an address the kernel does not have on
-//! that interface (ideally no kernel address at all, and IPv6 off) so the kernel ignores the
-//! stack's traffic instead of answering it with resets. Frames this socket sends are not
-//! looped back to it (`PACKET_IGNORE_OUTGOING`), and with `qdisc_bypass` they skip the
-//! interface's queueing discipline, so `tcpdump` on this interface does not see them either:
-//! capture on the peer.
+//! AF_PACKET backend: the fallback where AF_XDP is unavailable ([`PacketDevice`]).
 
 use std::io;
 use std::os::fd::RawFd;
@@ -114,7 +90,31 @@ pub struct PacketStats {
 const TX_BATCH: usize = 64;
 
 /// An Ethernet interface driven through an `AF_PACKET` socket with a `TPACKET_V2` receive ring
-/// and batched `sendmmsg(2)` transmission. See the [module docs](self).
+/// and batched `sendmmsg(2)` transmission: the fallback where AF_XDP is unavailable.
+///
+/// It opens a raw `AF_PACKET` socket bound to one interface and moves frames in
+/// batches:
+///
+/// - **RX: a `TPACKET_V2` ring** mapped into our memory. The kernel copies each frame into a
+///   slot and flips the slot's status word; [`Device::recv`] reads ready slots and hands them
+///   back, with no system call at all while frames keep coming. `TPACKET_V3` was the other
+///   candidate: it packs frames into blocks and hands a block over only when it is full or its
+///   retire timer (whole milliseconds) fires, which adds up to that timer to every frame of a
+///   sparse flow, a TCP handshake for one. libpcap picks V2 over V3 in immediate mode for the
+///   same reason.
+/// - **TX: a staging area flushed with one `sendmmsg(2)`** per batch of up to 64 frames. The
+///   kernel copies each frame once. A `PACKET_TX_RING` would save that copy, but measured on a
+///   veth it was no faster (the copy is small next to the per-frame socket-buffer work), and
+///   the staging area has no slot shared with the kernel whose reuse depends on when the kernel
+///   frees a socket buffer.
+///
+/// An AF_PACKET socket sees every frame on the interface, including the ones the kernel
+/// handles itself; that is inherent. Give the stack an address the kernel does not have on
+/// that interface (ideally no kernel address at all, and IPv6 off) so the kernel ignores the
+/// stack's traffic instead of answering it with resets. Frames this socket sends are not
+/// looped back to it (`PACKET_IGNORE_OUTGOING`), and with `qdisc_bypass` they skip the
+/// interface's queueing discipline, so `tcpdump` on this interface does not see them either:
+/// capture on the peer.
 #[derive(Debug)]
 pub struct PacketDevice {
     socket: sys::Socket,

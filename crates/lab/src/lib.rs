@@ -9,6 +9,12 @@
 //! - [`replay`]: one side of a recorded TCP conversation played against our stack on virtual
 //!   time, its replies compared with the recording's; and any capture played into a stack.
 //!
+//! | file | what |
+//! |---|---|
+//! | `testlab/` | [`testlab`]: [`Lab`](testlab::Lab) and [`RoutedLab`](testlab::RoutedLab) (`topology.rs`), [`in_namespace`](testlab::in_namespace) (`netns.rs`), [`ping`](testlab::ping) and its kin (`ping.rs`), the system calls (`sys.rs`) |
+//! | `floor.rs` | [`floor`]: the AF_XDP latency floor |
+//! | `replay.rs` | [`replay`]: recorded conversations and captures played into the stack |
+//!
 //! Labs need root and `ip` (iproute2); [`testlab::lab_available`] says whether a test can run
 //! (under `CI=true` a missing precondition fails it instead).
 //!

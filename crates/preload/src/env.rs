@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use bypass_io::packet::{PacketConfig, PacketDevice};
 use bypass_io::xdp::{XdpConfig, XdpDevice};
+use bypass_io::{PacketConfig, PacketDevice};
 use bypass_runtime::{CaptureFactory, Mode, Runtime, RuntimeOptions};
 use bypass_stack::StackConfig;
 
@@ -198,7 +198,7 @@ fn start() -> Result<Env, String> {
         Some(other) => Err(format!("BYPASS_BACKEND: `{other}` is not xdp or packet")),
     })?
     .map_err(|e| format!("cannot start the stack: {e}"))?;
-    crate::exports::at_exit(stop_at_exit);
+    crate::real::at_exit(stop_at_exit);
     log::info!(
         "bypass: serving TCP on {} over {iface}",
         addrs.iter().map(|(a, p)| format!("{a}/{p}")).collect::<Vec<_>>().join(", ")

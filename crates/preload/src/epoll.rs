@@ -16,8 +16,9 @@ use std::time::Instant;
 use libc::epoll_event;
 
 use crate::env;
+use crate::errno::Res;
 use crate::real;
-use crate::sock::{ERR, HUP, IN, OUT, Res, Socket};
+use crate::sock::{ERR, HUP, IN, OUT, Socket};
 use crate::wait::{self, Bell, Next, Spinner};
 use std::sync::atomic::Ordering;
 

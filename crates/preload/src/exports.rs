@@ -18,8 +18,9 @@ use libc::{
 
 use crate::env::{self, FORKED, INSIDE};
 use crate::epoll::{self, Epoll};
+use crate::errno::{Errno, Res};
 use crate::real;
-use crate::sock::{Decision, Errno, Flags, Res, Socket};
+use crate::sock::{Decision, Flags, Socket};
 use crate::table::{self, Entry};
 use crate::wait;
 
@@ -162,12 +163,6 @@ fn deadline_ts(ts: *const libc::timespec) -> Option<Instant> {
     // SAFETY: a non-null timespec pointer from the caller.
     let ts = unsafe { *ts };
     Some(Instant::now() + Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32))
-}
-
-/// Register `f` to run at exit.
-pub fn at_exit(f: extern "C" fn()) {
-    // SAFETY: `f` is a plain function that lives as long as the process.
-    unsafe { libc::atexit(f) };
 }
 
 /// Close `fd`'s entry: drop our side of it (the caller closes the descriptor).
@@ -316,7 +311,7 @@ pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut sockaddr, len: *mut sockl
         if placeholder < 0 {
             return Err(wait::last_errno());
         }
-        let peer = stream.peer_addr().map_err(|e| crate::sock::errno_of(&e))?;
+        let peer = stream.peer_addr().map_err(|e| crate::errno::errno_of(&e))?;
         let new = Socket::accepted(stream, sock.v6, flags & libc::SOCK_NONBLOCK != 0, sock.opts())?;
         let peer = new.show(peer);
         match table::insert(placeholder, Entry::Socket(Arc::new(new))) {

@@ -11,7 +11,7 @@ use std::task::Waker;
 use bypass_runtime::{TcpListener, TcpStream};
 
 use crate::env::Env;
-use crate::sock::{Res, errno_of};
+use crate::errno::{Res, errno_of};
 
 /// The families a socket accepts: bit 0 IPv4, bit 1 IPv6.
 pub const V4: u8 = 1;

@@ -88,3 +88,9 @@ real! {
     fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_int;
     fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int;
 }
+
+/// Register `f` to run at exit.
+pub fn at_exit(f: extern "C" fn()) {
+    // SAFETY: `f` is a plain function that lives as long as the process.
+    unsafe { libc::atexit(f) };
+}

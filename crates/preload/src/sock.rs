@@ -3,24 +3,20 @@
 //! stack, and every call on it, with Linux's errors. No C types here: addresses are
 //! `SocketAddr`, failures an errno.
 
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+use bypass_runtime::PendingConnect;
 use bypass_runtime::TcpStream;
-use bypass_runtime::events::PendingConnect;
 
 use crate::env::{self, unmap_addr};
+use crate::errno::{Errno, Res, errno_of};
 use crate::listen::{self, Claim};
 use crate::wait;
-
-/// An errno value.
-pub type Errno = i32;
-/// A call's outcome: its value or an errno.
-pub type Res<T> = Result<T, Errno>;
 
 /// poll(2)'s bits, which epoll(7) shares.
 pub const IN: u32 = libc::POLLIN as u32;
@@ -28,31 +24,6 @@ pub const OUT: u32 = libc::POLLOUT as u32;
 pub const ERR: u32 = libc::POLLERR as u32;
 pub const HUP: u32 = libc::POLLHUP as u32;
 pub const RDHUP: u32 = libc::POLLRDHUP as u32;
-
-/// Return the errno Linux gives for `e`.
-pub fn errno_of(e: &io::Error) -> Errno {
-    if let Some(code) = e.raw_os_error() {
-        return code;
-    }
-    match e.kind() {
-        ErrorKind::WouldBlock => libc::EAGAIN,
-        ErrorKind::ConnectionRefused => libc::ECONNREFUSED,
-        ErrorKind::ConnectionReset => libc::ECONNRESET,
-        ErrorKind::ConnectionAborted => libc::ECONNABORTED,
-        ErrorKind::NotConnected => libc::ENOTCONN,
-        ErrorKind::AddrInUse => libc::EADDRINUSE,
-        ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
-        ErrorKind::TimedOut => libc::ETIMEDOUT,
-        ErrorKind::BrokenPipe => libc::EPIPE,
-        ErrorKind::InvalidInput => libc::EINVAL,
-        ErrorKind::Unsupported => libc::EOPNOTSUPP,
-        ErrorKind::OutOfMemory => libc::ENOMEM,
-        ErrorKind::HostUnreachable => libc::EHOSTUNREACH,
-        ErrorKind::NetworkUnreachable => libc::ENETUNREACH,
-        ErrorKind::Interrupted => libc::EINTR,
-        _ => libc::EIO,
-    }
-}
 
 /// The options a socket keeps for itself (the rest live on its kernel placeholder).
 #[derive(Clone, Copy, Default)]

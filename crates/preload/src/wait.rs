@@ -9,9 +9,9 @@ use std::task::{Wake, Waker};
 use std::time::Instant;
 
 use crate::env;
+use crate::errno::{Errno, Res};
 use crate::real;
 use crate::signals;
-use crate::sock::{Errno, Res};
 
 /// Rings an eventfd when woken; closes it when the last waker goes (a waker may outlive
 /// the wait that made it, in a stack's waiter list, so the descriptor must too).

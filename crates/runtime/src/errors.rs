@@ -1,4 +1,5 @@
-//! The `io::Error` each stack error becomes, the same in both modes.
+//! The `io::Error` each stack error becomes, the same in both modes, and the one a call
+//! the shard mode lacks returns.
 
 use std::io::{self, ErrorKind};
 
@@ -37,4 +38,10 @@ pub(crate) fn handshake_failed<D: Device>(stack: &mut Stack<D>, id: SocketId) ->
     };
     stack.close(id);
     err
+}
+
+/// Return the error with shards of the calls for event loops (readiness, non-blocking
+/// connects) and of the in-thread mode's other extras.
+pub(crate) fn unsupported() -> io::Error {
+    io::Error::new(ErrorKind::Unsupported, "readiness and non-blocking connects need the runtime's in-thread mode")
 }

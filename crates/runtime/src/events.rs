@@ -1,24 +1,11 @@
-//! For event loops that wait on many sockets at once, as poll(2) and epoll(7) do (what
-//! `bypass run` serves a program's `poll` and `epoll_wait` with): the readiness of a
-//! connection or a listener, a waker to call when it may have changed, a connect that does
-//! not wait, and the stacks polled from the caller's thread. In-thread mode only: with
-//! shards, each call fails with `Unsupported`.
-//!
-//! A loop drives the stacks ([`Runtime::poll`]), looks at the readiness of what it watches,
-//! and when nothing is ready registers its waker with each ([`TcpStream::readiness`] with
-//! a waker looks and registers in one hold of the stack's lock, so no change is missed),
-//! then sleeps inside an [`Idle`] guard, which tells the stacks' helpers that no one polls.
+//! What event loops use: readiness and the idle guard (see the crate docs, "Event loops";
+//! the connect that does not wait, [`PendingConnect`](crate::PendingConnect), is in
+//! `local_socket.rs`).
 
-use std::io::{self, ErrorKind};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::task::Waker;
 
-use bypass_stack::SocketId;
-
-use crate::local::{Core, Waiter, connect_outcome};
-use crate::local_socket::{LocalStream, abandon};
+use crate::local::Core;
 
 /// What a connection can do now, as poll(2) reports it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -36,11 +23,6 @@ pub struct Readiness {
     /// Payload bytes received so far, in order: it grows with every segment of new data,
     /// which is what edge-triggered epoll reports as a new `EPOLLIN` edge.
     pub received: u64,
-}
-
-/// Return the error every call of this module gets with shards.
-pub(crate) fn unsupported() -> io::Error {
-    io::Error::new(ErrorKind::Unsupported, "readiness and non-blocking connects need the runtime's in-thread mode")
 }
 
 /// Tells the stacks' helpers that a thread sleeps on them while it lives (so they watch
@@ -64,63 +46,5 @@ impl Drop for Idle {
         for core in &self.cores {
             core.sleeping.fetch_sub(1, Ordering::SeqCst);
         }
-    }
-}
-
-/// A connection being opened by [`Runtime::connect_start`](crate::Runtime::connect_start):
-/// its SYN is sent. Dropped before it completes, the attempt is abandoned (RST).
-pub struct PendingConnect {
-    core: Arc<Core>,
-    id: Option<SocketId>,
-}
-
-impl PendingConnect {
-    pub(crate) fn new(core: Arc<Core>, id: SocketId) -> PendingConnect {
-        PendingConnect { core, id: Some(id) }
-    }
-
-    /// Return the local address chosen for the connection.
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        let id = self.id.ok_or_else(|| io::Error::new(ErrorKind::NotConnected, "the connect has finished"))?;
-        self.core.with(|st| {
-            let tuple = st.stack()?.interface().connection(id).and_then(|c| c.tuple());
-            tuple.map(|t| t.local).ok_or_else(|| io::Error::new(ErrorKind::NotConnected, "the connection is gone"))
-        })
-    }
-
-    /// Look at the handshake: `None` while it runs (`waker`, if given, is woken when it
-    /// ends), else the connection or why it failed (`ConnectionRefused` for a RST,
-    /// `TimedOut`, ...). Once it has returned `Some`, it returns `NotConnected`.
-    pub fn poll(&mut self, waker: Option<&Waker>) -> Option<io::Result<crate::TcpStream>> {
-        let Some(id) = self.id else {
-            return Some(Err(io::Error::new(ErrorKind::NotConnected, "the connect has finished")));
-        };
-        let core = &self.core;
-        let outcome = core.with(|st| match connect_outcome(st, id) {
-            None => {
-                if let Some(w) = waker {
-                    st.sock(id).writers.add(Waiter::Task(w.clone()));
-                }
-                None
-            }
-            Some(Ok(())) => Some(LocalStream::adopt(core, st, id)),
-            Some(Err(e)) => Some(Err(e)),
-        })?;
-        self.id = None;
-        Some(outcome.map(crate::TcpStream::from))
-    }
-}
-
-impl Drop for PendingConnect {
-    fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
-            abandon(&self.core, id);
-        }
-    }
-}
-
-impl std::fmt::Debug for PendingConnect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PendingConnect").field("id", &self.id).finish()
     }
 }

@@ -53,11 +53,40 @@
 //! ports of its own residue (`StackConfig::ephemeral_port_share`), so no two stacks open the
 //! same 4-tuple. Replies must come back to the queue of the stack that sent: see the README
 //! on what a veth does.
+//!
+//! # Event loops
+//! For event loops that wait on many sockets at once, as poll(2) and epoll(7) do (what
+//! `bypass run` serves a program's `poll` and `epoll_wait` with): the readiness of a
+//! connection or a listener, a waker to call when it may have changed, a connect that does
+//! not wait, and the stacks polled from the caller's thread. In-thread mode only: with
+//! shards, each call fails with `Unsupported`.
+//!
+//! A loop drives the stacks ([`Runtime::poll`]), looks at the readiness of what it watches,
+//! and when nothing is ready registers its waker with each ([`TcpStream::readiness`] with
+//! a waker looks and registers in one hold of the stack's lock, so no change is missed),
+//! then sleeps inside an [`Idle`] guard, which tells the stacks' helpers that no one polls.
+//!
+//! # Files
+//!
+//! | file | what |
+//! |---|---|
+//! | `lib.rs` | [`Runtime`], [`RuntimeOptions`], [`Mode`]: starting the stacks and reaching them |
+//! | `socket.rs` | [`TcpStream`], [`TcpListener`]: the handles, over either mode |
+//! | `events.rs` | [`Readiness`], [`Idle`]: for event loops |
+//! | `tokio.rs` | `tokio::TcpStream`, `tokio::TcpListener`: the same for async Rust (feature `tokio`) |
+//! | `local.rs` | in-thread mode: a stack under a lock, polled by callers and a helper thread |
+//! | `local_socket.rs` | in-thread mode: a connection's and a listener's calls, and [`PendingConnect`] |
+//! | `shard.rs` | shard mode: the thread that owns a stack and answers commands |
+//! | `stream.rs` | shard mode: a connection's handle, and the command queue to its shard |
+//! | `listener.rs` | shard mode: a port listened on by every shard |
+//! | `pool.rs` | shard mode: the chunks bytes cross threads in |
+//! | `wait.rs` | how long a call may wait; parking a task's waker |
+//! | `errors.rs` | the stack's errors as `io::Error`s, and `Unsupported` for what shards lack |
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod errors;
-pub mod events;
+mod events;
 mod listener;
 mod local;
 mod local_socket;
@@ -67,6 +96,7 @@ mod socket;
 mod stream;
 #[cfg(feature = "tokio")]
 pub mod tokio;
+mod wait;
 
 use std::io::{self, ErrorKind};
 use std::net::SocketAddr;
@@ -78,13 +108,16 @@ use std::time::Duration;
 use bypass_device::{Capture, Device};
 use bypass_stack::{Counters, Stack, StackConfig};
 
+pub use events::{Idle, Readiness};
+pub use local_socket::PendingConnect;
 pub use socket::{TcpListener, TcpStream};
 
-use listener::{ListenerShared, ShardListener};
+use listener::ShardListener;
 use local::Core;
 use local_socket::{LocalListener, LocalStream};
 use pool::Pool;
-use shard::{Command, ConnectReply, Shard, ShardLink};
+use shard::Shard;
+use stream::{Command, ConnectReply, ListenerShared, ShardLink};
 
 /// Makes the capture of one shard: given its index and the wall-clock time of its stack's
 /// zero, return where its frames are recorded (see `Stack::set_capture`).
@@ -296,17 +329,17 @@ impl Runtime {
     }
 
     /// Start opening a connection to `remote` (from `local_port`, else an ephemeral port)
-    /// without waiting: the SYN is sent when this returns; [`PendingConnect::poll`](events::PendingConnect::poll)
+    /// without waiting: the SYN is sent when this returns; [`PendingConnect::poll`]
     /// tells how it ends. In-thread mode only.
-    pub fn connect_start(&self, remote: SocketAddr, local_port: Option<u16>) -> io::Result<events::PendingConnect> {
-        let Stacks::Local { cores, .. } = &self.stacks else { return Err(events::unsupported()) };
+    pub fn connect_start(&self, remote: SocketAddr, local_port: Option<u16>) -> io::Result<PendingConnect> {
+        let Stacks::Local { cores, .. } = &self.stacks else { return Err(errors::unsupported()) };
         let core = &cores[self.next.fetch_add(1, Ordering::Relaxed) % cores.len()];
-        Ok(events::PendingConnect::new(Arc::clone(core), core.start_connect(remote, local_port)?))
+        Ok(PendingConnect::new(Arc::clone(core), core.start_connect(remote, local_port)?))
     }
 
     /// Poll every stack once from this thread (receive, timers, TCP, transmit), waking the
     /// waiters of what changed; return whether frames moved. For event loops of their own
-    /// (see [`events`]); with shards it does nothing and returns `false`.
+    /// (see [event loops](crate#event-loops)); with shards it does nothing and returns `false`.
     pub fn poll(&self) -> io::Result<bool> {
         let Stacks::Local { cores, .. } = &self.stacks else { return Ok(false) };
         let mut busy = false;
@@ -435,7 +468,7 @@ fn start_shards<D: Device + Send + 'static>(
     let (mut links_out, mut threads, mut counters) = (Vec::new(), Vec::new(), Vec::new());
     let mut devices: Vec<D> = devices;
     let links: Vec<_> =
-        devices.iter_mut().enumerate().map(|(index, device)| shard::link(index, device.waker())).collect();
+        devices.iter_mut().enumerate().map(|(index, device)| ShardLink::new(index, device.waker())).collect();
     let all: Vec<Arc<ShardLink>> = links.iter().map(|(link, _)| Arc::clone(link)).collect();
     for ((device, (link, commands)), index) in devices.into_iter().zip(links).zip(0..) {
         let mut config = config.clone();

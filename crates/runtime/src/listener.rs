@@ -1,32 +1,16 @@
 //! A port listened on by every shard of a runtime (the shard mode), accepting from all.
 
 use std::io::{self, ErrorKind};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::Waker;
+use std::sync::Arc;
 #[cfg(feature = "tokio")]
 use std::task::{Context, Poll};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 
-use crate::shard::{Command, ShardLink};
+use crate::stream::{Command, ListenerShared, ShardLink, ShardStream};
+use crate::wait::Wait;
 #[cfg(feature = "tokio")]
-use crate::stream::park;
-use crate::stream::{ShardStream, Wait};
-
-/// What a listener's shards share with its handle.
-#[derive(Default)]
-pub(crate) struct ListenerShared {
-    /// A task waiting in `poll_accept` (the tokio feature).
-    pub(crate) waker: Mutex<Option<Waker>>,
-}
-
-impl ListenerShared {
-    pub(crate) fn wake(&self) {
-        if let Some(w) = self.waker.lock().unwrap_or_else(PoisonError::into_inner).take() {
-            w.wake();
-        }
-    }
-}
+use crate::wait::park;
 
 /// A port listened on by every shard of a runtime: the application's side of the queue of
 /// accepted connections. Dropping it stops listening (connections not yet accepted are reset).

@@ -37,7 +37,7 @@ use bypass_device::{Device, Sleeper};
 use bypass_stack::{Counters, ListenerId, SocketId, Stack};
 use bypass_tcp::{Event, State as TcpState};
 
-use crate::stream::Wait;
+use crate::wait::Wait;
 
 /// How long no application thread may have polled before the helper polls instead.
 pub(crate) const GRACE: Duration = Duration::from_millis(1);

@@ -14,7 +14,7 @@ use std::task::Waker;
 
 use crate::events::Readiness;
 use crate::local::{Core, State, Waiter, block_on, connect_outcome};
-use crate::stream::Wait;
+use crate::wait::Wait;
 
 /// What a [`LocalStream`] asks of its connection.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -516,5 +516,63 @@ impl Drop for LocalListener {
         for core in &self.cores {
             core.unlisten(self.port);
         }
+    }
+}
+
+/// A connection being opened by [`Runtime::connect_start`](crate::Runtime::connect_start):
+/// its SYN is sent. Dropped before it completes, the attempt is abandoned (RST).
+pub struct PendingConnect {
+    core: Arc<Core>,
+    id: Option<SocketId>,
+}
+
+impl PendingConnect {
+    pub(crate) fn new(core: Arc<Core>, id: SocketId) -> PendingConnect {
+        PendingConnect { core, id: Some(id) }
+    }
+
+    /// Return the local address chosen for the connection.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        let id = self.id.ok_or_else(|| io::Error::new(ErrorKind::NotConnected, "the connect has finished"))?;
+        self.core.with(|st| {
+            let tuple = st.stack()?.interface().connection(id).and_then(|c| c.tuple());
+            tuple.map(|t| t.local).ok_or_else(|| io::Error::new(ErrorKind::NotConnected, "the connection is gone"))
+        })
+    }
+
+    /// Look at the handshake: `None` while it runs (`waker`, if given, is woken when it
+    /// ends), else the connection or why it failed (`ConnectionRefused` for a RST,
+    /// `TimedOut`, ...). Once it has returned `Some`, it returns `NotConnected`.
+    pub fn poll(&mut self, waker: Option<&Waker>) -> Option<io::Result<crate::TcpStream>> {
+        let Some(id) = self.id else {
+            return Some(Err(io::Error::new(ErrorKind::NotConnected, "the connect has finished")));
+        };
+        let core = &self.core;
+        let outcome = core.with(|st| match connect_outcome(st, id) {
+            None => {
+                if let Some(w) = waker {
+                    st.sock(id).writers.add(Waiter::Task(w.clone()));
+                }
+                None
+            }
+            Some(Ok(())) => Some(LocalStream::adopt(core, st, id)),
+            Some(Err(e)) => Some(Err(e)),
+        })?;
+        self.id = None;
+        Some(outcome.map(crate::TcpStream::from))
+    }
+}
+
+impl Drop for PendingConnect {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            abandon(&self.core, id);
+        }
+    }
+}
+
+impl std::fmt::Debug for PendingConnect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingConnect").field("id", &self.id).finish()
     }
 }

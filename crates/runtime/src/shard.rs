@@ -8,10 +8,8 @@
 
 use std::collections::HashMap;
 use std::io::{self, ErrorKind};
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::atomic::{Ordering, fence};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::Waker;
 use std::time::Duration;
 
 use bypass_device::Device;
@@ -19,9 +17,8 @@ use bypass_stack::{Counters, ListenerId, SocketId, Stack};
 use bypass_tcp::Event;
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError, bounded};
 
-use crate::listener::ListenerShared;
 use crate::pool::Pool;
-use crate::stream::{RxMsg, ShardStream, Shared, TxMsg};
+use crate::stream::{Command, ConnectReply, ListenerShared, RxMsg, ShardLink, ShardStream, Shared, TxMsg};
 
 /// Chunks queued per connection each way (16 of 16 KiB: 256 KiB), on top of the TCP buffers.
 const QUEUE_CHUNKS: usize = 16;
@@ -29,65 +26,6 @@ const QUEUE_CHUNKS: usize = 16;
 const UNWAKEABLE_SLEEP: Duration = Duration::from_millis(1);
 /// How often a shard publishes its counters.
 const PUBLISH_EVERY: Duration = Duration::from_millis(50);
-
-/// What an application asks of a shard.
-pub(crate) enum Command {
-    /// Look at this connection: bytes to send, room to receive, or its handle is gone.
-    Kick(SocketId),
-    /// Listen on a port, handing accepted connections to `accepted`.
-    Listen { port: u16, accepted: Sender<ShardStream>, shared: Arc<ListenerShared>, reply: Sender<io::Result<()>> },
-    /// Stop listening on a port.
-    Unlisten(u16),
-    /// Open a connection; the reply comes once it is established or has failed.
-    Connect { remote: SocketAddr, reply: ConnectReply },
-    /// Turn Nagle's algorithm off or on.
-    SetNodelay(SocketId, bool),
-    /// A frame a sibling received for one of this shard's connections.
-    Frame(Vec<u8>),
-    /// A sibling shard learned where a neighbour is (its answer came to that shard's queue).
-    Neighbour(std::net::IpAddr, [u8; 6]),
-    /// Reset everything and end the thread.
-    Stop,
-}
-
-/// Where the result of a connect goes, and who to wake (the tokio feature).
-pub(crate) struct ConnectReply {
-    pub(crate) tx: Sender<io::Result<ShardStream>>,
-    pub(crate) waker: Arc<Mutex<Option<Waker>>>,
-}
-
-impl ConnectReply {
-    fn send(self, result: io::Result<ShardStream>) {
-        // The application may have given up waiting; its stream then drops here, closing.
-        let _ = self.tx.send(result);
-        if let Some(w) = self.waker.lock().unwrap_or_else(PoisonError::into_inner).take() {
-            w.wake();
-        }
-    }
-}
-
-/// An application's way to a shard: its command queue and the means to wake it.
-pub(crate) struct ShardLink {
-    pub(crate) index: usize,
-    commands: Sender<Command>,
-    waker: Option<bypass_device::Waker>,
-    sleeping: AtomicBool,
-}
-
-impl ShardLink {
-    /// Queue `command` and wake the shard if it sleeps.
-    pub(crate) fn command(&self, command: Command) {
-        if self.commands.send(command).is_err() {
-            return; // The shard has stopped; the caller's queues tell it so.
-        }
-        fence(Ordering::SeqCst);
-        if self.sleeping.load(Ordering::SeqCst)
-            && let Some(w) = &self.waker
-        {
-            w.wake();
-        }
-    }
-}
 
 /// The shard's side of one connection the application holds.
 struct Conn {
@@ -115,12 +53,6 @@ pub(crate) struct Shard<D: Device> {
     published: Arc<Mutex<Counters>>,
     /// The other shards, told of every neighbour this one learns.
     siblings: Vec<Arc<ShardLink>>,
-}
-
-/// Return a shard's link and the receiving end of its command queue.
-pub(crate) fn link(index: usize, waker: Option<bypass_device::Waker>) -> (Arc<ShardLink>, Receiver<Command>) {
-    let (commands, rx) = crossbeam_channel::unbounded();
-    (Arc::new(ShardLink { index, commands, waker, sleeping: AtomicBool::new(false) }), rx)
 }
 
 impl<D: Device> Shard<D> {
@@ -193,13 +125,13 @@ impl<D: Device> Shard<D> {
                 std::hint::spin_loop();
                 continue;
             }
-            self.link.sleeping.store(true, Ordering::SeqCst);
+            self.link.set_sleeping(true);
             fence(Ordering::SeqCst);
             if self.commands.is_empty() {
-                let cap = if self.link.waker.is_some() { None } else { Some(UNWAKEABLE_SLEEP) };
+                let cap = if self.link.wakeable() { None } else { Some(UNWAKEABLE_SLEEP) };
                 self.stack.wait(cap)?;
             }
-            self.link.sleeping.store(false, Ordering::SeqCst);
+            self.link.set_sleeping(false);
         }
     }
 

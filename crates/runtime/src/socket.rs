@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use crate::listener::ShardListener;
 use crate::local_socket::{LocalListener, LocalStream};
-use crate::stream::{ShardStream, Wait};
+use crate::stream::ShardStream;
+use crate::wait::Wait;
 
 /// Which mode's connection a [`TcpStream`] is.
 enum StreamKind {
@@ -139,7 +140,7 @@ impl TcpStream {
     /// with `SO_LINGER` set to zero seconds. In-thread mode only.
     pub fn abort(&self) -> io::Result<()> {
         match &self.kind {
-            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Shard(_) => Err(crate::errors::unsupported()),
             StreamKind::Local(s) => s.abort(),
         }
     }
@@ -148,7 +149,7 @@ impl TcpStream {
     /// `TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT`). In-thread mode only.
     pub fn set_keepalive(&self, keepalive: Option<bypass_tcp::Keepalive>) -> io::Result<()> {
         match &self.kind {
-            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Shard(_) => Err(crate::errors::unsupported()),
             StreamKind::Local(s) => s.set_keepalive(keepalive),
         }
     }
@@ -157,16 +158,16 @@ impl TcpStream {
     /// (`TCP_USER_TIMEOUT`; `None`: the stack's retransmission limit only). In-thread mode only.
     pub fn set_user_timeout(&self, limit: Option<Duration>) -> io::Result<()> {
         match &self.kind {
-            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Shard(_) => Err(crate::errors::unsupported()),
             StreamKind::Local(s) => s.set_user_timeout(limit),
         }
     }
 
     /// Return what the connection can do now; with `waker`, also register it to be woken
-    /// at the next change. See [`crate::events`]; in-thread mode only.
+    /// at the next change. See [event loops](crate#event-loops); in-thread mode only.
     pub fn readiness(&self, waker: Option<&std::task::Waker>) -> io::Result<crate::events::Readiness> {
         match &self.kind {
-            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Shard(_) => Err(crate::errors::unsupported()),
             StreamKind::Local(s) => s.readiness(waker),
         }
     }
@@ -176,7 +177,7 @@ impl TcpStream {
     /// mode only.
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         match &self.kind {
-            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Shard(_) => Err(crate::errors::unsupported()),
             StreamKind::Local(s) => s.peek(buf),
         }
     }
@@ -184,7 +185,7 @@ impl TcpStream {
     /// Return how many received bytes wait to be read, as `FIONREAD` does. In-thread mode only.
     pub fn recv_queued(&self) -> io::Result<usize> {
         match &self.kind {
-            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Shard(_) => Err(crate::errors::unsupported()),
             StreamKind::Local(s) => s.recv_queued(),
         }
     }
@@ -193,7 +194,7 @@ impl TcpStream {
     /// socket). In-thread mode only.
     pub fn stats(&self) -> io::Result<(bypass_tcp::State, bypass_tcp::Stats)> {
         match &self.kind {
-            StreamKind::Shard(_) => Err(crate::events::unsupported()),
+            StreamKind::Shard(_) => Err(crate::errors::unsupported()),
             StreamKind::Local(s) => s.stats(),
         }
     }
@@ -376,10 +377,10 @@ impl TcpListener {
     }
 
     /// Return whether a connection waits to be accepted; with `waker`, also register it to
-    /// be woken when one arrives. See [`crate::events`]; in-thread mode only.
+    /// be woken when one arrives. See [event loops](crate#event-loops); in-thread mode only.
     pub fn readiness(&self, waker: Option<&std::task::Waker>) -> io::Result<bool> {
         match &self.kind {
-            ListenerKind::Shard(_) => Err(crate::events::unsupported()),
+            ListenerKind::Shard(_) => Err(crate::errors::unsupported()),
             ListenerKind::Local(l) => l.readiness(waker),
         }
     }

@@ -1,5 +1,8 @@
-//! One connection of a stack that runs on its own thread (the shard mode), with blocking,
-//! timed and non-blocking reads and writes.
+//! The application's side of a stack that runs on its own thread (the shard mode): one
+//! connection ([`ShardStream`]), with blocking, timed and non-blocking reads and writes, and
+//! the command queue by which connections, listeners and the runtime reach the shard
+//! ([`ShardLink`], [`Command`]). The shard's thread ([`crate::shard`]) owns the stack and
+//! takes these commands; nothing here reaches into it.
 //!
 //! Bytes cross between the threads in [`Chunk`]s through two bounded channels per
 //! connection (lock-free array queues): received bytes from the stack's thread to the
@@ -9,18 +12,19 @@
 
 use std::io::{self, ErrorKind};
 use std::net::{Shutdown, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::Waker;
 #[cfg(feature = "tokio")]
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bypass_stack::SocketId;
 use crossbeam_channel::{Receiver, RecvTimeoutError, SendTimeoutError, Sender, TryRecvError, TrySendError};
 
 use crate::pool::{CHUNK, Chunk, Pool};
-use crate::shard::{Command, ShardLink};
+use crate::wait::Wait;
+#[cfg(feature = "tokio")]
+use crate::wait::park;
 
 /// What the stack's thread hands a connection's reader.
 pub(crate) enum RxMsg {
@@ -110,14 +114,6 @@ pub(crate) struct ShardStream {
     /// The chunk being read, and how far.
     cur: Option<(Chunk, usize)>,
     eof: bool,
-}
-
-/// How long a call may wait.
-#[derive(Clone, Copy)]
-pub(crate) enum Wait {
-    No,
-    For(Duration),
-    Forever,
 }
 
 impl ShardStream {
@@ -365,16 +361,6 @@ impl ShardStream {
     }
 }
 
-#[cfg(feature = "tokio")]
-/// Park `cx`'s waker in `slot`.
-pub(crate) fn park(slot: &Mutex<Option<Waker>>, cx: &Context<'_>) {
-    let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
-    match &*slot {
-        Some(w) if w.will_wake(cx.waker()) => {}
-        _ => *slot = Some(cx.waker().clone()),
-    }
-}
-
 impl Drop for ShardStream {
     fn drop(&mut self) {
         let mut unread = self.cur.is_some();
@@ -394,5 +380,95 @@ impl Drop for ShardStream {
         self.tx = None;
         self.shared.dropped.store(true, Ordering::SeqCst);
         self.link.command(Command::Kick(self.id));
+    }
+}
+
+/// What an application asks of a shard.
+pub(crate) enum Command {
+    /// Look at this connection: bytes to send, room to receive, or its handle is gone.
+    Kick(SocketId),
+    /// Listen on a port, handing accepted connections to `accepted`.
+    Listen { port: u16, accepted: Sender<ShardStream>, shared: Arc<ListenerShared>, reply: Sender<io::Result<()>> },
+    /// Stop listening on a port.
+    Unlisten(u16),
+    /// Open a connection; the reply comes once it is established or has failed.
+    Connect { remote: SocketAddr, reply: ConnectReply },
+    /// Turn Nagle's algorithm off or on.
+    SetNodelay(SocketId, bool),
+    /// A frame a sibling received for one of this shard's connections.
+    Frame(Vec<u8>),
+    /// A sibling shard learned where a neighbour is (its answer came to that shard's queue).
+    Neighbour(std::net::IpAddr, [u8; 6]),
+    /// Reset everything and end the thread.
+    Stop,
+}
+
+/// Where the result of a connect goes, and who to wake (the tokio feature).
+pub(crate) struct ConnectReply {
+    pub(crate) tx: Sender<io::Result<ShardStream>>,
+    pub(crate) waker: Arc<Mutex<Option<Waker>>>,
+}
+
+impl ConnectReply {
+    pub(crate) fn send(self, result: io::Result<ShardStream>) {
+        // The application may have given up waiting; its stream then drops here, closing.
+        let _ = self.tx.send(result);
+        if let Some(w) = self.waker.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            w.wake();
+        }
+    }
+}
+
+/// An application's way to a shard: its command queue and the means to wake it.
+pub(crate) struct ShardLink {
+    pub(crate) index: usize,
+    commands: Sender<Command>,
+    waker: Option<bypass_device::Waker>,
+    sleeping: AtomicBool,
+}
+
+impl ShardLink {
+    /// Return a shard's link and the receiving end of its command queue.
+    pub(crate) fn new(index: usize, waker: Option<bypass_device::Waker>) -> (Arc<ShardLink>, Receiver<Command>) {
+        let (commands, rx) = crossbeam_channel::unbounded();
+        (Arc::new(ShardLink { index, commands, waker, sleeping: AtomicBool::new(false) }), rx)
+    }
+
+    /// Return whether the shard can be woken from its sleep on the device.
+    pub(crate) fn wakeable(&self) -> bool {
+        self.waker.is_some()
+    }
+
+    /// Say whether the shard sleeps (or is about to), so that a command wakes it.
+    pub(crate) fn set_sleeping(&self, sleeping: bool) {
+        self.sleeping.store(sleeping, Ordering::SeqCst);
+    }
+
+    /// Queue `command` and wake the shard if it sleeps.
+    pub(crate) fn command(&self, command: Command) {
+        if self.commands.send(command).is_err() {
+            return; // The shard has stopped; the caller's queues tell it so.
+        }
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst)
+            && let Some(w) = &self.waker
+        {
+            w.wake();
+        }
+    }
+}
+
+/// What a listener's shards share with its handle.
+#[derive(Default)]
+pub(crate) struct ListenerShared {
+    /// A task waiting in `poll_accept` (the tokio feature).
+    pub(crate) waker: Mutex<Option<Waker>>,
+}
+
+impl ListenerShared {
+    pub(crate) fn wake(&self) {
+        if let Some(w) = self.waker.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            w.wake();
+        }
     }
 }

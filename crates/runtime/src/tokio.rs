@@ -42,7 +42,7 @@ use crossbeam_channel::TryRecvError;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::local_socket::{LocalStream, abandon};
-use crate::stream::park;
+use crate::wait::park;
 use crate::{Connecting, Runtime};
 
 /// A listening port of a [`Runtime`], accepting with `.await`.

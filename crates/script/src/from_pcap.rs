@@ -45,7 +45,7 @@ pub enum Error {
     },
     /// Not a pcap or pcapng file, a damaged one, or one of a link type we do not read.
     #[error("{0}")]
-    Capture(#[from] bypass_io::ReadCaptureError),
+    Capture(#[from] bypass_device::ReadCaptureError),
     /// There is no such conversation.
     #[error("the capture has {found} TCP conversation(s) opened with a SYN; conversation {wanted} does not exist")]
     NoConversation {
@@ -72,7 +72,7 @@ struct Packet {
 
 fn packets(name: &str, bytes: &[u8]) -> Result<Vec<Packet>, Error> {
     // pcap or pcapng, Ethernet, Linux cooked or raw IP: every frame comes back as Ethernet.
-    let file = bypass_io::parse_capture(name, bytes)?;
+    let file = bypass_device::parse_capture(name, bytes)?;
     let mut out = Vec::new();
     for packet in &file.frames {
         let Ok(sliced) = SlicedPacket::from_ethernet(&packet.data) else { continue };

@@ -18,7 +18,7 @@
 //! +0    accept
 //! +0    state ESTABLISHED
 //! ";
-//! let parsed = bypass_script::parse::parse_script(script).unwrap();
+//! let parsed = bypass_script::parse_script(script).unwrap();
 //! let settings = Settings::from_pairs(&parsed.directives.config).unwrap();
 //! let report = run_script("inline", script, &mut VirtualTarget::new(&settings)).unwrap();
 //! assert_eq!(report.outbound, 1);
@@ -26,6 +26,7 @@
 //!
 //! | file | concern |
 //! |---|---|
+//! | `lib.rs` | running a script or a suite: [`run_script`], [`run_virtual`], [`check_file`], [`scripts_in`] |
 //! | `parse.rs` | the language: text to typed lines and directives |
 //! | `settings.rs` | `// @config` keys: the stack's settings and the runner's |
 //! | `matcher.rs` | number spaces, building inbound segments, comparing outbound ones |
@@ -135,7 +136,7 @@
 //! two network namespaces of a `bypass_lab::testlab::Lab` (root; the lab is removed on every
 //! exit path), against a [`Backend`]:
 //!
-//! - **The tester** is an AF_PACKET socket (`bypass_io::packet::PacketDevice`) on one veth
+//! - **The tester** is an AF_PACKET socket (`bypass_io::PacketDevice`) on one veth
 //!   end, in a namespace where that end has no kernel address (so its kernel never answers).
 //!   It injects the script's inbound segments as whole Ethernet/IPv4/TCP frames with correct
 //!   checksums, captures the SUT's TCP frames stamped with the real clock since the script
@@ -146,7 +147,7 @@
 //!   the tester, `initrwnd 10` on the subnet's route (our initial window of 10 segments,
 //!   Linux's own default before 4.19) and `tcp_rmem[2]` = our `recv_buffer_max` (16 MiB: the
 //!   same window scale, 9). The script's `@config` becomes sysctls in that namespace, route
-//!   metrics and socket options ([`wire_linux::LinuxSetup::from_config`] has the table, and
+//!   metrics and socket options ([`LinuxSetup::from_config`] has the table, and
 //!   the keys with no Linux equivalent: a script using one is reported skipped with the
 //!   reason). The application lines are served by sockets made in that namespace:
 //!
@@ -174,7 +175,7 @@
 //! socket in between; scripts run one at a time. Outbound segments carry the time the
 //! tester captured them.
 //!
-//! **Tolerance.** 25 ms ([`wire::DEFAULT_TOLERANCE_USECS`]; `BYPASS_WIRE_TOLERANCE_US`
+//! **Tolerance.** 25 ms ([`DEFAULT_TOLERANCE_USECS`]; `BYPASS_WIRE_TOLERANCE_US`
 //! overrides it; a script's own larger `tolerance_usecs` wins): packetdrill's 4 ms is for a
 //! quiet machine, while on a shared 2-vCPU VM a wake-up can be late by several milliseconds
 //! and Linux's timers sit on the timer wheel. A script that should pass and fails on timing
@@ -196,26 +197,30 @@
 #![warn(missing_docs)]
 
 pub mod from_pcap;
-pub mod matcher;
-pub mod parse;
-pub mod report;
-pub mod run;
-pub mod settings;
-pub mod target;
+mod matcher;
+mod parse;
+mod report;
+mod run;
+mod settings;
+mod target;
 #[path = "virtual.rs"]
-pub mod virtual_target;
-pub mod wire;
-pub mod wire_linux;
+mod virtual_target;
+mod wire;
+mod wire_linux;
 mod wire_sys;
 
 use std::path::{Path, PathBuf};
 
 pub use from_pcap::{Side, script_from_pcap, script_from_pcap_file};
+pub use parse::{Directives, ParseError, Script, SockOpt, parse_script};
 pub use report::{Failure, Report};
 pub use settings::Settings;
-pub use target::Target;
+pub use target::{Call, Micros, Returned, Sent, Target};
 pub use virtual_target::VirtualTarget;
-pub use wire::{Backend, WireOptions, WireTarget, WireVerdict, check_file_wire, check_wire};
+pub use wire::{
+    Backend, DEFAULT_TOLERANCE_USECS, WireError, WireOptions, WireTarget, WireVerdict, check_file_wire, check_wire,
+};
+pub use wire_linux::LinuxSetup;
 
 /// Parse `text` (named `path` in messages) and run it against `target`. The script's
 /// `@config` directives are not applied here: build the target from

@@ -1,9 +1,4 @@
-//! What a mode implements so that scripts can run against it.
-//!
-//! The runner ([`crate::run`]) speaks TCP segments (header and payload, checksummed for the
-//! addresses of [`Target::addresses`]) and application calls; a target moves them: the
-//! virtual target ([`crate::virtual_target`]) into a `bypass_stack::Interface` on virtual
-//! time, the wire targets ([`crate::wire`]) onto a veth pair on the real clock.
+//! What a mode implements so that scripts can run against it ([`Target`]).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -69,6 +64,12 @@ pub enum Call {
 }
 
 /// A mode the runner can drive. Time only moves forward.
+///
+/// The runner speaks TCP segments (header and payload, checksummed for the addresses of
+/// [`Target::addresses`]) and application calls; a target moves them: the virtual target
+/// ([`VirtualTarget`](crate::VirtualTarget)) into a `bypass_stack::Interface` on virtual
+/// time, the wire targets ([`WireTarget`](crate::WireTarget)) onto a veth pair on the real
+/// clock.
 pub trait Target {
     /// Return our stack's address and the tester's.
     fn addresses(&self) -> (Ipv4Addr, Ipv4Addr);

@@ -1,9 +1,4 @@
-//! The virtual-time target: a `bypass_stack::Interface` driven frame by frame, its timers
-//! run at their exact deadlines, no clock and no device.
-//!
-//! The tester sits on the same subnet with its own MAC. ARP stays out of the scripts: the
-//! target introduces the tester with one ARP request before the first line (our stack learns
-//! its MAC from it), drops our ARP replies, and answers any ARP request of ours at once.
+//! The virtual-time target ([`VirtualTarget`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -25,7 +20,12 @@ const EPOCH: u64 = 1_000_000;
 /// asking to run now.
 const SPIN_LIMIT: u32 = 10_000;
 
-/// The virtual-time target (see the module docs).
+/// The virtual-time target: a `bypass_stack::Interface` driven frame by frame, its timers
+/// run at their exact deadlines, no clock and no device.
+///
+/// The tester sits on the same subnet with its own MAC. ARP stays out of the scripts: the
+/// target introduces the tester with one ARP request before the first line (our stack learns
+/// its MAC from it), drops our ARP replies, and answers any ARP request of ours at once.
 pub struct VirtualTarget {
     iface: Interface,
     /// Only collects what the stack sends: the target feeds frames to `iface` itself.

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::{Duration, Instant as Clock};
 
 use bypass_device::Device;
-use bypass_io::packet::{PacketConfig, PacketDevice};
 use bypass_io::xdp::{XdpConfig, XdpDevice};
+use bypass_io::{PacketConfig, PacketDevice};
 use bypass_lab::testlab::{Lab, LabConfig, in_namespace};
 use bypass_stack::Interface;
 use bypass_tcp::{Instant, Segment};

@@ -150,9 +150,9 @@ fn a_capture_converts_and_runs() {
 #[test]
 fn a_pcapng_recording_of_ours_converts_and_runs() {
     let pcap = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../pcap/handshake-options.pcap");
-    let file = bypass_io::read_capture(&pcap).unwrap();
+    let file = bypass_device::read_capture(&pcap).unwrap();
     let out = std::env::temp_dir().join(format!("bypass-script-{}.pcapng", std::process::id()));
-    let capture = bypass_io::PcapNgCapture::create(&out, "replay", "test", std::time::UNIX_EPOCH).unwrap();
+    let capture = bypass_device::PcapNgCapture::create(&out, "replay", "test", std::time::UNIX_EPOCH).unwrap();
     let report = bypass_lab::replay::replay(&file, bypass_lab::replay::Role::Server, Some(Box::new(capture))).unwrap();
     assert!(report.matched(), "{}", report.side_by_side());
     let script = bypass_script::script_from_pcap_file(&out, 1, bypass_script::Side::Server);

@@ -27,8 +27,8 @@ const ROUTER4: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 254);
 const A6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
 const B6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
 const ROUTER6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0xfe);
-const MAC_A: [u8; 6] = bypass_device::memory::MAC_A;
-const MAC_B: [u8; 6] = bypass_device::memory::MAC_B;
+const MAC_A: [u8; 6] = bypass_device::MAC_A;
+const MAC_B: [u8; 6] = bypass_device::MAC_B;
 
 const ICMP: u8 = 1;
 const TCP: u8 = 6;

@@ -23,13 +23,14 @@
 //! ```
 //!
 //! Layout: `sys` holds every system call and all `unsafe`; [`program`] the eBPF program;
-//! [`umem`] and [`socket`] the safe frame-token API; this module the [`Device`].
+//! `umem.rs` ([`Umem`]) and `socket.rs` ([`XskSocket`]) the safe frame-token API; this
+//! module the [`Device`].
 
 mod error;
 pub mod program;
-pub mod socket;
+mod socket;
 mod sys;
-pub mod umem;
+mod umem;
 
 use std::io;
 use std::net::IpAddr;

@@ -528,7 +528,7 @@ pub struct TxChecksum {
 
 /// A run of adjacent frames at the end of the UMEM, past the frames, that one packet is
 /// written into whole and sent as a chain of descriptors that follow each other without a
-/// gap (see [`UmemArea::new`]). Move-only, like [`Frame`].
+/// gap (see `UmemArea::new`). Move-only, like [`Frame`].
 #[derive(Debug, PartialEq, Eq)]
 pub struct Span {
     index: u32,

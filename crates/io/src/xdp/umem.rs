@@ -1,18 +1,18 @@
-//! The UMEM: the packet buffer area an AF_XDP socket shares with the kernel, cut into frames,
-//! and the free lists of the frames user space holds.
-//!
-//! Frames are move-only [`Frame`] tokens: while you hold one, the kernel does not touch its
-//! bytes, so [`Umem::data`] and [`Umem::buffer_mut`] need no `unsafe`. The receive frames
-//! circulate fill ring -> RX ring -> caller -> fill ring; the send frames circulate free list ->
-//! TX ring -> completion ring -> free list. Keeping the two pools apart means a burst of
-//! sending can never starve reception, nor the reverse.
+//! The UMEM ([`Umem`]).
 
 use std::io;
 
 use super::sys::{CompletionQueue, FillQueue, RxQueue, RxTaken, TxChecksum, TxQueue, UmemArea};
 pub use super::sys::{Frame, Span, SpanLayout};
 
-/// A UMEM area and the frames user space holds.
+/// The UMEM: the packet buffer area an AF_XDP socket shares with the kernel, cut into frames,
+/// and the free lists of the frames user space holds.
+///
+/// Frames are move-only [`Frame`] tokens: while you hold one, the kernel does not touch its
+/// bytes, so [`Umem::data`] and [`Umem::buffer_mut`] need no `unsafe`. The receive frames
+/// circulate fill ring -> RX ring -> caller -> fill ring; the send frames circulate free list ->
+/// TX ring -> completion ring -> free list. Keeping the two pools apart means a burst of
+/// sending can never starve reception, nor the reverse.
 pub struct Umem {
     area: UmemArea,
     /// Send frames not in flight, used as a stack: the frame freed last, still warm in the
