@@ -8,7 +8,7 @@
 mod conversation;
 mod decode;
 mod ladder;
-pub(crate) mod svg;
+mod svg;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{self, BufWriter, IsTerminal, Write};

@@ -7,6 +7,7 @@
 
 use std::fmt::Write;
 
+use bypass_bench::svg::escape;
 use bypass_tcp::State;
 
 use super::Report;
@@ -31,24 +32,6 @@ const CLIENT_COLOUR: &str = "#1f5fbf";
 const SERVER_COLOUR: &str = "#a55000";
 const PROBLEM_COLOUR: &str = "#d01010";
 const MUTED: &str = "#707070";
-
-/// Return `text` escaped for XML character data and attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // Control characters are not allowed in XML 1.0.
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push(' '),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// Text to place: position, anchor, size, colour, weight.
 struct Text<'a> {
@@ -257,14 +240,4 @@ fn arrow(svg: &mut String, x0: f64, y0: f64, x1: f64, y1: f64, colour: &str) {
         bx - nx,
         by - ny
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn text_is_escaped_for_xml() {
-        assert_eq!(escape("<a & 'b'> \"c\"\u{1}"), "&lt;a &amp; &apos;b&apos;&gt; &quot;c&quot; ");
-    }
 }

@@ -60,7 +60,7 @@ pub fn render(rows: &[Row], c: &Conditions) -> Vec<(&'static str, String)> {
     vec![("latency-cdf.svg", latency_cdf(rows, c)), ("throughput.svg", throughput(rows, c)), ("cpu.svg", cpu(rows, c))]
 }
 
-use crate::inspect::svg::escape;
+use crate::svg::escape;
 
 /// Text to place: position, anchor, size, colour, weight.
 struct Text<'a> {
@@ -510,11 +510,6 @@ fn cpu(rows: &[Row], c: &Conditions) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn escape_makes_text_safe() {
-        assert_eq!(escape("a<b & \"c\"> 'd'"), "a&lt;b &amp; &quot;c&quot;&gt; &apos;d&apos;");
-    }
 
     #[test]
     fn nice_steps_are_1_2_5() {
