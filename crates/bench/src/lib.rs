@@ -816,7 +816,7 @@ pub fn run(args: Options) -> Result<(), String> {
         })
         .collect();
     let mut text = report::table(&rows, &conditions);
-    let mut markdown = report::markdown(&rows, &conditions);
+    let mut markdown = report::markdown(&rows, &conditions, charts::MARKDOWN_LINKS);
     if let Some(app) = &conditions.app {
         text.push_str(&app::markdown(app));
         markdown.push_str(&app::markdown(app));
