@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bypass_bench::EchoServer;
+use bypass_device::{Device, PcapNgCapture};
 use bypass_io::xdp::{XdpConfig, XdpDevice, XdpError, XdpMode};
-use bypass_io::{PacketConfig, PacketDevice, PcapNgCapture, netdev};
+use bypass_io::{PacketConfig, PacketDevice, netdev};
 use bypass_lab::testlab::{Lab, LabConfig};
-use bypass_stack::{Device, Stack, StackConfig};
+use bypass_stack::{Stack, StackConfig};
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
@@ -490,7 +491,7 @@ fn capture_path(path: &std::path::Path, queue: usize) -> std::path::PathBuf {
 
 fn replay(args: ReplayArgs) -> Result<(), String> {
     use bypass_lab::replay::{self, Role};
-    let file = bypass_io::read_capture(&args.file).map_err(|e| e.to_string())?;
+    let file = bypass_device::read_capture(&args.file).map_err(|e| e.to_string())?;
     for skipped in &file.skipped {
         eprintln!("skipped frame {}: {}", skipped.index, skipped.reason);
     }
@@ -498,7 +499,7 @@ fn replay(args: ReplayArgs) -> Result<(), String> {
         ReplayRole::Server => Role::Server,
         ReplayRole::Client => Role::Client,
     };
-    let capture: Option<Box<dyn bypass_stack::Capture>> = match &args.pcap {
+    let capture: Option<Box<dyn bypass_device::Capture>> = match &args.pcap {
         Some(path) => {
             let description = "bypass replay";
             let cap =

@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::time::Duration;
 
-use bypass_stack::{Device, ListenerId, SocketId, Stack};
+use bypass_device::Device;
+use bypass_stack::{ListenerId, SocketId, Stack};
 use bypass_tcp::{Event, Instant};
 
 /// Bytes read from the stack in one call.

@@ -70,11 +70,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bypass_device::LinkConfig;
-use bypass_io::memory::Clock;
-use bypass_io::netdev;
+use bypass_device::{Clock, LinkConfig, MemoryLink};
 use bypass_io::xdp::{XdpConfig, XdpDevice};
-use bypass_io::{MemoryLink, PacketDevice};
+use bypass_io::{PacketDevice, netdev};
 use bypass_lab::testlab::{Lab, LabConfig};
 
 pub use echo::EchoServer;
@@ -321,7 +319,7 @@ impl Transport {
                 "as row 6 with bx0 and px0 at the jumbo MTU, on the same multi-buffer device as row 5j; bulk only"
             }
             Transport::StackMemory => {
-                "server and client: our stack, each spinning on a thread of its own, joined by the in-memory link (bypass_io::MemoryLink, real time) inside the demo process; no kernel on the path"
+                "server and client: our stack, each spinning on a thread of its own, joined by the in-memory link (bypass_device::MemoryLink, real time) inside the demo process; no kernel on the path"
             }
         }
     }
