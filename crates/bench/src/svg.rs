@@ -2,7 +2,7 @@
 //! written with.
 //!
 //! Pictures are written by hand into a `String`: [`document`] wraps a body of elements into
-//! a whole SVG file; [`text`], [`line`], [`dashed_line`], [`rect`], [`polyline`],
+//! a whole SVG file; [`text`], [`line()`], [`dashed_line`], [`rect`], [`polyline`],
 //! [`polygon`], [`circle`] and [`open_group`]/[`close_group`] append one element each. Every
 //! text goes through [`escape`], so any label, address or comment makes well-formed XML.
 //! Coordinates and lengths are written to a tenth of a pixel.
@@ -131,7 +131,7 @@ pub fn line(svg: &mut String, from: (f64, f64), to: (f64, f64), stroke: &str, wi
     );
 }
 
-/// Append a dashed line: [`line`] with `dashes` as its dash pattern (`"6 4"`: 6 pixels
+/// Append a dashed line: [`line()`] with `dashes` as its dash pattern (`"6 4"`: 6 pixels
 /// drawn, 4 left out).
 pub fn dashed_line(svg: &mut String, from: (f64, f64), to: (f64, f64), stroke: &str, width: f64, dashes: &str) {
     let ((x1, y1), (x2, y2)) = (from, to);
