@@ -1,8 +1,6 @@
 //! `bypass`: run the userspace TCP/IP stack on a network interface, and the lab around it.
 #![deny(unsafe_code)]
 
-mod demo;
-mod echo;
 mod inspect;
 mod run;
 
@@ -12,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use bypass_bench::EchoServer;
 use bypass_device::{Device, PcapNgCapture};
 use bypass_io::xdp::{XdpConfig, XdpDevice, XdpError, XdpMode};
 use bypass_io::{PacketConfig, PacketDevice, netdev};
@@ -84,6 +83,13 @@ struct DemoArgs {
     /// Directory for results.md, results.json and the SVG charts.
     #[arg(long, value_name = "DIR", default_value = "results")]
     out: std::path::PathBuf,
+}
+
+impl From<DemoArgs> for bypass_bench::Options {
+    fn from(args: DemoArgs) -> Self {
+        let DemoArgs { quick, only, workload, duration, runs, json, out } = args;
+        bypass_bench::Options { quick, only, workload, duration, runs, json, out }
+    }
 }
 
 #[derive(clap::Args)]
@@ -290,7 +296,7 @@ fn main() -> ExitCode {
         ),
         Command::Replay(args) => replay(args),
         Command::Script(args) => script(args),
-        Command::Demo(args) => demo::run(args),
+        Command::Demo(args) => bypass_bench::run(args.into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -579,7 +585,7 @@ fn serve<D: Device>(
         stack.set_capture(Box::new(capture));
         println!("recording to {}", path.display());
     }
-    let mut server = echo::EchoServer::new(&mut stack, port, idle).map_err(|e| e.to_string())?;
+    let mut server = EchoServer::new(&mut stack, port, idle).map_err(|e| e.to_string())?;
     let io = |e: std::io::Error| format!("packet I/O failed: {e}");
     while !stop.load(Ordering::Relaxed) {
         // Receive, answer, then transmit: the echoed data carries the ACK.

@@ -7,7 +7,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use bypass_io::CapturedFrame;
+use bypass_device::CapturedFrame;
 use bypass_tcp::{Flags, ParseError, Segment, SeqNum, TcpOptions};
 use etherparse::{EtherType, IpNumber, LaxNetSlice, LaxSlicedPacket, LinkSlice};
 

@@ -8,13 +8,13 @@
 mod conversation;
 mod decode;
 mod ladder;
-pub(crate) mod svg;
+mod svg;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
-use bypass_io::{CaptureFile, read_capture};
+use bypass_device::{CaptureFile, read_capture};
 
 use conversation::{Conversation, Tracker};
 use ladder::{Style, count};

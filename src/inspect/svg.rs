@@ -3,10 +3,10 @@
 //! both sides' states where they change, flagged events in red.
 //!
 //! Rows are evenly spaced (time is written at the left, not drawn to scale), so that bursts
-//! stay readable. The text is escaped, so any comment or address makes well-formed XML.
+//! stay readable. Drawn with the SVG primitives of `bypass_bench::svg`, as the demo's charts
+//! are: the text is escaped, so any comment or address makes well-formed XML.
 
-use std::fmt::Write;
-
+use bypass_bench::svg::{circle, close_group, document, line, open_group, polygon, rect, text};
 use bypass_tcp::State;
 
 use super::Report;
@@ -32,54 +32,6 @@ const SERVER_COLOUR: &str = "#a55000";
 const PROBLEM_COLOUR: &str = "#d01010";
 const MUTED: &str = "#707070";
 
-/// Return `text` escaped for XML character data and attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // Control characters are not allowed in XML 1.0.
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push(' '),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Text to place: position, anchor, size, colour, weight.
-struct Text<'a> {
-    x: f64,
-    y: f64,
-    anchor: &'a str,
-    size: u32,
-    fill: &'a str,
-    bold: bool,
-}
-
-impl Text<'_> {
-    fn write(&self, svg: &mut String, text: &str) {
-        let weight = if self.bold { " font-weight=\"bold\"" } else { "" };
-        let _ = writeln!(
-            svg,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="{}" font-size="{}" fill="{}"{weight}>{}</text>"#,
-            self.x,
-            self.y,
-            self.anchor,
-            self.size,
-            self.fill,
-            escape(text)
-        );
-    }
-}
-
-fn text(x: f64, y: f64, anchor: &str) -> Text<'_> {
-    Text { x, y, anchor, size: 12, fill: "#202020", bold: false }
-}
-
 fn state_colour(state: State) -> &'static str {
     match state {
         State::Established => "#1a7f37",
@@ -93,7 +45,7 @@ pub fn render(report: &Report, comments: bool) -> String {
     let mut body = String::new();
     let mut y = MARGIN;
     let title = format!("bypass inspect {}", report.name);
-    text(MARGIN, y + 14.0, "start").bold().size(16).write(&mut body, &title);
+    text(MARGIN, y + 14.0, "start").bold().size(16.0).write(&mut body, &title);
     y += 34.0;
     if report.conversations.is_empty() {
         text(MARGIN, y + 12.0, "start").write(&mut body, "no TCP conversations in this capture");
@@ -106,39 +58,14 @@ pub fn render(report: &Report, comments: bool) -> String {
         text(MARGIN, y + 12.0, "start").fill(MUTED).write(&mut body, &line);
         y += LINE;
     }
-    let height = y + MARGIN;
-    let mut svg = String::with_capacity(body.len() + 512);
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0}" viewBox="0 0 {WIDTH} {height:.0}" font-family="{FONT}">"#
-    );
-    let _ = writeln!(svg, "<title>{}</title>", escape(&title));
-    let _ = writeln!(svg, r##"<rect x="0" y="0" width="{WIDTH}" height="{height:.0}" fill="#ffffff"/>"##);
-    svg.push_str(&body);
-    svg.push_str("</svg>\n");
-    svg
-}
-
-impl<'a> Text<'a> {
-    fn bold(mut self) -> Self {
-        self.bold = true;
-        self
-    }
-    fn size(mut self, size: u32) -> Self {
-        self.size = size;
-        self
-    }
-    fn fill(mut self, fill: &'a str) -> Self {
-        self.fill = fill;
-        self
-    }
+    document(WIDTH, y + MARGIN, FONT, &title, &body)
 }
 
 /// Draw conversation `number` from `y` down; return the `y` below it.
 fn draw_conversation(svg: &mut String, mut y: f64, number: usize, c: &Conversation, comments: bool) -> f64 {
-    let _ = writeln!(svg, "<g>");
+    open_group(svg);
     let title = format!("TCP conversation {number}: {} <-> {}", c.client, c.server);
-    text(MARGIN, y + 14.0, "start").bold().size(14).write(svg, &title);
+    text(MARGIN, y + 14.0, "start").bold().size(14.0).write(svg, &title);
     y += 22.0;
     for note in notes(c) {
         text(MARGIN, y + 12.0, "start").fill(MUTED).write(svg, &format!("({note})"));
@@ -149,18 +76,14 @@ fn draw_conversation(svg: &mut String, mut y: f64, number: usize, c: &Conversati
     for (x, role, addr) in [(X_CLIENT, "client", c.client), (X_SERVER, "server", c.server)] {
         let label = addr.to_string();
         let w = (label.len() as f64 * 7.3 + 20.0).max(120.0);
-        let _ = writeln!(
-            svg,
-            r##"<rect x="{:.1}" y="{y:.1}" width="{w:.1}" height="36" rx="5" fill="#f2f4f8" stroke="#8090a8"/>"##,
-            x - w / 2.0
-        );
+        rect(x - w / 2.0, y, w, 36.0, "#f2f4f8").rounded(5.0).stroke("#8090a8").write(svg);
         text(x, y + 15.0, "middle").bold().write(svg, role);
-        text(x, y + 29.0, "middle").size(11).write(svg, &label);
+        text(x, y + 29.0, "middle").size(11.0).write(svg, &label);
     }
     y += 36.0;
     let top = y;
     y += 18.0;
-    text(MARGIN, y - 4.0, "start").fill(MUTED).size(11).write(svg, "time");
+    text(MARGIN, y - 4.0, "start").fill(MUTED).size(11.0).write(svg, "time");
     state_label(svg, CLIENT, y - 4.0, c.initial[CLIENT]);
     state_label(svg, SERVER, y - 4.0, c.initial[SERVER]);
     y += 12.0;
@@ -175,17 +98,12 @@ fn draw_conversation(svg: &mut String, mut y: f64, number: usize, c: &Conversati
             (false, true) => CLIENT_COLOUR,
             (false, false) => SERVER_COLOUR,
         };
-        text(MARGIN, y0 + 4.0, "start").size(11).fill(MUTED).write(svg, &format_ms(row.time_ns));
+        text(MARGIN, y0 + 4.0, "start").size(11.0).fill(MUTED).write(svg, &format_ms(row.time_ns));
         arrow(&mut arrows, x0, y0, x1, y1, colour);
         // The label sits on the arrow, turned to its slant, nearer the sender.
         let (mx, my) = (x0 + (x1 - x0) * 0.5, y0 + SLANT * 0.5);
         let angle = (SLANT / (x1 - x0)).atan().to_degrees();
-        let _ = writeln!(
-            arrows,
-            r#"<text x="{mx:.1}" y="{:.1}" text-anchor="middle" font-size="11.5" fill="{colour}" transform="rotate({angle:.2} {mx:.1} {my:.1})">{}</text>"#,
-            my - 5.0,
-            escape(&row.label())
-        );
+        text(mx, my - 5.0, "middle").size(11.5).fill(colour).turned(angle, (mx, my)).write(&mut arrows, &row.label());
         // A state changes where the segment leaves its sender or reaches its receiver.
         for side in [CLIENT, SERVER] {
             if let Some(state) = row.states[side] {
@@ -198,13 +116,13 @@ fn draw_conversation(svg: &mut String, mut y: f64, number: usize, c: &Conversati
             let events = row.events.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
             let events = format!("{events} (frame {})", row.frame);
             let fill = if problem { PROBLEM_COLOUR } else { MUTED };
-            let t = text((X_CLIENT + X_SERVER) / 2.0, y - 6.0, "middle").size(11).fill(fill);
+            let t = text((X_CLIENT + X_SERVER) / 2.0, y - 6.0, "middle").size(11.0).fill(fill);
             if problem { t.bold() } else { t }.write(svg, &events);
             y += LINE;
         }
         if comments && let Some(comment) = &row.comment {
             text((X_CLIENT + X_SERVER) / 2.0, y - 6.0, "middle")
-                .size(10)
+                .size(10.0)
                 .fill(MUTED)
                 .write(svg, &format!("# {comment}"));
             y += LINE;
@@ -212,10 +130,7 @@ fn draw_conversation(svg: &mut String, mut y: f64, number: usize, c: &Conversati
     }
     let bottom = y;
     for x in [X_CLIENT, X_SERVER] {
-        let _ = writeln!(
-            svg,
-            r##"<line x1="{x}" y1="{top:.1}" x2="{x}" y2="{bottom:.1}" stroke="#404040" stroke-width="2"/>"##
-        );
+        line(svg, (x, top), (x, bottom), "#404040", 2.0);
     }
     svg.push_str(&arrows);
     y += 8.0;
@@ -227,7 +142,7 @@ fn draw_conversation(svg: &mut String, mut y: f64, number: usize, c: &Conversati
         text(MARGIN, y + 12.0, "start").write(svg, &line);
         y += LINE;
     }
-    let _ = writeln!(svg, "</g>");
+    close_group(svg);
     y
 }
 
@@ -235,7 +150,7 @@ fn state_label(svg: &mut String, side: usize, y: f64, state: State) {
     let (x, anchor) = if side == CLIENT { (X_CLIENT - 10.0, "end") } else { (X_SERVER + 10.0, "start") };
     text(x, y, anchor).bold().fill(state_colour(state)).write(svg, state.name());
     let dot_x = if side == CLIENT { X_CLIENT } else { X_SERVER };
-    let _ = writeln!(svg, r#"<circle cx="{dot_x}" cy="{:.1}" r="3" fill="{}"/>"#, y - 4.0, state_colour(state));
+    circle(svg, (dot_x, y - 4.0), 3.0, state_colour(state));
 }
 
 /// Draw a line from `(x0, y0)` to `(x1, y1)` with a filled head at the end.
@@ -245,26 +160,6 @@ fn arrow(svg: &mut String, x0: f64, y0: f64, x1: f64, y1: f64, colour: &str) {
     let (ux, uy) = (dx / len, dy / len);
     let (bx, by) = (x1 - ux * 10.0, y1 - uy * 10.0);
     let (nx, ny) = (-uy * 4.5, ux * 4.5);
-    let _ = writeln!(
-        svg,
-        r#"<line x1="{x0:.1}" y1="{y0:.1}" x2="{bx:.1}" y2="{by:.1}" stroke="{colour}" stroke-width="1.6"/>"#
-    );
-    let _ = writeln!(
-        svg,
-        r#"<polygon points="{x1:.1},{y1:.1} {:.1},{:.1} {:.1},{:.1}" fill="{colour}"/>"#,
-        bx + nx,
-        by + ny,
-        bx - nx,
-        by - ny
-    );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn text_is_escaped_for_xml() {
-        assert_eq!(escape("<a & 'b'> \"c\"\u{1}"), "&lt;a &amp; &apos;b&apos;&gt; &quot;c&quot; ");
-    }
+    line(svg, (x0, y0), (bx, by), colour, 1.6);
+    polygon(svg, [(x1, y1), (bx + nx, by + ny), (bx - nx, by - ny)], colour);
 }

@@ -2,12 +2,11 @@
 //! 64 B request/response over one connection, bulk throughput in both directions, and CPU
 //! per request with the request rate.
 //!
-//! Written by hand like `inspect`'s ladder picture: every text is escaped, so any label makes
-//! well-formed XML.
-
-use std::fmt::Write;
+//! Drawn with the SVG primitives of [`crate::svg`], as `inspect`'s ladder picture is: every
+//! text is escaped, so any label makes well-formed XML.
 
 use super::report::{Row, conditions_line};
+use super::svg::{dashed_line, document, line, polyline, rect, text};
 use super::{Conditions, Transport, Workload};
 
 /// The workload of the latency CDF and the CPU chart.
@@ -20,7 +19,6 @@ pub const MARKDOWN_LINKS: &str =
 const WIDTH: f64 = 1000.0;
 const MARGIN: f64 = 16.0;
 const FONT: &str = "DejaVu Sans, Helvetica, Arial, sans-serif";
-const INK: &str = "#202020";
 const MUTED: &str = "#707070";
 const GRID: &str = "#e4e4e4";
 const AXIS: &str = "#404040";
@@ -60,68 +58,6 @@ pub fn render(rows: &[Row], c: &Conditions) -> Vec<(&'static str, String)> {
     vec![("latency-cdf.svg", latency_cdf(rows, c)), ("throughput.svg", throughput(rows, c)), ("cpu.svg", cpu(rows, c))]
 }
 
-use crate::inspect::svg::escape;
-
-/// Text to place: position, anchor, size, colour, weight.
-struct Text<'a> {
-    x: f64,
-    y: f64,
-    anchor: &'a str,
-    size: u32,
-    fill: &'a str,
-    bold: bool,
-    rotate: bool,
-}
-
-impl<'a> Text<'a> {
-    fn write(&self, svg: &mut String, text: &str) {
-        let weight = if self.bold { " font-weight=\"bold\"" } else { "" };
-        let rotate =
-            if self.rotate { format!(" transform=\"rotate(-90 {:.1} {:.1})\"", self.x, self.y) } else { String::new() };
-        let _ = writeln!(
-            svg,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="{}" font-size="{}" fill="{}"{weight}{rotate}>{}</text>"#,
-            self.x,
-            self.y,
-            self.anchor,
-            self.size,
-            self.fill,
-            escape(text)
-        );
-    }
-    fn bold(mut self) -> Self {
-        self.bold = true;
-        self
-    }
-    fn size(mut self, size: u32) -> Self {
-        self.size = size;
-        self
-    }
-    fn fill(mut self, fill: &'a str) -> Self {
-        self.fill = fill;
-        self
-    }
-    fn rotated(mut self) -> Self {
-        self.rotate = true;
-        self
-    }
-}
-
-fn text(x: f64, y: f64, anchor: &str) -> Text<'_> {
-    Text { x, y, anchor, size: 12, fill: INK, bold: false, rotate: false }
-}
-
-fn line(svg: &mut String, (x1, y1): (f64, f64), (x2, y2): (f64, f64), stroke: &str, width: f64) {
-    let _ = writeln!(
-        svg,
-        r#"<line x1="{x1:.1}" y1="{y1:.1}" x2="{x2:.1}" y2="{y2:.1}" stroke="{stroke}" stroke-width="{width}"/>"#
-    );
-}
-
-fn rect(svg: &mut String, x: f64, y: f64, w: f64, h: f64, fill: &str) {
-    let _ = writeln!(svg, r#"<rect x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{h:.1}" fill="{fill}"/>"#);
-}
-
 /// Split `text` into lines of at most `width` characters, at spaces.
 fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines = vec![String::new()];
@@ -141,7 +77,7 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
 
 /// Write the title and subtitle; return the `y` below them.
 fn heading(svg: &mut String, title: &str, subtitle: &str) -> f64 {
-    text(MARGIN, MARGIN + 16.0, "start").bold().size(17).write(svg, title);
+    text(MARGIN, MARGIN + 16.0, "start").bold().size(17.0).write(svg, title);
     text(MARGIN, MARGIN + 36.0, "start").fill(MUTED).write(svg, subtitle);
     MARGIN + 56.0
 }
@@ -149,24 +85,10 @@ fn heading(svg: &mut String, title: &str, subtitle: &str) -> f64 {
 /// Write the run's date and conditions in small text from `y` down; return the `y` below.
 fn footer(svg: &mut String, mut y: f64, c: &Conditions) -> f64 {
     for l in wrap(&format!("conditions: {}", conditions_line(c)), 170) {
-        text(MARGIN, y + 10.0, "start").size(10).fill(MUTED).write(svg, &l);
+        text(MARGIN, y + 10.0, "start").size(10.0).fill(MUTED).write(svg, &l);
         y += 13.0;
     }
     y
-}
-
-/// Wrap `body` into a whole SVG document of height `height`.
-fn document(title: &str, height: f64, body: &str) -> String {
-    let mut svg = String::with_capacity(body.len() + 512);
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0}" viewBox="0 0 {WIDTH} {height:.0}" font-family="{FONT}">"#
-    );
-    let _ = writeln!(svg, "<title>{}</title>", escape(title));
-    let _ = writeln!(svg, r##"<rect x="0" y="0" width="{WIDTH}" height="{height:.0}" fill="#ffffff"/>"##);
-    svg.push_str(body);
-    svg.push_str("</svg>\n");
-    svg
 }
 
 /// Return a tick step of 1, 2 or 5 times a power of ten that cuts `max` into about `n` parts.
@@ -233,7 +155,7 @@ fn latency_cdf(rows: &[Row], c: &Conditions) -> String {
     for i in 0..=10 {
         let q = i as f64 / 10.0;
         line(&mut svg, (left, y_of(q)), (right, y_of(q)), GRID, 1.0);
-        text(left - 6.0, y_of(q) + 4.0, "end").size(11).write(&mut svg, &format!("{q:.1}"));
+        text(left - 6.0, y_of(q) + 4.0, "end").size(11.0).write(&mut svg, &format!("{q:.1}"));
     }
     let mut decade = d0;
     while decade <= d1 {
@@ -244,36 +166,27 @@ fn latency_cdf(rows: &[Row], c: &Conditions) -> String {
             }
             let x = x_of(v);
             line(&mut svg, (x, plot_top), (x, plot_bottom), GRID, if m == 1.0 { 1.2 } else { 0.6 });
-            text(x, plot_bottom + 16.0, "middle").size(11).write(&mut svg, &tick_label(v));
+            text(x, plot_bottom + 16.0, "middle").size(11.0).write(&mut svg, &tick_label(v));
         }
         decade += 1.0;
     }
     line(&mut svg, (left, plot_bottom), (right, plot_bottom), AXIS, 1.2);
     line(&mut svg, (left, plot_top), (left, plot_bottom), AXIS, 1.2);
     text((left + right) / 2.0, plot_bottom + 36.0, "middle")
-        .size(13)
+        .size(13.0)
         .write(&mut svg, "round-trip latency (µs, log scale)");
     text(28.0, (plot_top + plot_bottom) / 2.0, "middle")
-        .size(13)
+        .size(13.0)
         .rotated()
         .write(&mut svg, "fraction of round trips ≤ latency");
 
     if let Some(f) = floor {
         let x = x_of(f);
-        let _ = writeln!(
-            svg,
-            r#"<line x1="{x:.1}" y1="{plot_top:.1}" x2="{x:.1}" y2="{plot_bottom:.1}" stroke="{FLOOR_COLOUR}" stroke-width="1.5" stroke-dasharray="6 4"/>"#
-        );
-        text(x, plot_top - 4.0, "middle").size(11).fill(FLOOR_COLOUR).write(&mut svg, "floor");
+        dashed_line(&mut svg, (x, plot_top), (x, plot_bottom), FLOOR_COLOUR, 1.5, "6 4");
+        text(x, plot_top - 4.0, "middle").size(11.0).fill(FLOOR_COLOUR).write(&mut svg, "floor");
     }
     for r in &lines {
-        let points: Vec<String> = r.cdf.iter().map(|(v, q)| format!("{:.1},{:.1}", x_of(*v), y_of(*q))).collect();
-        let _ = writeln!(
-            svg,
-            r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="2.2" stroke-linejoin="round"/>"#,
-            points.join(" "),
-            colour(r.transport)
-        );
+        polyline(&mut svg, r.cdf.iter().map(|(v, q)| (x_of(*v), y_of(*q))), colour(r.transport), 2.2);
     }
     if lines.is_empty() {
         text((left + right) / 2.0, (plot_top + plot_bottom) / 2.0, "middle")
@@ -295,30 +208,20 @@ fn latency_cdf(rows: &[Row], c: &Conditions) -> String {
     let (lw, lh) = (420.0, 12.0 + 18.0 * entries.len() as f64);
     let (lx, ly) = (right - lw - 10.0, plot_bottom - lh - 10.0);
     if !entries.is_empty() {
-        let _ = writeln!(
-            svg,
-            r##"<rect x="{lx:.1}" y="{ly:.1}" width="{lw:.1}" height="{lh:.1}" fill="#ffffff" fill-opacity="0.9" stroke="#b0b0b0"/>"##
-        );
+        rect(lx, ly, lw, lh, "#ffffff").opacity(0.9).stroke("#b0b0b0").write(&mut svg);
     }
     for (i, (label, col)) in entries.iter().enumerate() {
         let y = ly + 16.0 + 18.0 * i as f64;
         if *col == FLOOR_COLOUR {
-            let _ = writeln!(
-                svg,
-                r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{col}" stroke-width="1.5" stroke-dasharray="6 4"/>"#,
-                lx + 10.0,
-                y - 4.0,
-                lx + 36.0,
-                y - 4.0
-            );
+            dashed_line(&mut svg, (lx + 10.0, y - 4.0), (lx + 36.0, y - 4.0), col, 1.5, "6 4");
         } else {
             line(&mut svg, (lx + 10.0, y - 4.0), (lx + 36.0, y - 4.0), col, 3.0);
         }
-        text(lx + 44.0, y, "start").size(12).write(&mut svg, label);
+        text(lx + 44.0, y, "start").size(12.0).write(&mut svg, label);
     }
 
     let height = footer(&mut svg, plot_bottom + 52.0, c) + MARGIN;
-    document(title, height, &svg)
+    document(WIDTH, height, FONT, title, &svg)
 }
 
 /// One bar of a horizontal bar chart: segments laid end to end, and the text after it.
@@ -367,38 +270,38 @@ fn bar_panel(
     let mut t = 0.0;
     while t <= top + step * 1e-6 {
         line(svg, (x + scale(t), y - 4.0), (x + scale(t), bottom), GRID, 1.0);
-        text(x + scale(t), bottom + 15.0, "middle").size(11).write(svg, &tick_label((t / step).round() * step));
+        text(x + scale(t), bottom + 15.0, "middle").size(11.0).write(svg, &tick_label((t / step).round() * step));
         t += step;
     }
     for (i, g) in groups.iter().enumerate() {
         let gy = y + GROUP_GAP / 2.0 + i as f64 * (gh + GROUP_GAP);
         if labels {
-            text(x - 8.0, gy + gh / 2.0 + 4.0, "end").size(12).write(svg, &g.label);
+            text(x - 8.0, gy + gh / 2.0 + 4.0, "end").size(12.0).write(svg, &g.label);
         }
         if let Some(why) = &g.missing {
-            text(x + 6.0, gy + gh / 2.0 + 4.0, "start").size(11).fill(MUTED).write(svg, why);
+            text(x + 6.0, gy + gh / 2.0 + 4.0, "start").size(11.0).fill(MUTED).write(svg, why);
         }
         for (j, b) in g.bars.iter().enumerate() {
             let by = gy + j as f64 * (BAR + BAR_GAP);
             let mut bx = x;
             for (v, col) in &b.segments {
-                rect(svg, bx, by, scale(*v), BAR, col);
+                rect(bx, by, scale(*v), BAR, col).write(svg);
                 bx += scale(*v);
             }
-            text(bx + 5.0, by + BAR - 5.0, "start").size(11).write(svg, &b.text);
+            text(bx + 5.0, by + BAR - 5.0, "start").size(11.0).write(svg, &b.text);
         }
     }
     line(svg, (x, y - 4.0), (x, bottom), AXIS, 1.2);
     line(svg, (x, bottom), (x + w, bottom), AXIS, 1.2);
-    text(x + w / 2.0, bottom + 34.0, "middle").size(13).write(svg, axis);
+    text(x + w / 2.0, bottom + 34.0, "middle").size(13.0).write(svg, axis);
     bottom + 40.0
 }
 
 /// Draw a legend of coloured squares in one line from `(x, y)`.
 fn legend(svg: &mut String, mut x: f64, y: f64, entries: &[(&str, &str)]) {
     for (label, col) in entries {
-        rect(svg, x, y - 10.0, 12.0, 12.0, col);
-        text(x + 18.0, y, "start").size(12).write(svg, label);
+        rect(x, y - 10.0, 12.0, 12.0, col).write(svg);
+        text(x + 18.0, y, "start").size(12.0).write(svg, label);
         x += 30.0 + 7.0 * label.chars().count() as f64;
     }
 }
@@ -456,7 +359,7 @@ fn throughput(rows: &[Row], c: &Conditions) -> String {
         .collect();
     let bottom = bar_panel(&mut svg, 240.0, top + 24.0, WIDTH - 240.0 - 110.0, &groups, 2, true, "throughput (Gbit/s)");
     let height = footer(&mut svg, bottom + 8.0, c) + MARGIN;
-    document(title, height, &svg)
+    document(WIDTH, height, FONT, title, &svg)
 }
 
 /// CPU µs per request (client + server, stacked) and requests/s, 64 B request/response.
@@ -497,30 +400,69 @@ fn cpu(rows: &[Row], c: &Conditions) -> String {
             missing: None,
         })
         .collect();
-    text(240.0, top + 4.0, "start").bold().size(13).write(&mut svg, "CPU µs per request");
+    text(240.0, top + 4.0, "start").bold().size(13.0).write(&mut svg, "CPU µs per request");
     legend(&mut svg, 420.0, top + 4.0, &[("client", UP), ("server", DOWN)]);
-    text(730.0, top + 4.0, "start").bold().size(13).write(&mut svg, "requests/s");
+    text(730.0, top + 4.0, "start").bold().size(13.0).write(&mut svg, "requests/s");
     let y = top + 24.0;
     let a = bar_panel(&mut svg, 240.0, y, 400.0, &cpu_groups, 1, true, "CPU time per request (µs)");
     let b = bar_panel(&mut svg, 730.0, y, 190.0, &rate_groups, 1, false, "requests per second");
     let height = footer(&mut svg, a.max(b) + 8.0, c) + MARGIN;
-    document(title, height, &svg)
+    document(WIDTH, height, FONT, title, &svg)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn escape_makes_text_safe() {
-        assert_eq!(escape("a<b & \"c\"> 'd'"), "a&lt;b &amp; &quot;c&quot;&gt; &apos;d&apos;");
-    }
+    use crate::svg::escape;
 
     #[test]
     fn nice_steps_are_1_2_5() {
         assert_eq!(nice_step(10.0, 5.0), 2.0);
         assert_eq!(nice_step(23.0, 5.0), 5.0);
         assert_eq!(nice_step(0.7, 5.0), 0.2);
+    }
+
+    /// Return a row of `transport` and `workload` with figures scaled by `k`.
+    fn row(transport: Transport, workload: Workload, k: f64) -> Row {
+        let figures = crate::report::Figures {
+            p50_us: 10.0 * k,
+            p99_us: 20.0 * k,
+            rate: if workload.is_bulk() { 2.5 * k } else { 50_000.0 / k },
+            cpu_per_unit: 3.0 * k,
+            client_cpu_per_unit: k,
+            server_cpu_per_unit: 2.0 * k,
+            ..Default::default()
+        };
+        let cdf = if workload.is_bulk() {
+            Vec::new()
+        } else {
+            (0..=10).map(|i| (k * (5.0 + i as f64), i as f64 / 10.0)).collect()
+        };
+        Row { transport, workload, figures: Some(figures), failure: None, runs: 1, cdf }
+    }
+
+    #[test]
+    fn charts_from_fixed_rows_draw_every_transport_and_the_floor() {
+        let ts = [Transport::KernelBusy, Transport::StackXdp, Transport::SmoltcpXdp];
+        let mut rows = Vec::new();
+        for (i, &t) in ts.iter().enumerate() {
+            for w in [RR, Workload::BulkUp, Workload::BulkDown] {
+                rows.push(row(t, w, 1.0 + i as f64));
+            }
+        }
+        let c = Conditions { floor: Some(crate::Floor { p50_us: 3.2, ..Default::default() }), ..Conditions::default() };
+        let charts = render(&rows, &c);
+        let [(_, cdf), (_, throughput), (_, cpu)] = &charts[..] else { panic!("three charts") };
+        assert_eq!(cdf.matches("<polyline").count(), ts.len(), "one CDF line per transport");
+        assert!(cdf.contains(r#"stroke-dasharray="6 4""#) && cdf.contains("floor: raw AF_XDP frames"));
+        for t in ts {
+            let label = escape(t.label());
+            for (name, svg) in &charts {
+                assert!(svg.contains(&label), "{name} names {label}");
+            }
+        }
+        assert!(throughput.contains(">2.50 Gbit/s<") && throughput.contains(">7.50 Gbit/s<"));
+        assert!(cpu.contains(">3.00 µs<") && cpu.contains(">16667<"));
     }
 
     #[test]

@@ -36,7 +36,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bypass_stack::Device;
+use bypass_device::Device;
 use etherparse::{SlicedPacket, TransportSlice};
 use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
 use smoltcp::phy::{self, DeviceCapabilities, Medium};
@@ -726,9 +726,7 @@ mod tests {
     use std::net::{SocketAddr, SocketAddrV4};
     use std::sync::atomic::AtomicBool;
 
-    use bypass_device::LinkConfig;
-    use bypass_io::memory::Clock as LinkClock;
-    use bypass_io::{MemoryDevice, MemoryLink};
+    use bypass_device::{Clock as LinkClock, LinkConfig, MemoryDevice, MemoryLink};
     use bypass_stack::{SocketId, Stack, StackConfig};
     use bypass_tcp::State;
 

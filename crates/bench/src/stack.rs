@@ -6,7 +6,8 @@ use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bypass_stack::{Device, ListenerId, SocketId, Stack, StackConfig};
+use bypass_device::Device;
+use bypass_stack::{ListenerId, SocketId, Stack, StackConfig};
 use bypass_tcp::Event;
 
 use super::Workload;

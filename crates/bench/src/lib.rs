@@ -1,5 +1,14 @@
-//! `bypass demo`: kernel sockets against our stack on kernel-bypass I/O, measured side by
-//! side in a two-namespace lab the demo builds and removes itself.
+//! The benchmark harness behind `bypass demo`: kernel sockets against our stack on
+//! kernel-bypass I/O, measured side by side in a two-namespace lab the demo builds and
+//! removes itself.
+//!
+//! What the crate offers (the `bypass` binary keeps the command line):
+//!
+//! | item | what it is |
+//! |---|---|
+//! | [`run`], [`Options`] | run the demo: measure, print the table, write `results.md`, `results.json` and three SVG charts |
+//! | [`EchoServer`] | the echo service (RFC 862) on a stack: what `bypass echo` serves and the demo measures |
+//! | [`svg`] | the SVG primitives the demo's charts and `bypass inspect`'s ladders draw with |
 //!
 //! Where everything runs (one process, one thread per end):
 //!
@@ -37,9 +46,13 @@
 //! Transports run one after the other (at most two spinning threads on a 2-core machine),
 //! interleaved across repetitions; every figure is the median of the repetitions.
 
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
 mod app;
 mod charts;
 mod client;
+mod echo;
 mod kernel;
 mod measure;
 mod memory;
@@ -48,22 +61,23 @@ mod programs;
 mod report;
 mod smoltcp;
 mod stack;
+pub mod svg;
 mod zerocopy;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bypass_device::LinkConfig;
-use bypass_io::memory::Clock;
-use bypass_io::netdev;
+use bypass_device::{Clock, LinkConfig, MemoryLink};
 use bypass_io::xdp::{XdpConfig, XdpDevice};
-use bypass_io::{MemoryLink, PacketDevice};
+use bypass_io::{PacketDevice, netdev};
 use bypass_lab::testlab::{Lab, LabConfig};
 
+pub use echo::EchoServer;
 use kernel::{ClientPlan, Shared};
-pub use report::{Figures, Row};
+use report::{Figures, Row};
 
 /// The kernel echo server's address on bx0 (the stack owns the lab's 10.77.0.2).
 const KERNEL_SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 3);
@@ -79,7 +93,7 @@ const WORKLOADS: [Workload; 6] = [
 
 /// What the client asks of the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Workload {
+pub(crate) enum Workload {
     /// Request/response: `conns` connections, each with one `size`-byte message in flight,
     /// echoed back.
     Rr { size: usize, conns: usize },
@@ -136,11 +150,11 @@ const MTU: u32 = 1500;
 const JUMBO_MTU: u32 = 65000;
 /// The peer's ephemeral ports (`net.ipv4.ip_local_port_range`, per namespace): every port
 /// above 1023, for the connection-rate client whose closed connections wait in TIME-WAIT.
-pub const PEER_PORTS: (u32, u32) = (1024, 65535);
+pub(crate) const PEER_PORTS: (u32, u32) = (1024, 65535);
 
 /// A transport under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transport {
+pub(crate) enum Transport {
     KernelBlocking,
     KernelBusy,
     /// Kernel TCP busy polling, as row 2, over a veth pair with the kernel's default offloads.
@@ -305,7 +319,7 @@ impl Transport {
                 "as row 6 with bx0 and px0 at the jumbo MTU, on the same multi-buffer device as row 5j; bulk only"
             }
             Transport::StackMemory => {
-                "server and client: our stack, each spinning on a thread of its own, joined by the in-memory link (bypass_io::MemoryLink, real time) inside the demo process; no kernel on the path"
+                "server and client: our stack, each spinning on a thread of its own, joined by the in-memory link (bypass_device::MemoryLink, real time) inside the demo process; no kernel on the path"
             }
         }
     }
@@ -442,7 +456,7 @@ impl Net {
 
 /// The measured conditions, for the line under the table.
 #[derive(Default)]
-pub struct Conditions {
+pub(crate) struct Conditions {
     pub date: String,
     pub kernel: String,
     pub cores: usize,
@@ -467,7 +481,7 @@ pub struct Conditions {
 
 /// Row 0, the floor: what any bypass stack could reach on this veth pair.
 #[derive(Clone, Debug, Default)]
-pub struct Floor {
+pub(crate) struct Floor {
     pub p50_us: f64,
     pub p99_us: f64,
     pub p999_us: f64,
@@ -521,8 +535,31 @@ fn progress_line() -> bool {
     std::io::IsTerminal::is_terminal(&std::io::stderr())
 }
 
-/// Run the demo with the command line's options.
-pub fn run(args: crate::DemoArgs) -> Result<(), String> {
+/// What to run and where to write it: `bypass demo`'s options.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// A short run: one repetition of 0.5 s per figure.
+    pub quick: bool,
+    /// Run only these transports (by their `--only` names), or the `http`, `memory` and
+    /// `programs` sections; empty for all.
+    pub only: Vec<String>,
+    /// Run only these workloads (`rr-64B-1c`, ..., `connect`, or `http` and `memory`);
+    /// empty for all.
+    pub workload: Vec<String>,
+    /// Seconds per measurement (default 2, 0.5 with `quick`).
+    pub duration: Option<f64>,
+    /// Repetitions of every measurement; figures are their medians (default 3, 1 with `quick`).
+    pub runs: Option<u32>,
+    /// Print JSON instead of the table.
+    pub json: bool,
+    /// Directory for results.md, results.json and the SVG charts.
+    pub out: PathBuf,
+}
+
+/// Run the demo with `args`: measure, print the table (or JSON), write the results and
+/// the charts to `args.out`. Needs root for the lab; without it, the kernel rows run over
+/// loopback.
+pub fn run(args: Options) -> Result<(), String> {
     let lab_ready = bypass_lab::testlab::check_preconditions();
     let mut transports = Vec::new();
     // The application row runs in the full demo, or when `--only` or `--workload` names it.
@@ -777,7 +814,7 @@ pub fn run(args: crate::DemoArgs) -> Result<(), String> {
         })
         .collect();
     let mut text = report::table(&rows, &conditions);
-    let mut markdown = report::markdown(&rows, &conditions);
+    let mut markdown = report::markdown(&rows, &conditions, charts::MARKDOWN_LINKS);
     if let Some(app) = &conditions.app {
         text.push_str(&app::markdown(app));
         markdown.push_str(&app::markdown(app));

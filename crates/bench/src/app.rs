@@ -16,7 +16,7 @@ use bypass_lab::testlab::Lab;
 use bypass_runtime::{Mode, Runtime, RuntimeOptions};
 use bypass_stack::StackConfig;
 
-#[path = "../../examples/http_server/serve.rs"]
+#[path = "../../../examples/http_server/serve.rs"]
 mod serve;
 
 /// The name `--only` and `--workload` know the application row by.

@@ -10,7 +10,8 @@ use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::AtomicBool;
 
-use bypass_stack::{Device, SocketId, Stack, StackConfig};
+use bypass_device::Device;
+use bypass_stack::{SocketId, Stack, StackConfig};
 use bypass_tcp::State;
 
 use super::client::{self, Endpoint};
