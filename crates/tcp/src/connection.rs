@@ -41,7 +41,6 @@ use crate::isn::IsnGenerator;
 use crate::path::Path;
 use crate::recv_space::{AckDue, RecvSpace, wscale_offer};
 use crate::reliability::Reliability;
-use crate::segment::Flags;
 use crate::send_space::SendSpace;
 use crate::seq::SeqNum;
 use crate::state::State;
@@ -49,6 +48,7 @@ use crate::time::Instant;
 use crate::timer::{Due, Timer, TimerTable};
 use crate::timestamps::Timestamping;
 use crate::tuple::FourTuple;
+use crate::wire::Flags;
 
 /// Why `send` refused data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

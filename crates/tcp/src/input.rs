@@ -8,15 +8,15 @@ use std::net::{IpAddr, SocketAddr};
 use crate::connection::{Connection, Failure, PendingReset};
 use crate::controller::Controller;
 use crate::event::{Cause, Event};
-use crate::options::SackBlock;
 use crate::outcome::{DropReason, Outcome};
 use crate::recovery::AckContext;
 use crate::recv_space::AckDue;
-use crate::segment::{Flags, Segment};
 use crate::seq::SeqNum;
 use crate::state::State;
 use crate::time::Instant;
 use crate::timer::Timer;
+use crate::wire::SackBlock;
+use crate::wire::{Flags, Segment};
 
 impl Connection {
     /// Process a segment that arrived for this connection (RFC 9293 3.10.7), and return

@@ -68,8 +68,7 @@
 pub mod config;
 pub mod connection;
 pub mod event;
-pub mod options;
-pub mod segment;
+
 pub mod seq;
 pub mod state;
 /// Time as the core sees it: re-exported from bypass-device.
@@ -82,12 +81,12 @@ pub use connection::{Buffers, Connection, RecvError, SendError, Side, Transmit, 
 pub use controller::Algorithm;
 pub use event::{Cause, Event, Stats, Transition, UserCall};
 pub use icmp::{IcmpError, IcmpIgnored, IcmpOutcome};
-pub use options::{SackBlock, SackBlocks, TcpOptions, Timestamps};
-pub use segment::{Flags, Segment};
 pub use seq::SeqNum;
 pub use state::State;
 pub use time::Instant;
 pub use tuple::FourTuple;
+pub use wire::{Flags, Segment};
+pub use wire::{SackBlock, SackBlocks, TcpOptions, Timestamps};
 pub mod buffer;
 pub mod closed;
 pub mod congestion;

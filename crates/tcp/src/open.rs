@@ -6,13 +6,13 @@ use crate::connection::{Buffers, Connection, TRACE_LIMIT};
 use crate::controller::Controller;
 use crate::event::{Cause, Transition};
 use crate::isn::IsnGenerator;
-use crate::options::{TcpOptions, Timestamps};
 use crate::recv_space::{initial_recv_window, wscale_offer};
-use crate::segment::{Flags, Segment};
 use crate::seq::SeqNum;
 use crate::state::State;
 use crate::time::Instant;
 use crate::tuple::FourTuple;
+use crate::wire::{Flags, Segment};
+use crate::wire::{TcpOptions, Timestamps};
 
 /// The SYN's options a SYN cookie carries in the low six bits of the cookie SYN-ACK's TSval,
 /// as Linux does (`cookie_init_timestamp`): bits 0-3 the peer's window scale (15 for none),

@@ -7,14 +7,14 @@
 
 use crate::connection::{Connection, PendingReset, Transmit, TransmitKind};
 use crate::controller::Controller;
-use crate::options::{TcpOptions, Timestamps};
 use crate::recv_space::{AckDue, initial_recv_window};
-use crate::segment::{Flags, Segment};
 use crate::seq::SeqNum;
 use crate::state::State;
 use crate::time::Instant;
 use crate::timer::Timer;
 use crate::wire;
+use crate::wire::{Flags, Segment};
+use crate::wire::{TcpOptions, Timestamps};
 
 /// A TCP header without options.
 const BASE_HEADER: usize = 20;

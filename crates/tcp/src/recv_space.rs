@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use crate::buffer::{RingBuffer, Storage};
 use crate::config::Config;
-use crate::options::{SackBlock, SackBlocks, TcpOptions};
 use crate::reassembly::Assembler;
 use crate::send_space::max_window;
 use crate::seq::SeqNum;
 use crate::time::Instant;
+use crate::wire::{SackBlock, SackBlocks, TcpOptions};
 
 /// How urgently an ACK is owed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -8,10 +8,10 @@
 //! sequence number after the last of them. `sent` records every segment in `una..max`.
 
 use crate::buffer::{RingBuffer, Storage};
-use crate::segment::Segment;
 use crate::sent::SentQueue;
 use crate::seq::SeqNum;
 use crate::time::Instant;
+use crate::wire::Segment;
 
 /// The largest window a shift of `wscale` can express (RFC 7323 2.3).
 pub(crate) fn max_window(wscale: u8) -> u32 {

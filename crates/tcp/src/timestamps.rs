@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use crate::options::Timestamps;
 use crate::seq::SeqNum;
 use crate::time::Instant;
+use crate::wire::Timestamps;
 
 /// How long TS.Recent stays a reference without being renewed (RFC 7323 5.5: 24 days).
 const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
