@@ -94,11 +94,8 @@ pub mod controller;
 mod cubic;
 mod hystart;
 pub mod icmp;
-mod input;
 pub mod isn;
-mod open;
 pub mod outcome;
-mod output;
 mod pacing;
 mod path;
 pub mod reassembly;
@@ -108,13 +105,12 @@ mod reliability;
 pub mod rtt;
 mod send_space;
 mod sent;
-mod timeouts;
 mod timestamps;
 pub mod wire;
 
 pub use closed::reset_for;
+pub use connection::CookieOptions;
 pub use connection::SequenceSpace;
-pub use open::CookieOptions;
 pub use outcome::{DropReason, Outcome};
 pub use wire::{Checksum, EmitError, ParseError};
 #[cfg(feature = "sim")]

@@ -7,7 +7,7 @@
 //! both SYNs allow (`clamp`, RFC 1191 section 6.4: "not send any segment larger than this
 //! MSS, regardless of the PMTU").
 //!
-//! How the connection reacts to the errors themselves is `icmp.rs`.
+//! How the connection reacts to the errors themselves is `connection/icmp.rs`.
 
 use crate::icmp::{IcmpError, IcmpIgnored};
 

@@ -5,7 +5,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use crate::connection::{Connection, Failure, PendingReset};
+use super::{Connection, Failure, PendingReset};
 use crate::controller::Controller;
 use crate::event::{Cause, Event};
 use crate::outcome::{DropReason, Outcome};

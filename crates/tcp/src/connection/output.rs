@@ -5,7 +5,7 @@
 //! and FIN as the windows, Nagle and SWS avoidance allow; what an open but small window
 //! holds once the SWS override timeout passed; a zero-window or keep-alive probe; a pure ACK.
 
-use crate::connection::{Connection, PendingReset, Transmit, TransmitKind};
+use super::{Connection, PendingReset, Transmit, TransmitKind};
 use crate::controller::Controller;
 use crate::recv_space::{AckDue, initial_recv_window};
 use crate::seq::SeqNum;

@@ -20,18 +20,29 @@
 //! [`recv_with`](Connection::recv_with) are `send` and `recv` without the copy: the
 //! application writes into the send buffer and reads from the receive buffer in place.
 //!
-//! This file holds the TCB and the user calls (RFC 9293 3.10.1-3.10.6). The TCB's parts
-//! live in files of their own, each with its invariants: `send_space.rs` (with the SACK
-//! scoreboard of `sent.rs`), `recv_space.rs` (with reassembly), `timestamps.rs`,
-//! `reliability.rs` (RTT, loss recovery, congestion control), `path.rs` (path MTU, soft
-//! errors) and `timer.rs`. What the connection does with them lives in `input.rs`
-//! (segment arrival, returning an [`Outcome`](crate::Outcome)), `output.rs` (segment
-//! output), `timeouts.rs` (timer expiry), `icmp.rs` (ICMP errors, returning an
-//! [`IcmpOutcome`](crate::IcmpOutcome)) and `open.rs` (passive opens from a segment).
-//! Those build on this file, and nothing here calls into them.
+//! This file holds the TCB and the user calls (RFC 9293 3.10.1-3.10.6); the TCB's fields
+//! are private to it and its children. The TCB's parts live in files of their own, each
+//! with its invariants: `send_space.rs` (with the SACK scoreboard of `sent.rs`),
+//! `recv_space.rs` (with reassembly), `timestamps.rs`, `reliability.rs` (RTT, loss
+//! recovery, congestion control) and `path.rs` (path MTU, soft errors). What the
+//! connection does with them lives in the children of this module: `input.rs` (segment
+//! arrival, returning an [`Outcome`](crate::Outcome)), `output.rs` (segment output),
+//! `timeouts.rs` (the timer table and the one place that dispatches expiry), `icmp.rs`
+//! (ICMP errors, returning an [`IcmpOutcome`](crate::IcmpOutcome)) and `open.rs` (passive
+//! opens from a segment). Those build on this file, which uses no more of them than the
+//! timer table.
+
+mod icmp;
+mod input;
+mod open;
+mod output;
+mod timeouts;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
+
+pub use open::CookieOptions;
+use timeouts::{Due, TimerTable};
 
 use crate::buffer::{RingBuffer, Storage};
 use crate::config::{Config, Keepalive};
@@ -45,7 +56,7 @@ use crate::send_space::SendSpace;
 use crate::seq::SeqNum;
 use crate::state::State;
 use crate::time::Instant;
-use crate::timer::{Due, Timer, TimerTable};
+use crate::timer::Timer;
 use crate::timestamps::Timestamping;
 use crate::tuple::FourTuple;
 use crate::wire::Flags;
@@ -222,36 +233,36 @@ pub enum Side {
 /// congestion control, and the timers. What is left here is what the whole connection
 /// shares.
 pub struct Connection {
-    pub(crate) config: Config,
-    pub(crate) state: State,
+    config: Config,
+    state: State,
     /// Our address; the remote half is known once a SYN is sent or received.
-    pub(crate) local: SocketAddr,
-    pub(crate) remote: Option<SocketAddr>,
+    local: SocketAddr,
+    remote: Option<SocketAddr>,
     /// Opened from LISTEN (RFC 9293 3.10.7.4: an RST in SYN-RECEIVED returns there).
-    pub(crate) passive: bool,
+    passive: bool,
     /// The application let go of the connection ([`Connection::release`]).
-    pub(crate) released: bool,
+    released: bool,
     /// Window scaling was negotiated (both SYNs carried the option, RFC 7323 2.2).
-    pub(crate) wscale_ok: bool,
+    wscale_ok: bool,
     /// SACK was negotiated (both SYNs offered it, RFC 2018).
-    pub(crate) sack_enabled: bool,
+    sack_enabled: bool,
     /// The host lets the buffers grow (its memory budget is not spent).
-    pub(crate) growth_allowed: bool,
+    growth_allowed: bool,
 
-    pub(crate) snd: SendSpace,
-    pub(crate) rcv: RecvSpace,
-    pub(crate) ts: Timestamping,
-    pub(crate) rel: Reliability,
-    pub(crate) timers: TimerTable,
-    pub(crate) due: Due,
-    pub(crate) path: Path,
+    snd: SendSpace,
+    rcv: RecvSpace,
+    ts: Timestamping,
+    rel: Reliability,
+    timers: TimerTable,
+    due: Due,
+    path: Path,
 
-    pub(crate) challenge: ChallengeLimit,
-    pub(crate) pending_reset: Option<PendingReset>,
-    pub(crate) events: u8,
-    pub(crate) failure: Option<Failure>,
-    pub(crate) stats: Stats,
-    pub(crate) trace: Vec<Transition>,
+    challenge: ChallengeLimit,
+    pending_reset: Option<PendingReset>,
+    events: u8,
+    failure: Option<Failure>,
+    stats: Stats,
+    trace: Vec<Transition>,
 }
 
 /// The rate limit of challenge ACKs (RFC 5961 section 7): at most

@@ -1,8 +1,8 @@
 //! Passive opens from a segment: a SYN at a listener (RFC 9293 3.10.7.2), an ACK that
 //! returns a SYN cookie (RFC 4987 3.6), and a new SYN in TIME-WAIT (RFC 6191).
 
+use super::{Buffers, Connection, TRACE_LIMIT};
 use crate::config::Config;
-use crate::connection::{Buffers, Connection, TRACE_LIMIT};
 use crate::controller::Controller;
 use crate::event::{Cause, Transition};
 use crate::isn::IsnGenerator;
