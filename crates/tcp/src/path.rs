@@ -9,7 +9,27 @@
 //!
 //! How the connection reacts to the errors themselves is `connection/icmp.rs`.
 
+use std::net::IpAddr;
+
 use crate::icmp::{IcmpError, IcmpIgnored};
+
+/// The send MSS assumed for an IPv4 peer whose SYN carries no MSS option: the 576-octet
+/// datagram every host takes less 40 octets of headers (RFC 9293 3.7.1, RFC 1122 4.2.2.6).
+/// Also the first estimate of the peer's segment size on receive (Linux's
+/// `TCP_MSS_DEFAULT`, in `recv_space.rs`).
+pub(crate) const DEFAULT_MSS_V4: u16 = 536;
+/// The send MSS assumed for an IPv6 peer whose SYN carries no MSS option: the 1280-octet
+/// minimum link MTU less 60 octets of headers (RFC 8200 section 5, RFC 9293 3.7.1).
+pub(crate) const DEFAULT_MSS_V6: u16 = 1220;
+
+/// Return the send MSS to assume towards a peer with no MSS option, for a connection whose
+/// own address is `local` ([`DEFAULT_MSS_V4`], [`DEFAULT_MSS_V6`]).
+pub(crate) fn default_mss(local: IpAddr) -> u16 {
+    match local {
+        IpAddr::V4(_) => DEFAULT_MSS_V4,
+        IpAddr::V6(_) => DEFAULT_MSS_V6,
+    }
+}
 
 /// The TCP header without options.
 pub(crate) const TCP_HEADER: u32 = 20;

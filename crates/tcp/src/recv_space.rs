@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::buffer::{RingBuffer, Storage};
 use crate::config::Config;
+use crate::path::DEFAULT_MSS_V4;
 use crate::reassembly::Assembler;
 use crate::send_space::max_window;
 use crate::seq::SeqNum;
@@ -114,7 +115,7 @@ impl RecvSpace {
             sack_reported: SackBlocks::new(),
             ack_due: AckDue::None,
             unacked_bytes: 0,
-            mss: u32::from(our_mss.min(536)),
+            mss: u32::from(our_mss.min(DEFAULT_MSS_V4)),
             drs_bytes: 0,
             drs_since: None,
             drs_space: 0,

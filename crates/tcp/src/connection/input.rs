@@ -9,6 +9,7 @@ use super::{Connection, Failure, PendingReset};
 use crate::controller::Controller;
 use crate::event::{Cause, Event};
 use crate::outcome::{DropReason, Outcome};
+use crate::path::default_mss;
 use crate::recovery::AckContext;
 use crate::recv_space::AckDue;
 use crate::seq::SeqNum;
@@ -121,10 +122,7 @@ impl Connection {
     /// Take the peer's SYN options: MSS (RFC 9293 3.7.1), window scale (RFC 7323 2.2),
     /// SACK-permitted (RFC 2018), timestamps (RFC 7323 3.2).
     fn negotiate_options(&mut self, now: Instant, seg: &Segment<'_>) {
-        let peer_mss = seg.options.mss.unwrap_or(match self.local.ip() {
-            IpAddr::V4(_) => 536,
-            IpAddr::V6(_) => 1220,
-        });
+        let peer_mss = seg.options.mss.unwrap_or(default_mss(self.local.ip()));
         // Timestamps are in use when we offer them (or offered, in SYN-SENT) and the peer's
         // SYN carries them.
         self.ts.negotiate(seg.options.timestamps, self.config.timestamps, now);

@@ -38,7 +38,7 @@ mod open;
 mod output;
 mod timeouts;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 pub use open::CookieOptions;
@@ -49,7 +49,7 @@ use crate::config::{Config, Keepalive};
 use crate::controller::Controller;
 use crate::event::{Cause, Event, Stats, Transition, UserCall};
 use crate::isn::IsnGenerator;
-use crate::path::Path;
+use crate::path::{Path, default_mss};
 use crate::recv_space::{AckDue, RecvSpace, wscale_offer};
 use crate::reliability::Reliability;
 use crate::send_space::SendSpace;
@@ -298,11 +298,7 @@ impl Connection {
     ) -> Self {
         let Buffers { send, recv } = buffers.for_config(config);
         let rcv_wscale_offer = if config.window_scaling { wscale_offer(config) } else { 0 };
-        let default_mss = match local.ip() {
-            IpAddr::V4(_) => 536,
-            IpAddr::V6(_) => 1220,
-        };
-        let mss = default_mss.min(config.mss);
+        let mss = default_mss(local.ip()).min(config.mss);
         Connection {
             config: config.clone(),
             state,
