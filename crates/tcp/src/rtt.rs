@@ -121,7 +121,8 @@ impl RttEstimator {
         self.backoffs = self.backoffs.saturating_add(1);
     }
 
-    /// Return how many times the RTO was doubled since the last sample.
+    /// Return how many times the RTO was doubled since the last sample (for the tests).
+    #[cfg(test)]
     pub fn backoffs(&self) -> u32 {
         self.backoffs
     }

@@ -313,7 +313,7 @@ pub struct Interface {
     /// zeroed, for the next that need some (see `settle`, `remove`, `lend_storage`).
     /// Indexed by `table::pool_for`: send-buffer-sized storage, then receive-buffer-sized, so
     /// taking one is a pop.
-    storage_pool: [Vec<bypass_tcp::buffer::Storage>; 2],
+    storage_pool: [Vec<bypass_tcp::Storage>; 2],
     counters: Counters,
     ports: EphemeralPorts,
     /// Each connection's earliest timer, keyed by slot and generation (see `Sock::scheduled`).
