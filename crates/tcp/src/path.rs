@@ -56,13 +56,13 @@ pub(crate) struct Path {
     /// The path MTU in use, in octets of IP datagram: at first the MTU our own MSS option
     /// implies (the first hop's, RFC 1191 section 2, as the host derives `Config::mss` from
     /// its device), then what a Packet Too Big or the host said.
-    pub mtu: u32,
+    mtu: u32,
     /// The MSS both SYNs allow, the fixed options not yet taken off: min(peer's MSS option,
     /// ours) (RFC 9293 3.7.1, RFC 6691); `None` until the peer's SYN arrives.
-    pub clamp: Option<u16>,
+    clamp: Option<u16>,
     /// The latest ICMP error: a soft one until an acknowledgment clears it, or the one that
     /// aborted the connection.
-    pub error: Option<IcmpError>,
+    error: Option<IcmpError>,
 }
 
 impl Path {
@@ -71,6 +71,43 @@ impl Path {
         let mut path = Path { ipv6, mtu: 0, clamp: None, error: None };
         path.mtu = (u32::from(our_mss) + path.ip_header() + TCP_HEADER).max(path.min_mtu());
         path
+    }
+
+    /// Return the path MTU in use.
+    pub(crate) fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    /// Take `mtu` (from [`mtu_from_report`](Self::mtu_from_report)) if it is below the MTU
+    /// in use, never raising it (RFC 1191 section 3); return whether it was lowered.
+    pub(crate) fn lower_mtu(&mut self, mtu: u32) -> bool {
+        let lowered = mtu < self.mtu;
+        if lowered {
+            self.mtu = mtu;
+        }
+        lowered
+    }
+
+    /// Set the MTU the host learnt for the destination, up or down, but not below the
+    /// [`floor`](Self::floor).
+    pub(crate) fn set_mtu(&mut self, mtu: u32) {
+        self.mtu = mtu.max(self.floor());
+    }
+
+    /// Return the latest ICMP error: a soft one no acknowledgment has cleared, or the one
+    /// that aborted the connection.
+    pub(crate) fn error(&self) -> Option<IcmpError> {
+        self.error
+    }
+
+    /// Keep `error` as the latest ICMP error.
+    pub(crate) fn set_error(&mut self, error: IcmpError) {
+        self.error = Some(error);
+    }
+
+    /// Forget the soft error: an acceptable ACK shows the path works.
+    pub(crate) fn clear_error(&mut self) {
+        self.error = None;
     }
 
     /// Return the bytes of the IP header in front of every segment (no IPv4 options, no IPv6

@@ -108,7 +108,7 @@ impl Connection {
         if let IcmpError::PacketTooBig { mtu } = error {
             return self.packet_too_big(quoted_seq, mtu);
         }
-        self.path.error = Some(error);
+        self.path.set_error(error);
         if matches!(self.state, State::SynSent | State::SynReceived) {
             // RFC 1122 4.2.3.9 for hard errors, RFC 5461 for soft ones.
             self.fail(now, Failure::Unreachable, Cause::Icmp(error));
@@ -127,9 +127,8 @@ impl Connection {
             Ok(mtu) => mtu,
             Err(reason) => return IcmpOutcome::Ignored(reason),
         };
-        let lowered = mtu < self.path.mtu;
+        let lowered = self.path.lower_mtu(mtu);
         if lowered {
-            self.path.mtu = mtu;
             self.sync_mss();
         }
         // Linux's tcp_simple_retransmit: what no longer fits was dropped; resend it now, cut
@@ -142,7 +141,7 @@ impl Connection {
             self.rel.recovery.on_mtu_reduced(self.snd.max);
             self.timers.stop(Timer::LossProbe);
         }
-        IcmpOutcome::MtuLowered { mtu: self.path.mtu, mss: self.snd.mss }
+        IcmpOutcome::MtuLowered { mtu: self.path.mtu(), mss: self.snd.mss }
     }
 
     /// Apply a path MTU the host learnt for the destination (from another connection's
@@ -156,15 +155,15 @@ impl Connection {
     /// for IPv4, Linux's `min_pmtu`; 1280 for IPv6), but a 0 is not searched. Before the
     /// handshake completes it applies once the peer's MSS is known.
     pub fn set_path_mtu(&mut self, now: Instant, mtu: u32) {
-        self.path.mtu = mtu.max(self.path.floor());
+        self.path.set_mtu(mtu);
         self.sync_mss();
-        log::trace!("{:?} at {now}: path MTU set to {}, send MSS {}", self.tuple(), self.path.mtu, self.snd.mss);
+        log::trace!("{:?} at {now}: path MTU set to {}, send MSS {}", self.tuple(), self.path.mtu(), self.snd.mss);
     }
 
     /// Return the path MTU in use: what our own MSS implies until a Packet Too Big or
     /// [`set_path_mtu`](Connection::set_path_mtu) says otherwise.
     pub fn path_mtu(&self) -> u32 {
-        self.path.mtu
+        self.path.mtu()
     }
 
     /// Return the ICMP error that aborted the handshake ([`Event::Unreachable`]), or else the
@@ -175,7 +174,7 @@ impl Connection {
     /// [`Event::Unreachable`]: crate::Event::Unreachable
     /// [`Event::TimedOut`]: crate::Event::TimedOut
     pub fn error(&self) -> Option<IcmpError> {
-        self.path.error
+        self.path.error()
     }
 
     /// Recompute the send MSS from the path MTU (Linux's `tcp_sync_mss`) once the peer's

@@ -36,7 +36,7 @@ impl Connection {
     pub fn handle_segment_from(&mut self, now: Instant, src: IpAddr, seg: &Segment<'_>) -> Outcome {
         self.stats.segs_in += 1;
         // TSecr is meaningful with ACK set (RFC 7323 3.2); used only once timestamps are on.
-        self.ts.seg_tsecr = seg.options.timestamps.filter(|_| seg.flags.ack()).map(|ts| ts.tsecr);
+        self.ts.set_seg_tsecr(seg.options.timestamps.filter(|_| seg.flags.ack()).map(|ts| ts.tsecr));
         log::trace!("{:?} {}: in {:?}", self.tuple(), self.state, seg);
         if seg.dst_port != self.local.port() {
             return self.drop_segment(seg, DropReason::WrongPort);
@@ -108,7 +108,7 @@ impl Connection {
         // peer sends it again once established.
         self.remote = Some(SocketAddr::new(src, seg.src_port));
         self.rcv.start(seg.seq);
-        self.ts.last_ack_sent = self.rcv.nxt;
+        self.ts.ack_sent(self.rcv.nxt);
         self.negotiate_options(now, seg);
         self.init_send_space(now);
         // The window field of a SYN is never scaled (RFC 7323 2.2). It counts for RFC 5961's
@@ -172,7 +172,7 @@ impl Connection {
             return self.drop_segment(seg, DropReason::SynSentNoSyn);
         }
         self.rcv.start(seg.seq);
-        self.ts.last_ack_sent = self.rcv.nxt;
+        self.ts.ack_sent(self.rcv.nxt);
         self.negotiate_options(now, seg);
         // Unscaled (RFC 7323 2.2); as in LISTEN, not a Max(SND.WND) for SWS avoidance.
         self.snd.take_syn_window(seg, seg.ack);
@@ -237,7 +237,7 @@ impl Connection {
             }
         }
         // PAWS (RFC 7323 5.3, R1-R2), ahead of the acceptability test.
-        if self.ts.ok && !seg.flags.rst() {
+        if self.ts.enabled() && !seg.flags.rst() {
             let Some(ts) = seg.options.timestamps else {
                 // RFC 7323 3.2: once negotiated, every non-RST segment carries TSopt; one
                 // without it SHOULD be dropped silently.
@@ -412,7 +412,7 @@ impl Connection {
         // worked"), unless the ACK is an old one.
         self.rel.probes_unanswered = 0;
         if !seg.ack.before(self.snd.una) {
-            self.path.error = None;
+            self.path.clear_error();
         }
         self.rel.last_ack_at = now;
         let window = (seg.window as u32) << self.snd.wscale;

@@ -138,7 +138,7 @@ pub struct Transmit {
 
 /// Why the connection ended abnormally.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Failure {
+enum Failure {
     Reset,
     TimedOut,
     /// An ICMP error ended the handshake (the error is in `Path::error`).
@@ -147,7 +147,7 @@ pub(crate) enum Failure {
 
 /// A reset to send that does not follow from the send sequence (RFC 9293 3.10.7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct PendingReset {
+struct PendingReset {
     pub dst: SocketAddr,
     pub src_port: u16,
     pub seq: SeqNum,
@@ -165,7 +165,7 @@ const EV_TIMED_OUT: u8 = 1 << 6;
 const EV_UNREACHABLE: u8 = 1 << 7;
 
 /// Transitions kept per connection; a connection makes a dozen in a normal life.
-pub(crate) const TRACE_LIMIT: usize = 64;
+const TRACE_LIMIT: usize = 64;
 
 /// The storage of a connection's send and receive buffers, to hand from a finished
 /// connection ([`Connection::into_buffers`]) to the next one ([`Connection::connect_with`],
@@ -268,9 +268,9 @@ pub struct Connection {
 /// The rate limit of challenge ACKs (RFC 5961 section 7): at most
 /// [`Config::challenge_ack_limit`] in each second.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct ChallengeLimit {
-    pub window: Instant,
-    pub count: u32,
+struct ChallengeLimit {
+    window: Instant,
+    count: u32,
 }
 
 impl ChallengeLimit {
@@ -289,13 +289,7 @@ impl ChallengeLimit {
 }
 
 impl Connection {
-    pub(crate) fn blank(
-        config: &Config,
-        local: SocketAddr,
-        remote: Option<SocketAddr>,
-        state: State,
-        buffers: Buffers,
-    ) -> Self {
+    fn blank(config: &Config, local: SocketAddr, remote: Option<SocketAddr>, state: State, buffers: Buffers) -> Self {
         let Buffers { send, recv } = buffers.for_config(config);
         let rcv_wscale_offer = if config.window_scaling { wscale_offer(config) } else { 0 };
         let mss = default_mss(local.ip()).min(config.mss);
@@ -326,11 +320,11 @@ impl Connection {
     }
 
     /// Choose our ISS for the tuple (RFC 9293 3.4.1, RFC 6528) and set up the send space.
-    pub(crate) fn init_send_space(&mut self, now: Instant) {
+    fn init_send_space(&mut self, now: Instant) {
         let tuple = self.tuple().expect("remote address is known when choosing an ISS");
         let generator = IsnGenerator::new(self.config.isn_secret);
         self.snd.start(generator.isn(&tuple, now));
-        self.ts.offset = generator.timestamp_offset(&tuple);
+        self.ts.set_offset(generator.timestamp_offset(&tuple));
     }
 
     /// Active open: return a connection in SYN-SENT whose SYN `poll_transmit` will send
@@ -356,7 +350,7 @@ impl Connection {
         Connection::listen_with(config, local, Buffers::new(config))
     }
 
-    pub(crate) fn listen_with(config: &Config, local: SocketAddr, buffers: Buffers) -> Connection {
+    fn listen_with(config: &Config, local: SocketAddr, buffers: Buffers) -> Connection {
         let mut c = Connection::blank(config, local, None, State::Closed, buffers);
         c.passive = true;
         c.set_state(Instant::ZERO, State::Listen, Cause::User(UserCall::Listen));
@@ -411,7 +405,7 @@ impl Connection {
     }
 
     /// Take the buffers' storage out, leaving empty rings (the connection is being replaced).
-    pub(crate) fn take_buffers(&mut self) -> Buffers {
+    fn take_buffers(&mut self) -> Buffers {
         let send = std::mem::replace(&mut self.snd.buf, RingBuffer::new(0));
         let recv = std::mem::replace(&mut self.rcv.buf, RingBuffer::new(0));
         Buffers { send: send.into_storage(), recv: recv.into_storage() }
@@ -628,7 +622,7 @@ impl Connection {
     }
 
     /// Start the FIN-WAIT-2 timeout of a released connection (see [`Connection::release`]).
-    pub(crate) fn arm_fin_wait2(&mut self, now: Instant) {
+    fn arm_fin_wait2(&mut self, now: Instant) {
         if self.state == State::FinWait2
             && self.released
             && let Some(limit) = self.config.fin_wait2_timeout
@@ -716,7 +710,7 @@ impl Connection {
     /// `send_buffer_max`, while the application keeps it full (Linux's
     /// `tcp_sndbuf_expand`): a buffer smaller than the window it feeds caps the throughput
     /// at buffer / RTT.
-    pub(crate) fn autotune_send(&mut self) {
+    fn autotune_send(&mut self) {
         let capacity = self.snd.buf.capacity();
         let max = self.config.send_buffer_max;
         if !self.growth_allowed || capacity >= max || !self.snd.limited {
@@ -734,7 +728,7 @@ impl Connection {
 
     /// Let the receive buffer grow with what the application reads (see
     /// [`RecvSpace::autotune`]).
-    pub(crate) fn autotune_recv(&mut self, now: Instant) {
+    fn autotune_recv(&mut self, now: Instant) {
         let (srtt, max) = (self.rel.rtt.srtt(), self.config.recv_buffer_max);
         self.rcv.autotune(now, srtt, max, self.growth_allowed);
     }
@@ -746,7 +740,7 @@ impl Connection {
 
     /// Return whether timestamps are in use (both SYNs carried them, RFC 7323 3.2).
     pub fn timestamps_enabled(&self) -> bool {
-        self.ts.ok
+        self.ts.enabled()
     }
 
     /// Return whether the peer's FIN has been received.
@@ -815,7 +809,7 @@ impl Connection {
     }
 
     /// Record a state change with its cause.
-    pub(crate) fn set_state(&mut self, now: Instant, to: State, cause: Cause) {
+    fn set_state(&mut self, now: Instant, to: State, cause: Cause) {
         let from = self.state;
         if from == to {
             return;
@@ -848,9 +842,9 @@ impl Connection {
 
     /// End the connection abnormally: the peer reset it, it timed out, or an ICMP error
     /// ended the handshake.
-    pub(crate) fn fail(&mut self, now: Instant, failure: Failure, cause: Cause) {
+    fn fail(&mut self, now: Instant, failure: Failure, cause: Cause) {
         if failure == Failure::TimedOut
-            && let Some(error) = self.path.error
+            && let Some(error) = self.path.error()
         {
             log::debug!("{:?}: timed out after ICMP {error:?}", self.tuple());
         }
@@ -864,7 +858,7 @@ impl Connection {
         self.set_state(now, State::Closed, cause);
     }
 
-    pub(crate) fn emit(&mut self, event: Event) {
+    fn emit(&mut self, event: Event) {
         self.events |= match event {
             Event::Established => EV_ESTABLISHED,
             Event::Readable => EV_READABLE,
@@ -878,7 +872,7 @@ impl Connection {
     }
 
     /// Restart the keep-alive timer after activity.
-    pub(crate) fn arm_keepalive(&mut self, now: Instant) {
+    fn arm_keepalive(&mut self, now: Instant) {
         if let Some(ka) = self.config.keepalive
             && matches!(self.state, State::SynReceived | State::Established | State::CloseWait)
         {
@@ -889,7 +883,7 @@ impl Connection {
     /// Note since when data has waited for an acknowledgment (`None`: nothing waits), and
     /// run the user timeout from then (RFC 9293 3.8.3, RFC 5482): the connection is
     /// aborted when it expires, not at the next retransmission after it.
-    pub(crate) fn set_unacked_since(&mut self, since: Option<Instant>) {
+    fn set_unacked_since(&mut self, since: Option<Instant>) {
         self.rel.unacked_since = since;
         match (since, self.config.user_timeout) {
             (Some(since), Some(limit)) => self.timers.set(Timer::UserTimeout, since + limit),
@@ -898,7 +892,7 @@ impl Connection {
     }
 
     /// Owe the peer a challenge ACK, within the rate limit (RFC 5961 section 7).
-    pub(crate) fn challenge_ack(&mut self, now: Instant) {
+    fn challenge_ack(&mut self, now: Instant) {
         if self.challenge.allow(now, self.config.challenge_ack_limit) {
             self.stats.challenge_acks += 1;
             self.rcv.ack_due = AckDue::Now;

@@ -116,8 +116,8 @@ impl Connection {
         c.passive = true;
         c.snd.start_acknowledged(iss);
         c.rcv.start(ack.seq - 1u32);
-        c.ts.last_ack_sent = c.rcv.nxt;
-        c.ts.offset = IsnGenerator::new(config.isn_secret).timestamp_offset(&tuple);
+        c.ts.ack_sent(c.rcv.nxt);
+        c.ts.set_offset(IsnGenerator::new(config.isn_secret).timestamp_offset(&tuple));
         // The options the cookie carried in our TSval, if the peer echoes one.
         let carried = match ack.options.timestamps {
             Some(ts) if config.timestamps => CookieOptions::decode(ts.tsecr),
@@ -198,7 +198,7 @@ impl Connection {
             return false;
         }
         match seg.options.timestamps {
-            Some(ts) if self.ts.ok => self.ts.is_newer(ts.tsval),
+            Some(ts) if self.ts.enabled() => self.ts.is_newer(ts.tsval),
             _ => seg.seq.after(self.rcv.nxt),
         }
     }

@@ -186,7 +186,7 @@ impl Connection {
     }
 
     /// Arm the tail-loss probe after progress or a transmission (RFC 8985 7.2).
-    pub(crate) fn arm_loss_probe(&mut self, now: Instant) {
+    pub(super) fn arm_loss_probe(&mut self, now: Instant) {
         let flight = self.snd.in_flight();
         let rto_at = self.timers.get(Timer::Retransmit);
         match self.rel.recovery.probe_deadline(
@@ -340,8 +340,8 @@ impl Connection {
         options.sack_permitted = self.config.sack && (!passive_reply || self.sack_enabled);
         // RFC 7323 3.2: offer timestamps in the SYN; in a SYN-ACK only if the SYN did, with
         // its TSval echoed.
-        if self.config.timestamps && (!passive_reply || self.ts.ok) {
-            let tsecr = if passive_reply { self.ts.recent } else { 0 };
+        if self.config.timestamps && (!passive_reply || self.ts.enabled()) {
+            let tsecr = if passive_reply { self.ts.recent() } else { 0 };
             options.timestamps = Some(Timestamps { tsval: self.ts.clock(now), tsecr });
         }
         let mut flags = Flags::SYN;
@@ -386,7 +386,7 @@ impl Connection {
             self.rcv.advertise_window(self.config.mss)
         };
         if flags.ack() && self.sack_enabled && !flags.syn() {
-            self.rcv.sack_blocks(&mut options, self.ts.ok);
+            self.rcv.sack_blocks(&mut options, self.ts.enabled());
         }
         // RFC 7323 3.2: once negotiated, on every segment but RST (the SYN's is set above).
         if !flags.syn() {
@@ -422,7 +422,7 @@ impl Connection {
         self.stats.segs_out += 1;
         self.stats.bytes_out += payload_len as u64;
         if flags.ack() {
-            self.ts.last_ack_sent = self.rcv.nxt;
+            self.ts.ack_sent(self.rcv.nxt);
             self.rcv.ack_sent();
             self.timers.stop(Timer::DelayedAck);
         }
