@@ -71,7 +71,8 @@ use crate::timer::Timer;
 
 impl Connection {
     /// Take an ICMP error about one of our segments, whose TCP header (quoted in the ICMP
-    /// payload) carried `quoted_seq`, and return what it did (see the module docs). Call
+    /// payload) carried `quoted_seq`, and return what it did (validation, Packet Too Big,
+    /// aborts and soft errors, in that order; `connection/icmp.rs` has the details). Call
     /// `poll_transmit` and `poll_event` after it.
     pub fn handle_icmp(&mut self, now: Instant, quoted_seq: SeqNum, error: IcmpError) -> IcmpOutcome {
         let outcome = self.react_to_icmp(now, quoted_seq, error);

@@ -1,24 +1,5 @@
-//! One TCP connection (a TCB, RFC 9293 3.3.1), sans-IO.
-//!
-//! # Call order
-//!
-//! The owner of a [`Connection`] drives it with four calls and never blocks:
-//!
-//! 1. [`Connection::handle_segment`] for every segment that arrives for it;
-//! 2. [`Connection::poll_transmit`] in a loop until it returns `None`, sending each
-//!    segment it writes;
-//! 3. [`Connection::poll_timeout`] to learn when to call
-//!    [`Connection::handle_timeout`] next (then poll again);
-//! 4. [`Connection::poll_event`] to learn what the application should do.
-//!
-//! An ICMP error about one of its segments goes to [`Connection::handle_icmp`], like a
-//! segment (then poll again); a path MTU the host learnt, to [`Connection::set_path_mtu`].
-//!
-//! The application side is [`send`](Connection::send), [`recv`](Connection::recv),
-//! [`close`](Connection::close) and [`abort`](Connection::abort); after any of
-//! them, call `poll_transmit` again. [`send_with`](Connection::send_with) and
-//! [`recv_with`](Connection::recv_with) are `send` and `recv` without the copy: the
-//! application writes into the send buffer and reads from the receive buffer in place.
+//! One TCP connection (a TCB, RFC 9293 3.3.1), sans-IO; the call order is on
+//! [`Connection`].
 //!
 //! This file holds the TCB and the user calls (RFC 9293 3.10.1-3.10.6); the TCB's fields
 //! are private to it and its children. The TCB's parts live in files of their own, each
@@ -226,12 +207,32 @@ pub enum Side {
     Recv,
 }
 
-/// One TCP connection (a TCB), sans-IO. See the module docs for the call order.
+/// One TCP connection (a TCB), sans-IO.
 ///
 /// The TCB is made of owned parts, each with its own invariants: the send space with its
 /// scoreboard, the receive space with reassembly, the timestamps, reliability with
 /// congestion control, and the timers. What is left here is what the whole connection
 /// shares.
+///
+/// # Call order
+///
+/// The owner of a [`Connection`] drives it with four calls and never blocks:
+///
+/// 1. [`Connection::handle_segment`] for every segment that arrives for it;
+/// 2. [`Connection::poll_transmit`] in a loop until it returns `None`, sending each
+///    segment it writes;
+/// 3. [`Connection::poll_timeout`] to learn when to call
+///    [`Connection::handle_timeout`] next (then poll again);
+/// 4. [`Connection::poll_event`] to learn what the application should do.
+///
+/// An ICMP error about one of its segments goes to [`Connection::handle_icmp`], like a
+/// segment (then poll again); a path MTU the host learnt, to [`Connection::set_path_mtu`].
+///
+/// The application side is [`send`](Connection::send), [`recv`](Connection::recv),
+/// [`close`](Connection::close) and [`abort`](Connection::abort); after any of
+/// them, call `poll_transmit` again. [`send_with`](Connection::send_with) and
+/// [`recv_with`](Connection::recv_with) are `send` and `recv` without the copy: the
+/// application writes into the send buffer and reads from the receive buffer in place.
 pub struct Connection {
     config: Config,
     state: State,

@@ -17,10 +17,11 @@
 //! # No panics on wire bytes
 //!
 //! Nothing in this module panics on bytes from the wire, whatever they hold: every
-//! malformed segment comes back as a typed [`ParseError`] (the host counts and logs it as
-//! a drop reason), and every write that does not fit comes back as an [`EmitError`] with
-//! the buffer left as it was. The tests prove it with property tests that parse arbitrary
-//! bytes and flip every bit of valid segments.
+//! malformed segment comes back as a typed [`ParseError`], for the caller to count and log
+//! as the reason of the drop; and an emit into a buffer too small, or with addresses the
+//! pseudo-header cannot take, comes back as an [`EmitError`] with the buffer left as it
+//! was. The property tests of `segment.rs` parse arbitrary bytes and flip every bit of
+//! valid segments to hold this.
 //!
 //! | file | what it holds |
 //! |---|---|
