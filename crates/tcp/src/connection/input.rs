@@ -204,13 +204,13 @@ impl Connection {
     /// SND.UNA moved past our SYN.
     fn take_ack_of_syn(&mut self, now: Instant, ack: SeqNum) {
         self.snd.syn_acked = true;
-        self.rel.last_ack_at = now;
+        self.rel.note_ack(now);
         self.advance_una(now, ack);
-        if self.rel.rto_count > 0 {
+        if self.rel.rto_count() > 0 {
             // RFC 6298 5.7: after a SYN timed out, data starts with an RTO of 3 s.
             self.rel.rtt.syn_timed_out_fallback();
         }
-        self.rel.rto_count = 0;
+        self.rel.reset_rto_count();
         self.timers.stop(Timer::Retransmit);
         self.set_unacked_since(None);
     }
@@ -250,7 +250,7 @@ impl Connection {
             }
         }
         if self.config.keepalive.is_some() {
-            self.rel.keepalive_sent = 0;
+            self.rel.reset_keepalives();
             self.arm_keepalive(now);
         }
 
@@ -410,11 +410,11 @@ impl Connection {
         // The peer is alive: its zero-window probes are answered (RFC 9293 3.8.6.1), and an
         // ICMP soft error is history (Linux's tcp_ack clears sk_err_soft: "something
         // worked"), unless the ACK is an old one.
-        self.rel.probes_unanswered = 0;
+        self.rel.reset_window_probes();
         if !seg.ack.before(self.snd.una) {
             self.path.clear_error();
         }
-        self.rel.last_ack_at = now;
+        self.rel.note_ack(now);
         let window = (seg.window as u32) << self.snd.wscale;
         let flight_before = self.snd.in_flight();
         let advanced = seg.ack.after(self.snd.una);
@@ -442,11 +442,11 @@ impl Connection {
         if self.snd.update_window(seg) {
             if self.snd.wnd > 0 {
                 self.timers.stop(Timer::Persist);
-                self.rel.persist_backoff = 0;
+                self.rel.reset_persist_backoff();
                 self.due.window_probe = false;
             } else {
                 // The peer is alive and says it is full: not a reason to give up.
-                self.rel.rto_count = 0;
+                self.rel.reset_rto_count();
             }
         }
         Ok(())
@@ -474,7 +474,7 @@ impl Connection {
             duplicate,
             sack: self.sack_enabled,
             smss,
-            rtt: self.rel.last_rtt_sample.take(),
+            rtt: self.rel.take_rtt_sample(),
             srtt: self.rel.rtt.srtt(),
         };
         let decision = self.rel.recovery.on_ack(&ctx, &delivery, &mut self.snd.sent, &mut self.rel.cc);
@@ -506,7 +506,7 @@ impl Connection {
             self.emit(Event::Writable);
         }
         self.advance_una(now, ack);
-        self.rel.rto_count = 0;
+        self.rel.reset_rto_count();
         // RFC 6298 5.2/5.3: stop the timer when all is acknowledged, else restart it.
         if self.snd.una == self.snd.max {
             self.timers.stop(Timer::Retransmit);

@@ -669,7 +669,7 @@ impl Connection {
     /// user timeout, `TCP_USER_TIMEOUT`), or never (`None`); from now on.
     pub fn set_user_timeout(&mut self, limit: Option<Duration>) {
         self.config.user_timeout = limit;
-        let since = self.rel.unacked_since;
+        let since = self.rel.unacked_since();
         self.set_unacked_since(since);
     }
 
@@ -885,7 +885,7 @@ impl Connection {
     /// run the user timeout from then (RFC 9293 3.8.3, RFC 5482): the connection is
     /// aborted when it expires, not at the next retransmission after it.
     fn set_unacked_since(&mut self, since: Option<Instant>) {
-        self.rel.unacked_since = since;
+        self.rel.set_unacked_since(since);
         match (since, self.config.user_timeout) {
             (Some(since), Some(limit)) => self.timers.set(Timer::UserTimeout, since + limit),
             _ => self.timers.stop(Timer::UserTimeout),

@@ -287,12 +287,10 @@ impl Connection {
         if retransmission {
             self.stats.retransmits += 1;
             // Karn's rule (RFC 6298 3): no sample from a retransmitted range.
-            self.rel.rtt_probe = None;
+            self.rel.stop_timing();
             self.snd.sent.resent(seq, seg_len, now);
         } else {
-            if self.rel.rtt_probe.is_none() {
-                self.rel.rtt_probe = Some((end, now));
-            }
+            self.rel.time_segment(end, now);
             // Application-limited (RFC 7661): nothing left to send, room left in cwnd.
             let pipe_after = self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32) + seg_len;
             let app_limited = end == data_end + u32::from(self.snd.fin_queued) && pipe_after < self.rel.cc.cwnd();
@@ -307,7 +305,7 @@ impl Connection {
             self.snd.nxt = self.snd.max;
         }
         self.snd.last_data_at = Some(now);
-        if self.rel.unacked_since.is_none() {
+        if self.rel.unacked_since().is_none() {
             self.set_unacked_since(Some(now));
         }
         // RFC 6298 5.1: start the timer if it is not running.
@@ -354,9 +352,9 @@ impl Connection {
         self.snd.max = self.snd.nxt;
         if retransmission {
             self.stats.retransmits += 1;
-            self.rel.rtt_probe = None;
+            self.rel.stop_timing();
         } else {
-            self.rel.rtt_probe = Some((self.snd.nxt, now));
+            self.rel.time_syn(self.snd.nxt, now);
         }
         self.timers.set_if_idle(Timer::Retransmit, now + self.rel.rtt.rto());
         Some(Transmit { kind: if retransmission { TransmitKind::Retransmission } else { TransmitKind::Syn }, ..t })
@@ -466,13 +464,12 @@ impl Connection {
             self.timers.stop(Timer::Persist);
             self.timers.stop(Timer::SwsOverride);
             if self.snd.wnd > 0 {
-                self.rel.persist_backoff = 0;
+                self.rel.reset_persist_backoff();
             }
         } else if self.snd.wnd == 0 {
             self.timers.stop(Timer::SwsOverride);
             if !self.timers.is_armed(Timer::Persist) {
-                let interval = self.rel.rtt.rto().saturating_mul(1 << self.rel.persist_backoff.min(10));
-                self.timers.set(Timer::Persist, now + interval.min(self.config.max_rto));
+                self.timers.set(Timer::Persist, now + self.rel.persist_interval(self.config.max_rto));
             }
         } else {
             self.timers.stop(Timer::Persist);

@@ -188,15 +188,20 @@ impl Connection {
     /// as Linux's `tcp_probe_timer` does with `tcp_retries2` and `TCP_USER_TIMEOUT`. Any
     /// acceptable ACK, a zero-window one included, starts the count again.
     fn on_persist_timeout(&mut self, now: Instant) {
-        let user_timeout =
-            self.config.user_timeout.is_some_and(|limit| now.saturating_duration_since(self.rel.last_ack_at) >= limit);
-        if self.rel.probes_unanswered >= self.config.max_retransmissions || user_timeout {
-            log::debug!("{:?}: giving up after {} unanswered window probes", self.tuple(), self.rel.probes_unanswered);
+        let user_timeout = self
+            .config
+            .user_timeout
+            .is_some_and(|limit| now.saturating_duration_since(self.rel.last_ack_at()) >= limit);
+        if self.rel.probes_unanswered() >= self.config.max_retransmissions || user_timeout {
+            log::debug!(
+                "{:?}: giving up after {} unanswered window probes",
+                self.tuple(),
+                self.rel.probes_unanswered()
+            );
             return self.fail(now, Failure::TimedOut, Cause::Timer(Timer::Persist));
         }
-        self.rel.probes_unanswered += 1;
+        self.rel.count_window_probe();
         self.due.window_probe = true;
-        self.rel.persist_backoff = self.rel.persist_backoff.saturating_add(1);
     }
 
     /// FIN-WAIT-2 of a released connection lasted [`Config::fin_wait2_timeout`]: the peer
@@ -215,7 +220,7 @@ impl Connection {
     /// Data has waited for an acknowledgment for the user timeout: abort (RFC 9293 3.8.3 R2,
     /// RFC 5482).
     fn on_user_timeout(&mut self, now: Instant) {
-        if self.state.is_synchronized() && self.rel.unacked_since.is_some() {
+        if self.state.is_synchronized() && self.rel.unacked_since().is_some() {
             log::debug!("{:?}: user timeout: nothing acknowledged for {:?}", self.tuple(), self.config.user_timeout);
             self.fail(now, Failure::TimedOut, Cause::Timer(Timer::UserTimeout));
         }
@@ -231,10 +236,10 @@ impl Connection {
         let cause = Cause::Timer(Timer::Retransmit);
         let limit = if self.snd.syn_acked { self.config.max_retransmissions } else { self.config.syn_retries };
         if self.rel.exhausted(now, limit, self.config.user_timeout) {
-            log::debug!("{:?}: giving up after {} retransmissions", self.tuple(), self.rel.rto_count);
+            log::debug!("{:?}: giving up after {} retransmissions", self.tuple(), self.rel.rto_count());
             return self.fail(now, Failure::TimedOut, cause);
         }
-        self.rel.rto_count += 1;
+        self.rel.count_rto();
         if self.snd.syn_acked {
             // Everything not SACKed is lost; slow start resends it in order.
             let flight = self.snd.in_flight();
@@ -254,7 +259,7 @@ impl Connection {
             self.snd.nxt = self.snd.una;
         }
         self.rel.rtt.backoff();
-        self.rel.rtt_probe = None;
+        self.rel.stop_timing();
         self.timers.set(Timer::Retransmit, now + self.rel.rtt.rto());
     }
 
@@ -270,10 +275,10 @@ impl Connection {
             self.arm_keepalive(now);
             return;
         }
-        if self.rel.keepalive_sent >= ka.probes {
+        if self.rel.keepalives_sent() >= ka.probes {
             return self.fail(now, Failure::TimedOut, Cause::Timer(Timer::KeepAlive));
         }
-        self.rel.keepalive_sent += 1;
+        self.rel.count_keepalive();
         self.due.keepalive = true;
         self.timers.set(Timer::KeepAlive, now + ka.interval);
     }
