@@ -18,9 +18,13 @@ use crate::seq::SeqNum;
 use crate::time::Instant;
 use crate::wire::{SackBlock, SackBlocks, TcpOptions};
 
+/// The longest a delayed ACK waits, whatever [`Config::delayed_ack`] asks (RFC 9293
+/// 3.8.6.3, RFC 5681 4.2: under 500 ms; 200 ms as Linux's `TCP_DELACK_MAX`).
+pub(crate) const MAX_ACK_DELAY: Duration = Duration::from_millis(200);
+
 /// How urgently an ACK is owed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum AckDue {
+enum AckDue {
     None,
     /// Owed, but may wait for the delayed-ACK timer or ride on data.
     Delayed,
@@ -65,7 +69,8 @@ pub(crate) struct RecvSpace {
     pub dsack: DsackQueue,
     /// The SACK blocks (not D-SACK) of the last ACK, most recent first (RFC 2018 4).
     pub sack_reported: SackBlocks,
-    pub ack_due: AckDue,
+    /// How urgently an ACK is owed: only escalates (None, Delayed, Now) until one is sent.
+    ack_due: AckDue,
     /// In-order bytes received since we last sent an ACK (RFC 9293 3.8.6.3).
     pub unacked_bytes: u32,
     /// The peer's full-sized segment, as measured: the largest payload it has sent, up to
@@ -100,6 +105,36 @@ pub(crate) struct Text {
 pub(crate) struct ReassemblyFull;
 
 impl RecvSpace {
+    /// Return whether an ACK must go at the next `poll_transmit`.
+    pub(crate) fn ack_now_due(&self) -> bool {
+        self.ack_due == AckDue::Now
+    }
+
+    /// Owe an ACK at the next `poll_transmit`.
+    pub(crate) fn ack_now(&mut self) {
+        self.ack_due = AckDue::Now;
+    }
+
+    /// Owe an ACK that may wait for the delayed-ACK timer or ride on data (unless one is
+    /// owed now already).
+    pub(crate) fn ack_delayed(&mut self) {
+        if self.ack_due < AckDue::Delayed {
+            self.ack_due = AckDue::Delayed;
+        }
+    }
+
+    /// The delayed-ACK timer fired: a delayed ACK is owed now.
+    pub(crate) fn delayed_ack_expired(&mut self) {
+        if self.ack_due == AckDue::Delayed {
+            self.ack_due = AckDue::Now;
+        }
+    }
+
+    /// Owe no ACK (the connection is closed).
+    pub(crate) fn forget_ack(&mut self) {
+        self.ack_due = AckDue::None;
+    }
+
     pub(crate) fn new(storage: Storage, wscale_offer: u8, our_mss: u16) -> Self {
         RecvSpace {
             irs: SeqNum(0),

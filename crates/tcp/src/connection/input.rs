@@ -11,7 +11,7 @@ use crate::event::{Cause, Event};
 use crate::outcome::{DropReason, Outcome};
 use crate::path::default_mss;
 use crate::recovery::AckContext;
-use crate::recv_space::AckDue;
+use crate::recv_space::MAX_ACK_DELAY;
 use crate::seq::SeqNum;
 use crate::state::State;
 use crate::time::Instant;
@@ -179,7 +179,7 @@ impl Connection {
         if ack_ok {
             // Our SYN is acknowledged: ESTABLISHED, and ACK the peer's SYN.
             self.take_ack_of_syn(now, seg.ack);
-            self.rcv.ack_due = AckDue::Now;
+            self.rcv.ack_now();
             self.set_state(now, State::Established, Cause::of(seg));
             if self.snd.fin_queued {
                 self.set_state(now, State::FinWait1, Cause::of(seg));
@@ -245,7 +245,7 @@ impl Connection {
             };
             if self.ts.paws_rejects(now, ts.tsval) {
                 // An old duplicate from a wrapped sequence space: acknowledge and drop.
-                self.rcv.ack_due = AckDue::Now;
+                self.rcv.ack_now();
                 return self.drop_segment(&seg, DropReason::Paws);
             }
         }
@@ -362,7 +362,7 @@ impl Connection {
             // A retransmitted FIN: acknowledge it and restart the 2 MSL wait.
             self.timers.set(Timer::TimeWait, now + self.config.msl * 2);
         }
-        self.rcv.ack_due = AckDue::Now;
+        self.rcv.ack_now();
         // Data we already have: a duplicate, reported as a D-SACK (RFC 2883 4.1).
         if self.sack_enabled && !seg.payload.is_empty() && !(seg.seq + seg.payload.len()).after(self.rcv.nxt) {
             self.rcv.dsack.push(seg.seq, seg.seq + seg.payload.len());
@@ -548,13 +548,11 @@ impl Connection {
     fn ack_in_order(&mut self, now: Instant) {
         match self.config.delayed_ack {
             Some(delay) if self.rcv.unacked_bytes < 2 * self.rcv.mss => {
-                if self.rcv.ack_due < AckDue::Delayed {
-                    self.rcv.ack_due = AckDue::Delayed;
-                }
-                let delay = delay.min(std::time::Duration::from_millis(200));
+                self.rcv.ack_delayed();
+                let delay = delay.min(MAX_ACK_DELAY);
                 self.timers.set_if_idle(Timer::DelayedAck, now + delay);
             }
-            _ => self.rcv.ack_due = AckDue::Now,
+            _ => self.rcv.ack_now(),
         }
     }
 

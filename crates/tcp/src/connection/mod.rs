@@ -31,7 +31,7 @@ use crate::controller::Controller;
 use crate::event::{Cause, Event, Stats, Transition, UserCall};
 use crate::isn::IsnGenerator;
 use crate::path::{Path, default_mss};
-use crate::recv_space::{AckDue, RecvSpace, wscale_offer};
+use crate::recv_space::{RecvSpace, wscale_offer};
 use crate::reliability::Reliability;
 use crate::send_space::SendSpace;
 use crate::seq::SeqNum;
@@ -552,7 +552,7 @@ impl Connection {
         // Receiver-side SWS avoidance (RFC 9293 3.8.6.2.2): a window update at once
         // only when reading opened the window by a worthwhile amount.
         if self.state.can_receive() && self.rcv.read_opens_window(self.config.mss) {
-            self.rcv.ack_due = AckDue::Now;
+            self.rcv.ack_now();
         }
     }
 
@@ -835,7 +835,7 @@ impl Connection {
                 self.timers.stop_all();
                 self.snd.fin_queued = false;
                 self.due = Due::default();
-                self.rcv.ack_due = AckDue::None;
+                self.rcv.forget_ack();
             }
             _ => {}
         }
@@ -896,7 +896,7 @@ impl Connection {
     fn challenge_ack(&mut self, now: Instant) {
         if self.challenge.allow(now, self.config.challenge_ack_limit) {
             self.stats.challenge_acks += 1;
-            self.rcv.ack_due = AckDue::Now;
+            self.rcv.ack_now();
         }
     }
 }

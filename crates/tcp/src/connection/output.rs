@@ -7,7 +7,7 @@
 
 use super::{Connection, PendingReset, Transmit, TransmitKind};
 use crate::controller::Controller;
-use crate::recv_space::{AckDue, initial_recv_window};
+use crate::recv_space::initial_recv_window;
 use crate::seq::SeqNum;
 use crate::state::State;
 use crate::time::Instant;
@@ -45,13 +45,13 @@ impl Connection {
                 if self.snd.nxt == self.snd.iss {
                     return self.send_syn(now, buf);
                 }
-                if self.state == State::SynReceived && self.rcv.ack_due == AckDue::Now {
+                if self.state == State::SynReceived && self.rcv.ack_now_due() {
                     return self.send_ack(now, buf, self.snd.max, TransmitKind::Ack);
                 }
                 return None;
             }
             State::TimeWait => {
-                if self.rcv.ack_due == AckDue::Now {
+                if self.rcv.ack_now_due() {
                     return self.send_ack(now, buf, self.snd.max, TransmitKind::Ack);
                 }
                 return None;
@@ -95,7 +95,7 @@ impl Connection {
             // RFC 9293 3.8.4: SEG.SEQ = SND.NXT - 1, no data, to elicit an ACK.
             return self.send_ack(now, buf, self.snd.una - 1, TransmitKind::KeepAlive);
         }
-        if self.rcv.ack_due == AckDue::Now {
+        if self.rcv.ack_now_due() {
             return self.send_ack(now, buf, self.ack_seq(), TransmitKind::Ack);
         }
         None

@@ -10,7 +10,6 @@
 use super::{Connection, Failure};
 use crate::controller::Controller;
 use crate::event::{Cause, Event};
-use crate::recv_space::AckDue;
 use crate::state::State;
 use crate::time::Instant;
 use crate::timer::Timer;
@@ -135,9 +134,7 @@ impl Connection {
                     Timer::UserTimeout => self.on_user_timeout(now),
                     Timer::SwsOverride => self.due.sws_override = true,
                     Timer::DelayedAck => {
-                        if self.rcv.ack_due == AckDue::Delayed {
-                            self.rcv.ack_due = AckDue::Now;
-                        }
+                        self.rcv.delayed_ack_expired();
                     }
                     Timer::KeepAlive => self.on_keepalive_timeout(now),
                     // Nothing to do but let `poll_transmit` send what the pacer held back.
