@@ -21,15 +21,15 @@ pub(crate) fn max_window(wscale: u8) -> u32 {
 /// The send half of a connection.
 pub(crate) struct SendSpace {
     /// Initial send sequence number.
-    pub iss: SeqNum,
+    iss: SeqNum,
     /// The ISS must lie above this (a new incarnation from TIME-WAIT, RFC 1122 4.2.2.13).
     pub iss_floor: Option<SeqNum>,
     /// SND.UNA: the oldest unacknowledged sequence number.
-    pub una: SeqNum,
+    una: SeqNum,
     /// Next sequence number to send; moved back to SND.UNA by a retransmission timeout.
-    pub nxt: SeqNum,
+    nxt: SeqNum,
     /// Highest sequence number sent plus one (RFC 9293's SND.NXT for ACK validation).
-    pub max: SeqNum,
+    max: SeqNum,
     /// SND.WND: the peer's window, scaled, in bytes.
     pub wnd: u32,
     /// SND.WL1 and SND.WL2: the segment that last updated the window.
@@ -102,6 +102,55 @@ impl SendSpace {
             pipe_high: 0,
             pipe_high_until: SeqNum(0),
             last_data_at: None,
+        }
+    }
+
+    /// Return the initial send sequence number (ISS).
+    pub(crate) fn iss(&self) -> SeqNum {
+        self.iss
+    }
+
+    /// Return SND.UNA, the oldest unacknowledged sequence number.
+    pub(crate) fn una(&self) -> SeqNum {
+        self.una
+    }
+
+    /// Return the next sequence number to send.
+    pub(crate) fn nxt(&self) -> SeqNum {
+        self.nxt
+    }
+
+    /// Return SND.MAX, the highest sequence number sent plus one.
+    pub(crate) fn max(&self) -> SeqNum {
+        self.max
+    }
+
+    /// Our SYN (or SYN-ACK) went out: it takes the ISS.
+    pub(crate) fn syn_sent(&mut self) {
+        self.nxt = self.iss + 1u32;
+        self.max = self.nxt;
+    }
+
+    /// Send our SYN again, as a SYN-ACK: the peer's SYN came again, or crossed ours
+    /// (simultaneous open).
+    pub(crate) fn resend_syn(&mut self) {
+        self.nxt = self.iss;
+    }
+
+    /// A retransmission timeout: send again from SND.UNA.
+    pub(crate) fn rewind(&mut self) {
+        self.nxt = self.una;
+    }
+
+    /// Data up to `end` went out for the first time: SND.MAX moves there.
+    pub(crate) fn sent_new(&mut self, end: SeqNum) {
+        self.max = end;
+    }
+
+    /// A segment went out: bring SND.NXT up to SND.MAX if it is below.
+    pub(crate) fn resume_at_max(&mut self) {
+        if self.nxt.before(self.max) {
+            self.nxt = self.max;
         }
     }
 

@@ -103,7 +103,7 @@ impl Connection {
             return IcmpOutcome::Ignored(IcmpIgnored::NotOpen);
         }
         // RFC 5927 4.1: SND.UNA =< SEG.SEQ < SND.NXT (SND.MAX here).
-        if !(self.snd.una.before_eq(quoted_seq) && quoted_seq.before(self.snd.max)) {
+        if !(self.snd.una().before_eq(quoted_seq) && quoted_seq.before(self.snd.max())) {
             return IcmpOutcome::Ignored(IcmpIgnored::OutOfWindow);
         }
         if let IcmpError::PacketTooBig { mtu } = error {
@@ -139,7 +139,7 @@ impl Connection {
             return IcmpOutcome::Ignored(IcmpIgnored::MtuNotLower);
         }
         if marked > 0 {
-            self.rel.recovery.on_mtu_reduced(self.snd.max);
+            self.rel.recovery.on_mtu_reduced(self.snd.max());
             self.timers.stop(Timer::LossProbe);
         }
         IcmpOutcome::MtuLowered { mtu: self.path.mtu(), mss: self.snd.mss }

@@ -113,7 +113,7 @@ impl Connection {
         self.init_send_space(now);
         // The window field of a SYN is never scaled (RFC 7323 2.2). It counts for RFC 5961's
         // MAX.SND.WND, not for SWS avoidance's Max(SND.WND) (see `sws_max_wnd`).
-        let iss = self.snd.iss;
+        let iss = self.snd.iss();
         self.snd.take_syn_window(seg, iss);
         self.set_state(now, State::SynReceived, Cause::of(seg));
         Outcome::Accepted
@@ -151,7 +151,7 @@ impl Connection {
     /// RFC 9293 3.10.7.3: SYN-SENT.
     fn on_syn_sent(&mut self, now: Instant, seg: &Segment<'_>) -> Outcome {
         // First: the ACK must acknowledge our SYN: ISS < SEG.ACK =< SND.NXT.
-        let ack_ok = seg.flags.ack() && seg.ack.after(self.snd.iss) && seg.ack.before_eq(self.snd.max);
+        let ack_ok = seg.flags.ack() && seg.ack.after(self.snd.iss()) && seg.ack.before_eq(self.snd.max());
         if seg.flags.ack() && !ack_ok {
             if !seg.flags.rst() {
                 self.reset_bad_ack(seg);
@@ -187,7 +187,7 @@ impl Connection {
         } else {
             // Simultaneous open (RFC 9293 Figure 8): SYN-RECEIVED, and send SYN,ACK by
             // retransmitting our SYN with the ACK bit now set.
-            self.snd.nxt = self.snd.iss;
+            self.snd.resend_syn();
             self.set_state(now, State::SynReceived, Cause::of(seg));
         }
         Outcome::Accepted
@@ -197,7 +197,7 @@ impl Connection {
     /// ([`Reliability::sample_rtt`](crate::reliability::Reliability::sample_rtt)).
     fn advance_una(&mut self, now: Instant, ack: SeqNum) {
         let echo = self.ts.echo_rtt(now);
-        self.rel.sample_rtt(now, ack, self.snd.una, echo);
+        self.rel.sample_rtt(now, ack, self.snd.una(), echo);
         self.snd.advance(ack);
     }
 
@@ -224,7 +224,7 @@ impl Connection {
         // so only the ACK is new.
         if self.state == State::SynReceived && seg.flags.syn() && seg.seq == self.rcv.irs {
             if !seg.flags.ack() {
-                self.snd.nxt = self.snd.iss;
+                self.snd.resend_syn();
                 return Outcome::Accepted;
             }
             seg.flags = seg.flags.without(Flags::SYN);
@@ -288,7 +288,7 @@ impl Connection {
             return self.drop_segment(&seg, DropReason::NoAck);
         }
         if self.state == State::SynReceived {
-            if !(seg.ack.after(self.snd.una) && seg.ack.before_eq(self.snd.max)) {
+            if !(seg.ack.after(self.snd.una()) && seg.ack.before_eq(self.snd.max())) {
                 self.reset_bad_ack(&seg);
                 return self.drop_segment(&seg, DropReason::SynReceivedBadAck);
             }
@@ -411,17 +411,17 @@ impl Connection {
         // ICMP soft error is history (Linux's tcp_ack clears sk_err_soft: "something
         // worked"), unless the ACK is an old one.
         self.rel.reset_window_probes();
-        if !seg.ack.before(self.snd.una) {
+        if !seg.ack.before(self.snd.una()) {
             self.path.clear_error();
         }
         self.rel.note_ack(now);
         let window = (seg.window as u32) << self.snd.wscale;
         let flight_before = self.snd.in_flight();
-        let advanced = seg.ack.after(self.snd.una);
+        let advanced = seg.ack.after(self.snd.una());
         // A duplicate ACK by RFC 5681 section 2's definition.
         let duplicate = !advanced
-            && seg.ack == self.snd.una
-            && self.snd.max != self.snd.una
+            && seg.ack == self.snd.una()
+            && self.snd.max() != self.snd.una()
             && seg.payload.is_empty()
             && !seg.flags.intersects(Flags::SYN | Flags::FIN)
             && window == self.snd.wnd;
@@ -454,21 +454,21 @@ impl Connection {
 
     /// Apply an ACK of data to the scoreboard and let loss recovery act on it.
     fn on_data_ack(&mut self, now: Instant, flight_before: u32, advanced: bool, duplicate: bool, blocks: &[SackBlock]) {
-        let delivery = self.snd.sent.on_ack(self.snd.una, blocks);
+        let delivery = self.snd.sent.on_ack(self.snd.una(), blocks);
         // RFC 7661 4.3 (as Linux's tcp_is_cwnd_limited): cwnd grows only if it was the limit
         // this round trip, in flight up to it, or, in slow start, past half of it.
         let (cwnd, smss) = (self.rel.cc.cwnd(), self.snd.mss as u32);
         let cwnd_limited = self.snd.pipe_high + smss >= cwnd
             || (cwnd < self.rel.cc.ssthresh() && self.snd.pipe_high.saturating_mul(2) > cwnd);
-        if !self.snd.una.before(self.snd.pipe_high_until) {
+        if !self.snd.una().before(self.snd.pipe_high_until) {
             self.snd.pipe_high = self.rel.recovery.pipe(&self.snd.sent, smss);
-            self.snd.pipe_high_until = self.snd.max;
+            self.snd.pipe_high_until = self.snd.max();
         }
         let ctx = AckContext {
             cwnd_limited,
             now,
-            snd_una: self.snd.una,
-            snd_max: self.snd.max,
+            snd_una: self.snd.una(),
+            snd_max: self.snd.max(),
             flight_before,
             advanced,
             duplicate,
@@ -508,7 +508,7 @@ impl Connection {
         self.advance_una(now, ack);
         self.rel.reset_rto_count();
         // RFC 6298 5.2/5.3: stop the timer when all is acknowledged, else restart it.
-        if self.snd.una == self.snd.max {
+        if self.snd.una() == self.snd.max() {
             self.timers.stop(Timer::Retransmit);
             self.timers.stop(Timer::LossProbe);
             self.timers.stop(Timer::Reorder);

@@ -640,7 +640,7 @@ impl Connection {
         ) && let Some(remote) = self.remote
         {
             self.pending_reset =
-                Some(PendingReset { dst: remote, src_port: self.local.port(), seq: self.snd.max, ack: None });
+                Some(PendingReset { dst: remote, src_port: self.local.port(), seq: self.snd.max(), ack: None });
         }
         self.snd.buf.clear();
         self.timers.stop_all();
@@ -773,16 +773,16 @@ impl Connection {
     /// Return SND.UNA, the oldest sequence number not yet acknowledged (cheap: no window is
     /// computed, unlike [`sequence_space`](Connection::sequence_space)).
     pub fn snd_una(&self) -> SeqNum {
-        self.snd.una
+        self.snd.una()
     }
 
     /// Return the send and receive sequence variables, for annotations and tests.
     pub fn sequence_space(&self) -> SequenceSpace {
         SequenceSpace {
-            iss: self.snd.iss,
-            snd_una: self.snd.una,
-            snd_nxt: self.snd.nxt,
-            snd_max: self.snd.max,
+            iss: self.snd.iss(),
+            snd_una: self.snd.una(),
+            snd_nxt: self.snd.nxt(),
+            snd_max: self.snd.max(),
             snd_wnd: self.snd.wnd,
             irs: self.rcv.irs,
             rcv_nxt: self.rcv.nxt,

@@ -213,7 +213,7 @@ impl Connection {
     pub fn reopen(&mut self, now: Instant, seg: &Segment<'_>) {
         debug_assert!(self.time_wait_accepts(seg));
         let Some(remote) = self.remote else { return };
-        let floor = self.snd.max + 65535u32 + 2u32;
+        let floor = self.snd.max() + 65535u32 + 2u32;
         let buffers = self.take_buffers();
         let mut fresh = Connection::listen_with(&self.config, self.local, buffers);
         fresh.stats = self.stats;

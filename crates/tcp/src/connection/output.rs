@@ -42,17 +42,17 @@ impl Connection {
         match self.state {
             State::Closed | State::Listen => return None,
             State::SynSent | State::SynReceived => {
-                if self.snd.nxt == self.snd.iss {
+                if self.snd.nxt() == self.snd.iss() {
                     return self.send_syn(now, buf);
                 }
                 if self.state == State::SynReceived && self.rcv.ack_now_due() {
-                    return self.send_ack(now, buf, self.snd.max, TransmitKind::Ack);
+                    return self.send_ack(now, buf, self.snd.max(), TransmitKind::Ack);
                 }
                 return None;
             }
             State::TimeWait => {
                 if self.rcv.ack_now_due() {
-                    return self.send_ack(now, buf, self.snd.max, TransmitKind::Ack);
+                    return self.send_ack(now, buf, self.snd.max(), TransmitKind::Ack);
                 }
                 return None;
             }
@@ -69,7 +69,7 @@ impl Connection {
             self.due.sws_override = false;
             // RFC 9293 3.8.6.2.1 (4): the override timeout passed; send what the window holds.
             // Not if data went out meanwhile: its ACK brings the next decision.
-            if self.snd.max == self.snd.una
+            if self.snd.max() == self.snd.una()
                 && let Some(t) = self.send_new(now, buf, true)
             {
                 return Some(t);
@@ -88,12 +88,12 @@ impl Connection {
             }
             self.stats.window_probes += 1;
             // Out of window on purpose: the peer answers with its current window.
-            return self.send_ack(now, buf, self.snd.una - 1, TransmitKind::WindowProbe);
+            return self.send_ack(now, buf, self.snd.una() - 1, TransmitKind::WindowProbe);
         }
         if self.due.keepalive {
             self.due.keepalive = false;
             // RFC 9293 3.8.4: SEG.SEQ = SND.NXT - 1, no data, to elicit an ACK.
-            return self.send_ack(now, buf, self.snd.una - 1, TransmitKind::KeepAlive);
+            return self.send_ack(now, buf, self.snd.una() - 1, TransmitKind::KeepAlive);
         }
         if self.rcv.ack_now_due() {
             return self.send_ack(now, buf, self.ack_seq(), TransmitKind::Ack);
@@ -111,8 +111,8 @@ impl Connection {
     /// dropped leaves SND.MAX above that (Linux's `tcp_acceptable_seq`). An ACK it drops
     /// carries no window update, and two shut windows wait on each other for ever.
     fn ack_seq(&self) -> SeqNum {
-        let edge = self.snd.una + self.snd.wnd;
-        if self.snd.max.after(edge) { edge } else { self.snd.max }
+        let edge = self.snd.una() + self.snd.wnd;
+        if self.snd.max().after(edge) { edge } else { self.snd.max() }
     }
 
     /// Resend the first segment marked lost, if the congestion window has room for it
@@ -159,17 +159,17 @@ impl Connection {
     /// peer's window takes it, whatever cwnd says; else the last segment again.
     fn send_loss_probe(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let recovery = &self.rel.recovery;
-        if self.snd.una == self.snd.max || recovery.probe_outstanding() || recovery.in_recovery() {
+        if self.snd.una() == self.snd.max() || recovery.probe_outstanding() || recovery.in_recovery() {
             return None;
         }
         self.stats.loss_probes += 1;
         let data_end = self.snd.data_end();
-        let window_room = (self.snd.una + self.snd.wnd).after(self.snd.max);
-        let t = if self.snd.max.before(data_end) && window_room {
-            let room = (self.snd.una + self.snd.wnd) - self.snd.max;
-            let len = (data_end - self.snd.max).min(room);
-            let t = self.send_from(now, self.snd.max, len as usize, true, buf)?;
-            self.rel.recovery.on_probe_sent(self.snd.max, false);
+        let window_room = (self.snd.una() + self.snd.wnd).after(self.snd.max());
+        let t = if self.snd.max().before(data_end) && window_room {
+            let room = (self.snd.una() + self.snd.wnd) - self.snd.max();
+            let len = (data_end - self.snd.max()).min(room);
+            let t = self.send_from(now, self.snd.max(), len as usize, true, buf)?;
+            self.rel.recovery.on_probe_sent(self.snd.max(), false);
             t
         } else {
             let last = *self.snd.sent.last()?;
@@ -210,7 +210,7 @@ impl Connection {
         if !self.snd.syn_acked {
             return None;
         }
-        let next = self.snd.max;
+        let next = self.snd.max();
         let data_end = self.snd.data_end();
         let fin_unsent = self.snd.fin_seq().is_some_and(|f| next.before_eq(f));
         let unsent = self.snd.unsent();
@@ -219,7 +219,7 @@ impl Connection {
         }
         // RFC 5681 4.1: after an idle period longer than the RTO, restart from the restart
         // window rather than send a window's worth into a network that may have changed.
-        if self.snd.una == self.snd.max
+        if self.snd.una() == self.snd.max()
             && self.snd.last_data_at.is_some_and(|at| now.saturating_duration_since(at) > self.rel.rtt.rto())
         {
             self.rel.cc.on_idle_restart(now);
@@ -227,7 +227,7 @@ impl Connection {
         }
         // The peer's window counts from SND.UNA; the congestion window limits what is in the
         // network (RFC 6675's pipe: not what is SACKed or lost).
-        let flight = next - self.snd.una;
+        let flight = next - self.snd.una();
         let peer_room = self.snd.wnd.saturating_sub(flight);
         let cc_room = self.rel.cc.cwnd().saturating_sub(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32));
         let usable = peer_room.min(cc_room);
@@ -247,7 +247,7 @@ impl Connection {
             || with_fin
             || len == full
             || (max_wnd > 0 && len >= max_wnd / 2)
-            || (len == unsent && (!self.config.nagle || self.snd.max == self.snd.una));
+            || (len == unsent && (!self.config.nagle || self.snd.max() == self.snd.una()));
         if !send || (!forced && !self.paced(now, len.max(1))) {
             return None;
         }
@@ -273,7 +273,7 @@ impl Connection {
             return None;
         }
         let end = seq + len + fin as usize;
-        let retransmission = seq.before(self.snd.max);
+        let retransmission = seq.before(self.snd.max());
         let mut flags = Flags::ACK;
         if len > 0 && seq + len == data_end {
             flags |= Flags::PSH;
@@ -295,15 +295,13 @@ impl Connection {
             let pipe_after = self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32) + seg_len;
             let app_limited = end == data_end + u32::from(self.snd.fin_queued) && pipe_after < self.rel.cc.cwnd();
             self.snd.sent.push(seq, end, now, app_limited);
-            self.snd.max = end;
+            self.snd.sent_new(end);
         }
         self.rel.recovery.on_sent(seg_len, retransmission);
         self.rel.pacer.spend(seg_len);
         // The most in flight this round trip, for whether cwnd was what limited the sender.
         self.snd.pipe_high = self.snd.pipe_high.max(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32));
-        if self.snd.nxt.before(self.snd.max) {
-            self.snd.nxt = self.snd.max;
-        }
+        self.snd.resume_at_max();
         self.snd.last_data_at = Some(now);
         if self.rel.unacked_since().is_none() {
             self.set_unacked_since(Some(now));
@@ -346,15 +344,14 @@ impl Connection {
         if passive_reply {
             flags |= Flags::ACK;
         }
-        let retransmission = self.snd.max.after(self.snd.iss);
-        let t = self.write_segment(now, buf, self.snd.iss, flags, options, None)?;
-        self.snd.nxt = self.snd.iss + 1u32;
-        self.snd.max = self.snd.nxt;
+        let retransmission = self.snd.max().after(self.snd.iss());
+        let t = self.write_segment(now, buf, self.snd.iss(), flags, options, None)?;
+        self.snd.syn_sent();
         if retransmission {
             self.stats.retransmits += 1;
             self.rel.stop_timing();
         } else {
-            self.rel.time_syn(self.snd.nxt, now);
+            self.rel.time_syn(self.snd.nxt(), now);
         }
         self.timers.set_if_idle(Timer::Retransmit, now + self.rel.rtt.rto());
         Some(Transmit { kind: if retransmission { TransmitKind::Retransmission } else { TransmitKind::Syn }, ..t })
@@ -459,7 +456,7 @@ impl Connection {
     /// small for SWS avoidance to use, the override timer (3.8.6.2.1: a short fixed time).
     /// Either stays armed, not pushed back, while the wait goes on.
     fn update_persist(&mut self, now: Instant) {
-        let waiting = self.state.is_synchronized() && self.snd.max == self.snd.una && self.snd.has_unsent();
+        let waiting = self.state.is_synchronized() && self.snd.max() == self.snd.una() && self.snd.has_unsent();
         if !waiting {
             self.timers.stop(Timer::Persist);
             self.timers.stop(Timer::SwsOverride);

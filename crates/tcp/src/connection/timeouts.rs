@@ -158,7 +158,7 @@ impl Connection {
         let flight = self.snd.in_flight();
         let (next, entered) = self.rel.recovery.on_reorder_timeout(
             now,
-            self.snd.max,
+            self.snd.max(),
             flight,
             self.snd.mss as u32,
             &mut self.snd.sent,
@@ -226,7 +226,7 @@ impl Connection {
     /// Retransmission timeout (RFC 6298 5.4-5.6; RFC 5681 3.1 for the windows; RFC 9293
     /// 3.8.3 for giving up).
     fn on_retransmit_timeout(&mut self, now: Instant) {
-        if self.snd.una == self.snd.max {
+        if self.snd.una() == self.snd.max() {
             return;
         }
         self.stats.timeouts += 1;
@@ -240,7 +240,7 @@ impl Connection {
         if self.snd.syn_acked {
             // Everything not SACKed is lost; slow start resends it in order.
             let flight = self.snd.in_flight();
-            self.rel.recovery.on_rto(now, self.snd.max, flight, &mut self.snd.sent, &mut self.rel.cc);
+            self.rel.recovery.on_rto(now, self.snd.max(), flight, &mut self.snd.sent, &mut self.rel.cc);
             self.timers.stop(Timer::Reorder);
             self.timers.stop(Timer::LossProbe);
             // The peer's window shut with data in flight: what the timeout marked lost
@@ -253,7 +253,7 @@ impl Connection {
             // RFC 5681 3.1: a lost SYN or SYN-ACK leaves a one-segment initial window; send
             // it again.
             self.rel.cc.on_syn_timeout();
-            self.snd.nxt = self.snd.una;
+            self.snd.rewind();
         }
         self.rel.rtt.backoff();
         self.rel.stop_timing();
@@ -267,7 +267,7 @@ impl Connection {
         if !matches!(self.state, State::Established | State::CloseWait) {
             return;
         }
-        if self.snd.una != self.snd.max {
+        if self.snd.una() != self.snd.max() {
             // Not idle: the retransmission timer watches the peer.
             self.arm_keepalive(now);
             return;
