@@ -50,11 +50,11 @@ pub(crate) fn wscale_offer(config: &Config) -> u8 {
 /// The receive half of a connection.
 pub(crate) struct RecvSpace {
     /// Initial receive sequence number.
-    pub irs: SeqNum,
+    irs: SeqNum,
     /// RCV.NXT: the next sequence number expected.
-    pub nxt: SeqNum,
+    nxt: SeqNum,
     /// Right edge of the window last advertised; never moves left (RFC 9293 3.8.6.2.2).
-    pub adv: SeqNum,
+    adv: SeqNum,
     /// The shift applied to our window field.
     pub wscale: u8,
     /// The scale we offered in our SYN (used only if the peer offers one too).
@@ -63,7 +63,7 @@ pub(crate) struct RecvSpace {
     pub assembler: Assembler,
     /// A FIN arrived ahead of missing data at this sequence number.
     pub fin_pending: Option<SeqNum>,
-    pub fin_received: bool,
+    fin_received: bool,
     /// Duplicates received, to report in the first SACK block of the next ACKs (D-SACK,
     /// RFC 2883 section 4).
     pub dsack: DsackQueue,
@@ -105,6 +105,27 @@ pub(crate) struct Text {
 pub(crate) struct ReassemblyFull;
 
 impl RecvSpace {
+    /// Return IRS, the peer's initial sequence number.
+    pub(crate) fn irs(&self) -> SeqNum {
+        self.irs
+    }
+
+    /// Return RCV.NXT, the next sequence number expected.
+    pub(crate) fn nxt(&self) -> SeqNum {
+        self.nxt
+    }
+
+    /// Return whether the peer's FIN has been received in order.
+    pub(crate) fn fin_received(&self) -> bool {
+        self.fin_received
+    }
+
+    /// Note the right edge a SYN-cookie SYN-ACK advertised: an unscaled window of
+    /// `initial` bytes, within the free buffer.
+    pub(crate) fn advertised_cookie_window(&mut self, initial: u32) {
+        self.adv = self.nxt + initial.min(self.buf.free() as u32);
+    }
+
     /// Return whether an ACK must go at the next `poll_transmit`.
     pub(crate) fn ack_now_due(&self) -> bool {
         self.ack_due == AckDue::Now

@@ -23,7 +23,7 @@ pub(crate) struct SendSpace {
     /// Initial send sequence number.
     iss: SeqNum,
     /// The ISS must lie above this (a new incarnation from TIME-WAIT, RFC 1122 4.2.2.13).
-    pub iss_floor: Option<SeqNum>,
+    iss_floor: Option<SeqNum>,
     /// SND.UNA: the oldest unacknowledged sequence number.
     una: SeqNum,
     /// Next sequence number to send; moved back to SND.UNA by a retransmission timeout.
@@ -31,13 +31,13 @@ pub(crate) struct SendSpace {
     /// Highest sequence number sent plus one (RFC 9293's SND.NXT for ACK validation).
     max: SeqNum,
     /// SND.WND: the peer's window, scaled, in bytes.
-    pub wnd: u32,
+    wnd: u32,
     /// SND.WL1 and SND.WL2: the segment that last updated the window.
-    pub wl1: SeqNum,
-    pub wl2: SeqNum,
+    wl1: SeqNum,
+    wl2: SeqNum,
     /// Largest window the peer has offered, its SYN's included: MAX.SND.WND of the ACK
     /// acceptability check (RFC 5961 5.2), where a larger value only accepts older ACKs.
-    pub max_wnd: u32,
+    max_wnd: u32,
     /// Max(SND.WND) of sender-side SWS avoidance (RFC 9293 3.8.6.2.1, RFC 1122 4.2.3.4), the
     /// estimate of the peer's receive buffer: the largest window offered in a segment
     /// without SYN; 0 until one arrives.
@@ -48,19 +48,19 @@ pub(crate) struct SendSpace {
     /// in the scaled windows after it). Counted, it would hold back every segment under half
     /// of it until the override timer. Linux, too, starts `max_window` on a passive open
     /// from the scaled window of the ACK that completes the handshake.
-    pub sws_max_wnd: u32,
+    sws_max_wnd: u32,
     /// The shift applied to the peer's window field.
     pub wscale: u8,
     /// Effective send MSS (RFC 9293 3.7.1), the fixed options taken off.
     pub mss: u16,
     /// Our SYN has been acknowledged. A flag, not `SND.UNA > ISS`: that comparison is
     /// modular and turns false again after 2 GiB have been sent.
-    pub syn_acked: bool,
+    syn_acked: bool,
     /// Sequence space acknowledged so far, SYN and FIN included (RFC 4898's
     /// `tcpEStatsAppHCThruOctetsAcked`, Linux's `tcpi_bytes_acked`): 64 bits, no wrap.
-    pub acked_total: u64,
+    acked_total: u64,
     /// Sequence number of the first byte held in `buf`.
-    pub buf_seq: SeqNum,
+    buf_seq: SeqNum,
     pub buf: RingBuffer,
     /// The user closed: a FIN follows the last byte of `buf`.
     pub fin_queued: bool,
@@ -123,6 +123,48 @@ impl SendSpace {
     /// Return SND.MAX, the highest sequence number sent plus one.
     pub(crate) fn max(&self) -> SeqNum {
         self.max
+    }
+
+    /// Return SND.WND, the peer's window, scaled, in bytes.
+    pub(crate) fn wnd(&self) -> u32 {
+        self.wnd
+    }
+
+    /// Return Max(SND.WND) of sender-side SWS avoidance (0 until a window without SYN came).
+    pub(crate) fn sws_max_wnd(&self) -> u32 {
+        self.sws_max_wnd
+    }
+
+    /// Return the sequence space acknowledged so far, SYN and FIN included.
+    pub(crate) fn acked_total(&self) -> u64 {
+        self.acked_total
+    }
+
+    /// Return the sequence number of the first byte held in the send buffer.
+    pub(crate) fn buf_seq(&self) -> SeqNum {
+        self.buf_seq
+    }
+
+    /// Return whether our SYN has been acknowledged.
+    pub(crate) fn syn_acked(&self) -> bool {
+        self.syn_acked
+    }
+
+    /// Our SYN has been acknowledged.
+    pub(crate) fn syn_acknowledged(&mut self) {
+        self.syn_acked = true;
+    }
+
+    /// Note that the window in use came with the segment at `wl1` that acknowledged `wl2`
+    /// (SND.WL1, SND.WL2), as the ACK completing a SYN-cookie handshake does.
+    pub(crate) fn window_from(&mut self, wl1: SeqNum, wl2: SeqNum) {
+        self.wl1 = wl1;
+        self.wl2 = wl2;
+    }
+
+    /// Keep the ISS of the next incarnation above `floor` (RFC 1122 4.2.2.13).
+    pub(crate) fn set_iss_floor(&mut self, floor: SeqNum) {
+        self.iss_floor = Some(floor);
     }
 
     /// Our SYN (or SYN-ACK) went out: it takes the ISS.

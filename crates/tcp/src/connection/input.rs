@@ -108,7 +108,7 @@ impl Connection {
         // peer sends it again once established.
         self.remote = Some(SocketAddr::new(src, seg.src_port));
         self.rcv.start(seg.seq);
-        self.ts.ack_sent(self.rcv.nxt);
+        self.ts.ack_sent(self.rcv.nxt());
         self.negotiate_options(now, seg);
         self.init_send_space(now);
         // The window field of a SYN is never scaled (RFC 7323 2.2). It counts for RFC 5961's
@@ -172,7 +172,7 @@ impl Connection {
             return self.drop_segment(seg, DropReason::SynSentNoSyn);
         }
         self.rcv.start(seg.seq);
-        self.ts.ack_sent(self.rcv.nxt);
+        self.ts.ack_sent(self.rcv.nxt());
         self.negotiate_options(now, seg);
         // Unscaled (RFC 7323 2.2); as in LISTEN, not a Max(SND.WND) for SWS avoidance.
         self.snd.take_syn_window(seg, seg.ack);
@@ -203,7 +203,7 @@ impl Connection {
 
     /// SND.UNA moved past our SYN.
     fn take_ack_of_syn(&mut self, now: Instant, ack: SeqNum) {
-        self.snd.syn_acked = true;
+        self.snd.syn_acknowledged();
         self.rel.note_ack(now);
         self.advance_una(now, ack);
         if self.rel.rto_count() > 0 {
@@ -222,7 +222,7 @@ impl Connection {
         // A retransmitted SYN from the peer (our SYN-ACK was lost): send the SYN-ACK again.
         // A SYN-ACK in SYN-RECEIVED (simultaneous open, Figure 8 line 6): its SYN is old,
         // so only the ACK is new.
-        if self.state == State::SynReceived && seg.flags.syn() && seg.seq == self.rcv.irs {
+        if self.state == State::SynReceived && seg.flags.syn() && seg.seq == self.rcv.irs() {
             if !seg.flags.ack() {
                 self.snd.resend_syn();
                 return Outcome::Accepted;
@@ -267,7 +267,7 @@ impl Connection {
 
         // Second: RST (RFC 5961 3.2: reset only on an exact match, challenge otherwise).
         if seg.flags.rst() {
-            if seg.seq != self.rcv.nxt {
+            if seg.seq != self.rcv.nxt() {
                 self.challenge_ack(now);
                 return self.drop_segment(&seg, DropReason::RstNotExact);
             }
@@ -325,7 +325,7 @@ impl Connection {
         // Seventh: segment text. New data for a connection the application let go of can
         // never be read: reset, so the peer learns it was lost (RFC 9293 3.6.1, RFC 1122
         // 4.2.2.13; Linux counts these as TCPAbortOnData).
-        if self.released && (seg.seq + seg.payload.len()).after(self.rcv.nxt) && !seg.payload.is_empty() {
+        if self.released && (seg.seq + seg.payload.len()).after(self.rcv.nxt()) && !seg.payload.is_empty() {
             log::debug!("{:?}: data after release: reset", self.tuple());
             self.stats.resets_for_lost_data += 1;
             self.abort(now);
@@ -333,7 +333,7 @@ impl Connection {
         }
         let mut fin = seg.flags.fin();
         if !seg.payload.is_empty() || fin {
-            if !self.state.can_receive() || self.rcv.fin_received {
+            if !self.state.can_receive() || self.rcv.fin_received() {
                 fin = false;
             } else {
                 match self.receive_text(now, &seg) {
@@ -357,14 +357,15 @@ impl Connection {
             return self.drop_segment(seg, DropReason::OutOfWindow);
         }
         // RFC 9293: a zero window still takes valid ACKs (and the data is dropped).
-        let zero_window_ack = self.rcv.window() == 0 && seg.seq == self.rcv.nxt && seg.flags.ack() && !seg.flags.syn();
+        let zero_window_ack =
+            self.rcv.window() == 0 && seg.seq == self.rcv.nxt() && seg.flags.ack() && !seg.flags.syn();
         if self.state == State::TimeWait && seg.flags.fin() {
             // A retransmitted FIN: acknowledge it and restart the 2 MSL wait.
             self.timers.set(Timer::TimeWait, now + self.config.msl * 2);
         }
         self.rcv.ack_now();
         // Data we already have: a duplicate, reported as a D-SACK (RFC 2883 4.1).
-        if self.sack_enabled && !seg.payload.is_empty() && !(seg.seq + seg.payload.len()).after(self.rcv.nxt) {
+        if self.sack_enabled && !seg.payload.is_empty() && !(seg.seq + seg.payload.len()).after(self.rcv.nxt()) {
             self.rcv.dsack.push(seg.seq, seg.seq + seg.payload.len());
         }
         if zero_window_ack && let Err(dropped) = self.process_ack(now, seg) {
@@ -424,8 +425,8 @@ impl Connection {
             && self.snd.max() != self.snd.una()
             && seg.payload.is_empty()
             && !seg.flags.intersects(Flags::SYN | Flags::FIN)
-            && window == self.snd.wnd;
-        let syn_was_acked = self.snd.syn_acked;
+            && window == self.snd.wnd();
+        let syn_was_acked = self.snd.syn_acked();
         if advanced {
             self.on_new_ack(now, seg.ack);
         }
@@ -440,7 +441,7 @@ impl Connection {
         }
         // Window update (RFC 9293 3.10.7.4).
         if self.snd.update_window(seg) {
-            if self.snd.wnd > 0 {
+            if self.snd.wnd() > 0 {
                 self.timers.stop(Timer::Persist);
                 self.rel.reset_persist_backoff();
                 self.due.window_probe = false;

@@ -560,7 +560,7 @@ impl Connection {
     /// arrived), else why there is nothing: data may still come, the connection failed, or
     /// it is not open for receiving (RFC 9293 3.10.3).
     fn check_end_of_stream(&self) -> Result<(), RecvError> {
-        if self.rcv.fin_received {
+        if self.rcv.fin_received() {
             return Ok(());
         }
         self.check_failure().map_err(|f| match f {
@@ -746,7 +746,7 @@ impl Connection {
 
     /// Return whether the peer's FIN has been received.
     pub fn peer_closed(&self) -> bool {
-        self.rcv.fin_received
+        self.rcv.fin_received()
     }
 
     /// Return a snapshot of the statistics.
@@ -754,11 +754,11 @@ impl Connection {
         Stats {
             srtt: self.rel.rtt.srtt(),
             rttvar: self.rel.rtt.rttvar(),
-            bytes_acked: self.snd.acked_total,
+            bytes_acked: self.snd.acked_total(),
             rto: self.rel.rtt.rto(),
             cwnd: self.rel.cc.cwnd(),
             ssthresh: self.rel.cc.ssthresh(),
-            peer_window: self.snd.wnd,
+            peer_window: self.snd.wnd(),
             bytes_in_flight: self.snd.in_flight(),
             mss: self.snd.mss,
             ..self.stats
@@ -783,9 +783,9 @@ impl Connection {
             snd_una: self.snd.una(),
             snd_nxt: self.snd.nxt(),
             snd_max: self.snd.max(),
-            snd_wnd: self.snd.wnd,
-            irs: self.rcv.irs,
-            rcv_nxt: self.rcv.nxt,
+            snd_wnd: self.snd.wnd(),
+            irs: self.rcv.irs(),
+            rcv_nxt: self.rcv.nxt(),
             rcv_wnd: self.receive_window(),
             snd_wscale: self.snd.wscale,
             rcv_wscale: self.rcv.wscale,

@@ -116,7 +116,7 @@ impl Connection {
         c.passive = true;
         c.snd.start_acknowledged(iss);
         c.rcv.start(ack.seq - 1u32);
-        c.ts.ack_sent(c.rcv.nxt);
+        c.ts.ack_sent(c.rcv.nxt());
         c.ts.set_offset(IsnGenerator::new(config.isn_secret).timestamp_offset(&tuple));
         // The options the cookie carried in our TSval, if the peer echoes one.
         let carried = match ack.options.timestamps {
@@ -133,11 +133,10 @@ impl Connection {
             c.sack_enabled = config.sack && options.sack_permitted;
         }
         // The cookie SYN-ACK advertised an unscaled window of this size.
-        c.rcv.adv = c.rcv.nxt + initial_recv_window(config).min(c.rcv.buf.free() as u32);
+        c.rcv.advertised_cookie_window(initial_recv_window(config));
         c.snd.mss = c.path.negotiate(peer_mss, config.mss, c.ts.option_len());
         c.rel.cc.set_mss(c.snd.mss as u32);
-        c.snd.wl1 = c.rcv.irs;
-        c.snd.wl2 = iss;
+        c.snd.window_from(c.rcv.irs(), iss);
         c.set_state(now, State::Established, Cause::of(ack));
         c.handle_segment(now, ack);
         c
@@ -199,7 +198,7 @@ impl Connection {
         }
         match seg.options.timestamps {
             Some(ts) if self.ts.enabled() => self.ts.is_newer(ts.tsval),
-            _ => seg.seq.after(self.rcv.nxt),
+            _ => seg.seq.after(self.rcv.nxt()),
         }
     }
 
@@ -218,7 +217,7 @@ impl Connection {
         let mut fresh = Connection::listen_with(&self.config, self.local, buffers);
         fresh.stats = self.stats;
         fresh.trace = std::mem::take(&mut self.trace);
-        fresh.snd.iss_floor = Some(floor);
+        fresh.snd.set_iss_floor(floor);
         *self = fresh;
         if self.trace.len() < TRACE_LIMIT {
             let cause = Cause::of(seg);

@@ -111,7 +111,7 @@ impl Connection {
     /// dropped leaves SND.MAX above that (Linux's `tcp_acceptable_seq`). An ACK it drops
     /// carries no window update, and two shut windows wait on each other for ever.
     fn ack_seq(&self) -> SeqNum {
-        let edge = self.snd.una() + self.snd.wnd;
+        let edge = self.snd.una() + self.snd.wnd();
         if self.snd.max().after(edge) { edge } else { self.snd.max() }
     }
 
@@ -125,7 +125,7 @@ impl Connection {
     fn retransmit_lost(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let mss = u32::from(self.snd.mss);
         let (start, end) = self.snd.sent.first_lost_run(mss)?;
-        if self.snd.wnd == 0 {
+        if self.snd.wnd() == 0 {
             return None;
         }
         if self.rel.recovery.pipe(&self.snd.sent, mss) >= self.rel.cc.cwnd() {
@@ -164,9 +164,9 @@ impl Connection {
         }
         self.stats.loss_probes += 1;
         let data_end = self.snd.data_end();
-        let window_room = (self.snd.una() + self.snd.wnd).after(self.snd.max());
+        let window_room = (self.snd.una() + self.snd.wnd()).after(self.snd.max());
         let t = if self.snd.max().before(data_end) && window_room {
-            let room = (self.snd.una() + self.snd.wnd) - self.snd.max();
+            let room = (self.snd.una() + self.snd.wnd()) - self.snd.max();
             let len = (data_end - self.snd.max()).min(room);
             let t = self.send_from(now, self.snd.max(), len as usize, true, buf)?;
             self.rel.recovery.on_probe_sent(self.snd.max(), false);
@@ -207,7 +207,7 @@ impl Connection {
     /// timeout (or a zero-window probe finding the window open): send whatever the window
     /// holds.
     fn send_new(&mut self, now: Instant, buf: &mut [u8], forced: bool) -> Option<Transmit> {
-        if !self.snd.syn_acked {
+        if !self.snd.syn_acked() {
             return None;
         }
         let next = self.snd.max();
@@ -228,7 +228,7 @@ impl Connection {
         // The peer's window counts from SND.UNA; the congestion window limits what is in the
         // network (RFC 6675's pipe: not what is SACKed or lost).
         let flight = next - self.snd.una();
-        let peer_room = self.snd.wnd.saturating_sub(flight);
+        let peer_room = self.snd.wnd().saturating_sub(flight);
         let cc_room = self.rel.cc.cwnd().saturating_sub(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32));
         let usable = peer_room.min(cc_room);
         // A segment is full when it fills the MSS or the caller's buffer, whichever is less.
@@ -240,7 +240,7 @@ impl Connection {
         }
         // RFC 9293 3.8.6.2.1 (3) and RFC 1122 4.2.3.4: Fs = 1/2 of Max(SND.WND), the largest
         // window offered after the SYN; until the peer has sent one, the SYN's own.
-        let max_wnd = if self.snd.sws_max_wnd > 0 { self.snd.sws_max_wnd } else { self.snd.wnd };
+        let max_wnd = if self.snd.sws_max_wnd() > 0 { self.snd.sws_max_wnd() } else { self.snd.wnd() };
         // (1) a full segment, (2) all queued data (with Nagle's condition), (3) half the
         // largest window; (4), the override, is `forced`.
         let send = forced
@@ -281,7 +281,7 @@ impl Connection {
         if fin {
             flags |= Flags::FIN;
         }
-        let offset = (seq - self.snd.buf_seq) as usize;
+        let offset = (seq - self.snd.buf_seq()) as usize;
         let t = self.write_segment(now, buf, seq, flags, TcpOptions::NONE, Some((offset, len)))?;
         let seg_len = (len + fin as usize) as u32;
         if retransmission {
@@ -391,7 +391,7 @@ impl Connection {
             src_port: self.local.port(),
             dst_port: remote.port(),
             seq,
-            ack: if flags.ack() { self.rcv.nxt } else { SeqNum(0) },
+            ack: if flags.ack() { self.rcv.nxt() } else { SeqNum(0) },
             flags,
             window,
             urgent: 0,
@@ -417,7 +417,7 @@ impl Connection {
         self.stats.segs_out += 1;
         self.stats.bytes_out += payload_len as u64;
         if flags.ack() {
-            self.ts.ack_sent(self.rcv.nxt);
+            self.ts.ack_sent(self.rcv.nxt());
             self.rcv.ack_sent();
             self.timers.stop(Timer::DelayedAck);
         }
@@ -460,10 +460,10 @@ impl Connection {
         if !waiting {
             self.timers.stop(Timer::Persist);
             self.timers.stop(Timer::SwsOverride);
-            if self.snd.wnd > 0 {
+            if self.snd.wnd() > 0 {
                 self.rel.reset_persist_backoff();
             }
-        } else if self.snd.wnd == 0 {
+        } else if self.snd.wnd() == 0 {
             self.timers.stop(Timer::SwsOverride);
             if !self.timers.is_armed(Timer::Persist) {
                 self.timers.set(Timer::Persist, now + self.rel.persist_interval(self.config.max_rto));

@@ -231,13 +231,13 @@ impl Connection {
         }
         self.stats.timeouts += 1;
         let cause = Cause::Timer(Timer::Retransmit);
-        let limit = if self.snd.syn_acked { self.config.max_retransmissions } else { self.config.syn_retries };
+        let limit = if self.snd.syn_acked() { self.config.max_retransmissions } else { self.config.syn_retries };
         if self.rel.exhausted(now, limit, self.config.user_timeout) {
             log::debug!("{:?}: giving up after {} retransmissions", self.tuple(), self.rel.rto_count());
             return self.fail(now, Failure::TimedOut, cause);
         }
         self.rel.count_rto();
-        if self.snd.syn_acked {
+        if self.snd.syn_acked() {
             // Everything not SACKed is lost; slow start resends it in order.
             let flight = self.snd.in_flight();
             self.rel.recovery.on_rto(now, self.snd.max(), flight, &mut self.snd.sent, &mut self.rel.cc);
@@ -246,7 +246,7 @@ impl Connection {
             // The peer's window shut with data in flight: what the timeout marked lost
             // cannot go, so ask for the window (RFC 9293 3.8.6.1), once per timeout, the
             // probes backing off and counting against the limit like retransmissions.
-            if self.snd.wnd == 0 {
+            if self.snd.wnd() == 0 {
                 self.due.window_probe = true;
             }
         } else {
