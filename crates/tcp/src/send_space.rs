@@ -50,9 +50,9 @@ pub(crate) struct SendSpace {
     /// from the scaled window of the ACK that completes the handshake.
     sws_max_wnd: u32,
     /// The shift applied to the peer's window field.
-    pub wscale: u8,
+    wscale: u8,
     /// Effective send MSS (RFC 9293 3.7.1), the fixed options taken off.
-    pub mss: u16,
+    mss: u16,
     /// Our SYN has been acknowledged. A flag, not `SND.UNA > ISS`: that comparison is
     /// modular and turns false again after 2 GiB have been sent.
     syn_acked: bool,
@@ -63,18 +63,18 @@ pub(crate) struct SendSpace {
     buf_seq: SeqNum,
     pub buf: RingBuffer,
     /// The user closed: a FIN follows the last byte of `buf`.
-    pub fin_queued: bool,
+    fin_queued: bool,
     /// The segments in flight: the SACK scoreboard and RACK's transmit record.
     pub sent: SentQueue,
     /// The application offered more than the send buffer took since the last growth.
-    pub limited: bool,
+    limited: bool,
     /// The most bytes in flight since SND.UNA last passed `pipe_high_until` (about a round
     /// trip): whether cwnd, not the peer's window or the application, held the sender back
     /// (RFC 7661; Linux's `tcp_is_cwnd_limited`).
-    pub pipe_high: u32,
-    pub pipe_high_until: SeqNum,
+    pipe_high: u32,
+    pipe_high_until: SeqNum,
     /// When data was last sent (RFC 5681 4.1's idle test).
-    pub last_data_at: Option<Instant>,
+    last_data_at: Option<Instant>,
 }
 
 impl SendSpace {
@@ -165,6 +165,90 @@ impl SendSpace {
     /// Keep the ISS of the next incarnation above `floor` (RFC 1122 4.2.2.13).
     pub(crate) fn set_iss_floor(&mut self, floor: SeqNum) {
         self.iss_floor = Some(floor);
+    }
+
+    /// Return the effective send MSS, the fixed options taken off.
+    pub(crate) fn mss(&self) -> u16 {
+        self.mss
+    }
+
+    /// Set the effective send MSS (negotiated, or following the path MTU).
+    pub(crate) fn set_mss(&mut self, mss: u16) {
+        self.mss = mss;
+    }
+
+    /// Return the shift applied to the peer's window field.
+    pub(crate) fn wscale(&self) -> u8 {
+        self.wscale
+    }
+
+    /// Take the peer's window scale `shift` (0: not negotiated); RFC 7323 2.3: a shift
+    /// above 14 is used as 14.
+    pub(crate) fn set_wscale(&mut self, shift: u8) {
+        self.wscale = shift.min(14);
+    }
+
+    /// Return whether the user closed: a FIN follows the last byte of the buffer.
+    pub(crate) fn fin_queued(&self) -> bool {
+        self.fin_queued
+    }
+
+    /// The user closed: queue a FIN after the last byte of the buffer.
+    pub(crate) fn queue_fin(&mut self) {
+        self.fin_queued = true;
+    }
+
+    /// The connection is closed: no FIN is left to send.
+    pub(crate) fn drop_fin(&mut self) {
+        self.fin_queued = false;
+    }
+
+    /// Return whether the application offered more than the send buffer took since the
+    /// last growth.
+    pub(crate) fn limited(&self) -> bool {
+        self.limited
+    }
+
+    /// The send buffer held the application back.
+    pub(crate) fn set_limited(&mut self) {
+        self.limited = true;
+    }
+
+    /// The send buffer grew: start watching again.
+    pub(crate) fn clear_limited(&mut self) {
+        self.limited = false;
+    }
+
+    /// Return the most bytes in flight since SND.UNA last passed
+    /// [`pipe_high_until`](Self::pipe_high_until).
+    pub(crate) fn pipe_high(&self) -> u32 {
+        self.pipe_high
+    }
+
+    /// Return the end of the round trip `pipe_high` measures.
+    pub(crate) fn pipe_high_until(&self) -> SeqNum {
+        self.pipe_high_until
+    }
+
+    /// Raise the most in flight this round trip to `pipe`, if higher.
+    pub(crate) fn raise_pipe_high(&mut self, pipe: u32) {
+        self.pipe_high = self.pipe_high.max(pipe);
+    }
+
+    /// A round trip ended: measure the next one, up to SND.MAX, from `pipe` in flight now.
+    pub(crate) fn restart_pipe_high(&mut self, pipe: u32) {
+        self.pipe_high = pipe;
+        self.pipe_high_until = self.max;
+    }
+
+    /// Return when data was last sent.
+    pub(crate) fn last_data_at(&self) -> Option<Instant> {
+        self.last_data_at
+    }
+
+    /// Data went out at `now` (or the idle restart counted from it).
+    pub(crate) fn note_data_sent(&mut self, now: Instant) {
+        self.last_data_at = Some(now);
     }
 
     /// Our SYN (or SYN-ACK) went out: it takes the ISS.

@@ -134,7 +134,7 @@ impl Connection {
         }
         // Linux's tcp_simple_retransmit: what no longer fits was dropped; resend it now, cut
         // to the new size, without a congestion response.
-        let marked = self.snd.sent.mark_larger_lost(u32::from(self.snd.mss), fin, bounced);
+        let marked = self.snd.sent.mark_larger_lost(u32::from(self.snd.mss()), fin, bounced);
         if !lowered && marked == 0 {
             return IcmpOutcome::Ignored(IcmpIgnored::MtuNotLower);
         }
@@ -142,7 +142,7 @@ impl Connection {
             self.rel.recovery.on_mtu_reduced(self.snd.max());
             self.timers.stop(Timer::LossProbe);
         }
-        IcmpOutcome::MtuLowered { mtu: self.path.mtu(), mss: self.snd.mss }
+        IcmpOutcome::MtuLowered { mtu: self.path.mtu(), mss: self.snd.mss() }
     }
 
     /// Apply a path MTU the host learnt for the destination (from another connection's
@@ -158,7 +158,7 @@ impl Connection {
     pub fn set_path_mtu(&mut self, now: Instant, mtu: u32) {
         self.path.set_mtu(mtu);
         self.sync_mss();
-        log::trace!("{:?} at {now}: path MTU set to {}, send MSS {}", self.tuple(), self.path.mtu(), self.snd.mss);
+        log::trace!("{:?} at {now}: path MTU set to {}, send MSS {}", self.tuple(), self.path.mtu(), self.snd.mss());
     }
 
     /// Return the path MTU in use: what our own MSS implies until a Packet Too Big or
@@ -183,8 +183,8 @@ impl Connection {
     /// are in bytes, only the unit of growth changes.
     fn sync_mss(&mut self) {
         let Some(mss) = self.path.send_mss(self.ts.option_len()) else { return };
-        if mss != self.snd.mss {
-            self.snd.mss = mss;
+        if mss != self.snd.mss() {
+            self.snd.set_mss(mss);
             self.rel.cc.on_mss_change(u32::from(mss));
         }
     }

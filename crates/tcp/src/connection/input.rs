@@ -129,18 +129,18 @@ impl Connection {
         // The MSS bounds data and options together (RFC 6691): a full segment carries the
         // timestamps and 12 bytes less data, as Linux's mss_cache; and it fits the path MTU
         // (`path.rs`).
-        self.snd.mss = self.path.negotiate(peer_mss, self.config.mss, self.ts.option_len());
-        self.rel.cc.set_mss(self.snd.mss as u32);
+        self.snd.set_mss(self.path.negotiate(peer_mss, self.config.mss, self.ts.option_len()));
+        self.rel.cc.set_mss(self.snd.mss() as u32);
 
         match seg.options.window_scale {
             Some(shift) if self.config.window_scaling => {
                 // RFC 7323 2.3: a shift above 14 is used as 14.
-                self.snd.wscale = shift.min(14);
+                self.snd.set_wscale(shift);
                 self.rcv.wscale = self.rcv.wscale_offer;
                 self.wscale_ok = true;
             }
             _ => {
-                self.snd.wscale = 0;
+                self.snd.set_wscale(0);
                 self.rcv.wscale = 0;
                 self.wscale_ok = false;
             }
@@ -181,7 +181,7 @@ impl Connection {
             self.take_ack_of_syn(now, seg.ack);
             self.rcv.ack_now();
             self.set_state(now, State::Established, Cause::of(seg));
-            if self.snd.fin_queued {
+            if self.snd.fin_queued() {
                 self.set_state(now, State::FinWait1, Cause::of(seg));
             }
         } else {
@@ -232,8 +232,8 @@ impl Connection {
             // The window field of a SYN is never scaled (RFC 7323 2.2), but from here on the
             // segment reads as one without SYN, whose window is: express it in the scaled
             // unit (rounding down, never to a window of zero that was not one).
-            if self.snd.wscale > 0 && seg.window > 0 {
-                seg.window = (seg.window >> self.snd.wscale).max(1);
+            if self.snd.wscale() > 0 && seg.window > 0 {
+                seg.window = (seg.window >> self.snd.wscale()).max(1);
             }
         }
         // PAWS (RFC 7323 5.3, R1-R2), ahead of the acceptability test.
@@ -296,7 +296,7 @@ impl Connection {
             // SND.WND, SND.WL1, SND.WL2 from this segment (RFC 9293 3.10.7.4).
             self.snd.set_window(&seg);
             self.set_state(now, State::Established, Cause::of(&seg));
-            if self.snd.fin_queued {
+            if self.snd.fin_queued() {
                 self.set_state(now, State::FinWait1, Cause::of(&seg));
             }
         }
@@ -416,7 +416,7 @@ impl Connection {
             self.path.clear_error();
         }
         self.rel.note_ack(now);
-        let window = (seg.window as u32) << self.snd.wscale;
+        let window = (seg.window as u32) << self.snd.wscale();
         let flight_before = self.snd.in_flight();
         let advanced = seg.ack.after(self.snd.una());
         // A duplicate ACK by RFC 5681 section 2's definition.
@@ -458,12 +458,12 @@ impl Connection {
         let delivery = self.snd.sent.on_ack(self.snd.una(), blocks);
         // RFC 7661 4.3 (as Linux's tcp_is_cwnd_limited): cwnd grows only if it was the limit
         // this round trip, in flight up to it, or, in slow start, past half of it.
-        let (cwnd, smss) = (self.rel.cc.cwnd(), self.snd.mss as u32);
-        let cwnd_limited = self.snd.pipe_high + smss >= cwnd
-            || (cwnd < self.rel.cc.ssthresh() && self.snd.pipe_high.saturating_mul(2) > cwnd);
-        if !self.snd.una().before(self.snd.pipe_high_until) {
-            self.snd.pipe_high = self.rel.recovery.pipe(&self.snd.sent, smss);
-            self.snd.pipe_high_until = self.snd.max();
+        let (cwnd, smss) = (self.rel.cc.cwnd(), self.snd.mss() as u32);
+        let cwnd_limited = self.snd.pipe_high() + smss >= cwnd
+            || (cwnd < self.rel.cc.ssthresh() && self.snd.pipe_high().saturating_mul(2) > cwnd);
+        if !self.snd.una().before(self.snd.pipe_high_until()) {
+            let pipe = self.rel.recovery.pipe(&self.snd.sent, smss);
+            self.snd.restart_pipe_high(pipe);
         }
         let ctx = AckContext {
             cwnd_limited,
@@ -499,11 +499,11 @@ impl Connection {
     /// SND.UNA < SEG.ACK =< SND.NXT: new data acknowledged.
     fn on_new_ack(&mut self, now: Instant, ack: SeqNum) {
         // A buffer full up to this ACK held the application back (send-buffer autotuning).
-        if self.snd.buf.free() < self.snd.mss as usize {
-            self.snd.limited = true;
+        if self.snd.buf.free() < self.snd.mss() as usize {
+            self.snd.set_limited();
         }
         // Remove acknowledged data from the send buffer; what is left may be the FIN.
-        if self.snd.discard_acked(ack) > 0 && self.state.can_send() && !self.snd.fin_queued {
+        if self.snd.discard_acked(ack) > 0 && self.state.can_send() && !self.snd.fin_queued() {
             self.emit(Event::Writable);
         }
         self.advance_una(now, ack);

@@ -457,7 +457,7 @@ impl Connection {
         let n = self.snd.buf.push(data);
         if n < data.len() {
             // The buffer, not the application, limits what is sent: autotuning may grow it.
-            self.snd.limited = true;
+            self.snd.set_limited();
         }
         match n {
             0 => Err(SendError::WouldBlock),
@@ -482,7 +482,7 @@ impl Connection {
         let (free, _) = self.snd.buf.free_slices_mut();
         if free.is_empty() {
             // As when `send` finds no room: the buffer holds the application back.
-            self.snd.limited = true;
+            self.snd.set_limited();
             return Err(SendError::WouldBlock);
         }
         let room = free.len();
@@ -498,7 +498,7 @@ impl Connection {
             Failure::Reset | Failure::Unreachable => SendError::Reset,
             Failure::TimedOut => SendError::TimedOut,
         })?;
-        if !self.state.can_send() || self.snd.fin_queued {
+        if !self.state.can_send() || self.snd.fin_queued() {
             return Err(SendError::InvalidState(self.state));
         }
         Ok(())
@@ -584,13 +584,13 @@ impl Connection {
                 self.set_state(now, State::Closed, cause);
             }
             // The FIN waits until ESTABLISHED (RFC 9293 3.10.4, SYN-RECEIVED).
-            State::SynReceived => self.snd.fin_queued = true,
+            State::SynReceived => self.snd.queue_fin(),
             State::Established => {
-                self.snd.fin_queued = true;
+                self.snd.queue_fin();
                 self.set_state(now, State::FinWait1, cause);
             }
             State::CloseWait => {
-                self.snd.fin_queued = true;
+                self.snd.queue_fin();
                 self.set_state(now, State::LastAck, cause);
             }
             _ => {}
@@ -675,7 +675,7 @@ impl Connection {
 
     /// Return bytes that `send` would accept now.
     pub fn send_capacity(&self) -> usize {
-        if self.state.can_send() && !self.snd.fin_queued && self.failure.is_none() { self.snd.buf.free() } else { 0 }
+        if self.state.can_send() && !self.snd.fin_queued() && self.failure.is_none() { self.snd.buf.free() } else { 0 }
     }
 
     /// Return bytes queued for sending and not yet acknowledged.
@@ -714,14 +714,14 @@ impl Connection {
     fn autotune_send(&mut self) {
         let capacity = self.snd.buf.capacity();
         let max = self.config.send_buffer_max;
-        if !self.growth_allowed || capacity >= max || !self.snd.limited {
+        if !self.growth_allowed || capacity >= max || !self.snd.limited() {
             return;
         }
         let want = (2 * self.rel.cc.cwnd() as usize).min(max);
         if want > capacity {
-            self.snd.limited = false;
+            self.snd.clear_limited();
             self.snd.buf.grow(want.next_power_of_two().min(max));
-            if self.state.can_send() && !self.snd.fin_queued {
+            if self.state.can_send() && !self.snd.fin_queued() {
                 self.emit(Event::Writable);
             }
         }
@@ -760,7 +760,7 @@ impl Connection {
             ssthresh: self.rel.cc.ssthresh(),
             peer_window: self.snd.wnd(),
             bytes_in_flight: self.snd.in_flight(),
-            mss: self.snd.mss,
+            mss: self.snd.mss(),
             ..self.stats
         }
     }
@@ -787,7 +787,7 @@ impl Connection {
             irs: self.rcv.irs(),
             rcv_nxt: self.rcv.nxt(),
             rcv_wnd: self.receive_window(),
-            snd_wscale: self.snd.wscale,
+            snd_wscale: self.snd.wscale(),
             rcv_wscale: self.rcv.wscale,
         }
     }
@@ -833,7 +833,7 @@ impl Connection {
             }
             State::Closed => {
                 self.timers.stop_all();
-                self.snd.fin_queued = false;
+                self.snd.drop_fin();
                 self.due = Due::default();
                 self.rcv.forget_ack();
             }

@@ -126,7 +126,7 @@ impl Connection {
         if let (Some(options), Some(ts)) = (carried, ack.options.timestamps) {
             c.ts.negotiate(Some(ts), true, now);
             if let Some(shift) = options.window_scale.filter(|_| config.window_scaling) {
-                c.snd.wscale = shift.min(14);
+                c.snd.set_wscale(shift);
                 c.rcv.wscale = c.rcv.wscale_offer;
                 c.wscale_ok = true;
             }
@@ -134,8 +134,8 @@ impl Connection {
         }
         // The cookie SYN-ACK advertised an unscaled window of this size.
         c.rcv.advertised_cookie_window(initial_recv_window(config));
-        c.snd.mss = c.path.negotiate(peer_mss, config.mss, c.ts.option_len());
-        c.rel.cc.set_mss(c.snd.mss as u32);
+        c.snd.set_mss(c.path.negotiate(peer_mss, config.mss, c.ts.option_len()));
+        c.rel.cc.set_mss(c.snd.mss() as u32);
         c.snd.window_from(c.rcv.irs(), iss);
         c.set_state(now, State::Established, Cause::of(ack));
         c.handle_segment(now, ack);

@@ -123,7 +123,7 @@ impl Connection {
     /// records smaller than the MSS go again together, and larger ones (sent before a Packet
     /// Too Big lowered the MSS) are cut to it, each piece full.
     fn retransmit_lost(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let mss = u32::from(self.snd.mss);
+        let mss = u32::from(self.snd.mss());
         let (start, end) = self.snd.sent.first_lost_run(mss)?;
         if self.snd.wnd() == 0 {
             return None;
@@ -147,7 +147,7 @@ impl Connection {
         if !self.config.pacing {
             return true;
         }
-        let at = self.rel.pace(now, len, u32::from(self.snd.mss));
+        let at = self.rel.pace(now, len, u32::from(self.snd.mss()));
         if at > now {
             self.timers.set(Timer::Pacing, at);
             return false;
@@ -194,7 +194,7 @@ impl Connection {
             self.sack_enabled,
             self.rel.rtt.srtt(),
             flight,
-            self.snd.mss as u32,
+            self.snd.mss() as u32,
             rto_at,
         ) {
             Some(at) => self.timers.set(Timer::LossProbe, at),
@@ -220,19 +220,19 @@ impl Connection {
         // RFC 5681 4.1: after an idle period longer than the RTO, restart from the restart
         // window rather than send a window's worth into a network that may have changed.
         if self.snd.una() == self.snd.max()
-            && self.snd.last_data_at.is_some_and(|at| now.saturating_duration_since(at) > self.rel.rtt.rto())
+            && self.snd.last_data_at().is_some_and(|at| now.saturating_duration_since(at) > self.rel.rtt.rto())
         {
             self.rel.cc.on_idle_restart(now);
-            self.snd.last_data_at = Some(now);
+            self.snd.note_data_sent(now);
         }
         // The peer's window counts from SND.UNA; the congestion window limits what is in the
         // network (RFC 6675's pipe: not what is SACKed or lost).
         let flight = next - self.snd.una();
         let peer_room = self.snd.wnd().saturating_sub(flight);
-        let cc_room = self.rel.cc.cwnd().saturating_sub(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32));
+        let cc_room = self.rel.cc.cwnd().saturating_sub(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss() as u32));
         let usable = peer_room.min(cc_room);
         // A segment is full when it fills the MSS or the caller's buffer, whichever is less.
-        let full = (self.snd.mss as usize).min(self.payload_room(buf)) as u32;
+        let full = (self.snd.mss() as usize).min(self.payload_room(buf)) as u32;
         let len = unsent.min(full).min(usable);
         let with_fin = fin_unsent && next + len == data_end;
         if len == 0 && !(with_fin && usable > 0) {
@@ -267,7 +267,7 @@ impl Connection {
     ) -> Option<Transmit> {
         let data_end = self.snd.data_end();
         let available = if seq.before(data_end) { (data_end - seq) as usize } else { 0 };
-        let len = available.min(self.snd.mss as usize).min(max_len).min(self.payload_room(buf));
+        let len = available.min(self.snd.mss() as usize).min(max_len).min(self.payload_room(buf));
         let fin = fin_allowed && self.snd.fin_seq().is_some_and(|f| seq + len == f);
         if len == 0 && !fin {
             return None;
@@ -292,17 +292,17 @@ impl Connection {
         } else {
             self.rel.time_segment(end, now);
             // Application-limited (RFC 7661): nothing left to send, room left in cwnd.
-            let pipe_after = self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32) + seg_len;
-            let app_limited = end == data_end + u32::from(self.snd.fin_queued) && pipe_after < self.rel.cc.cwnd();
+            let pipe_after = self.rel.recovery.pipe(&self.snd.sent, self.snd.mss() as u32) + seg_len;
+            let app_limited = end == data_end + u32::from(self.snd.fin_queued()) && pipe_after < self.rel.cc.cwnd();
             self.snd.sent.push(seq, end, now, app_limited);
             self.snd.sent_new(end);
         }
         self.rel.recovery.on_sent(seg_len, retransmission);
         self.rel.pacer.spend(seg_len);
         // The most in flight this round trip, for whether cwnd was what limited the sender.
-        self.snd.pipe_high = self.snd.pipe_high.max(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32));
+        self.snd.raise_pipe_high(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss() as u32));
         self.snd.resume_at_max();
-        self.snd.last_data_at = Some(now);
+        self.snd.note_data_sent(now);
         if self.rel.unacked_since().is_none() {
             self.set_unacked_since(Some(now));
         }

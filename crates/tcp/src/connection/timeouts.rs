@@ -160,7 +160,7 @@ impl Connection {
             now,
             self.snd.max(),
             flight,
-            self.snd.mss as u32,
+            self.snd.mss() as u32,
             &mut self.snd.sent,
             &mut self.rel.cc,
         );
