@@ -136,12 +136,12 @@ impl Connection {
             Some(shift) if self.config.window_scaling => {
                 // RFC 7323 2.3: a shift above 14 is used as 14.
                 self.snd.set_wscale(shift);
-                self.rcv.wscale = self.rcv.wscale_offer;
+                self.rcv.use_wscale(true);
                 self.wscale_ok = true;
             }
             _ => {
                 self.snd.set_wscale(0);
-                self.rcv.wscale = 0;
+                self.rcv.use_wscale(false);
                 self.wscale_ok = false;
             }
         }
@@ -366,7 +366,7 @@ impl Connection {
         self.rcv.ack_now();
         // Data we already have: a duplicate, reported as a D-SACK (RFC 2883 4.1).
         if self.sack_enabled && !seg.payload.is_empty() && !(seg.seq + seg.payload.len()).after(self.rcv.nxt()) {
-            self.rcv.dsack.push(seg.seq, seg.seq + seg.payload.len());
+            self.rcv.report_duplicate(seg.seq, seg.seq + seg.payload.len());
         }
         if zero_window_ack && let Err(dropped) = self.process_ack(now, seg) {
             return dropped;
@@ -532,8 +532,7 @@ impl Connection {
             self.emit(Event::Readable);
         }
         if text.delayable {
-            self.rcv.unacked_bytes += text.ready;
-            self.rcv.mss = self.rcv.mss.max(text.len.min(u32::from(self.config.mss)));
+            self.rcv.note_in_order(&text, self.config.mss);
             self.ack_in_order(now);
         }
         if text.ready > 0 {
@@ -548,7 +547,7 @@ impl Connection {
     /// segments under timestamps are full-sized.
     fn ack_in_order(&mut self, now: Instant) {
         match self.config.delayed_ack {
-            Some(delay) if self.rcv.unacked_bytes < 2 * self.rcv.mss => {
+            Some(delay) if self.rcv.under_two_segments_unacked() => {
                 self.rcv.ack_delayed();
                 let delay = delay.min(MAX_ACK_DELAY);
                 self.timers.set_if_idle(Timer::DelayedAck, now + delay);

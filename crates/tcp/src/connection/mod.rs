@@ -378,7 +378,7 @@ impl Connection {
         {
             keep(storage);
         }
-        if self.rcv.assembler.is_empty()
+        if !self.rcv.holds_out_of_order()
             && self.rcv.buf.written() <= max_written
             && let Some(storage) = self.rcv.buf.detach()
         {
@@ -548,7 +548,7 @@ impl Connection {
     /// autotuning, and a window update is owed at once if reading opened the window enough.
     fn note_read(&mut self, n: usize) {
         // Receive-buffer autotuning measures what the application takes, not what arrives.
-        self.rcv.drs_bytes = self.rcv.drs_bytes.saturating_add(n as u32);
+        self.rcv.count_read(n);
         // Receiver-side SWS avoidance (RFC 9293 3.8.6.2.2): a window update at once
         // only when reading opened the window by a worthwhile amount.
         if self.state.can_receive() && self.rcv.read_opens_window(self.config.mss) {
@@ -699,7 +699,7 @@ impl Connection {
     /// right edge already advertised never moves back (RFC 9293 3.8.6.2.2); only its growth
     /// stops.
     pub fn set_window_cap(&mut self, bytes: u32) {
-        self.rcv.window_cap = bytes;
+        self.rcv.set_window_cap(bytes);
     }
 
     /// Return the bytes the connection's buffers hold allocated (send and receive).
@@ -788,7 +788,7 @@ impl Connection {
             rcv_nxt: self.rcv.nxt(),
             rcv_wnd: self.receive_window(),
             snd_wscale: self.snd.wscale(),
-            rcv_wscale: self.rcv.wscale,
+            rcv_wscale: self.rcv.wscale(),
         }
     }
 

@@ -127,7 +127,7 @@ impl Connection {
             c.ts.negotiate(Some(ts), true, now);
             if let Some(shift) = options.window_scale.filter(|_| config.window_scaling) {
                 c.snd.set_wscale(shift);
-                c.rcv.wscale = c.rcv.wscale_offer;
+                c.rcv.use_wscale(true);
                 c.wscale_ok = true;
             }
             c.sack_enabled = config.sack && options.sack_permitted;

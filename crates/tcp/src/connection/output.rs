@@ -331,7 +331,7 @@ impl Connection {
         let passive_reply = self.state == State::SynReceived;
         // In a SYN-ACK, offer only what the peer offered (RFC 7323 2.2, RFC 2018 2).
         if self.config.window_scaling && (!passive_reply || self.wscale_ok) {
-            options.window_scale = Some(self.rcv.wscale_offer);
+            options.window_scale = Some(self.rcv.wscale_offer());
         }
         options.sack_permitted = self.config.sack && (!passive_reply || self.sack_enabled);
         // RFC 7323 3.2: offer timestamps in the SYN; in a SYN-ACK only if the SYN did, with
