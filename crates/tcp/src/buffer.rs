@@ -149,6 +149,8 @@ impl RingBuffer {
     }
 
     /// Copy committed bytes from the front into `buf` and consume them; return the count.
+    /// (The connection reads with `peek` and `discard`; the tests use this.)
+    #[cfg(test)]
     pub fn pop(&mut self, buf: &mut [u8]) -> usize {
         let n = self.peek(0, buf);
         self.discard(n);
@@ -327,13 +329,14 @@ impl RingBuffer {
     }
 }
 
-/// The zeroed bytes behind a [`RingBuffer`], to move from a finished ring to a new one
-/// without allocating ([`RingBuffer::into_storage`], [`RingBuffer::with_storage`]).
+/// The zeroed bytes behind a connection's send or receive ring (`RingBuffer`), to move
+/// from a finished ring to a new one without allocating (`RingBuffer::into_storage`,
+/// `RingBuffer::with_storage`; for a whole connection, [`Buffers`](crate::Buffers)).
 ///
 /// Storage may also be *unallocated*: a capacity without bytes ([`Storage::unallocated`]).
 /// A ring made from it behaves as one of that capacity (the window it offers is the same)
-/// and allocates the bytes when first written, unless it is [attached](RingBuffer::attach)
-/// storage first.
+/// and allocates the bytes when first written, unless it is attached
+/// ([`Connection::attach_storage`](crate::Connection::attach_storage)) storage first.
 pub struct Storage {
     /// Zeroed: `capacity` bytes, or none.
     bytes: Box<[u8]>,

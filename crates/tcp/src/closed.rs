@@ -1,7 +1,7 @@
 //! Replies for segments that match no connection (RFC 9293 3.10.7.1).
 
-use crate::segment::{Flags, Segment};
 use crate::seq::SeqNum;
+use crate::wire::{Flags, Segment};
 
 /// Return the reset to send for `seg`, which arrived for no connection (CLOSED), or
 /// `None` if it must be dropped silently (it is itself a reset).

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::rtt;
 use crate::wire::Checksum;
 
 /// Keep-alive settings (RFC 9293 section 3.8.4). Off unless set in [`Config::keepalive`].
@@ -77,16 +78,13 @@ pub struct Config {
     /// Delay for delayed ACKs (RFC 9293 3.8.6.3, RFC 5681 4.2: at most 500 ms; we cap at 200 ms).
     /// `None` acknowledges every segment at once.
     pub delayed_ack: Option<Duration>,
-    /// RTO before the first RTT sample (RFC 6298 2.1: 1 s).
+    /// RTO before the first RTT sample (RFC 6298 2.1: 1 s by default).
     pub initial_rto: Duration,
-    /// Lower bound on the RTO. 200 ms by default, as Linux (`TCP_RTO_MIN`; FreeBSD uses
-    /// 30 ms), deviating from RFC 6298 2.4, which asks for 1 s "to avoid spurious
-    /// retransmissions": that bound dates from coarse timers, and with the RTT measured on
-    /// every flight (timestamps) and the peer's delayed ACK capped at 200 ms, a second-long
-    /// floor only makes every lost segment with nothing behind it cost a second. Set it to
-    /// 1 s for RFC 6298 exactly.
+    /// Lower bound on the RTO (RFC 6298 2.4). 200 ms by default, as Linux's `TCP_RTO_MIN`,
+    /// below RFC 6298's 1 s: `rtt.rs` defines the default and says why. Set it to 1 s for
+    /// RFC 6298 exactly.
     pub min_rto: Duration,
-    /// Upper bound on the RTO (RFC 6298 2.5: at least 60 s).
+    /// Upper bound on the RTO (RFC 6298 2.5: at least 60 s; 60 s by default).
     pub max_rto: Duration,
     /// Maximum segment lifetime; TIME-WAIT lasts twice this (RFC 9293 3.4.2).
     pub msl: Duration,
@@ -138,9 +136,9 @@ impl Default for Config {
             pacing: true,
             sws_override: Duration::from_millis(200),
             delayed_ack: Some(Duration::from_millis(40)),
-            initial_rto: Duration::from_secs(1),
-            min_rto: Duration::from_millis(200),
-            max_rto: Duration::from_secs(60),
+            initial_rto: rtt::INITIAL_RTO,
+            min_rto: rtt::MIN_RTO,
+            max_rto: rtt::MAX_RTO,
             msl: Duration::from_secs(30),
             syn_retries: 6,
             max_retransmissions: 12,

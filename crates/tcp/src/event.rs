@@ -3,10 +3,10 @@
 use core::fmt;
 use std::time::Duration;
 
-use crate::segment::Flags;
 use crate::seq::SeqNum;
 use crate::state::State;
 use crate::time::Instant;
+use crate::wire::Flags;
 
 /// Something the application should know about, returned by `Connection::poll_event`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -60,7 +60,7 @@ pub enum Cause {
 
 impl Cause {
     /// Return the cause a segment gives.
-    pub fn of(seg: &crate::segment::Segment<'_>) -> Cause {
+    pub fn of(seg: &crate::wire::Segment<'_>) -> Cause {
         Cause::Segment { flags: seg.flags, seq: seg.seq, ack: seg.ack, len: seg.payload.len() as u32 }
     }
 }

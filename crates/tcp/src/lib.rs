@@ -11,20 +11,21 @@
 //! crate below this one, and is re-exported here: `bypass_tcp::Instant` and
 //! `bypass_tcp::time::Instant` are the same type as `bypass_device::Instant`.
 //!
+//! Everything is re-exported at the crate root; `wire` (the segment codec, with
+//! [`wire::set_checksum`]) and `sim` are also public modules.
+//!
 //! | file | concern |
 //! |---|---|
-//! | `seq.rs` | wrapping sequence numbers |
-//! | `segment.rs`, `options.rs`, `wire.rs` | the segment value, its options, parsing and emitting |
-//! | `connection.rs` | the TCB and the user calls (RFC 9293 3.10.1-3.10.6) |
-//! | `input.rs` | segment arrival, step by step (RFC 9293 3.10.7, RFC 5961) |
-//! | `output.rs` | what to send next (windows, Nagle, SWS avoidance) |
-//! | `timer.rs` | retransmission, persist, SWS override, delayed ACK, keep-alive, TIME-WAIT |
-//! | `rtt.rs` | the RFC 6298 RTO |
+//! | `wire/` | the wire layer: `mod.rs` (errors, the no-panic contract), `segment.rs` ([`Segment`], [`Flags`], parse and emit), `options.rs` ([`TcpOptions`]), `checksum.rs` |
+//! | `connection/` | [`Connection`]: `mod.rs` (the TCB and the user calls, RFC 9293 3.10.1-3.10.6), `input.rs` (segment arrival, RFC 9293 3.10.7, RFC 5961), `output.rs` (what to send next: windows, Nagle, SWS avoidance), `timeouts.rs` (the timer table and expiry), `open.rs` (passive opens, SYN cookies), `icmp.rs` (ICMP errors and the path MTU) |
+//! | `config.rs`, `state.rs`, `tuple.rs`, `seq.rs` | [`Config`]; [`State`]; [`FourTuple`]; wrapping sequence numbers |
+//! | `event.rs`, `outcome.rs`, `icmp.rs`, `timer.rs` | what a connection reports: [`Event`], [`Stats`]; [`Outcome`] of a segment; [`IcmpError`] and [`IcmpOutcome`]; the [`Timer`] names |
+//! | `send_space.rs`, `sent.rs` | the send sequence space; the segments in flight (SACK scoreboard) |
+//! | `recv_space.rs`, `reassembly.rs`, `buffer.rs` | the receive sequence space; out-of-order tracking ([`Assembler`]); send/receive rings ([`Storage`]) |
+//! | `reliability.rs`, `rtt.rs`, `recovery.rs`, `pacing.rs`, `timestamps.rs` | RTT and the RFC 6298 RTO; loss detection and recovery (RACK-TLP, RFC 8985; PRR, RFC 6937); pacing; timestamps (RFC 7323) |
 //! | `controller.rs`, `congestion.rs`, `cubic.rs`, `hystart.rs` | congestion control: the interface, NewReno (RFC 5681), CUBIC (RFC 9438) with HyStart++ (RFC 9406) |
-//! | `sent.rs`, `recovery.rs` | the segments in flight (SACK scoreboard); loss detection and recovery (RACK-TLP, RFC 8985; PRR, RFC 6937) |
-//! | `buffer.rs`, `reassembly.rs` | send/receive rings; out-of-order tracking |
-//! | `icmp.rs`, `path.rs` | ICMP errors (RFC 1122 4.2.3.9, RFC 5461, RFC 5927) and the path MTU (RFC 1191, RFC 8201) |
-//! | `isn.rs` | initial sequence numbers (RFC 6528) |
+//! | `path.rs` | the path MTU (RFC 1191, RFC 8201) and the default MSS |
+//! | `isn.rs`, `closed.rs` | initial sequence numbers (RFC 6528); the reply of a CLOSED port ([`reset_for`]) |
 //! | `sim.rs` | feature `sim`: the `Pair` harness, two connections over seeded lossy links on virtual time |
 //!
 //! # Example: a handshake and one message, by hand
@@ -65,58 +66,54 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod config;
-pub mod connection;
-pub mod event;
-pub mod options;
-pub mod segment;
-pub mod seq;
-pub mod state;
-/// Time as the core sees it: re-exported from bypass-device.
-pub use bypass_device::time;
-pub mod timer;
-pub mod tuple;
-
-pub use config::{Config, Keepalive};
-pub use connection::{Buffers, Connection, RecvError, SendError, Side, Transmit, TransmitKind};
-pub use controller::Algorithm;
-pub use event::{Cause, Event, Stats, Transition, UserCall};
-pub use icmp::{IcmpError, IcmpIgnored, IcmpOutcome};
-pub use options::{SackBlock, SackBlocks, TcpOptions, Timestamps};
-pub use segment::{Flags, Segment};
-pub use seq::SeqNum;
-pub use state::State;
-pub use time::Instant;
-pub use tuple::FourTuple;
-pub mod buffer;
-pub mod closed;
-pub mod congestion;
-pub mod controller;
+mod buffer;
+mod closed;
+mod config;
+mod congestion;
+mod connection;
+mod controller;
 mod cubic;
+mod event;
 mod hystart;
-pub mod icmp;
-mod input;
-pub mod isn;
-mod open;
-pub mod outcome;
-mod output;
+mod icmp;
+mod isn;
+mod outcome;
 mod pacing;
 mod path;
-pub mod reassembly;
+mod reassembly;
 mod recovery;
 mod recv_space;
 mod reliability;
-pub mod rtt;
+mod rtt;
 mod send_space;
 mod sent;
-mod timeouts;
+mod seq;
+mod state;
+mod timer;
 mod timestamps;
+mod tuple;
 pub mod wire;
 
-pub use closed::reset_for;
-pub use connection::SequenceSpace;
-pub use open::CookieOptions;
-pub use outcome::{DropReason, Outcome};
-pub use wire::{Checksum, EmitError, ParseError};
 #[cfg(feature = "sim")]
 pub mod sim;
+
+/// Time as the core sees it: re-exported from bypass-device.
+pub use bypass_device::time;
+
+pub use buffer::Storage;
+pub use closed::reset_for;
+pub use config::{Config, Keepalive};
+pub use connection::{
+    Buffers, Connection, CookieOptions, RecvError, SendError, SequenceSpace, Side, Transmit, TransmitKind,
+};
+pub use controller::Algorithm;
+pub use event::{Cause, Event, Stats, Transition, UserCall};
+pub use icmp::{IcmpError, IcmpIgnored, IcmpOutcome};
+pub use outcome::{DropReason, Outcome};
+pub use reassembly::{Assembler, TooManyRanges};
+pub use seq::SeqNum;
+pub use state::State;
+pub use time::Instant;
+pub use timer::Timer;
+pub use tuple::FourTuple;
+pub use wire::{Checksum, EmitError, Flags, ParseError, SackBlock, SackBlocks, Segment, TcpOptions, Timestamps};

@@ -7,9 +7,29 @@
 //! both SYNs allow (`clamp`, RFC 1191 section 6.4: "not send any segment larger than this
 //! MSS, regardless of the PMTU").
 //!
-//! How the connection reacts to the errors themselves is `icmp.rs`.
+//! How the connection reacts to the errors themselves is `connection/icmp.rs`.
+
+use std::net::IpAddr;
 
 use crate::icmp::{IcmpError, IcmpIgnored};
+
+/// The send MSS assumed for an IPv4 peer whose SYN carries no MSS option: the 576-octet
+/// datagram every host takes less 40 octets of headers (RFC 9293 3.7.1, RFC 1122 4.2.2.6).
+/// Also the first estimate of the peer's segment size on receive (Linux's
+/// `TCP_MSS_DEFAULT`, in `recv_space.rs`).
+pub(crate) const DEFAULT_MSS_V4: u16 = 536;
+/// The send MSS assumed for an IPv6 peer whose SYN carries no MSS option: the 1280-octet
+/// minimum link MTU less 60 octets of headers (RFC 8200 section 5, RFC 9293 3.7.1).
+pub(crate) const DEFAULT_MSS_V6: u16 = 1220;
+
+/// Return the send MSS to assume towards a peer with no MSS option, for a connection whose
+/// own address is `local` ([`DEFAULT_MSS_V4`], [`DEFAULT_MSS_V6`]).
+pub(crate) fn default_mss(local: IpAddr) -> u16 {
+    match local {
+        IpAddr::V4(_) => DEFAULT_MSS_V4,
+        IpAddr::V6(_) => DEFAULT_MSS_V6,
+    }
+}
 
 /// The TCP header without options.
 pub(crate) const TCP_HEADER: u32 = 20;
@@ -36,13 +56,13 @@ pub(crate) struct Path {
     /// The path MTU in use, in octets of IP datagram: at first the MTU our own MSS option
     /// implies (the first hop's, RFC 1191 section 2, as the host derives `Config::mss` from
     /// its device), then what a Packet Too Big or the host said.
-    pub mtu: u32,
+    mtu: u32,
     /// The MSS both SYNs allow, the fixed options not yet taken off: min(peer's MSS option,
     /// ours) (RFC 9293 3.7.1, RFC 6691); `None` until the peer's SYN arrives.
-    pub clamp: Option<u16>,
+    clamp: Option<u16>,
     /// The latest ICMP error: a soft one until an acknowledgment clears it, or the one that
     /// aborted the connection.
-    pub error: Option<IcmpError>,
+    error: Option<IcmpError>,
 }
 
 impl Path {
@@ -51,6 +71,43 @@ impl Path {
         let mut path = Path { ipv6, mtu: 0, clamp: None, error: None };
         path.mtu = (u32::from(our_mss) + path.ip_header() + TCP_HEADER).max(path.min_mtu());
         path
+    }
+
+    /// Return the path MTU in use.
+    pub(crate) fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    /// Take `mtu` (from [`mtu_from_report`](Self::mtu_from_report)) if it is below the MTU
+    /// in use, never raising it (RFC 1191 section 3); return whether it was lowered.
+    pub(crate) fn lower_mtu(&mut self, mtu: u32) -> bool {
+        let lowered = mtu < self.mtu;
+        if lowered {
+            self.mtu = mtu;
+        }
+        lowered
+    }
+
+    /// Set the MTU the host learnt for the destination, up or down, but not below the
+    /// [`floor`](Self::floor).
+    pub(crate) fn set_mtu(&mut self, mtu: u32) {
+        self.mtu = mtu.max(self.floor());
+    }
+
+    /// Return the latest ICMP error: a soft one no acknowledgment has cleared, or the one
+    /// that aborted the connection.
+    pub(crate) fn error(&self) -> Option<IcmpError> {
+        self.error
+    }
+
+    /// Keep `error` as the latest ICMP error.
+    pub(crate) fn set_error(&mut self, error: IcmpError) {
+        self.error = Some(error);
+    }
+
+    /// Forget the soft error: an acceptable ACK shows the path works.
+    pub(crate) fn clear_error(&mut self) {
+        self.error = None;
     }
 
     /// Return the bytes of the IP header in front of every segment (no IPv4 options, no IPv6

@@ -10,7 +10,7 @@
 //! Typical use, with offsets relative to RCV.NXT:
 //!
 //! ```
-//! use bypass_tcp::reassembly::Assembler;
+//! use bypass_tcp::Assembler;
 //!
 //! let mut asm = Assembler::new();
 //! asm.add(100, 50).unwrap();        // out of order: a hole at [0, 100)

@@ -472,7 +472,7 @@ impl Recovery {
 mod tests {
     use super::*;
     use crate::controller::Algorithm;
-    use crate::options::SackBlock;
+    use crate::wire::SackBlock;
 
     fn ack(now: Instant, snd_una: u32, snd_max: u32) -> AckContext {
         AckContext {

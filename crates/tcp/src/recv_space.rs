@@ -11,15 +11,20 @@ use std::time::Duration;
 
 use crate::buffer::{RingBuffer, Storage};
 use crate::config::Config;
-use crate::options::{SackBlock, SackBlocks, TcpOptions};
+use crate::path::DEFAULT_MSS_V4;
 use crate::reassembly::Assembler;
 use crate::send_space::max_window;
 use crate::seq::SeqNum;
 use crate::time::Instant;
+use crate::wire::{SackBlock, SackBlocks, TcpOptions};
+
+/// The longest a delayed ACK waits, whatever [`Config::delayed_ack`] asks (RFC 9293
+/// 3.8.6.3, RFC 5681 4.2: under 500 ms; 200 ms as Linux's `TCP_DELACK_MAX`).
+pub(crate) const MAX_ACK_DELAY: Duration = Duration::from_millis(200);
 
 /// How urgently an ACK is owed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum AckDue {
+enum AckDue {
     None,
     /// Owed, but may wait for the delayed-ACK timer or ride on data.
     Delayed,
@@ -45,40 +50,41 @@ pub(crate) fn wscale_offer(config: &Config) -> u8 {
 /// The receive half of a connection.
 pub(crate) struct RecvSpace {
     /// Initial receive sequence number.
-    pub irs: SeqNum,
+    irs: SeqNum,
     /// RCV.NXT: the next sequence number expected.
-    pub nxt: SeqNum,
+    nxt: SeqNum,
     /// Right edge of the window last advertised; never moves left (RFC 9293 3.8.6.2.2).
-    pub adv: SeqNum,
+    adv: SeqNum,
     /// The shift applied to our window field.
-    pub wscale: u8,
+    wscale: u8,
     /// The scale we offered in our SYN (used only if the peer offers one too).
-    pub wscale_offer: u8,
+    wscale_offer: u8,
     pub buf: RingBuffer,
-    pub assembler: Assembler,
+    assembler: Assembler,
     /// A FIN arrived ahead of missing data at this sequence number.
-    pub fin_pending: Option<SeqNum>,
-    pub fin_received: bool,
+    fin_pending: Option<SeqNum>,
+    fin_received: bool,
     /// Duplicates received, to report in the first SACK block of the next ACKs (D-SACK,
     /// RFC 2883 section 4).
-    pub dsack: DsackQueue,
+    dsack: DsackQueue,
     /// The SACK blocks (not D-SACK) of the last ACK, most recent first (RFC 2018 4).
-    pub sack_reported: SackBlocks,
-    pub ack_due: AckDue,
+    sack_reported: SackBlocks,
+    /// How urgently an ACK is owed: only escalates (None, Delayed, Now) until one is sent.
+    ack_due: AckDue,
     /// In-order bytes received since we last sent an ACK (RFC 9293 3.8.6.3).
-    pub unacked_bytes: u32,
+    unacked_bytes: u32,
     /// The peer's full-sized segment, as measured: the largest payload it has sent, up to
     /// our MSS (Linux's `rcv_mss`). A peer with timestamps sends 1448 bytes under an MSS
     /// of 1460, one behind a tunnel less: "every second full-sized segment" counts these.
-    pub mss: u32,
+    mss: u32,
     /// Receive-buffer autotuning (dynamic right-sizing, as Linux's `tcp_rcv_space_adjust`):
     /// bytes the application read since `drs_since`, and the most it read in one round trip.
-    pub drs_bytes: u32,
-    pub drs_since: Option<Instant>,
-    pub drs_space: u32,
+    drs_bytes: u32,
+    drs_since: Option<Instant>,
+    drs_space: u32,
     /// The most window the host lets this connection offer (its share of the device's
     /// receive ring); `u32::MAX` without a limit.
-    pub window_cap: u32,
+    window_cap: u32,
 }
 
 /// What [`RecvSpace::take_text`] made of a segment's text.
@@ -99,6 +105,106 @@ pub(crate) struct Text {
 pub(crate) struct ReassemblyFull;
 
 impl RecvSpace {
+    /// Return the shift applied to our window field.
+    pub(crate) fn wscale(&self) -> u8 {
+        self.wscale
+    }
+
+    /// Return the shift our SYN offers (RFC 7323 2.2).
+    pub(crate) fn wscale_offer(&self) -> u8 {
+        self.wscale_offer
+    }
+
+    /// Scale our window field by the shift we offered if window scaling was `negotiated`
+    /// (both SYNs carried the option, RFC 7323 2.2), else not at all.
+    pub(crate) fn use_wscale(&mut self, negotiated: bool) {
+        self.wscale = if negotiated { self.wscale_offer } else { 0 };
+    }
+
+    /// Report `left..right`, data we already had, in the next ACKs (D-SACK, RFC 2883 4.1).
+    pub(crate) fn report_duplicate(&mut self, left: SeqNum, right: SeqNum) {
+        self.dsack.push(left, right);
+    }
+
+    /// Count in-order `text` whose ACK may be delayed, and learn the peer's segment size
+    /// from it (up to `our_mss`).
+    pub(crate) fn note_in_order(&mut self, text: &Text, our_mss: u16) {
+        self.unacked_bytes += text.ready;
+        self.mss = self.mss.max(text.len.min(u32::from(our_mss)));
+    }
+
+    /// Return whether less than two of the peer's full-sized segments wait for an ACK (RFC
+    /// 9293 3.8.6.3, RFC 5681 4.2: ACK at least every second one).
+    pub(crate) fn under_two_segments_unacked(&self) -> bool {
+        self.unacked_bytes < 2 * self.mss
+    }
+
+    /// Return whether data beyond RCV.NXT is held out of order.
+    pub(crate) fn holds_out_of_order(&self) -> bool {
+        !self.assembler.is_empty()
+    }
+
+    /// Count `n` bytes the application read, for receive-buffer autotuning.
+    pub(crate) fn count_read(&mut self, n: usize) {
+        self.drs_bytes = self.drs_bytes.saturating_add(n as u32);
+    }
+
+    /// Cap the window we advertise at `bytes` (see `Connection::set_window_cap`).
+    pub(crate) fn set_window_cap(&mut self, bytes: u32) {
+        self.window_cap = bytes;
+    }
+
+    /// Return IRS, the peer's initial sequence number.
+    pub(crate) fn irs(&self) -> SeqNum {
+        self.irs
+    }
+
+    /// Return RCV.NXT, the next sequence number expected.
+    pub(crate) fn nxt(&self) -> SeqNum {
+        self.nxt
+    }
+
+    /// Return whether the peer's FIN has been received in order.
+    pub(crate) fn fin_received(&self) -> bool {
+        self.fin_received
+    }
+
+    /// Note the right edge a SYN-cookie SYN-ACK advertised: an unscaled window of
+    /// `initial` bytes, within the free buffer.
+    pub(crate) fn advertised_cookie_window(&mut self, initial: u32) {
+        self.adv = self.nxt + initial.min(self.buf.free() as u32);
+    }
+
+    /// Return whether an ACK must go at the next `poll_transmit`.
+    pub(crate) fn ack_now_due(&self) -> bool {
+        self.ack_due == AckDue::Now
+    }
+
+    /// Owe an ACK at the next `poll_transmit`.
+    pub(crate) fn ack_now(&mut self) {
+        self.ack_due = AckDue::Now;
+    }
+
+    /// Owe an ACK that may wait for the delayed-ACK timer or ride on data (unless one is
+    /// owed now already).
+    pub(crate) fn ack_delayed(&mut self) {
+        if self.ack_due < AckDue::Delayed {
+            self.ack_due = AckDue::Delayed;
+        }
+    }
+
+    /// The delayed-ACK timer fired: a delayed ACK is owed now.
+    pub(crate) fn delayed_ack_expired(&mut self) {
+        if self.ack_due == AckDue::Delayed {
+            self.ack_due = AckDue::Now;
+        }
+    }
+
+    /// Owe no ACK (the connection is closed).
+    pub(crate) fn forget_ack(&mut self) {
+        self.ack_due = AckDue::None;
+    }
+
     pub(crate) fn new(storage: Storage, wscale_offer: u8, our_mss: u16) -> Self {
         RecvSpace {
             irs: SeqNum(0),
@@ -114,7 +220,7 @@ impl RecvSpace {
             sack_reported: SackBlocks::new(),
             ack_due: AckDue::None,
             unacked_bytes: 0,
-            mss: u32::from(our_mss.min(536)),
+            mss: u32::from(our_mss.min(DEFAULT_MSS_V4)),
             drs_bytes: 0,
             drs_since: None,
             drs_space: 0,

@@ -14,28 +14,32 @@ use crate::seq::SeqNum;
 use crate::time::Instant;
 
 /// The reliability state of a connection.
+///
+/// The estimator, the congestion controller, loss recovery and the pacer are parts with
+/// methods of their own; the counts that decide when to give up, and the RTT timing, are
+/// kept behind the methods below.
 pub(crate) struct Reliability {
     pub rtt: RttEstimator,
     /// The segment being timed: (sequence number whose ACK ends it, send time). Karn's rule
     /// clears it on any retransmission (RFC 6298 section 3).
-    pub rtt_probe: Option<(SeqNum, Instant)>,
+    rtt_probe: Option<(SeqNum, Instant)>,
     pub cc: CongestionControl,
     /// Loss detection and recovery (RACK-TLP, duplicate ACKs, PRR).
     pub recovery: Recovery,
     /// The RTT sample the ACK being processed gave, for the controller.
-    pub last_rtt_sample: Option<Duration>,
+    last_rtt_sample: Option<Duration>,
     /// Consecutive retransmission timeouts without progress.
-    pub rto_count: u32,
+    rto_count: u32,
     /// When the oldest unacknowledged octet was first sent (user timeout, RFC 5482).
-    pub unacked_since: Option<Instant>,
+    unacked_since: Option<Instant>,
     /// When the last acceptable ACK arrived (or the connection was synchronized).
-    pub last_ack_at: Instant,
+    last_ack_at: Instant,
     /// Backoff exponent of the persist timer.
-    pub persist_backoff: u32,
+    persist_backoff: u32,
     /// Zero-window probes sent since the last acceptable ACK.
-    pub probes_unanswered: u32,
+    probes_unanswered: u32,
     /// Keep-alive probes sent without an answer.
-    pub keepalive_sent: u32,
+    keepalive_sent: u32,
     pub pacer: Pacer,
 }
 
@@ -55,6 +59,106 @@ impl Reliability {
             keepalive_sent: 0,
             pacer: Pacer::default(),
         }
+    }
+
+    /// Time the segment ending at `end`, sent at `now`, unless one is being timed (one
+    /// sample per flight, RFC 7323 Appendix G).
+    pub(crate) fn time_segment(&mut self, end: SeqNum, now: Instant) {
+        if self.rtt_probe.is_none() {
+            self.rtt_probe = Some((end, now));
+        }
+    }
+
+    /// Time our SYN (or SYN-ACK), whose ACK is `end`, sent at `now`.
+    pub(crate) fn time_syn(&mut self, end: SeqNum, now: Instant) {
+        self.rtt_probe = Some((end, now));
+    }
+
+    /// Stop timing: a retransmission went out (Karn's rule, RFC 6298 section 3).
+    pub(crate) fn stop_timing(&mut self) {
+        self.rtt_probe = None;
+    }
+
+    /// Take the RTT sample the ACK being processed gave, for the controller.
+    pub(crate) fn take_rtt_sample(&mut self) -> Option<Duration> {
+        self.last_rtt_sample.take()
+    }
+
+    /// Return the retransmission timeouts in a row without progress.
+    pub(crate) fn rto_count(&self) -> u32 {
+        self.rto_count
+    }
+
+    /// Count a retransmission timeout.
+    pub(crate) fn count_rto(&mut self) {
+        self.rto_count += 1;
+    }
+
+    /// The peer made progress (or said it is alive): the timeouts in a row start again.
+    pub(crate) fn reset_rto_count(&mut self) {
+        self.rto_count = 0;
+    }
+
+    /// Return since when the oldest unacknowledged octet has waited, if any.
+    pub(crate) fn unacked_since(&self) -> Option<Instant> {
+        self.unacked_since
+    }
+
+    /// Note since when the oldest unacknowledged octet has waited (`None`: nothing waits).
+    pub(crate) fn set_unacked_since(&mut self, since: Option<Instant>) {
+        self.unacked_since = since;
+    }
+
+    /// Note that an acceptable ACK arrived at `now` (or the connection was synchronized).
+    pub(crate) fn note_ack(&mut self, now: Instant) {
+        self.last_ack_at = now;
+    }
+
+    /// Return when the last acceptable ACK arrived.
+    pub(crate) fn last_ack_at(&self) -> Instant {
+        self.last_ack_at
+    }
+
+    /// Return the persist timer's interval: the RTO, doubled per unanswered probe up to
+    /// 2^10 times, and at most `max_rto` (RFC 9293 3.8.6.1).
+    pub(crate) fn persist_interval(&self, max_rto: Duration) -> Duration {
+        self.rtt.rto().saturating_mul(1 << self.persist_backoff.min(10)).min(max_rto)
+    }
+
+    /// The window opened: the persist timer's backoff starts again.
+    pub(crate) fn reset_persist_backoff(&mut self) {
+        self.persist_backoff = 0;
+    }
+
+    /// Return the zero-window probes sent since the last acceptable ACK.
+    pub(crate) fn probes_unanswered(&self) -> u32 {
+        self.probes_unanswered
+    }
+
+    /// Count a zero-window probe: it backs the persist timer off.
+    pub(crate) fn count_window_probe(&mut self) {
+        self.probes_unanswered += 1;
+        self.persist_backoff = self.persist_backoff.saturating_add(1);
+    }
+
+    /// An acceptable ACK answered the probes.
+    pub(crate) fn reset_window_probes(&mut self) {
+        self.probes_unanswered = 0;
+    }
+
+    /// Return the keep-alive probes sent without an answer.
+    pub(crate) fn keepalives_sent(&self) -> u32 {
+        self.keepalive_sent
+    }
+
+    /// Count a keep-alive probe.
+    pub(crate) fn count_keepalive(&mut self) {
+        self.keepalive_sent += 1;
+    }
+
+    /// The peer answered: the keep-alive probes start again.
+    pub(crate) fn reset_keepalives(&mut self) {
+        self.keepalive_sent = 0;
     }
 
     /// Take the RTT sample an ACK of `ack` gives, with SND.UNA at `una` before it (RFC 6298

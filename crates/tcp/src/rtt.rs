@@ -12,6 +12,22 @@
 
 use std::time::Duration;
 
+/// The RTO before the first RTT sample (RFC 6298 section 2.1: 1 s); the default of
+/// [`Config::initial_rto`](crate::Config::initial_rto).
+pub(crate) const INITIAL_RTO: Duration = Duration::from_secs(1);
+
+/// The lower bound on the RTO: 200 ms, as Linux (`TCP_RTO_MIN`; FreeBSD uses 30 ms),
+/// deviating from RFC 6298 2.4, which asks for 1 s "to avoid spurious retransmissions":
+/// that bound dates from coarse timers, and with the RTT measured on every flight
+/// (timestamps) and the peer's delayed ACK capped at 200 ms, a second-long floor only makes
+/// every lost segment with nothing behind it cost a second. The default of
+/// [`Config::min_rto`](crate::Config::min_rto); set that to 1 s for RFC 6298 exactly.
+pub(crate) const MIN_RTO: Duration = Duration::from_millis(200);
+
+/// The upper bound on the RTO (RFC 6298 2.5: at least 60 s); the default of
+/// [`Config::max_rto`](crate::Config::max_rto).
+pub(crate) const MAX_RTO: Duration = Duration::from_secs(60);
+
 /// Clock granularity G (RFC 6298 section 2): 1 ms.
 const GRANULARITY_US: u64 = 1_000;
 
@@ -105,7 +121,8 @@ impl RttEstimator {
         self.backoffs = self.backoffs.saturating_add(1);
     }
 
-    /// Return how many times the RTO was doubled since the last sample.
+    /// Return how many times the RTO was doubled since the last sample (for the tests).
+    #[cfg(test)]
     pub fn backoffs(&self) -> u32 {
         self.backoffs
     }

@@ -8,10 +8,10 @@
 //! sequence number after the last of them. `sent` records every segment in `una..max`.
 
 use crate::buffer::{RingBuffer, Storage};
-use crate::segment::Segment;
 use crate::sent::SentQueue;
 use crate::seq::SeqNum;
 use crate::time::Instant;
+use crate::wire::Segment;
 
 /// The largest window a shift of `wscale` can express (RFC 7323 2.3).
 pub(crate) fn max_window(wscale: u8) -> u32 {
@@ -21,23 +21,23 @@ pub(crate) fn max_window(wscale: u8) -> u32 {
 /// The send half of a connection.
 pub(crate) struct SendSpace {
     /// Initial send sequence number.
-    pub iss: SeqNum,
+    iss: SeqNum,
     /// The ISS must lie above this (a new incarnation from TIME-WAIT, RFC 1122 4.2.2.13).
-    pub iss_floor: Option<SeqNum>,
+    iss_floor: Option<SeqNum>,
     /// SND.UNA: the oldest unacknowledged sequence number.
-    pub una: SeqNum,
+    una: SeqNum,
     /// Next sequence number to send; moved back to SND.UNA by a retransmission timeout.
-    pub nxt: SeqNum,
+    nxt: SeqNum,
     /// Highest sequence number sent plus one (RFC 9293's SND.NXT for ACK validation).
-    pub max: SeqNum,
+    max: SeqNum,
     /// SND.WND: the peer's window, scaled, in bytes.
-    pub wnd: u32,
+    wnd: u32,
     /// SND.WL1 and SND.WL2: the segment that last updated the window.
-    pub wl1: SeqNum,
-    pub wl2: SeqNum,
+    wl1: SeqNum,
+    wl2: SeqNum,
     /// Largest window the peer has offered, its SYN's included: MAX.SND.WND of the ACK
     /// acceptability check (RFC 5961 5.2), where a larger value only accepts older ACKs.
-    pub max_wnd: u32,
+    max_wnd: u32,
     /// Max(SND.WND) of sender-side SWS avoidance (RFC 9293 3.8.6.2.1, RFC 1122 4.2.3.4), the
     /// estimate of the peer's receive buffer: the largest window offered in a segment
     /// without SYN; 0 until one arrives.
@@ -48,33 +48,33 @@ pub(crate) struct SendSpace {
     /// in the scaled windows after it). Counted, it would hold back every segment under half
     /// of it until the override timer. Linux, too, starts `max_window` on a passive open
     /// from the scaled window of the ACK that completes the handshake.
-    pub sws_max_wnd: u32,
+    sws_max_wnd: u32,
     /// The shift applied to the peer's window field.
-    pub wscale: u8,
+    wscale: u8,
     /// Effective send MSS (RFC 9293 3.7.1), the fixed options taken off.
-    pub mss: u16,
+    mss: u16,
     /// Our SYN has been acknowledged. A flag, not `SND.UNA > ISS`: that comparison is
     /// modular and turns false again after 2 GiB have been sent.
-    pub syn_acked: bool,
+    syn_acked: bool,
     /// Sequence space acknowledged so far, SYN and FIN included (RFC 4898's
     /// `tcpEStatsAppHCThruOctetsAcked`, Linux's `tcpi_bytes_acked`): 64 bits, no wrap.
-    pub acked_total: u64,
+    acked_total: u64,
     /// Sequence number of the first byte held in `buf`.
-    pub buf_seq: SeqNum,
+    buf_seq: SeqNum,
     pub buf: RingBuffer,
     /// The user closed: a FIN follows the last byte of `buf`.
-    pub fin_queued: bool,
+    fin_queued: bool,
     /// The segments in flight: the SACK scoreboard and RACK's transmit record.
     pub sent: SentQueue,
     /// The application offered more than the send buffer took since the last growth.
-    pub limited: bool,
+    limited: bool,
     /// The most bytes in flight since SND.UNA last passed `pipe_high_until` (about a round
     /// trip): whether cwnd, not the peer's window or the application, held the sender back
     /// (RFC 7661; Linux's `tcp_is_cwnd_limited`).
-    pub pipe_high: u32,
-    pub pipe_high_until: SeqNum,
+    pipe_high: u32,
+    pipe_high_until: SeqNum,
     /// When data was last sent (RFC 5681 4.1's idle test).
-    pub last_data_at: Option<Instant>,
+    last_data_at: Option<Instant>,
 }
 
 impl SendSpace {
@@ -102,6 +102,181 @@ impl SendSpace {
             pipe_high: 0,
             pipe_high_until: SeqNum(0),
             last_data_at: None,
+        }
+    }
+
+    /// Return the initial send sequence number (ISS).
+    pub(crate) fn iss(&self) -> SeqNum {
+        self.iss
+    }
+
+    /// Return SND.UNA, the oldest unacknowledged sequence number.
+    pub(crate) fn una(&self) -> SeqNum {
+        self.una
+    }
+
+    /// Return the next sequence number to send.
+    pub(crate) fn nxt(&self) -> SeqNum {
+        self.nxt
+    }
+
+    /// Return SND.MAX, the highest sequence number sent plus one.
+    pub(crate) fn max(&self) -> SeqNum {
+        self.max
+    }
+
+    /// Return SND.WND, the peer's window, scaled, in bytes.
+    pub(crate) fn wnd(&self) -> u32 {
+        self.wnd
+    }
+
+    /// Return Max(SND.WND) of sender-side SWS avoidance (0 until a window without SYN came).
+    pub(crate) fn sws_max_wnd(&self) -> u32 {
+        self.sws_max_wnd
+    }
+
+    /// Return the sequence space acknowledged so far, SYN and FIN included.
+    pub(crate) fn acked_total(&self) -> u64 {
+        self.acked_total
+    }
+
+    /// Return the sequence number of the first byte held in the send buffer.
+    pub(crate) fn buf_seq(&self) -> SeqNum {
+        self.buf_seq
+    }
+
+    /// Return whether our SYN has been acknowledged.
+    pub(crate) fn syn_acked(&self) -> bool {
+        self.syn_acked
+    }
+
+    /// Our SYN has been acknowledged.
+    pub(crate) fn syn_acknowledged(&mut self) {
+        self.syn_acked = true;
+    }
+
+    /// Note that the window in use came with the segment at `wl1` that acknowledged `wl2`
+    /// (SND.WL1, SND.WL2), as the ACK completing a SYN-cookie handshake does.
+    pub(crate) fn window_from(&mut self, wl1: SeqNum, wl2: SeqNum) {
+        self.wl1 = wl1;
+        self.wl2 = wl2;
+    }
+
+    /// Keep the ISS of the next incarnation above `floor` (RFC 1122 4.2.2.13).
+    pub(crate) fn set_iss_floor(&mut self, floor: SeqNum) {
+        self.iss_floor = Some(floor);
+    }
+
+    /// Return the effective send MSS, the fixed options taken off.
+    pub(crate) fn mss(&self) -> u16 {
+        self.mss
+    }
+
+    /// Set the effective send MSS (negotiated, or following the path MTU).
+    pub(crate) fn set_mss(&mut self, mss: u16) {
+        self.mss = mss;
+    }
+
+    /// Return the shift applied to the peer's window field.
+    pub(crate) fn wscale(&self) -> u8 {
+        self.wscale
+    }
+
+    /// Take the peer's window scale `shift` (0: not negotiated); RFC 7323 2.3: a shift
+    /// above 14 is used as 14.
+    pub(crate) fn set_wscale(&mut self, shift: u8) {
+        self.wscale = shift.min(14);
+    }
+
+    /// Return whether the user closed: a FIN follows the last byte of the buffer.
+    pub(crate) fn fin_queued(&self) -> bool {
+        self.fin_queued
+    }
+
+    /// The user closed: queue a FIN after the last byte of the buffer.
+    pub(crate) fn queue_fin(&mut self) {
+        self.fin_queued = true;
+    }
+
+    /// The connection is closed: no FIN is left to send.
+    pub(crate) fn drop_fin(&mut self) {
+        self.fin_queued = false;
+    }
+
+    /// Return whether the application offered more than the send buffer took since the
+    /// last growth.
+    pub(crate) fn limited(&self) -> bool {
+        self.limited
+    }
+
+    /// The send buffer held the application back.
+    pub(crate) fn set_limited(&mut self) {
+        self.limited = true;
+    }
+
+    /// The send buffer grew: start watching again.
+    pub(crate) fn clear_limited(&mut self) {
+        self.limited = false;
+    }
+
+    /// Return the most bytes in flight since SND.UNA last passed
+    /// [`pipe_high_until`](Self::pipe_high_until).
+    pub(crate) fn pipe_high(&self) -> u32 {
+        self.pipe_high
+    }
+
+    /// Return the end of the round trip `pipe_high` measures.
+    pub(crate) fn pipe_high_until(&self) -> SeqNum {
+        self.pipe_high_until
+    }
+
+    /// Raise the most in flight this round trip to `pipe`, if higher.
+    pub(crate) fn raise_pipe_high(&mut self, pipe: u32) {
+        self.pipe_high = self.pipe_high.max(pipe);
+    }
+
+    /// A round trip ended: measure the next one, up to SND.MAX, from `pipe` in flight now.
+    pub(crate) fn restart_pipe_high(&mut self, pipe: u32) {
+        self.pipe_high = pipe;
+        self.pipe_high_until = self.max;
+    }
+
+    /// Return when data was last sent.
+    pub(crate) fn last_data_at(&self) -> Option<Instant> {
+        self.last_data_at
+    }
+
+    /// Data went out at `now` (or the idle restart counted from it).
+    pub(crate) fn note_data_sent(&mut self, now: Instant) {
+        self.last_data_at = Some(now);
+    }
+
+    /// Our SYN (or SYN-ACK) went out: it takes the ISS.
+    pub(crate) fn syn_sent(&mut self) {
+        self.nxt = self.iss + 1u32;
+        self.max = self.nxt;
+    }
+
+    /// Send our SYN again, as a SYN-ACK: the peer's SYN came again, or crossed ours
+    /// (simultaneous open).
+    pub(crate) fn resend_syn(&mut self) {
+        self.nxt = self.iss;
+    }
+
+    /// A retransmission timeout: send again from SND.UNA.
+    pub(crate) fn rewind(&mut self) {
+        self.nxt = self.una;
+    }
+
+    /// Data up to `end` went out for the first time: SND.MAX moves there.
+    pub(crate) fn sent_new(&mut self, end: SeqNum) {
+        self.max = end;
+    }
+
+    /// A segment went out: bring SND.NXT up to SND.MAX if it is below.
+    pub(crate) fn resume_at_max(&mut self) {
+        if self.nxt.before(self.max) {
+            self.nxt = self.max;
         }
     }
 

@@ -14,9 +14,9 @@
 
 use std::collections::VecDeque;
 
-use crate::options::SackBlock;
 use crate::seq::SeqNum;
 use crate::time::Instant;
+use crate::wire::SackBlock;
 
 /// Where a sent segment stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

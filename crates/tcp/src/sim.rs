@@ -37,11 +37,11 @@ use bypass_device::seed::splitmix64;
 use crate::config::Config;
 use crate::connection::{Connection, RecvError, SendError};
 use crate::event::Event;
-use crate::segment::Segment;
 use crate::state::State;
 use crate::time::Instant;
 use crate::tuple::FourTuple;
 use crate::wire::ParseError;
+use crate::wire::Segment;
 
 // ---------------------------------------------------------------------------------------------
 // Link (re-exported from bypass-device)

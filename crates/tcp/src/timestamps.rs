@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use crate::options::Timestamps;
 use crate::seq::SeqNum;
 use crate::time::Instant;
+use crate::wire::Timestamps;
 
 /// How long TS.Recent stays a reference without being renewed (RFC 7323 5.5: 24 days).
 const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
@@ -26,20 +26,45 @@ fn older(a: u32, b: u32) -> bool {
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Timestamping {
     /// Both SYNs carried the option: every segment carries it from now on.
-    pub ok: bool,
+    ok: bool,
     /// TS.Recent: the peer's timestamp to echo (RFC 7323 4.3).
-    pub recent: u32,
+    recent: u32,
     /// When TS.Recent was last set (it goes stale after 24 days idle, RFC 7323 5.5).
-    pub recent_at: Instant,
+    recent_at: Instant,
     /// Last.ACK.sent: the acknowledgment number of our last ACK (RFC 7323 4.3).
-    pub last_ack_sent: SeqNum,
+    last_ack_sent: SeqNum,
     /// Added to the clock in our TSval (RFC 7323 5.4).
-    pub offset: u32,
+    offset: u32,
     /// The TSecr of the segment being processed, when it echoes one of ours (RTTM).
-    pub seg_tsecr: Option<u32>,
+    seg_tsecr: Option<u32>,
 }
 
 impl Timestamping {
+    /// Return whether timestamps are in use (both SYNs carried the option).
+    pub(crate) fn enabled(&self) -> bool {
+        self.ok
+    }
+
+    /// Return TS.Recent, the peer's timestamp we echo.
+    pub(crate) fn recent(&self) -> u32 {
+        self.recent
+    }
+
+    /// Set the offset added to our clock in TSval (RFC 7323 5.4), once per connection.
+    pub(crate) fn set_offset(&mut self, offset: u32) {
+        self.offset = offset;
+    }
+
+    /// Note that our last ACK acknowledged `ack` (Last.ACK.sent, RFC 7323 4.3).
+    pub(crate) fn ack_sent(&mut self, ack: SeqNum) {
+        self.last_ack_sent = ack;
+    }
+
+    /// Take the TSecr of the segment being processed (`None` when it carries no
+    /// timestamps or no ACK; RFC 7323 3.2), for [`echo_rtt`](Self::echo_rtt).
+    pub(crate) fn set_seg_tsecr(&mut self, tsecr: Option<u32>) {
+        self.seg_tsecr = tsecr;
+    }
     /// Return our timestamp clock (TSval) at `now`: milliseconds plus the connection's offset
     /// (RFC 7323 5.4: a tick of 1 ms to 1 s; Linux ticks in milliseconds too).
     pub(crate) fn clock(&self, now: Instant) -> u32 {

@@ -255,7 +255,7 @@ fn close_server_first_smoltcp_client() {
 // Regressions: bugs smoltcp exposed in our connection, now fixed
 // ------------------------------------------------------------------------------------
 //
-// A retransmission from SND.UNA (`retransmit_una` in output.rs, after an RTO) takes
+// A retransmission from SND.UNA (`retransmit_una` in connection/output.rs, after an RTO) takes
 // `min(queued, SMSS)` bytes: past SND.MAX when more data waits, and past the peer's
 // window. `send_from` counts it as a retransmission because it starts before SND.MAX, so
 // SND.MAX stays put while SND.NXT moves past it. The same happens when data resent
@@ -403,11 +403,11 @@ fn echo_lossy_resegmented_retransmission_smoltcp_client() {
 }
 
 // Found by the send-path benchmark rather than by smoltcp: `Connection::syn_acked`
-// (connection.rs) is `snd_una.after(iss)`, a modular comparison that turns false once
+// (connection/mod.rs) is `snd_una.after(iss)`, a modular comparison that turns false once
 // SND.UNA is more than 2^31 past the ISS. From 2 GiB sent until 4 GiB, `send_new`
-// (output.rs) refuses to send ("SYN not acknowledged"), an RTO neither resends data nor
-// uses the data retry limit (timer.rs), and every new ACK is counted one byte short
-// (input.rs `on_new_ack`). A bulk sender stops dead after 2 GiB.
+// (connection/output.rs) refuses to send ("SYN not acknowledged"), an RTO neither resends data nor
+// uses the data retry limit (connection/timeouts.rs), and every new ACK is counted one byte short
+// (connection/input.rs `on_new_ack`). A bulk sender stops dead after 2 GiB.
 
 /// Send 2 GiB and a bit through one connection (65000-byte segments keep it quick), every
 /// segment acknowledged at once; it must keep sending past 2^31 bytes.

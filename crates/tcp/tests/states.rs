@@ -1427,7 +1427,7 @@ fn released_connection_leaves_fin_wait2_after_the_timeout() {
     assert!(drain(&mut c, ms(60_003)).is_empty(), "removed without a word to the peer");
     assert_eq!(c.poll_timeout(), None);
     let last = c.trace().last().unwrap();
-    assert_eq!(last.cause, bypass_tcp::Cause::Timer(bypass_tcp::timer::Timer::FinWait2));
+    assert_eq!(last.cause, bypass_tcp::Cause::Timer(bypass_tcp::Timer::FinWait2));
 }
 
 #[test]

@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use bypass_tcp::buffer::Storage;
+use bypass_tcp::Storage;
 use bypass_tcp::{Connection, FourTuple, Instant};
 
 use super::SocketId;

@@ -1,7 +1,7 @@
 //! The connection table: slots with generations, the 4-tuple index, the buffer pool, the
 //! memory and window budgets, and each connection's life after it ran.
 
-use bypass_tcp::buffer::Storage;
+use bypass_tcp::Storage;
 use bypass_tcp::{Buffers, Connection, Event, FourTuple, Instant, Side, State};
 
 use super::*;

@@ -1,13 +1,111 @@
-//! Timer expiry: what each of a connection's timers does when it fires (RFC 6298, RFC
-//! 8985, RFC 9293 3.8.3, 3.8.4, 3.8.6 and 3.10.8).
+//! A connection's timers: the table of deadlines ([`TimerTable`], indexed by [`Timer`]),
+//! and the one place that dispatches their expiry ([`Connection::handle_timeout`]): what
+//! each timer does when it fires (RFC 6298, RFC 8985, RFC 9293 3.8.3, 3.8.4, 3.8.6 and
+//! 3.10.8).
+//!
+//! Each timer is a deadline or nothing. The connection arms and disarms them as it works;
+//! `poll_timeout` reports the earliest, and `handle_timeout` fires every timer whose
+//! deadline has passed, in the order of [`Timer::ALL`].
 
-use crate::connection::{Connection, Failure};
+use super::{Connection, Failure};
 use crate::controller::Controller;
 use crate::event::{Cause, Event};
-use crate::recv_space::AckDue;
 use crate::state::State;
 use crate::time::Instant;
 use crate::timer::Timer;
+
+/// Deadlines of the timers, one slot each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct TimerTable {
+    deadlines: [Option<Instant>; Timer::ALL.len()],
+}
+
+impl TimerTable {
+    /// Arm `timer` to fire at `at`, replacing any earlier deadline.
+    #[inline]
+    pub fn set(&mut self, timer: Timer, at: Instant) {
+        self.deadlines[slot(timer)] = Some(at);
+    }
+
+    /// Arm `timer` unless it is already armed.
+    #[inline]
+    pub fn set_if_idle(&mut self, timer: Timer, at: Instant) {
+        let slot = &mut self.deadlines[slot(timer)];
+        if slot.is_none() {
+            *slot = Some(at);
+        }
+    }
+
+    /// Disarm `timer`.
+    #[inline]
+    pub fn stop(&mut self, timer: Timer) {
+        self.deadlines[slot(timer)] = None;
+    }
+
+    /// Disarm every timer.
+    pub fn stop_all(&mut self) {
+        self.deadlines = [None; Timer::ALL.len()];
+    }
+
+    /// Return the deadline of `timer`.
+    #[inline]
+    pub fn get(&self, timer: Timer) -> Option<Instant> {
+        self.deadlines[slot(timer)]
+    }
+
+    /// Return whether `timer` is armed.
+    #[inline]
+    pub fn is_armed(&self, timer: Timer) -> bool {
+        self.get(timer).is_some()
+    }
+
+    /// Return the earliest deadline.
+    pub fn next(&self) -> Option<Instant> {
+        self.deadlines.iter().flatten().min().copied()
+    }
+
+    /// Disarm and return `timer` if it is due at `now`.
+    pub fn expire(&mut self, timer: Timer, now: Instant) -> bool {
+        let slot = &mut self.deadlines[slot(timer)];
+        match *slot {
+            Some(at) if at <= now => {
+                *slot = None;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// What the timers that fired asked for, done at the next `poll_transmit`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Due {
+    /// A tail-loss probe (RFC 8985 7.3).
+    pub loss_probe: bool,
+    /// A zero-window probe (RFC 9293 3.8.6.1).
+    pub window_probe: bool,
+    /// The SWS override timeout passed: send what the window holds (RFC 9293 3.8.6.2.1).
+    pub sws_override: bool,
+    /// A keep-alive probe (RFC 9293 3.8.4).
+    pub keepalive: bool,
+}
+
+/// Return the slot of `timer` in the table.
+const fn slot(timer: Timer) -> usize {
+    match timer {
+        Timer::Retransmit => 0,
+        Timer::Persist => 1,
+        Timer::DelayedAck => 2,
+        Timer::KeepAlive => 3,
+        Timer::TimeWait => 4,
+        Timer::SwsOverride => 5,
+        Timer::FinWait2 => 6,
+        Timer::Reorder => 7,
+        Timer::LossProbe => 8,
+        Timer::Pacing => 9,
+        Timer::UserTimeout => 10,
+    }
+}
 
 impl Connection {
     /// Return when [`handle_timeout`](Connection::handle_timeout) should next be called.
@@ -36,9 +134,7 @@ impl Connection {
                     Timer::UserTimeout => self.on_user_timeout(now),
                     Timer::SwsOverride => self.due.sws_override = true,
                     Timer::DelayedAck => {
-                        if self.rcv.ack_due == AckDue::Delayed {
-                            self.rcv.ack_due = AckDue::Now;
-                        }
+                        self.rcv.delayed_ack_expired();
                     }
                     Timer::KeepAlive => self.on_keepalive_timeout(now),
                     // Nothing to do but let `poll_transmit` send what the pacer held back.
@@ -62,9 +158,9 @@ impl Connection {
         let flight = self.snd.in_flight();
         let (next, entered) = self.rel.recovery.on_reorder_timeout(
             now,
-            self.snd.max,
+            self.snd.max(),
             flight,
-            self.snd.mss as u32,
+            self.snd.mss() as u32,
             &mut self.snd.sent,
             &mut self.rel.cc,
         );
@@ -89,15 +185,20 @@ impl Connection {
     /// as Linux's `tcp_probe_timer` does with `tcp_retries2` and `TCP_USER_TIMEOUT`. Any
     /// acceptable ACK, a zero-window one included, starts the count again.
     fn on_persist_timeout(&mut self, now: Instant) {
-        let user_timeout =
-            self.config.user_timeout.is_some_and(|limit| now.saturating_duration_since(self.rel.last_ack_at) >= limit);
-        if self.rel.probes_unanswered >= self.config.max_retransmissions || user_timeout {
-            log::debug!("{:?}: giving up after {} unanswered window probes", self.tuple(), self.rel.probes_unanswered);
+        let user_timeout = self
+            .config
+            .user_timeout
+            .is_some_and(|limit| now.saturating_duration_since(self.rel.last_ack_at()) >= limit);
+        if self.rel.probes_unanswered() >= self.config.max_retransmissions || user_timeout {
+            log::debug!(
+                "{:?}: giving up after {} unanswered window probes",
+                self.tuple(),
+                self.rel.probes_unanswered()
+            );
             return self.fail(now, Failure::TimedOut, Cause::Timer(Timer::Persist));
         }
-        self.rel.probes_unanswered += 1;
+        self.rel.count_window_probe();
         self.due.window_probe = true;
-        self.rel.persist_backoff = self.rel.persist_backoff.saturating_add(1);
     }
 
     /// FIN-WAIT-2 of a released connection lasted [`Config::fin_wait2_timeout`]: the peer
@@ -116,7 +217,7 @@ impl Connection {
     /// Data has waited for an acknowledgment for the user timeout: abort (RFC 9293 3.8.3 R2,
     /// RFC 5482).
     fn on_user_timeout(&mut self, now: Instant) {
-        if self.state.is_synchronized() && self.rel.unacked_since.is_some() {
+        if self.state.is_synchronized() && self.rel.unacked_since().is_some() {
             log::debug!("{:?}: user timeout: nothing acknowledged for {:?}", self.tuple(), self.config.user_timeout);
             self.fail(now, Failure::TimedOut, Cause::Timer(Timer::UserTimeout));
         }
@@ -125,37 +226,37 @@ impl Connection {
     /// Retransmission timeout (RFC 6298 5.4-5.6; RFC 5681 3.1 for the windows; RFC 9293
     /// 3.8.3 for giving up).
     fn on_retransmit_timeout(&mut self, now: Instant) {
-        if self.snd.una == self.snd.max {
+        if self.snd.una() == self.snd.max() {
             return;
         }
         self.stats.timeouts += 1;
         let cause = Cause::Timer(Timer::Retransmit);
-        let limit = if self.snd.syn_acked { self.config.max_retransmissions } else { self.config.syn_retries };
+        let limit = if self.snd.syn_acked() { self.config.max_retransmissions } else { self.config.syn_retries };
         if self.rel.exhausted(now, limit, self.config.user_timeout) {
-            log::debug!("{:?}: giving up after {} retransmissions", self.tuple(), self.rel.rto_count);
+            log::debug!("{:?}: giving up after {} retransmissions", self.tuple(), self.rel.rto_count());
             return self.fail(now, Failure::TimedOut, cause);
         }
-        self.rel.rto_count += 1;
-        if self.snd.syn_acked {
+        self.rel.count_rto();
+        if self.snd.syn_acked() {
             // Everything not SACKed is lost; slow start resends it in order.
             let flight = self.snd.in_flight();
-            self.rel.recovery.on_rto(now, self.snd.max, flight, &mut self.snd.sent, &mut self.rel.cc);
+            self.rel.recovery.on_rto(now, self.snd.max(), flight, &mut self.snd.sent, &mut self.rel.cc);
             self.timers.stop(Timer::Reorder);
             self.timers.stop(Timer::LossProbe);
             // The peer's window shut with data in flight: what the timeout marked lost
             // cannot go, so ask for the window (RFC 9293 3.8.6.1), once per timeout, the
             // probes backing off and counting against the limit like retransmissions.
-            if self.snd.wnd == 0 {
+            if self.snd.wnd() == 0 {
                 self.due.window_probe = true;
             }
         } else {
             // RFC 5681 3.1: a lost SYN or SYN-ACK leaves a one-segment initial window; send
             // it again.
             self.rel.cc.on_syn_timeout();
-            self.snd.nxt = self.snd.una;
+            self.snd.rewind();
         }
         self.rel.rtt.backoff();
-        self.rel.rtt_probe = None;
+        self.rel.stop_timing();
         self.timers.set(Timer::Retransmit, now + self.rel.rtt.rto());
     }
 
@@ -166,16 +267,37 @@ impl Connection {
         if !matches!(self.state, State::Established | State::CloseWait) {
             return;
         }
-        if self.snd.una != self.snd.max {
+        if self.snd.una() != self.snd.max() {
             // Not idle: the retransmission timer watches the peer.
             self.arm_keepalive(now);
             return;
         }
-        if self.rel.keepalive_sent >= ka.probes {
+        if self.rel.keepalives_sent() >= ka.probes {
             return self.fail(now, Failure::TimedOut, Cause::Timer(Timer::KeepAlive));
         }
-        self.rel.keepalive_sent += 1;
+        self.rel.count_keepalive();
         self.due.keepalive = true;
         self.timers.set(Timer::KeepAlive, now + ka.interval);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn earliest_deadline_wins_and_expiry_disarms() {
+        let mut t = TimerTable::default();
+        assert_eq!(t.next(), None);
+        t.set(Timer::Retransmit, Instant::from_millis(300));
+        t.set(Timer::DelayedAck, Instant::from_millis(40));
+        t.set_if_idle(Timer::DelayedAck, Instant::from_millis(10));
+        assert_eq!(t.next(), Some(Instant::from_millis(40)));
+        assert!(!t.expire(Timer::Retransmit, Instant::from_millis(100)));
+        assert!(t.expire(Timer::DelayedAck, Instant::from_millis(100)));
+        assert!(!t.is_armed(Timer::DelayedAck));
+        assert_eq!(t.next(), Some(Instant::from_millis(300)));
+        t.stop_all();
+        assert_eq!(t.next(), None);
     }
 }

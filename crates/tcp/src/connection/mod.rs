@@ -1,54 +1,46 @@
-//! One TCP connection (a TCB, RFC 9293 3.3.1), sans-IO.
+//! One TCP connection (a TCB, RFC 9293 3.3.1), sans-IO; the call order is on
+//! [`Connection`].
 //!
-//! # Call order
-//!
-//! The owner of a [`Connection`] drives it with four calls and never blocks:
-//!
-//! 1. [`Connection::handle_segment`] for every segment that arrives for it;
-//! 2. [`Connection::poll_transmit`] in a loop until it returns `None`, sending each
-//!    segment it writes;
-//! 3. [`Connection::poll_timeout`] to learn when to call
-//!    [`Connection::handle_timeout`] next (then poll again);
-//! 4. [`Connection::poll_event`] to learn what the application should do.
-//!
-//! An ICMP error about one of its segments goes to [`Connection::handle_icmp`], like a
-//! segment (then poll again); a path MTU the host learnt, to [`Connection::set_path_mtu`].
-//!
-//! The application side is [`send`](Connection::send), [`recv`](Connection::recv),
-//! [`close`](Connection::close) and [`abort`](Connection::abort); after any of
-//! them, call `poll_transmit` again. [`send_with`](Connection::send_with) and
-//! [`recv_with`](Connection::recv_with) are `send` and `recv` without the copy: the
-//! application writes into the send buffer and reads from the receive buffer in place.
-//!
-//! This file holds the TCB and the user calls (RFC 9293 3.10.1-3.10.6). The TCB's parts
-//! live in files of their own, each with its invariants: `send_space.rs` (with the SACK
-//! scoreboard of `sent.rs`), `recv_space.rs` (with reassembly), `timestamps.rs`,
-//! `reliability.rs` (RTT, loss recovery, congestion control), `path.rs` (path MTU, soft
-//! errors) and `timer.rs`. What the connection does with them lives in `input.rs`
-//! (segment arrival, returning an [`Outcome`](crate::Outcome)), `output.rs` (segment
-//! output), `timeouts.rs` (timer expiry), `icmp.rs` (ICMP errors, returning an
-//! [`IcmpOutcome`](crate::IcmpOutcome)) and `open.rs` (passive opens from a segment).
-//! Those build on this file, and nothing here calls into them.
+//! This file holds the TCB and the user calls (RFC 9293 3.10.1-3.10.6); the TCB's fields
+//! are private to it and its children. The TCB's parts live in files of their own, each
+//! with its invariants: `send_space.rs` (with the SACK scoreboard of `sent.rs`),
+//! `recv_space.rs` (with reassembly), `timestamps.rs`, `reliability.rs` (RTT, loss
+//! recovery, congestion control) and `path.rs` (path MTU, soft errors). What the
+//! connection does with them lives in the children of this module: `input.rs` (segment
+//! arrival, returning an [`Outcome`](crate::Outcome)), `output.rs` (segment output),
+//! `timeouts.rs` (the timer table and the one place that dispatches expiry), `icmp.rs`
+//! (ICMP errors, returning an [`IcmpOutcome`](crate::IcmpOutcome)) and `open.rs` (passive
+//! opens from a segment). Those build on this file, which uses no more of them than the
+//! timer table.
 
-use std::net::{IpAddr, SocketAddr};
+mod icmp;
+mod input;
+mod open;
+mod output;
+mod timeouts;
+
+use std::net::SocketAddr;
 use std::time::Duration;
+
+pub use open::CookieOptions;
+use timeouts::{Due, TimerTable};
 
 use crate::buffer::{RingBuffer, Storage};
 use crate::config::{Config, Keepalive};
 use crate::controller::Controller;
 use crate::event::{Cause, Event, Stats, Transition, UserCall};
 use crate::isn::IsnGenerator;
-use crate::path::Path;
-use crate::recv_space::{AckDue, RecvSpace, wscale_offer};
+use crate::path::{Path, default_mss};
+use crate::recv_space::{RecvSpace, wscale_offer};
 use crate::reliability::Reliability;
-use crate::segment::Flags;
 use crate::send_space::SendSpace;
 use crate::seq::SeqNum;
 use crate::state::State;
 use crate::time::Instant;
-use crate::timer::{Due, Timer, TimerTable};
+use crate::timer::Timer;
 use crate::timestamps::Timestamping;
 use crate::tuple::FourTuple;
+use crate::wire::Flags;
 
 /// Why `send` refused data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -127,7 +119,7 @@ pub struct Transmit {
 
 /// Why the connection ended abnormally.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Failure {
+enum Failure {
     Reset,
     TimedOut,
     /// An ICMP error ended the handshake (the error is in `Path::error`).
@@ -136,7 +128,7 @@ pub(crate) enum Failure {
 
 /// A reset to send that does not follow from the send sequence (RFC 9293 3.10.7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct PendingReset {
+struct PendingReset {
     pub dst: SocketAddr,
     pub src_port: u16,
     pub seq: SeqNum,
@@ -154,7 +146,7 @@ const EV_TIMED_OUT: u8 = 1 << 6;
 const EV_UNREACHABLE: u8 = 1 << 7;
 
 /// Transitions kept per connection; a connection makes a dozen in a normal life.
-pub(crate) const TRACE_LIMIT: usize = 64;
+const TRACE_LIMIT: usize = 64;
 
 /// The storage of a connection's send and receive buffers, to hand from a finished
 /// connection ([`Connection::into_buffers`]) to the next one ([`Connection::connect_with`],
@@ -215,51 +207,71 @@ pub enum Side {
     Recv,
 }
 
-/// One TCP connection (a TCB), sans-IO. See the module docs for the call order.
+/// One TCP connection (a TCB), sans-IO.
 ///
 /// The TCB is made of owned parts, each with its own invariants: the send space with its
 /// scoreboard, the receive space with reassembly, the timestamps, reliability with
 /// congestion control, and the timers. What is left here is what the whole connection
 /// shares.
+///
+/// # Call order
+///
+/// The owner of a [`Connection`] drives it with four calls and never blocks:
+///
+/// 1. [`Connection::handle_segment`] for every segment that arrives for it;
+/// 2. [`Connection::poll_transmit`] in a loop until it returns `None`, sending each
+///    segment it writes;
+/// 3. [`Connection::poll_timeout`] to learn when to call
+///    [`Connection::handle_timeout`] next (then poll again);
+/// 4. [`Connection::poll_event`] to learn what the application should do.
+///
+/// An ICMP error about one of its segments goes to [`Connection::handle_icmp`], like a
+/// segment (then poll again); a path MTU the host learnt, to [`Connection::set_path_mtu`].
+///
+/// The application side is [`send`](Connection::send), [`recv`](Connection::recv),
+/// [`close`](Connection::close) and [`abort`](Connection::abort); after any of
+/// them, call `poll_transmit` again. [`send_with`](Connection::send_with) and
+/// [`recv_with`](Connection::recv_with) are `send` and `recv` without the copy: the
+/// application writes into the send buffer and reads from the receive buffer in place.
 pub struct Connection {
-    pub(crate) config: Config,
-    pub(crate) state: State,
+    config: Config,
+    state: State,
     /// Our address; the remote half is known once a SYN is sent or received.
-    pub(crate) local: SocketAddr,
-    pub(crate) remote: Option<SocketAddr>,
+    local: SocketAddr,
+    remote: Option<SocketAddr>,
     /// Opened from LISTEN (RFC 9293 3.10.7.4: an RST in SYN-RECEIVED returns there).
-    pub(crate) passive: bool,
+    passive: bool,
     /// The application let go of the connection ([`Connection::release`]).
-    pub(crate) released: bool,
+    released: bool,
     /// Window scaling was negotiated (both SYNs carried the option, RFC 7323 2.2).
-    pub(crate) wscale_ok: bool,
+    wscale_ok: bool,
     /// SACK was negotiated (both SYNs offered it, RFC 2018).
-    pub(crate) sack_enabled: bool,
+    sack_enabled: bool,
     /// The host lets the buffers grow (its memory budget is not spent).
-    pub(crate) growth_allowed: bool,
+    growth_allowed: bool,
 
-    pub(crate) snd: SendSpace,
-    pub(crate) rcv: RecvSpace,
-    pub(crate) ts: Timestamping,
-    pub(crate) rel: Reliability,
-    pub(crate) timers: TimerTable,
-    pub(crate) due: Due,
-    pub(crate) path: Path,
+    snd: SendSpace,
+    rcv: RecvSpace,
+    ts: Timestamping,
+    rel: Reliability,
+    timers: TimerTable,
+    due: Due,
+    path: Path,
 
-    pub(crate) challenge: ChallengeLimit,
-    pub(crate) pending_reset: Option<PendingReset>,
-    pub(crate) events: u8,
-    pub(crate) failure: Option<Failure>,
-    pub(crate) stats: Stats,
-    pub(crate) trace: Vec<Transition>,
+    challenge: ChallengeLimit,
+    pending_reset: Option<PendingReset>,
+    events: u8,
+    failure: Option<Failure>,
+    stats: Stats,
+    trace: Vec<Transition>,
 }
 
 /// The rate limit of challenge ACKs (RFC 5961 section 7): at most
 /// [`Config::challenge_ack_limit`] in each second.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct ChallengeLimit {
-    pub window: Instant,
-    pub count: u32,
+struct ChallengeLimit {
+    window: Instant,
+    count: u32,
 }
 
 impl ChallengeLimit {
@@ -278,20 +290,10 @@ impl ChallengeLimit {
 }
 
 impl Connection {
-    pub(crate) fn blank(
-        config: &Config,
-        local: SocketAddr,
-        remote: Option<SocketAddr>,
-        state: State,
-        buffers: Buffers,
-    ) -> Self {
+    fn blank(config: &Config, local: SocketAddr, remote: Option<SocketAddr>, state: State, buffers: Buffers) -> Self {
         let Buffers { send, recv } = buffers.for_config(config);
         let rcv_wscale_offer = if config.window_scaling { wscale_offer(config) } else { 0 };
-        let default_mss = match local.ip() {
-            IpAddr::V4(_) => 536,
-            IpAddr::V6(_) => 1220,
-        };
-        let mss = default_mss.min(config.mss);
+        let mss = default_mss(local.ip()).min(config.mss);
         Connection {
             config: config.clone(),
             state,
@@ -319,11 +321,11 @@ impl Connection {
     }
 
     /// Choose our ISS for the tuple (RFC 9293 3.4.1, RFC 6528) and set up the send space.
-    pub(crate) fn init_send_space(&mut self, now: Instant) {
+    fn init_send_space(&mut self, now: Instant) {
         let tuple = self.tuple().expect("remote address is known when choosing an ISS");
         let generator = IsnGenerator::new(self.config.isn_secret);
         self.snd.start(generator.isn(&tuple, now));
-        self.ts.offset = generator.timestamp_offset(&tuple);
+        self.ts.set_offset(generator.timestamp_offset(&tuple));
     }
 
     /// Active open: return a connection in SYN-SENT whose SYN `poll_transmit` will send
@@ -349,7 +351,7 @@ impl Connection {
         Connection::listen_with(config, local, Buffers::new(config))
     }
 
-    pub(crate) fn listen_with(config: &Config, local: SocketAddr, buffers: Buffers) -> Connection {
+    fn listen_with(config: &Config, local: SocketAddr, buffers: Buffers) -> Connection {
         let mut c = Connection::blank(config, local, None, State::Closed, buffers);
         c.passive = true;
         c.set_state(Instant::ZERO, State::Listen, Cause::User(UserCall::Listen));
@@ -376,7 +378,7 @@ impl Connection {
         {
             keep(storage);
         }
-        if self.rcv.assembler.is_empty()
+        if !self.rcv.holds_out_of_order()
             && self.rcv.buf.written() <= max_written
             && let Some(storage) = self.rcv.buf.detach()
         {
@@ -404,7 +406,7 @@ impl Connection {
     }
 
     /// Take the buffers' storage out, leaving empty rings (the connection is being replaced).
-    pub(crate) fn take_buffers(&mut self) -> Buffers {
+    fn take_buffers(&mut self) -> Buffers {
         let send = std::mem::replace(&mut self.snd.buf, RingBuffer::new(0));
         let recv = std::mem::replace(&mut self.rcv.buf, RingBuffer::new(0));
         Buffers { send: send.into_storage(), recv: recv.into_storage() }
@@ -455,7 +457,7 @@ impl Connection {
         let n = self.snd.buf.push(data);
         if n < data.len() {
             // The buffer, not the application, limits what is sent: autotuning may grow it.
-            self.snd.limited = true;
+            self.snd.set_limited();
         }
         match n {
             0 => Err(SendError::WouldBlock),
@@ -480,7 +482,7 @@ impl Connection {
         let (free, _) = self.snd.buf.free_slices_mut();
         if free.is_empty() {
             // As when `send` finds no room: the buffer holds the application back.
-            self.snd.limited = true;
+            self.snd.set_limited();
             return Err(SendError::WouldBlock);
         }
         let room = free.len();
@@ -496,7 +498,7 @@ impl Connection {
             Failure::Reset | Failure::Unreachable => SendError::Reset,
             Failure::TimedOut => SendError::TimedOut,
         })?;
-        if !self.state.can_send() || self.snd.fin_queued {
+        if !self.state.can_send() || self.snd.fin_queued() {
             return Err(SendError::InvalidState(self.state));
         }
         Ok(())
@@ -546,11 +548,11 @@ impl Connection {
     /// autotuning, and a window update is owed at once if reading opened the window enough.
     fn note_read(&mut self, n: usize) {
         // Receive-buffer autotuning measures what the application takes, not what arrives.
-        self.rcv.drs_bytes = self.rcv.drs_bytes.saturating_add(n as u32);
+        self.rcv.count_read(n);
         // Receiver-side SWS avoidance (RFC 9293 3.8.6.2.2): a window update at once
         // only when reading opened the window by a worthwhile amount.
         if self.state.can_receive() && self.rcv.read_opens_window(self.config.mss) {
-            self.rcv.ack_due = AckDue::Now;
+            self.rcv.ack_now();
         }
     }
 
@@ -558,7 +560,7 @@ impl Connection {
     /// arrived), else why there is nothing: data may still come, the connection failed, or
     /// it is not open for receiving (RFC 9293 3.10.3).
     fn check_end_of_stream(&self) -> Result<(), RecvError> {
-        if self.rcv.fin_received {
+        if self.rcv.fin_received() {
             return Ok(());
         }
         self.check_failure().map_err(|f| match f {
@@ -582,13 +584,13 @@ impl Connection {
                 self.set_state(now, State::Closed, cause);
             }
             // The FIN waits until ESTABLISHED (RFC 9293 3.10.4, SYN-RECEIVED).
-            State::SynReceived => self.snd.fin_queued = true,
+            State::SynReceived => self.snd.queue_fin(),
             State::Established => {
-                self.snd.fin_queued = true;
+                self.snd.queue_fin();
                 self.set_state(now, State::FinWait1, cause);
             }
             State::CloseWait => {
-                self.snd.fin_queued = true;
+                self.snd.queue_fin();
                 self.set_state(now, State::LastAck, cause);
             }
             _ => {}
@@ -621,7 +623,7 @@ impl Connection {
     }
 
     /// Start the FIN-WAIT-2 timeout of a released connection (see [`Connection::release`]).
-    pub(crate) fn arm_fin_wait2(&mut self, now: Instant) {
+    fn arm_fin_wait2(&mut self, now: Instant) {
         if self.state == State::FinWait2
             && self.released
             && let Some(limit) = self.config.fin_wait2_timeout
@@ -638,7 +640,7 @@ impl Connection {
         ) && let Some(remote) = self.remote
         {
             self.pending_reset =
-                Some(PendingReset { dst: remote, src_port: self.local.port(), seq: self.snd.max, ack: None });
+                Some(PendingReset { dst: remote, src_port: self.local.port(), seq: self.snd.max(), ack: None });
         }
         self.snd.buf.clear();
         self.timers.stop_all();
@@ -667,13 +669,13 @@ impl Connection {
     /// user timeout, `TCP_USER_TIMEOUT`), or never (`None`); from now on.
     pub fn set_user_timeout(&mut self, limit: Option<Duration>) {
         self.config.user_timeout = limit;
-        let since = self.rel.unacked_since;
+        let since = self.rel.unacked_since();
         self.set_unacked_since(since);
     }
 
     /// Return bytes that `send` would accept now.
     pub fn send_capacity(&self) -> usize {
-        if self.state.can_send() && !self.snd.fin_queued && self.failure.is_none() { self.snd.buf.free() } else { 0 }
+        if self.state.can_send() && !self.snd.fin_queued() && self.failure.is_none() { self.snd.buf.free() } else { 0 }
     }
 
     /// Return bytes queued for sending and not yet acknowledged.
@@ -697,7 +699,7 @@ impl Connection {
     /// right edge already advertised never moves back (RFC 9293 3.8.6.2.2); only its growth
     /// stops.
     pub fn set_window_cap(&mut self, bytes: u32) {
-        self.rcv.window_cap = bytes;
+        self.rcv.set_window_cap(bytes);
     }
 
     /// Return the bytes the connection's buffers hold allocated (send and receive).
@@ -709,17 +711,17 @@ impl Connection {
     /// `send_buffer_max`, while the application keeps it full (Linux's
     /// `tcp_sndbuf_expand`): a buffer smaller than the window it feeds caps the throughput
     /// at buffer / RTT.
-    pub(crate) fn autotune_send(&mut self) {
+    fn autotune_send(&mut self) {
         let capacity = self.snd.buf.capacity();
         let max = self.config.send_buffer_max;
-        if !self.growth_allowed || capacity >= max || !self.snd.limited {
+        if !self.growth_allowed || capacity >= max || !self.snd.limited() {
             return;
         }
         let want = (2 * self.rel.cc.cwnd() as usize).min(max);
         if want > capacity {
-            self.snd.limited = false;
+            self.snd.clear_limited();
             self.snd.buf.grow(want.next_power_of_two().min(max));
-            if self.state.can_send() && !self.snd.fin_queued {
+            if self.state.can_send() && !self.snd.fin_queued() {
                 self.emit(Event::Writable);
             }
         }
@@ -727,7 +729,7 @@ impl Connection {
 
     /// Let the receive buffer grow with what the application reads (see
     /// [`RecvSpace::autotune`]).
-    pub(crate) fn autotune_recv(&mut self, now: Instant) {
+    fn autotune_recv(&mut self, now: Instant) {
         let (srtt, max) = (self.rel.rtt.srtt(), self.config.recv_buffer_max);
         self.rcv.autotune(now, srtt, max, self.growth_allowed);
     }
@@ -739,12 +741,12 @@ impl Connection {
 
     /// Return whether timestamps are in use (both SYNs carried them, RFC 7323 3.2).
     pub fn timestamps_enabled(&self) -> bool {
-        self.ts.ok
+        self.ts.enabled()
     }
 
     /// Return whether the peer's FIN has been received.
     pub fn peer_closed(&self) -> bool {
-        self.rcv.fin_received
+        self.rcv.fin_received()
     }
 
     /// Return a snapshot of the statistics.
@@ -752,13 +754,13 @@ impl Connection {
         Stats {
             srtt: self.rel.rtt.srtt(),
             rttvar: self.rel.rtt.rttvar(),
-            bytes_acked: self.snd.acked_total,
+            bytes_acked: self.snd.acked_total(),
             rto: self.rel.rtt.rto(),
             cwnd: self.rel.cc.cwnd(),
             ssthresh: self.rel.cc.ssthresh(),
-            peer_window: self.snd.wnd,
+            peer_window: self.snd.wnd(),
             bytes_in_flight: self.snd.in_flight(),
-            mss: self.snd.mss,
+            mss: self.snd.mss(),
             ..self.stats
         }
     }
@@ -771,22 +773,22 @@ impl Connection {
     /// Return SND.UNA, the oldest sequence number not yet acknowledged (cheap: no window is
     /// computed, unlike [`sequence_space`](Connection::sequence_space)).
     pub fn snd_una(&self) -> SeqNum {
-        self.snd.una
+        self.snd.una()
     }
 
     /// Return the send and receive sequence variables, for annotations and tests.
     pub fn sequence_space(&self) -> SequenceSpace {
         SequenceSpace {
-            iss: self.snd.iss,
-            snd_una: self.snd.una,
-            snd_nxt: self.snd.nxt,
-            snd_max: self.snd.max,
-            snd_wnd: self.snd.wnd,
-            irs: self.rcv.irs,
-            rcv_nxt: self.rcv.nxt,
+            iss: self.snd.iss(),
+            snd_una: self.snd.una(),
+            snd_nxt: self.snd.nxt(),
+            snd_max: self.snd.max(),
+            snd_wnd: self.snd.wnd(),
+            irs: self.rcv.irs(),
+            rcv_nxt: self.rcv.nxt(),
             rcv_wnd: self.receive_window(),
-            snd_wscale: self.snd.wscale,
-            rcv_wscale: self.rcv.wscale,
+            snd_wscale: self.snd.wscale(),
+            rcv_wscale: self.rcv.wscale(),
         }
     }
 
@@ -808,7 +810,7 @@ impl Connection {
     }
 
     /// Record a state change with its cause.
-    pub(crate) fn set_state(&mut self, now: Instant, to: State, cause: Cause) {
+    fn set_state(&mut self, now: Instant, to: State, cause: Cause) {
         let from = self.state;
         if from == to {
             return;
@@ -831,9 +833,9 @@ impl Connection {
             }
             State::Closed => {
                 self.timers.stop_all();
-                self.snd.fin_queued = false;
+                self.snd.drop_fin();
                 self.due = Due::default();
-                self.rcv.ack_due = AckDue::None;
+                self.rcv.forget_ack();
             }
             _ => {}
         }
@@ -841,9 +843,9 @@ impl Connection {
 
     /// End the connection abnormally: the peer reset it, it timed out, or an ICMP error
     /// ended the handshake.
-    pub(crate) fn fail(&mut self, now: Instant, failure: Failure, cause: Cause) {
+    fn fail(&mut self, now: Instant, failure: Failure, cause: Cause) {
         if failure == Failure::TimedOut
-            && let Some(error) = self.path.error
+            && let Some(error) = self.path.error()
         {
             log::debug!("{:?}: timed out after ICMP {error:?}", self.tuple());
         }
@@ -857,7 +859,7 @@ impl Connection {
         self.set_state(now, State::Closed, cause);
     }
 
-    pub(crate) fn emit(&mut self, event: Event) {
+    fn emit(&mut self, event: Event) {
         self.events |= match event {
             Event::Established => EV_ESTABLISHED,
             Event::Readable => EV_READABLE,
@@ -871,7 +873,7 @@ impl Connection {
     }
 
     /// Restart the keep-alive timer after activity.
-    pub(crate) fn arm_keepalive(&mut self, now: Instant) {
+    fn arm_keepalive(&mut self, now: Instant) {
         if let Some(ka) = self.config.keepalive
             && matches!(self.state, State::SynReceived | State::Established | State::CloseWait)
         {
@@ -882,8 +884,8 @@ impl Connection {
     /// Note since when data has waited for an acknowledgment (`None`: nothing waits), and
     /// run the user timeout from then (RFC 9293 3.8.3, RFC 5482): the connection is
     /// aborted when it expires, not at the next retransmission after it.
-    pub(crate) fn set_unacked_since(&mut self, since: Option<Instant>) {
-        self.rel.unacked_since = since;
+    fn set_unacked_since(&mut self, since: Option<Instant>) {
+        self.rel.set_unacked_since(since);
         match (since, self.config.user_timeout) {
             (Some(since), Some(limit)) => self.timers.set(Timer::UserTimeout, since + limit),
             _ => self.timers.stop(Timer::UserTimeout),
@@ -891,10 +893,10 @@ impl Connection {
     }
 
     /// Owe the peer a challenge ACK, within the rate limit (RFC 5961 section 7).
-    pub(crate) fn challenge_ack(&mut self, now: Instant) {
+    fn challenge_ack(&mut self, now: Instant) {
         if self.challenge.allow(now, self.config.challenge_ack_limit) {
             self.stats.challenge_acks += 1;
-            self.rcv.ack_due = AckDue::Now;
+            self.rcv.ack_now();
         }
     }
 }

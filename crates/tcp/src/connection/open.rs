@@ -1,18 +1,18 @@
 //! Passive opens from a segment: a SYN at a listener (RFC 9293 3.10.7.2), an ACK that
 //! returns a SYN cookie (RFC 4987 3.6), and a new SYN in TIME-WAIT (RFC 6191).
 
+use super::{Buffers, Connection, TRACE_LIMIT};
 use crate::config::Config;
-use crate::connection::{Buffers, Connection, TRACE_LIMIT};
 use crate::controller::Controller;
 use crate::event::{Cause, Transition};
 use crate::isn::IsnGenerator;
-use crate::options::{TcpOptions, Timestamps};
 use crate::recv_space::{initial_recv_window, wscale_offer};
-use crate::segment::{Flags, Segment};
 use crate::seq::SeqNum;
 use crate::state::State;
 use crate::time::Instant;
 use crate::tuple::FourTuple;
+use crate::wire::{Flags, Segment};
+use crate::wire::{TcpOptions, Timestamps};
 
 /// The SYN's options a SYN cookie carries in the low six bits of the cookie SYN-ACK's TSval,
 /// as Linux does (`cookie_init_timestamp`): bits 0-3 the peer's window scale (15 for none),
@@ -116,8 +116,8 @@ impl Connection {
         c.passive = true;
         c.snd.start_acknowledged(iss);
         c.rcv.start(ack.seq - 1u32);
-        c.ts.last_ack_sent = c.rcv.nxt;
-        c.ts.offset = IsnGenerator::new(config.isn_secret).timestamp_offset(&tuple);
+        c.ts.ack_sent(c.rcv.nxt());
+        c.ts.set_offset(IsnGenerator::new(config.isn_secret).timestamp_offset(&tuple));
         // The options the cookie carried in our TSval, if the peer echoes one.
         let carried = match ack.options.timestamps {
             Some(ts) if config.timestamps => CookieOptions::decode(ts.tsecr),
@@ -126,18 +126,17 @@ impl Connection {
         if let (Some(options), Some(ts)) = (carried, ack.options.timestamps) {
             c.ts.negotiate(Some(ts), true, now);
             if let Some(shift) = options.window_scale.filter(|_| config.window_scaling) {
-                c.snd.wscale = shift.min(14);
-                c.rcv.wscale = c.rcv.wscale_offer;
+                c.snd.set_wscale(shift);
+                c.rcv.use_wscale(true);
                 c.wscale_ok = true;
             }
             c.sack_enabled = config.sack && options.sack_permitted;
         }
         // The cookie SYN-ACK advertised an unscaled window of this size.
-        c.rcv.adv = c.rcv.nxt + initial_recv_window(config).min(c.rcv.buf.free() as u32);
-        c.snd.mss = c.path.negotiate(peer_mss, config.mss, c.ts.option_len());
-        c.rel.cc.set_mss(c.snd.mss as u32);
-        c.snd.wl1 = c.rcv.irs;
-        c.snd.wl2 = iss;
+        c.rcv.advertised_cookie_window(initial_recv_window(config));
+        c.snd.set_mss(c.path.negotiate(peer_mss, config.mss, c.ts.option_len()));
+        c.rel.cc.set_mss(c.snd.mss() as u32);
+        c.snd.window_from(c.rcv.irs(), iss);
         c.set_state(now, State::Established, Cause::of(ack));
         c.handle_segment(now, ack);
         c
@@ -198,8 +197,8 @@ impl Connection {
             return false;
         }
         match seg.options.timestamps {
-            Some(ts) if self.ts.ok => self.ts.is_newer(ts.tsval),
-            _ => seg.seq.after(self.rcv.nxt),
+            Some(ts) if self.ts.enabled() => self.ts.is_newer(ts.tsval),
+            _ => seg.seq.after(self.rcv.nxt()),
         }
     }
 
@@ -213,12 +212,12 @@ impl Connection {
     pub fn reopen(&mut self, now: Instant, seg: &Segment<'_>) {
         debug_assert!(self.time_wait_accepts(seg));
         let Some(remote) = self.remote else { return };
-        let floor = self.snd.max + 65535u32 + 2u32;
+        let floor = self.snd.max() + 65535u32 + 2u32;
         let buffers = self.take_buffers();
         let mut fresh = Connection::listen_with(&self.config, self.local, buffers);
         fresh.stats = self.stats;
         fresh.trace = std::mem::take(&mut self.trace);
-        fresh.snd.iss_floor = Some(floor);
+        fresh.snd.set_iss_floor(floor);
         *self = fresh;
         if self.trace.len() < TRACE_LIMIT {
             let cause = Cause::of(seg);

@@ -1,303 +1,220 @@
-//! Parse and emit TCP segments (RFC 9293 section 3.1) and their checksum.
+//! The `Segment` value: one TCP segment with its meaning made explicit, and its parsing and
+//! emitting.
 //!
-//! A segment is the IP payload: TCP has no length field, so the caller passes
-//! exactly the bytes after the IP header, and everything after the TCP header
-//! is payload. The checksum covers an IPv4 (RFC 9293 3.1) or IPv6
-//! (RFC 8200 8.1) pseudo-header, so checking and filling it needs the addresses.
-//!
+//! A segment is the IP payload: TCP has no length field, so the caller passes exactly the
+//! bytes after the IP header, and everything after the TCP header is payload.
 //! `etherparse` validates the data offset and reads the fixed header
-//! ([`etherparse::TcpHeaderSlice`]) and holds the checksum's running sum
-//! ([`etherparse::checksum::Sum16BitWords`]); the bulk of a segment is summed
-//! here ([`add_words`]), several times faster than etherparse's carry-chained
-//! loop, which was the largest single cost of sending. Options are parsed here
-//! ([`crate::options`]) because etherparse's option iterator stops at the
-//! first unknown kind, which RFC 9293 3.1 says a receiver must skip.
-//!
-//! ```
-//! use core::net::{IpAddr, Ipv4Addr};
-//! use bypass_tcp::{Flags, Segment, SeqNum, TcpOptions};
-//!
-//! let (src, dst) = (IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), IpAddr::V4(Ipv4Addr::new(192, 0, 2, 2)));
-//! let syn = Segment {
-//!     src_port: 40000,
-//!     dst_port: 80,
-//!     seq: SeqNum(1),
-//!     flags: Flags::SYN,
-//!     window: 64240,
-//!     options: TcpOptions { mss: Some(1460), ..TcpOptions::NONE },
-//!     ..Segment::EMPTY
-//! };
-//! let mut buf = [0; 60];
-//! let len = syn.emit(src, dst, &mut buf).unwrap();
-//! assert_eq!(len, 24);
-//! assert_eq!(Segment::parse(&buf[..len], src, dst), Ok(syn));
-//! ```
+//! ([`etherparse::TcpHeaderSlice`]); options are parsed in `options.rs`.
 
+use core::fmt;
 use core::net::IpAddr;
+use core::ops::{BitOr, BitOrAssign};
 
-use etherparse::checksum::Sum16BitWords;
+use etherparse::TcpHeaderSlice;
 use etherparse::err::tcp::{HeaderError, HeaderSliceError};
-use etherparse::{TcpHeader, TcpHeaderSlice, ip_number};
 
-use crate::options::{options_len, parse_options, write_options};
-use crate::segment::{Flags, Segment};
+use super::checksum::{Checksum, FIXED_LEN, checksum_field, compute_checksum, pseudo_header, store_checksum};
+use super::options::{TcpOptions, options_len, parse_options, write_options};
+use super::{EmitError, ParseError};
 use crate::seq::SeqNum;
 
-/// Length of the fixed part of the header, without options.
-const FIXED_LEN: usize = TcpHeader::MIN_LEN;
+/// The nine TCP control bits (RFC 9293 section 3.1, RFC 3168, RFC 3540).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Flags(u16);
 
-/// Why bytes could not be parsed as a TCP segment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ParseError {
-    /// Fewer than the 20 bytes of a header without options.
-    #[error("segment of {len} bytes is shorter than a 20-byte TCP header")]
-    Truncated {
-        /// Length of the segment.
-        len: usize,
-    },
-    /// The data offset points inside the fixed header (below 5 words).
-    #[error("data offset {data_offset} is below the minimum of 5 words")]
-    DataOffsetTooSmall {
-        /// Data offset in 32-bit words.
-        data_offset: u8,
-    },
-    /// The data offset points past the end of the segment.
-    #[error("header of {header_len} bytes runs past the end of the {len}-byte segment")]
-    DataOffsetPastEnd {
-        /// Header length the data offset announces, in bytes.
-        header_len: usize,
-        /// Length of the segment.
-        len: usize,
-    },
-    /// An option length byte is 0 or 1, or wrong for a known kind.
-    #[error("option kind {kind} has invalid length {len}")]
-    OptionLength {
-        /// Option kind.
-        kind: u8,
-        /// Length byte as received.
-        len: u8,
-    },
-    /// An option's length byte is missing or runs past the end of the header.
-    #[error("option kind {kind} runs past the end of the header")]
-    OptionPastHeader {
-        /// Option kind.
-        kind: u8,
-    },
-    /// The checksum does not match the segment and pseudo-header.
-    #[error("bad checksum: segment carries {found:#06x}, computed {expected:#06x}")]
-    BadChecksum {
-        /// Checksum computed over the segment and pseudo-header.
-        expected: u16,
-        /// Checksum carried by the segment.
-        found: u16,
-    },
-    /// The source and destination addresses are not of the same IP version.
-    #[error("source and destination addresses are of different IP versions")]
-    AddressFamilyMismatch,
-    /// The segment is longer than the pseudo-header's length field can say
-    /// (65,535 bytes for IPv4, 2^32 - 1 for IPv6).
-    #[error("segment of {len} bytes is longer than the pseudo-header allows ({max})")]
-    TooLong {
-        /// Length of the segment.
-        len: usize,
-        /// Longest segment the pseudo-header can describe.
-        max: usize,
-    },
+impl Flags {
+    /// No more data from sender.
+    pub const FIN: Flags = Flags(0x001);
+    /// Synchronize sequence numbers.
+    pub const SYN: Flags = Flags(0x002);
+    /// Reset the connection.
+    pub const RST: Flags = Flags(0x004);
+    /// Push function.
+    pub const PSH: Flags = Flags(0x008);
+    /// Acknowledgment field is significant.
+    pub const ACK: Flags = Flags(0x010);
+    /// Urgent pointer field is significant.
+    pub const URG: Flags = Flags(0x020);
+    /// ECN-Echo (RFC 3168).
+    pub const ECE: Flags = Flags(0x040);
+    /// Congestion Window Reduced (RFC 3168).
+    pub const CWR: Flags = Flags(0x080);
+    /// ECN-nonce concealment protection (RFC 3540, historic).
+    pub const NS: Flags = Flags(0x100);
+    /// No flags.
+    pub const NONE: Flags = Flags(0);
+
+    const NAMES: [(Flags, &'static str); 9] = [
+        (Flags::NS, "NS"),
+        (Flags::CWR, "CWR"),
+        (Flags::ECE, "ECE"),
+        (Flags::URG, "URG"),
+        (Flags::ACK, "ACK"),
+        (Flags::PSH, "PSH"),
+        (Flags::RST, "RST"),
+        (Flags::SYN, "SYN"),
+        (Flags::FIN, "FIN"),
+    ];
+
+    /// Return the flags from their 9-bit wire value (higher bits are ignored).
+    pub const fn from_bits(bits: u16) -> Flags {
+        Flags(bits & 0x1ff)
+    }
+
+    /// Return the 9-bit wire value.
+    pub const fn bits(self) -> u16 {
+        self.0
+    }
+
+    /// Return whether every flag in `other` is set.
+    #[inline]
+    pub const fn contains(self, other: Flags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Return whether any flag in `other` is set.
+    #[inline]
+    pub const fn intersects(self, other: Flags) -> bool {
+        self.0 & other.0 != 0
+    }
+
+    /// Return `self` with the flags in `other` cleared.
+    #[inline]
+    pub const fn without(self, other: Flags) -> Flags {
+        Flags(self.0 & !other.0)
+    }
+
+    /// Return whether SYN is set.
+    #[inline]
+    pub const fn syn(self) -> bool {
+        self.contains(Flags::SYN)
+    }
+
+    /// Return whether ACK is set.
+    #[inline]
+    pub const fn ack(self) -> bool {
+        self.contains(Flags::ACK)
+    }
+
+    /// Return whether FIN is set.
+    #[inline]
+    pub const fn fin(self) -> bool {
+        self.contains(Flags::FIN)
+    }
+
+    /// Return whether RST is set.
+    #[inline]
+    pub const fn rst(self) -> bool {
+        self.contains(Flags::RST)
+    }
 }
 
-/// Why a segment could not be written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum EmitError {
-    /// The buffer is shorter than the bytes to write; nothing was written.
-    #[error("buffer of {available} bytes is too small, {needed} needed")]
-    BufferTooSmall {
-        /// Bytes needed.
-        needed: usize,
-        /// Bytes available.
-        available: usize,
-    },
-    /// The source and destination addresses are not of the same IP version.
-    #[error("source and destination addresses are of different IP versions")]
-    AddressFamilyMismatch,
-    /// The segment is longer than the pseudo-header's length field can say
-    /// (65,535 bytes for IPv4, 2^32 - 1 for IPv6).
-    #[error("segment of {len} bytes is longer than the pseudo-header allows ({max})")]
-    TooLong {
-        /// Length of the segment.
-        len: usize,
-        /// Longest segment the pseudo-header can describe.
-        max: usize,
-    },
+impl BitOr for Flags {
+    type Output = Flags;
+    fn bitor(self, rhs: Flags) -> Flags {
+        Flags(self.0 | rhs.0)
+    }
 }
 
-/// Why a pseudo-header could not be built; converted into either error.
-enum PseudoHeaderError {
-    AddressFamilyMismatch,
-    TooLong { len: usize, max: usize },
+impl BitOrAssign for Flags {
+    fn bitor_assign(&mut self, rhs: Flags) {
+        self.0 |= rhs.0;
+    }
 }
 
-impl From<PseudoHeaderError> for ParseError {
-    fn from(e: PseudoHeaderError) -> Self {
-        match e {
-            PseudoHeaderError::AddressFamilyMismatch => ParseError::AddressFamilyMismatch,
-            PseudoHeaderError::TooLong { len, max } => ParseError::TooLong { len, max },
+impl fmt::Display for Flags {
+    /// Write the set flags as `SYN|ACK`, or `-` when none is set.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        // Print in the order people read a handshake in: SYN, ACK, FIN, RST, PSH, then the rest.
+        for name in ["SYN", "FIN", "RST", "PSH", "ACK", "URG", "ECE", "CWR", "NS"] {
+            let flag = Flags::NAMES.iter().find(|(_, n)| *n == name).map(|(f, _)| *f);
+            if let Some(flag) = flag
+                && self.contains(flag)
+            {
+                if !first {
+                    f.write_str("|")?;
+                }
+                f.write_str(name)?;
+                first = false;
+            }
         }
-    }
-}
-
-impl From<PseudoHeaderError> for EmitError {
-    fn from(e: PseudoHeaderError) -> Self {
-        match e {
-            PseudoHeaderError::AddressFamilyMismatch => EmitError::AddressFamilyMismatch,
-            PseudoHeaderError::TooLong { len, max } => EmitError::TooLong { len, max },
+        if first {
+            f.write_str("-")?;
         }
+        Ok(())
     }
 }
 
-/// Return the sum of the pseudo-header for a `tcp_len`-byte segment from `src` to `dst`.
-fn pseudo_header(src: IpAddr, dst: IpAddr, tcp_len: usize) -> Result<Sum16BitWords, PseudoHeaderError> {
-    let too_long = |max: usize| PseudoHeaderError::TooLong { len: tcp_len, max };
-    match (src, dst) {
-        // RFC 9293 3.1: source, destination, zero, PTCL, TCP length (16 bits).
-        (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            let len = u16::try_from(tcp_len).map_err(|_| too_long(u16::MAX.into()))?;
-            Ok(Sum16BitWords::new()
-                .add_4bytes(src.octets())
-                .add_4bytes(dst.octets())
-                .add_2bytes([0, ip_number::TCP.0])
-                .add_2bytes(len.to_be_bytes()))
+impl fmt::Debug for Flags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// One TCP segment: header fields, typed options and a borrowed payload.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Segment<'a> {
+    /// Source port.
+    pub src_port: u16,
+    /// Destination port.
+    pub dst_port: u16,
+    /// Sequence number of the first octet (or of the SYN).
+    pub seq: SeqNum,
+    /// Next sequence number the sender expects, meaningful when ACK is set.
+    pub ack: SeqNum,
+    /// Control bits.
+    pub flags: Flags,
+    /// Window field as carried on the wire (unscaled).
+    pub window: u16,
+    /// Urgent pointer, meaningful when URG is set.
+    pub urgent: u16,
+    /// Typed options.
+    pub options: TcpOptions,
+    /// Data carried by the segment.
+    pub payload: &'a [u8],
+}
+
+impl Segment<'static> {
+    /// A segment with every field zero and no payload: a template for `..`.
+    pub const EMPTY: Segment<'static> = Segment {
+        src_port: 0,
+        dst_port: 0,
+        seq: SeqNum(0),
+        ack: SeqNum(0),
+        flags: Flags::NONE,
+        window: 0,
+        urgent: 0,
+        options: TcpOptions::NONE,
+        payload: &[],
+    };
+}
+
+impl Segment<'_> {
+    /// Return SEG.LEN: the octets of data plus one each for SYN and FIN (RFC 9293 3.4).
+    #[inline]
+    pub fn seg_len(&self) -> u32 {
+        self.payload.len() as u32 + self.flags.syn() as u32 + self.flags.fin() as u32
+    }
+}
+
+impl fmt::Debug for Segment<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}->{} [{}] seq={} ack={} win={} len={}",
+            self.src_port,
+            self.dst_port,
+            self.flags,
+            self.seq,
+            self.ack,
+            self.window,
+            self.payload.len()
+        )?;
+        if !self.options.is_empty() {
+            write!(f, " {:?}", self.options)?;
         }
-        // RFC 8200 8.1: source, destination, upper-layer length (32 bits), zero, next header.
-        (IpAddr::V6(src), IpAddr::V6(dst)) => {
-            let len = u32::try_from(tcp_len).map_err(|_| too_long(u32::MAX.try_into().unwrap_or(usize::MAX)))?;
-            Ok(Sum16BitWords::new()
-                .add_16bytes(src.octets())
-                .add_16bytes(dst.octets())
-                .add_4bytes(len.to_be_bytes())
-                .add_2bytes([0, ip_number::TCP.0]))
-        }
-        _ => Err(PseudoHeaderError::AddressFamilyMismatch),
-    }
-}
-
-/// What a sender writes in the checksum field.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Checksum {
-    /// The checksum itself, computed over the pseudo-header, the header and the payload.
-    #[default]
-    Full,
-    /// Only the pseudo-header's sum, folded to 16 bits and not complemented, for a device
-    /// that completes the checksum as it sends (TX checksum offload): it sums the segment
-    /// from the TCP header on, this field included, and stores the complement here. Linux
-    /// prepares a `CHECKSUM_PARTIAL` packet the same way (`tcp_v4_send_check`).
-    PseudoHeader,
-}
-
-/// Return the one's complement of `sum` as the checksum field's value.
-#[inline]
-fn checksum_value(sum: &Sum16BitWords) -> u16 {
-    // `Sum16BitWords` adds native-endian words, so the native bytes of its
-    // result are the bytes on the wire.
-    u16::from_be_bytes(sum.ones_complement().to_ne_bytes())
-}
-
-/// Return the checksum of `segment` on top of `pseudo`, its checksum field counted as zero.
-///
-/// Return `None` when `segment` is too short to hold the checksum field.
-fn compute_checksum(pseudo: Sum16BitWords, segment: &[u8]) -> Option<u16> {
-    let (head, rest) = segment.split_first_chunk::<18>()?;
-    let sum = add_words(pseudo.add_slice(&head[..16]), rest);
-    Some(checksum_value(&sum))
-}
-
-/// Return the checksum field's value for `segment` on top of `pseudo`, as `mode` asks.
-///
-/// Return `None` when `segment` is too short to hold the checksum field.
-fn checksum_field(mode: Checksum, pseudo: Sum16BitWords, segment: &[u8]) -> Option<u16> {
-    match mode {
-        Checksum::Full => compute_checksum(pseudo, segment),
-        Checksum::PseudoHeader => {
-            (segment.len() >= 18).then(|| u16::from_be_bytes((!pseudo.ones_complement()).to_ne_bytes()))
-        }
-    }
-}
-
-/// Add `data` to `sum` as 16-bit words, a last odd byte padded with zero: the same result
-/// as `sum.add_slice(data)`, computed the way RFC 1071 section 2 allows.
-///
-/// Native-endian 32-bit words go into eight independent 64-bit lanes with no carry
-/// handling ((B) deferred carries: a lane cannot overflow before 2^32 words, far beyond
-/// any segment; (C) parallel summation: a 32-bit word is two 16-bit words), which the
-/// compiler turns into wide vector adds; the lanes are folded to 16 bits once at the end.
-/// Summing native-endian words gives the native-endian checksum ((A) byte order
-/// independence), which is what `Sum16BitWords` holds.
-fn add_words(sum: Sum16BitWords, data: &[u8]) -> Sum16BitWords {
-    const LANES: usize = 8;
-    let mut lanes = [0u64; LANES];
-    let mut blocks = data.chunks_exact(4 * LANES);
-    for block in &mut blocks {
-        for (lane, word) in lanes.iter_mut().zip(block.chunks_exact(4)) {
-            *lane += u64::from(u32::from_ne_bytes([word[0], word[1], word[2], word[3]]));
-        }
-    }
-    let mut total: u64 = lanes.iter().map(|&l| (l >> 32) + (l & 0xffff_ffff)).sum();
-    let mut words = blocks.remainder().chunks_exact(4);
-    for word in &mut words {
-        total += u64::from(u32::from_ne_bytes([word[0], word[1], word[2], word[3]]));
-    }
-    let mut tail = words.remainder().chunks_exact(2);
-    for pair in &mut tail {
-        total += u64::from(u16::from_ne_bytes([pair[0], pair[1]]));
-    }
-    if let [last] = tail.remainder() {
-        total += u64::from(u16::from_ne_bytes([*last, 0]));
-    }
-    // End-around carries (RFC 1071 2 (B)): fold to 16 bits.
-    while total > 0xffff {
-        total = (total & 0xffff) + (total >> 16);
-    }
-    sum.add_2bytes((total as u16).to_ne_bytes())
-}
-
-/// Compute the TCP checksum of `segment` (header and payload) and store it at bytes 16..18.
-///
-/// The checksum field's old value is ignored. The checksum covers the IPv4 or
-/// IPv6 pseudo-header for `src` and `dst` (RFC 9293 3.1, RFC 8200 8.1).
-/// Use it after changing a segment in place, or to fill a checksum left zero by
-/// [`Segment::write_header`].
-///
-/// # Errors
-///
-/// [`EmitError::BufferTooSmall`] when `segment` is shorter than 20 bytes,
-/// [`EmitError::AddressFamilyMismatch`] when `src` and `dst` differ in IP
-/// version, [`EmitError::TooLong`] when the pseudo-header cannot hold the
-/// length. `segment` is unchanged on error.
-pub fn set_checksum(segment: &mut [u8], src: IpAddr, dst: IpAddr) -> Result<(), EmitError> {
-    set_checksum_as(Checksum::Full, segment, src, dst)
-}
-
-/// As [`set_checksum`], storing what `mode` asks: the checksum, or only the pseudo-header
-/// sum for a device that completes it ([`Checksum::PseudoHeader`]).
-///
-/// # Errors
-///
-/// As [`set_checksum`].
-pub fn set_checksum_as(mode: Checksum, segment: &mut [u8], src: IpAddr, dst: IpAddr) -> Result<(), EmitError> {
-    let too_short = EmitError::BufferTooSmall { needed: FIXED_LEN, available: segment.len() };
-    if segment.len() < FIXED_LEN {
-        return Err(too_short);
-    }
-    let pseudo = pseudo_header(src, dst, segment.len())?;
-    let checksum = checksum_field(mode, pseudo, segment).ok_or(too_short)?;
-    store_checksum(segment, checksum);
-    Ok(())
-}
-
-/// Store `checksum` in the checksum field (bytes 16..18) of `segment`, if it has one.
-#[inline]
-fn store_checksum(segment: &mut [u8], checksum: u16) {
-    if let Some(field) = segment.get_mut(16..18) {
-        field.copy_from_slice(&checksum.to_be_bytes());
+        Ok(())
     }
 }
 
@@ -381,7 +298,7 @@ impl Segment<'_> {
 
     /// Write the header (not the payload) into `buf` and return its length.
     ///
-    /// The checksum field is left zero: fill it with [`set_checksum`] once the
+    /// The checksum field is left zero: fill it with [`set_checksum`](super::set_checksum) once the
     /// payload is in place, or use [`Segment::emit`]. Options are written in
     /// Linux's order; SACK blocks that do not fit are dropped from the end
     /// (RFC 2018 section 3). Bytes of `buf` past the header are untouched.
@@ -467,9 +384,13 @@ mod tests {
 
     use proptest::prelude::*;
 
+    use etherparse::TcpHeader;
+    use etherparse::checksum::Sum16BitWords;
+
     use super::*;
-    use crate::options::tests::{arb_options, as_written};
-    use crate::options::{SackBlock, SackBlocks, TcpOptions, Timestamps};
+    use crate::wire::checksum::checksum_value;
+    use crate::wire::options::tests::{arb_options, as_written};
+    use crate::wire::{SackBlock, SackBlocks, Timestamps, set_checksum, set_checksum_as};
 
     // Fixtures: SYN_V4, SYN_V6 and DATA_V4 are segments Linux 6.18 sent over
     // `lo`, with the addresses rewritten to documentation prefixes (and MSS and
@@ -843,16 +764,6 @@ mod tests {
 
     proptest! {
         #[test]
-        fn add_words_sums_like_etherparse(
-            data in proptest::collection::vec(any::<u8>(), 0..3000),
-            start in proptest::collection::vec(any::<u8>(), 0..40),
-        ) {
-            let base = Sum16BitWords::new().add_slice(&start);
-            let base2 = Sum16BitWords::new().add_slice(&start);
-            prop_assert_eq!(add_words(base, &data).ones_complement(), base2.add_slice(&data).ones_complement());
-        }
-
-        #[test]
         fn segment_round_trips(f in arb_fields(), (src, dst) in arb_addrs()) {
             let seg = segment(&f);
             let bytes = emit(&seg, src, dst);
@@ -925,5 +836,22 @@ mod tests {
             set_checksum(&mut bytes, src, dst).unwrap();
             prop_assert_eq!(Segment::parse(&bytes, src, dst), Segment::parse_unchecked(&bytes));
         }
+    }
+
+    // ---- the value ----
+
+    #[test]
+    fn flags_print_like_a_ladder() {
+        assert_eq!((Flags::SYN | Flags::ACK).to_string(), "SYN|ACK");
+        assert_eq!((Flags::ACK | Flags::FIN | Flags::PSH).to_string(), "FIN|PSH|ACK");
+        assert_eq!(Flags::NONE.to_string(), "-");
+        assert_eq!(Flags::from_bits(0xfff).bits(), 0x1ff);
+        assert!(Flags::from_bits(0x1ff).contains(Flags::NS | Flags::CWR | Flags::ECE | Flags::URG));
+    }
+
+    #[test]
+    fn seg_len_counts_syn_and_fin() {
+        let s = Segment { flags: Flags::SYN | Flags::FIN, payload: b"abc", ..Segment::EMPTY };
+        assert_eq!(s.seg_len(), 5);
     }
 }

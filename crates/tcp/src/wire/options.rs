@@ -1,13 +1,13 @@
 //! TCP options (RFC 9293 3.1, RFC 7323, RFC 2018), as typed values.
 //!
 //! Parsing and emitting: see the functions below the types. They work on the
-//! option area only (the header bytes after the fixed 20); [`crate::wire`]
+//! option area only (the header bytes after the fixed 20); `segment.rs`
 //! calls them for whole segments.
 
 use core::fmt;
 
+use super::ParseError;
 use crate::seq::SeqNum;
-use crate::wire::ParseError;
 
 /// One SACK block: the octets `left..right` were received (RFC 2018 section 3).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

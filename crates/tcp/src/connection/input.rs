@@ -5,18 +5,19 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use crate::connection::{Connection, Failure, PendingReset};
+use super::{Connection, Failure, PendingReset};
 use crate::controller::Controller;
 use crate::event::{Cause, Event};
-use crate::options::SackBlock;
 use crate::outcome::{DropReason, Outcome};
+use crate::path::default_mss;
 use crate::recovery::AckContext;
-use crate::recv_space::AckDue;
-use crate::segment::{Flags, Segment};
+use crate::recv_space::MAX_ACK_DELAY;
 use crate::seq::SeqNum;
 use crate::state::State;
 use crate::time::Instant;
 use crate::timer::Timer;
+use crate::wire::SackBlock;
+use crate::wire::{Flags, Segment};
 
 impl Connection {
     /// Process a segment that arrived for this connection (RFC 9293 3.10.7), and return
@@ -35,7 +36,7 @@ impl Connection {
     pub fn handle_segment_from(&mut self, now: Instant, src: IpAddr, seg: &Segment<'_>) -> Outcome {
         self.stats.segs_in += 1;
         // TSecr is meaningful with ACK set (RFC 7323 3.2); used only once timestamps are on.
-        self.ts.seg_tsecr = seg.options.timestamps.filter(|_| seg.flags.ack()).map(|ts| ts.tsecr);
+        self.ts.set_seg_tsecr(seg.options.timestamps.filter(|_| seg.flags.ack()).map(|ts| ts.tsecr));
         log::trace!("{:?} {}: in {:?}", self.tuple(), self.state, seg);
         if seg.dst_port != self.local.port() {
             return self.drop_segment(seg, DropReason::WrongPort);
@@ -107,12 +108,12 @@ impl Connection {
         // peer sends it again once established.
         self.remote = Some(SocketAddr::new(src, seg.src_port));
         self.rcv.start(seg.seq);
-        self.ts.last_ack_sent = self.rcv.nxt;
+        self.ts.ack_sent(self.rcv.nxt());
         self.negotiate_options(now, seg);
         self.init_send_space(now);
         // The window field of a SYN is never scaled (RFC 7323 2.2). It counts for RFC 5961's
         // MAX.SND.WND, not for SWS avoidance's Max(SND.WND) (see `sws_max_wnd`).
-        let iss = self.snd.iss;
+        let iss = self.snd.iss();
         self.snd.take_syn_window(seg, iss);
         self.set_state(now, State::SynReceived, Cause::of(seg));
         Outcome::Accepted
@@ -121,29 +122,26 @@ impl Connection {
     /// Take the peer's SYN options: MSS (RFC 9293 3.7.1), window scale (RFC 7323 2.2),
     /// SACK-permitted (RFC 2018), timestamps (RFC 7323 3.2).
     fn negotiate_options(&mut self, now: Instant, seg: &Segment<'_>) {
-        let peer_mss = seg.options.mss.unwrap_or(match self.local.ip() {
-            IpAddr::V4(_) => 536,
-            IpAddr::V6(_) => 1220,
-        });
+        let peer_mss = seg.options.mss.unwrap_or(default_mss(self.local.ip()));
         // Timestamps are in use when we offer them (or offered, in SYN-SENT) and the peer's
         // SYN carries them.
         self.ts.negotiate(seg.options.timestamps, self.config.timestamps, now);
         // The MSS bounds data and options together (RFC 6691): a full segment carries the
         // timestamps and 12 bytes less data, as Linux's mss_cache; and it fits the path MTU
         // (`path.rs`).
-        self.snd.mss = self.path.negotiate(peer_mss, self.config.mss, self.ts.option_len());
-        self.rel.cc.set_mss(self.snd.mss as u32);
+        self.snd.set_mss(self.path.negotiate(peer_mss, self.config.mss, self.ts.option_len()));
+        self.rel.cc.set_mss(self.snd.mss() as u32);
 
         match seg.options.window_scale {
             Some(shift) if self.config.window_scaling => {
                 // RFC 7323 2.3: a shift above 14 is used as 14.
-                self.snd.wscale = shift.min(14);
-                self.rcv.wscale = self.rcv.wscale_offer;
+                self.snd.set_wscale(shift);
+                self.rcv.use_wscale(true);
                 self.wscale_ok = true;
             }
             _ => {
-                self.snd.wscale = 0;
-                self.rcv.wscale = 0;
+                self.snd.set_wscale(0);
+                self.rcv.use_wscale(false);
                 self.wscale_ok = false;
             }
         }
@@ -153,7 +151,7 @@ impl Connection {
     /// RFC 9293 3.10.7.3: SYN-SENT.
     fn on_syn_sent(&mut self, now: Instant, seg: &Segment<'_>) -> Outcome {
         // First: the ACK must acknowledge our SYN: ISS < SEG.ACK =< SND.NXT.
-        let ack_ok = seg.flags.ack() && seg.ack.after(self.snd.iss) && seg.ack.before_eq(self.snd.max);
+        let ack_ok = seg.flags.ack() && seg.ack.after(self.snd.iss()) && seg.ack.before_eq(self.snd.max());
         if seg.flags.ack() && !ack_ok {
             if !seg.flags.rst() {
                 self.reset_bad_ack(seg);
@@ -174,22 +172,22 @@ impl Connection {
             return self.drop_segment(seg, DropReason::SynSentNoSyn);
         }
         self.rcv.start(seg.seq);
-        self.ts.last_ack_sent = self.rcv.nxt;
+        self.ts.ack_sent(self.rcv.nxt());
         self.negotiate_options(now, seg);
         // Unscaled (RFC 7323 2.2); as in LISTEN, not a Max(SND.WND) for SWS avoidance.
         self.snd.take_syn_window(seg, seg.ack);
         if ack_ok {
             // Our SYN is acknowledged: ESTABLISHED, and ACK the peer's SYN.
             self.take_ack_of_syn(now, seg.ack);
-            self.rcv.ack_due = AckDue::Now;
+            self.rcv.ack_now();
             self.set_state(now, State::Established, Cause::of(seg));
-            if self.snd.fin_queued {
+            if self.snd.fin_queued() {
                 self.set_state(now, State::FinWait1, Cause::of(seg));
             }
         } else {
             // Simultaneous open (RFC 9293 Figure 8): SYN-RECEIVED, and send SYN,ACK by
             // retransmitting our SYN with the ACK bit now set.
-            self.snd.nxt = self.snd.iss;
+            self.snd.resend_syn();
             self.set_state(now, State::SynReceived, Cause::of(seg));
         }
         Outcome::Accepted
@@ -199,20 +197,20 @@ impl Connection {
     /// ([`Reliability::sample_rtt`](crate::reliability::Reliability::sample_rtt)).
     fn advance_una(&mut self, now: Instant, ack: SeqNum) {
         let echo = self.ts.echo_rtt(now);
-        self.rel.sample_rtt(now, ack, self.snd.una, echo);
+        self.rel.sample_rtt(now, ack, self.snd.una(), echo);
         self.snd.advance(ack);
     }
 
     /// SND.UNA moved past our SYN.
     fn take_ack_of_syn(&mut self, now: Instant, ack: SeqNum) {
-        self.snd.syn_acked = true;
-        self.rel.last_ack_at = now;
+        self.snd.syn_acknowledged();
+        self.rel.note_ack(now);
         self.advance_una(now, ack);
-        if self.rel.rto_count > 0 {
+        if self.rel.rto_count() > 0 {
             // RFC 6298 5.7: after a SYN timed out, data starts with an RTO of 3 s.
             self.rel.rtt.syn_timed_out_fallback();
         }
-        self.rel.rto_count = 0;
+        self.rel.reset_rto_count();
         self.timers.stop(Timer::Retransmit);
         self.set_unacked_since(None);
     }
@@ -224,9 +222,9 @@ impl Connection {
         // A retransmitted SYN from the peer (our SYN-ACK was lost): send the SYN-ACK again.
         // A SYN-ACK in SYN-RECEIVED (simultaneous open, Figure 8 line 6): its SYN is old,
         // so only the ACK is new.
-        if self.state == State::SynReceived && seg.flags.syn() && seg.seq == self.rcv.irs {
+        if self.state == State::SynReceived && seg.flags.syn() && seg.seq == self.rcv.irs() {
             if !seg.flags.ack() {
-                self.snd.nxt = self.snd.iss;
+                self.snd.resend_syn();
                 return Outcome::Accepted;
             }
             seg.flags = seg.flags.without(Flags::SYN);
@@ -234,12 +232,12 @@ impl Connection {
             // The window field of a SYN is never scaled (RFC 7323 2.2), but from here on the
             // segment reads as one without SYN, whose window is: express it in the scaled
             // unit (rounding down, never to a window of zero that was not one).
-            if self.snd.wscale > 0 && seg.window > 0 {
-                seg.window = (seg.window >> self.snd.wscale).max(1);
+            if self.snd.wscale() > 0 && seg.window > 0 {
+                seg.window = (seg.window >> self.snd.wscale()).max(1);
             }
         }
         // PAWS (RFC 7323 5.3, R1-R2), ahead of the acceptability test.
-        if self.ts.ok && !seg.flags.rst() {
+        if self.ts.enabled() && !seg.flags.rst() {
             let Some(ts) = seg.options.timestamps else {
                 // RFC 7323 3.2: once negotiated, every non-RST segment carries TSopt; one
                 // without it SHOULD be dropped silently.
@@ -247,12 +245,12 @@ impl Connection {
             };
             if self.ts.paws_rejects(now, ts.tsval) {
                 // An old duplicate from a wrapped sequence space: acknowledge and drop.
-                self.rcv.ack_due = AckDue::Now;
+                self.rcv.ack_now();
                 return self.drop_segment(&seg, DropReason::Paws);
             }
         }
         if self.config.keepalive.is_some() {
-            self.rel.keepalive_sent = 0;
+            self.rel.reset_keepalives();
             self.arm_keepalive(now);
         }
 
@@ -269,7 +267,7 @@ impl Connection {
 
         // Second: RST (RFC 5961 3.2: reset only on an exact match, challenge otherwise).
         if seg.flags.rst() {
-            if seg.seq != self.rcv.nxt {
+            if seg.seq != self.rcv.nxt() {
                 self.challenge_ack(now);
                 return self.drop_segment(&seg, DropReason::RstNotExact);
             }
@@ -290,7 +288,7 @@ impl Connection {
             return self.drop_segment(&seg, DropReason::NoAck);
         }
         if self.state == State::SynReceived {
-            if !(seg.ack.after(self.snd.una) && seg.ack.before_eq(self.snd.max)) {
+            if !(seg.ack.after(self.snd.una()) && seg.ack.before_eq(self.snd.max())) {
                 self.reset_bad_ack(&seg);
                 return self.drop_segment(&seg, DropReason::SynReceivedBadAck);
             }
@@ -298,7 +296,7 @@ impl Connection {
             // SND.WND, SND.WL1, SND.WL2 from this segment (RFC 9293 3.10.7.4).
             self.snd.set_window(&seg);
             self.set_state(now, State::Established, Cause::of(&seg));
-            if self.snd.fin_queued {
+            if self.snd.fin_queued() {
                 self.set_state(now, State::FinWait1, Cause::of(&seg));
             }
         }
@@ -327,7 +325,7 @@ impl Connection {
         // Seventh: segment text. New data for a connection the application let go of can
         // never be read: reset, so the peer learns it was lost (RFC 9293 3.6.1, RFC 1122
         // 4.2.2.13; Linux counts these as TCPAbortOnData).
-        if self.released && (seg.seq + seg.payload.len()).after(self.rcv.nxt) && !seg.payload.is_empty() {
+        if self.released && (seg.seq + seg.payload.len()).after(self.rcv.nxt()) && !seg.payload.is_empty() {
             log::debug!("{:?}: data after release: reset", self.tuple());
             self.stats.resets_for_lost_data += 1;
             self.abort(now);
@@ -335,7 +333,7 @@ impl Connection {
         }
         let mut fin = seg.flags.fin();
         if !seg.payload.is_empty() || fin {
-            if !self.state.can_receive() || self.rcv.fin_received {
+            if !self.state.can_receive() || self.rcv.fin_received() {
                 fin = false;
             } else {
                 match self.receive_text(now, &seg) {
@@ -359,15 +357,16 @@ impl Connection {
             return self.drop_segment(seg, DropReason::OutOfWindow);
         }
         // RFC 9293: a zero window still takes valid ACKs (and the data is dropped).
-        let zero_window_ack = self.rcv.window() == 0 && seg.seq == self.rcv.nxt && seg.flags.ack() && !seg.flags.syn();
+        let zero_window_ack =
+            self.rcv.window() == 0 && seg.seq == self.rcv.nxt() && seg.flags.ack() && !seg.flags.syn();
         if self.state == State::TimeWait && seg.flags.fin() {
             // A retransmitted FIN: acknowledge it and restart the 2 MSL wait.
             self.timers.set(Timer::TimeWait, now + self.config.msl * 2);
         }
-        self.rcv.ack_due = AckDue::Now;
+        self.rcv.ack_now();
         // Data we already have: a duplicate, reported as a D-SACK (RFC 2883 4.1).
-        if self.sack_enabled && !seg.payload.is_empty() && !(seg.seq + seg.payload.len()).after(self.rcv.nxt) {
-            self.rcv.dsack.push(seg.seq, seg.seq + seg.payload.len());
+        if self.sack_enabled && !seg.payload.is_empty() && !(seg.seq + seg.payload.len()).after(self.rcv.nxt()) {
+            self.rcv.report_duplicate(seg.seq, seg.seq + seg.payload.len());
         }
         if zero_window_ack && let Err(dropped) = self.process_ack(now, seg) {
             return dropped;
@@ -412,22 +411,22 @@ impl Connection {
         // The peer is alive: its zero-window probes are answered (RFC 9293 3.8.6.1), and an
         // ICMP soft error is history (Linux's tcp_ack clears sk_err_soft: "something
         // worked"), unless the ACK is an old one.
-        self.rel.probes_unanswered = 0;
-        if !seg.ack.before(self.snd.una) {
-            self.path.error = None;
+        self.rel.reset_window_probes();
+        if !seg.ack.before(self.snd.una()) {
+            self.path.clear_error();
         }
-        self.rel.last_ack_at = now;
-        let window = (seg.window as u32) << self.snd.wscale;
+        self.rel.note_ack(now);
+        let window = (seg.window as u32) << self.snd.wscale();
         let flight_before = self.snd.in_flight();
-        let advanced = seg.ack.after(self.snd.una);
+        let advanced = seg.ack.after(self.snd.una());
         // A duplicate ACK by RFC 5681 section 2's definition.
         let duplicate = !advanced
-            && seg.ack == self.snd.una
-            && self.snd.max != self.snd.una
+            && seg.ack == self.snd.una()
+            && self.snd.max() != self.snd.una()
             && seg.payload.is_empty()
             && !seg.flags.intersects(Flags::SYN | Flags::FIN)
-            && window == self.snd.wnd;
-        let syn_was_acked = self.snd.syn_acked;
+            && window == self.snd.wnd();
+        let syn_was_acked = self.snd.syn_acked();
         if advanced {
             self.on_new_ack(now, seg.ack);
         }
@@ -442,13 +441,13 @@ impl Connection {
         }
         // Window update (RFC 9293 3.10.7.4).
         if self.snd.update_window(seg) {
-            if self.snd.wnd > 0 {
+            if self.snd.wnd() > 0 {
                 self.timers.stop(Timer::Persist);
-                self.rel.persist_backoff = 0;
+                self.rel.reset_persist_backoff();
                 self.due.window_probe = false;
             } else {
                 // The peer is alive and says it is full: not a reason to give up.
-                self.rel.rto_count = 0;
+                self.rel.reset_rto_count();
             }
         }
         Ok(())
@@ -456,27 +455,27 @@ impl Connection {
 
     /// Apply an ACK of data to the scoreboard and let loss recovery act on it.
     fn on_data_ack(&mut self, now: Instant, flight_before: u32, advanced: bool, duplicate: bool, blocks: &[SackBlock]) {
-        let delivery = self.snd.sent.on_ack(self.snd.una, blocks);
+        let delivery = self.snd.sent.on_ack(self.snd.una(), blocks);
         // RFC 7661 4.3 (as Linux's tcp_is_cwnd_limited): cwnd grows only if it was the limit
         // this round trip, in flight up to it, or, in slow start, past half of it.
-        let (cwnd, smss) = (self.rel.cc.cwnd(), self.snd.mss as u32);
-        let cwnd_limited = self.snd.pipe_high + smss >= cwnd
-            || (cwnd < self.rel.cc.ssthresh() && self.snd.pipe_high.saturating_mul(2) > cwnd);
-        if !self.snd.una.before(self.snd.pipe_high_until) {
-            self.snd.pipe_high = self.rel.recovery.pipe(&self.snd.sent, smss);
-            self.snd.pipe_high_until = self.snd.max;
+        let (cwnd, smss) = (self.rel.cc.cwnd(), self.snd.mss() as u32);
+        let cwnd_limited = self.snd.pipe_high() + smss >= cwnd
+            || (cwnd < self.rel.cc.ssthresh() && self.snd.pipe_high().saturating_mul(2) > cwnd);
+        if !self.snd.una().before(self.snd.pipe_high_until()) {
+            let pipe = self.rel.recovery.pipe(&self.snd.sent, smss);
+            self.snd.restart_pipe_high(pipe);
         }
         let ctx = AckContext {
             cwnd_limited,
             now,
-            snd_una: self.snd.una,
-            snd_max: self.snd.max,
+            snd_una: self.snd.una(),
+            snd_max: self.snd.max(),
             flight_before,
             advanced,
             duplicate,
             sack: self.sack_enabled,
             smss,
-            rtt: self.rel.last_rtt_sample.take(),
+            rtt: self.rel.take_rtt_sample(),
             srtt: self.rel.rtt.srtt(),
         };
         let decision = self.rel.recovery.on_ack(&ctx, &delivery, &mut self.snd.sent, &mut self.rel.cc);
@@ -500,17 +499,17 @@ impl Connection {
     /// SND.UNA < SEG.ACK =< SND.NXT: new data acknowledged.
     fn on_new_ack(&mut self, now: Instant, ack: SeqNum) {
         // A buffer full up to this ACK held the application back (send-buffer autotuning).
-        if self.snd.buf.free() < self.snd.mss as usize {
-            self.snd.limited = true;
+        if self.snd.buf.free() < self.snd.mss() as usize {
+            self.snd.set_limited();
         }
         // Remove acknowledged data from the send buffer; what is left may be the FIN.
-        if self.snd.discard_acked(ack) > 0 && self.state.can_send() && !self.snd.fin_queued {
+        if self.snd.discard_acked(ack) > 0 && self.state.can_send() && !self.snd.fin_queued() {
             self.emit(Event::Writable);
         }
         self.advance_una(now, ack);
-        self.rel.rto_count = 0;
+        self.rel.reset_rto_count();
         // RFC 6298 5.2/5.3: stop the timer when all is acknowledged, else restart it.
-        if self.snd.una == self.snd.max {
+        if self.snd.una() == self.snd.max() {
             self.timers.stop(Timer::Retransmit);
             self.timers.stop(Timer::LossProbe);
             self.timers.stop(Timer::Reorder);
@@ -533,8 +532,7 @@ impl Connection {
             self.emit(Event::Readable);
         }
         if text.delayable {
-            self.rcv.unacked_bytes += text.ready;
-            self.rcv.mss = self.rcv.mss.max(text.len.min(u32::from(self.config.mss)));
+            self.rcv.note_in_order(&text, self.config.mss);
             self.ack_in_order(now);
         }
         if text.ready > 0 {
@@ -549,14 +547,12 @@ impl Connection {
     /// segments under timestamps are full-sized.
     fn ack_in_order(&mut self, now: Instant) {
         match self.config.delayed_ack {
-            Some(delay) if self.rcv.unacked_bytes < 2 * self.rcv.mss => {
-                if self.rcv.ack_due < AckDue::Delayed {
-                    self.rcv.ack_due = AckDue::Delayed;
-                }
-                let delay = delay.min(std::time::Duration::from_millis(200));
+            Some(delay) if self.rcv.under_two_segments_unacked() => {
+                self.rcv.ack_delayed();
+                let delay = delay.min(MAX_ACK_DELAY);
                 self.timers.set_if_idle(Timer::DelayedAck, now + delay);
             }
-            _ => self.rcv.ack_due = AckDue::Now,
+            _ => self.rcv.ack_now(),
         }
     }
 

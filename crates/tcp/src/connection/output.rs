@@ -5,16 +5,16 @@
 //! and FIN as the windows, Nagle and SWS avoidance allow; what an open but small window
 //! holds once the SWS override timeout passed; a zero-window or keep-alive probe; a pure ACK.
 
-use crate::connection::{Connection, PendingReset, Transmit, TransmitKind};
+use super::{Connection, PendingReset, Transmit, TransmitKind};
 use crate::controller::Controller;
-use crate::options::{TcpOptions, Timestamps};
-use crate::recv_space::{AckDue, initial_recv_window};
-use crate::segment::{Flags, Segment};
+use crate::recv_space::initial_recv_window;
 use crate::seq::SeqNum;
 use crate::state::State;
 use crate::time::Instant;
 use crate::timer::Timer;
 use crate::wire;
+use crate::wire::{Flags, Segment};
+use crate::wire::{TcpOptions, Timestamps};
 
 /// A TCP header without options.
 const BASE_HEADER: usize = 20;
@@ -42,17 +42,17 @@ impl Connection {
         match self.state {
             State::Closed | State::Listen => return None,
             State::SynSent | State::SynReceived => {
-                if self.snd.nxt == self.snd.iss {
+                if self.snd.nxt() == self.snd.iss() {
                     return self.send_syn(now, buf);
                 }
-                if self.state == State::SynReceived && self.rcv.ack_due == AckDue::Now {
-                    return self.send_ack(now, buf, self.snd.max, TransmitKind::Ack);
+                if self.state == State::SynReceived && self.rcv.ack_now_due() {
+                    return self.send_ack(now, buf, self.snd.max(), TransmitKind::Ack);
                 }
                 return None;
             }
             State::TimeWait => {
-                if self.rcv.ack_due == AckDue::Now {
-                    return self.send_ack(now, buf, self.snd.max, TransmitKind::Ack);
+                if self.rcv.ack_now_due() {
+                    return self.send_ack(now, buf, self.snd.max(), TransmitKind::Ack);
                 }
                 return None;
             }
@@ -69,7 +69,7 @@ impl Connection {
             self.due.sws_override = false;
             // RFC 9293 3.8.6.2.1 (4): the override timeout passed; send what the window holds.
             // Not if data went out meanwhile: its ACK brings the next decision.
-            if self.snd.max == self.snd.una
+            if self.snd.max() == self.snd.una()
                 && let Some(t) = self.send_new(now, buf, true)
             {
                 return Some(t);
@@ -88,14 +88,14 @@ impl Connection {
             }
             self.stats.window_probes += 1;
             // Out of window on purpose: the peer answers with its current window.
-            return self.send_ack(now, buf, self.snd.una - 1, TransmitKind::WindowProbe);
+            return self.send_ack(now, buf, self.snd.una() - 1, TransmitKind::WindowProbe);
         }
         if self.due.keepalive {
             self.due.keepalive = false;
             // RFC 9293 3.8.4: SEG.SEQ = SND.NXT - 1, no data, to elicit an ACK.
-            return self.send_ack(now, buf, self.snd.una - 1, TransmitKind::KeepAlive);
+            return self.send_ack(now, buf, self.snd.una() - 1, TransmitKind::KeepAlive);
         }
-        if self.rcv.ack_due == AckDue::Now {
+        if self.rcv.ack_now_due() {
             return self.send_ack(now, buf, self.ack_seq(), TransmitKind::Ack);
         }
         None
@@ -111,8 +111,8 @@ impl Connection {
     /// dropped leaves SND.MAX above that (Linux's `tcp_acceptable_seq`). An ACK it drops
     /// carries no window update, and two shut windows wait on each other for ever.
     fn ack_seq(&self) -> SeqNum {
-        let edge = self.snd.una + self.snd.wnd;
-        if self.snd.max.after(edge) { edge } else { self.snd.max }
+        let edge = self.snd.una() + self.snd.wnd();
+        if self.snd.max().after(edge) { edge } else { self.snd.max() }
     }
 
     /// Resend the first segment marked lost, if the congestion window has room for it
@@ -123,9 +123,9 @@ impl Connection {
     /// records smaller than the MSS go again together, and larger ones (sent before a Packet
     /// Too Big lowered the MSS) are cut to it, each piece full.
     fn retransmit_lost(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let mss = u32::from(self.snd.mss);
+        let mss = u32::from(self.snd.mss());
         let (start, end) = self.snd.sent.first_lost_run(mss)?;
-        if self.snd.wnd == 0 {
+        if self.snd.wnd() == 0 {
             return None;
         }
         if self.rel.recovery.pipe(&self.snd.sent, mss) >= self.rel.cc.cwnd() {
@@ -147,7 +147,7 @@ impl Connection {
         if !self.config.pacing {
             return true;
         }
-        let at = self.rel.pace(now, len, u32::from(self.snd.mss));
+        let at = self.rel.pace(now, len, u32::from(self.snd.mss()));
         if at > now {
             self.timers.set(Timer::Pacing, at);
             return false;
@@ -159,17 +159,17 @@ impl Connection {
     /// peer's window takes it, whatever cwnd says; else the last segment again.
     fn send_loss_probe(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let recovery = &self.rel.recovery;
-        if self.snd.una == self.snd.max || recovery.probe_outstanding() || recovery.in_recovery() {
+        if self.snd.una() == self.snd.max() || recovery.probe_outstanding() || recovery.in_recovery() {
             return None;
         }
         self.stats.loss_probes += 1;
         let data_end = self.snd.data_end();
-        let window_room = (self.snd.una + self.snd.wnd).after(self.snd.max);
-        let t = if self.snd.max.before(data_end) && window_room {
-            let room = (self.snd.una + self.snd.wnd) - self.snd.max;
-            let len = (data_end - self.snd.max).min(room);
-            let t = self.send_from(now, self.snd.max, len as usize, true, buf)?;
-            self.rel.recovery.on_probe_sent(self.snd.max, false);
+        let window_room = (self.snd.una() + self.snd.wnd()).after(self.snd.max());
+        let t = if self.snd.max().before(data_end) && window_room {
+            let room = (self.snd.una() + self.snd.wnd()) - self.snd.max();
+            let len = (data_end - self.snd.max()).min(room);
+            let t = self.send_from(now, self.snd.max(), len as usize, true, buf)?;
+            self.rel.recovery.on_probe_sent(self.snd.max(), false);
             t
         } else {
             let last = *self.snd.sent.last()?;
@@ -186,7 +186,7 @@ impl Connection {
     }
 
     /// Arm the tail-loss probe after progress or a transmission (RFC 8985 7.2).
-    pub(crate) fn arm_loss_probe(&mut self, now: Instant) {
+    pub(super) fn arm_loss_probe(&mut self, now: Instant) {
         let flight = self.snd.in_flight();
         let rto_at = self.timers.get(Timer::Retransmit);
         match self.rel.recovery.probe_deadline(
@@ -194,7 +194,7 @@ impl Connection {
             self.sack_enabled,
             self.rel.rtt.srtt(),
             flight,
-            self.snd.mss as u32,
+            self.snd.mss() as u32,
             rto_at,
         ) {
             Some(at) => self.timers.set(Timer::LossProbe, at),
@@ -207,10 +207,10 @@ impl Connection {
     /// timeout (or a zero-window probe finding the window open): send whatever the window
     /// holds.
     fn send_new(&mut self, now: Instant, buf: &mut [u8], forced: bool) -> Option<Transmit> {
-        if !self.snd.syn_acked {
+        if !self.snd.syn_acked() {
             return None;
         }
-        let next = self.snd.max;
+        let next = self.snd.max();
         let data_end = self.snd.data_end();
         let fin_unsent = self.snd.fin_seq().is_some_and(|f| next.before_eq(f));
         let unsent = self.snd.unsent();
@@ -219,20 +219,20 @@ impl Connection {
         }
         // RFC 5681 4.1: after an idle period longer than the RTO, restart from the restart
         // window rather than send a window's worth into a network that may have changed.
-        if self.snd.una == self.snd.max
-            && self.snd.last_data_at.is_some_and(|at| now.saturating_duration_since(at) > self.rel.rtt.rto())
+        if self.snd.una() == self.snd.max()
+            && self.snd.last_data_at().is_some_and(|at| now.saturating_duration_since(at) > self.rel.rtt.rto())
         {
             self.rel.cc.on_idle_restart(now);
-            self.snd.last_data_at = Some(now);
+            self.snd.note_data_sent(now);
         }
         // The peer's window counts from SND.UNA; the congestion window limits what is in the
         // network (RFC 6675's pipe: not what is SACKed or lost).
-        let flight = next - self.snd.una;
-        let peer_room = self.snd.wnd.saturating_sub(flight);
-        let cc_room = self.rel.cc.cwnd().saturating_sub(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32));
+        let flight = next - self.snd.una();
+        let peer_room = self.snd.wnd().saturating_sub(flight);
+        let cc_room = self.rel.cc.cwnd().saturating_sub(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss() as u32));
         let usable = peer_room.min(cc_room);
         // A segment is full when it fills the MSS or the caller's buffer, whichever is less.
-        let full = (self.snd.mss as usize).min(self.payload_room(buf)) as u32;
+        let full = (self.snd.mss() as usize).min(self.payload_room(buf)) as u32;
         let len = unsent.min(full).min(usable);
         let with_fin = fin_unsent && next + len == data_end;
         if len == 0 && !(with_fin && usable > 0) {
@@ -240,14 +240,14 @@ impl Connection {
         }
         // RFC 9293 3.8.6.2.1 (3) and RFC 1122 4.2.3.4: Fs = 1/2 of Max(SND.WND), the largest
         // window offered after the SYN; until the peer has sent one, the SYN's own.
-        let max_wnd = if self.snd.sws_max_wnd > 0 { self.snd.sws_max_wnd } else { self.snd.wnd };
+        let max_wnd = if self.snd.sws_max_wnd() > 0 { self.snd.sws_max_wnd() } else { self.snd.wnd() };
         // (1) a full segment, (2) all queued data (with Nagle's condition), (3) half the
         // largest window; (4), the override, is `forced`.
         let send = forced
             || with_fin
             || len == full
             || (max_wnd > 0 && len >= max_wnd / 2)
-            || (len == unsent && (!self.config.nagle || self.snd.max == self.snd.una));
+            || (len == unsent && (!self.config.nagle || self.snd.max() == self.snd.una()));
         if !send || (!forced && !self.paced(now, len.max(1))) {
             return None;
         }
@@ -267,13 +267,13 @@ impl Connection {
     ) -> Option<Transmit> {
         let data_end = self.snd.data_end();
         let available = if seq.before(data_end) { (data_end - seq) as usize } else { 0 };
-        let len = available.min(self.snd.mss as usize).min(max_len).min(self.payload_room(buf));
+        let len = available.min(self.snd.mss() as usize).min(max_len).min(self.payload_room(buf));
         let fin = fin_allowed && self.snd.fin_seq().is_some_and(|f| seq + len == f);
         if len == 0 && !fin {
             return None;
         }
         let end = seq + len + fin as usize;
-        let retransmission = seq.before(self.snd.max);
+        let retransmission = seq.before(self.snd.max());
         let mut flags = Flags::ACK;
         if len > 0 && seq + len == data_end {
             flags |= Flags::PSH;
@@ -281,33 +281,29 @@ impl Connection {
         if fin {
             flags |= Flags::FIN;
         }
-        let offset = (seq - self.snd.buf_seq) as usize;
+        let offset = (seq - self.snd.buf_seq()) as usize;
         let t = self.write_segment(now, buf, seq, flags, TcpOptions::NONE, Some((offset, len)))?;
         let seg_len = (len + fin as usize) as u32;
         if retransmission {
             self.stats.retransmits += 1;
             // Karn's rule (RFC 6298 3): no sample from a retransmitted range.
-            self.rel.rtt_probe = None;
+            self.rel.stop_timing();
             self.snd.sent.resent(seq, seg_len, now);
         } else {
-            if self.rel.rtt_probe.is_none() {
-                self.rel.rtt_probe = Some((end, now));
-            }
+            self.rel.time_segment(end, now);
             // Application-limited (RFC 7661): nothing left to send, room left in cwnd.
-            let pipe_after = self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32) + seg_len;
-            let app_limited = end == data_end + u32::from(self.snd.fin_queued) && pipe_after < self.rel.cc.cwnd();
+            let pipe_after = self.rel.recovery.pipe(&self.snd.sent, self.snd.mss() as u32) + seg_len;
+            let app_limited = end == data_end + u32::from(self.snd.fin_queued()) && pipe_after < self.rel.cc.cwnd();
             self.snd.sent.push(seq, end, now, app_limited);
-            self.snd.max = end;
+            self.snd.sent_new(end);
         }
         self.rel.recovery.on_sent(seg_len, retransmission);
         self.rel.pacer.spend(seg_len);
         // The most in flight this round trip, for whether cwnd was what limited the sender.
-        self.snd.pipe_high = self.snd.pipe_high.max(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss as u32));
-        if self.snd.nxt.before(self.snd.max) {
-            self.snd.nxt = self.snd.max;
-        }
-        self.snd.last_data_at = Some(now);
-        if self.rel.unacked_since.is_none() {
+        self.snd.raise_pipe_high(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss() as u32));
+        self.snd.resume_at_max();
+        self.snd.note_data_sent(now);
+        if self.rel.unacked_since().is_none() {
             self.set_unacked_since(Some(now));
         }
         // RFC 6298 5.1: start the timer if it is not running.
@@ -335,28 +331,27 @@ impl Connection {
         let passive_reply = self.state == State::SynReceived;
         // In a SYN-ACK, offer only what the peer offered (RFC 7323 2.2, RFC 2018 2).
         if self.config.window_scaling && (!passive_reply || self.wscale_ok) {
-            options.window_scale = Some(self.rcv.wscale_offer);
+            options.window_scale = Some(self.rcv.wscale_offer());
         }
         options.sack_permitted = self.config.sack && (!passive_reply || self.sack_enabled);
         // RFC 7323 3.2: offer timestamps in the SYN; in a SYN-ACK only if the SYN did, with
         // its TSval echoed.
-        if self.config.timestamps && (!passive_reply || self.ts.ok) {
-            let tsecr = if passive_reply { self.ts.recent } else { 0 };
+        if self.config.timestamps && (!passive_reply || self.ts.enabled()) {
+            let tsecr = if passive_reply { self.ts.recent() } else { 0 };
             options.timestamps = Some(Timestamps { tsval: self.ts.clock(now), tsecr });
         }
         let mut flags = Flags::SYN;
         if passive_reply {
             flags |= Flags::ACK;
         }
-        let retransmission = self.snd.max.after(self.snd.iss);
-        let t = self.write_segment(now, buf, self.snd.iss, flags, options, None)?;
-        self.snd.nxt = self.snd.iss + 1u32;
-        self.snd.max = self.snd.nxt;
+        let retransmission = self.snd.max().after(self.snd.iss());
+        let t = self.write_segment(now, buf, self.snd.iss(), flags, options, None)?;
+        self.snd.syn_sent();
         if retransmission {
             self.stats.retransmits += 1;
-            self.rel.rtt_probe = None;
+            self.rel.stop_timing();
         } else {
-            self.rel.rtt_probe = Some((self.snd.nxt, now));
+            self.rel.time_syn(self.snd.nxt(), now);
         }
         self.timers.set_if_idle(Timer::Retransmit, now + self.rel.rtt.rto());
         Some(Transmit { kind: if retransmission { TransmitKind::Retransmission } else { TransmitKind::Syn }, ..t })
@@ -386,7 +381,7 @@ impl Connection {
             self.rcv.advertise_window(self.config.mss)
         };
         if flags.ack() && self.sack_enabled && !flags.syn() {
-            self.rcv.sack_blocks(&mut options, self.ts.ok);
+            self.rcv.sack_blocks(&mut options, self.ts.enabled());
         }
         // RFC 7323 3.2: once negotiated, on every segment but RST (the SYN's is set above).
         if !flags.syn() {
@@ -396,7 +391,7 @@ impl Connection {
             src_port: self.local.port(),
             dst_port: remote.port(),
             seq,
-            ack: if flags.ack() { self.rcv.nxt } else { SeqNum(0) },
+            ack: if flags.ack() { self.rcv.nxt() } else { SeqNum(0) },
             flags,
             window,
             urgent: 0,
@@ -422,7 +417,7 @@ impl Connection {
         self.stats.segs_out += 1;
         self.stats.bytes_out += payload_len as u64;
         if flags.ack() {
-            self.ts.last_ack_sent = self.rcv.nxt;
+            self.ts.ack_sent(self.rcv.nxt());
             self.rcv.ack_sent();
             self.timers.stop(Timer::DelayedAck);
         }
@@ -461,18 +456,17 @@ impl Connection {
     /// small for SWS avoidance to use, the override timer (3.8.6.2.1: a short fixed time).
     /// Either stays armed, not pushed back, while the wait goes on.
     fn update_persist(&mut self, now: Instant) {
-        let waiting = self.state.is_synchronized() && self.snd.max == self.snd.una && self.snd.has_unsent();
+        let waiting = self.state.is_synchronized() && self.snd.max() == self.snd.una() && self.snd.has_unsent();
         if !waiting {
             self.timers.stop(Timer::Persist);
             self.timers.stop(Timer::SwsOverride);
-            if self.snd.wnd > 0 {
-                self.rel.persist_backoff = 0;
+            if self.snd.wnd() > 0 {
+                self.rel.reset_persist_backoff();
             }
-        } else if self.snd.wnd == 0 {
+        } else if self.snd.wnd() == 0 {
             self.timers.stop(Timer::SwsOverride);
             if !self.timers.is_armed(Timer::Persist) {
-                let interval = self.rel.rtt.rto().saturating_mul(1 << self.rel.persist_backoff.min(10));
-                self.timers.set(Timer::Persist, now + interval.min(self.config.max_rto));
+                self.timers.set(Timer::Persist, now + self.rel.persist_interval(self.config.max_rto));
             }
         } else {
             self.timers.stop(Timer::Persist);
