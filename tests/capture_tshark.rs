@@ -1,6 +1,6 @@
 //! Recordings open cleanly in Wireshark's engine: tshark, with checksum validation on, finds
 //! the handshake complete, every checksum valid, no `tcp.analysis` warnings in a clean run,
-//! and a comment on every packet. These are the commands the README tells users to run.
+//! and a comment on every packet. These are the commands docs/captures.md tells users to run.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;

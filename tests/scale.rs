@@ -4,7 +4,7 @@
 //! fill ring (or any other reason the device counts).
 //!
 //! `BYPASS_SCALE_CONNECTIONS=100000 cargo test --release --test scale -- --nocapture` runs
-//! the same test at 100,000 (the README's benchmark figure). The clients are child processes
+//! the same test at 100,000 (the figure in docs/performance.md, "Many connections"). The clients are child processes
 //! (this test binary again, run in the peer namespace), each with its own source address and
 //! at most [`PER_CLIENT`] sockets: a process here may hold only 20,000 open files, and one
 //! address has about 55,000 ports.

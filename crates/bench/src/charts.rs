@@ -1,4 +1,4 @@
-//! Draw the results as three SVG pictures (issue 5): the latency CDF of each transport for
+//! Draw the results as three SVG pictures: the latency CDF of each transport for
 //! 64 B request/response over one connection, bulk throughput in both directions, and CPU
 //! per request with the request rate.
 //!

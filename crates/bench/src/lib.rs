@@ -240,7 +240,7 @@ impl Transport {
         }
     }
 
-    /// The row label (numbered as in issue 5).
+    /// The row label (numbered as in the results table).
     pub fn label(self) -> &'static str {
         match self {
             Transport::KernelBlocking => "1 kernel TCP, blocking",

@@ -51,7 +51,7 @@
 //! [`TcpListener`] asks for, so a connection is accepted on whichever stack the device
 //! steered its SYN to, and active opens take turns across stacks, each choosing ephemeral
 //! ports of its own residue (`StackConfig::ephemeral_port_share`), so no two stacks open the
-//! same 4-tuple. Replies must come back to the queue of the stack that sent: see the README
+//! same 4-tuple. Replies must come back to the queue of the stack that sent: see docs/design.md
 //! on what a veth does.
 //!
 //! # Event loops
@@ -145,7 +145,7 @@ pub struct RuntimeOptions {
     /// In-thread: how long a blocking call that must wait spins, polling, before it sleeps
     /// (OpenOnload's `EF_POLL_USEC`). Zero by default, as OpenOnload's: with many threads
     /// on few cores a spinning thread takes the CPU the threads it wakes need; a single
-    /// thread waiting on one peer answers sooner spinning (README, "Applications").
+    /// thread waiting on one peer answers sooner spinning (docs/performance.md, "Applications on the runtime").
     pub spin: Duration,
     /// In-thread with tokio: how long the driver task goes on polling an idle stack (yielding
     /// to the tasks between polls) before it sleeps and leaves the device to the helper. 50 us

@@ -1,4 +1,4 @@
-//! No blind forgery (issue 10, section 2), on one host fed frames built by hand: SYN cookies
+//! No blind forgery, on one host fed frames built by hand: SYN cookies
 //! are checked only shortly after a SYN-queue overflow, and ephemeral ports follow RFC 6056
 //! algorithm 4; and listeners keep their queues without scanning the table. Frames go straight into `Interface::receive`; what the host sends goes
 //! into a scripted device that keeps it.

@@ -60,7 +60,7 @@ pub struct Config {
     /// Pace data segments at `ratio x cwnd / SRTT` instead of sending a window's worth back to
     /// back (Linux's `tcp_update_pacing_rate`; ratio 2 in slow start, 1.2 after), in bursts
     /// of at most a millisecond of that rate or two segments. Pure ACKs, SYNs, probes and
-    /// resets are never held. See the README for what it measures.
+    /// resets are never held. docs/tcp.md ("Pacing") has what it measures.
     pub pacing: bool,
     /// Override timeout of sender-side SWS avoidance (RFC 9293 3.8.6.2.1, RFC 1122 4.2.3.4:
     /// 0.1 to 1 s): how long queued data waits, with nothing in flight, for a window that is

@@ -18,7 +18,7 @@
 //! samples, never sees it: slow start runs on until the queue overflows. Measured on the
 //! `Pair` harness, pacing slow start that way cost 1.06 to 1.5 times the time and up to
 //! seven times the retransmissions on seven of thirteen paths; pacing only after slow start
-//! (`crates/tcp/tests/recovery.rs`, the README's table) is faster on five of ten, neutral on
+//! (`crates/tcp/tests/recovery.rs`, the table in docs/tcp.md, "Pacing") is faster on five of ten, neutral on
 //! two, and 2-9% slower on three. Linux itself paces CUBIC only under the `fq` qdisc, which
 //! is not its default.
 

@@ -1,5 +1,5 @@
-//! Loss repaired in round trips, not seconds (issue 10, section 3): each row of the issue's
-//! table as a `Pair` run on virtual time, asserting the target and printing the figure.
+//! Loss repaired in round trips, not seconds: each row of the table below
+//! as a `Pair` run on virtual time, asserting the target and printing the figure.
 //!
 //! | case | before (NewReno, 1 s RTO floor) | target |
 //! |---|---|---|
@@ -214,7 +214,7 @@ fn transfer(pacing: bool, link: LinkConfig, bytes: u64) -> (Duration, u64) {
 
 #[test]
 fn pacing_after_slow_start_against_none_on_ten_paths() {
-    // The figures behind `Config::pacing`'s default (README, "Pacing"): the same transfer
+    // The figures behind `Config::pacing`'s default (docs/tcp.md, "Pacing"): the same transfer
     // with and without the pacer, on paths from a LAN to a long fat pipe with a shallow
     // queue. Slow start is never paced (see `pacing.rs`), so the pacer acts on the bursts
     // of congestion avoidance and recovery.
