@@ -114,6 +114,7 @@ impl Settings {
             "fin_wait2_timeout" => tcp.fin_wait2_timeout = optional_duration(v)?,
             "rfc1337" => tcp.rfc1337 = flag(v)?,
             "challenge_ack_limit" => tcp.challenge_ack_limit = num(v)?,
+            "invalid_ack_interval" => tcp.invalid_ack_interval = duration(v)?,
             "syn_queue" => self.stack.syn_queue = num(v)?,
             "accept_backlog" => self.stack.accept_backlog = num(v)?,
             "window_budget" => self.stack.window_budget = if v == "none" { None } else { Some(num(v)?) },

@@ -54,6 +54,7 @@ impl LinuxSetup {
     /// | `fin_wait2_timeout` | `TCP_LINGER2` and `net.ipv4.tcp_fin_timeout` |
     /// | `rfc1337` | `net.ipv4.tcp_rfc1337` |
     /// | `challenge_ack_limit` | `net.ipv4.tcp_challenge_ack_limit` |
+    /// | `invalid_ack_interval` | `net.ipv4.tcp_invalid_ratelimit` (milliseconds) |
     /// | `syn_queue=0` | `net.ipv4.tcp_syncookies=2` (a cookie for every SYN) |
     /// | `syn_queue=N` | `listen(2)` backlog N-1 (the kernel's SYN queue is full above the backlog) |
     /// | `accept_backlog=N` | `listen(2)` backlog N |
@@ -122,6 +123,9 @@ impl LinuxSetup {
                 "rfc1337" => s.sysctls.push(("tcp_rfc1337", on(tcp.rfc1337))),
                 "challenge_ack_limit" => {
                     s.sysctls.push(("tcp_challenge_ack_limit", tcp.challenge_ack_limit.to_string()))
+                }
+                "invalid_ack_interval" => {
+                    s.sysctls.push(("tcp_invalid_ratelimit", tcp.invalid_ack_interval.as_millis().to_string()))
                 }
                 "syn_queue" if settings.stack.syn_queue == 0 => s.sysctls.push(("tcp_syncookies", "2".into())),
                 // Linux's SYN queue is full when it holds more than the backlog

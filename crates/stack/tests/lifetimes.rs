@@ -323,11 +323,14 @@ fn ten_thousand_vanishing_peers_leave_nothing_behind() {
     net.run_until(Instant::ZERO + fin_wait2.max(time_wait) + Duration::from_secs(2));
     assert_eq!(net.connections(), 2 * EACH as usize, "only the two silent kinds are left");
 
-    // The silent ones end when nothing has been acknowledged for the user timeout (the zero
-    // window's probes and the unacknowledged data alike), give or take the last backed-off
-    // timer (at most the largest RTO).
-    let user_timeout = tcp.user_timeout.unwrap();
-    net.run_until(Instant::ZERO + user_timeout + tcp.max_rto + Duration::from_secs(2));
+    // The silent ones end when their retransmissions (or the zero window's probes) run out:
+    // `max_retransmissions` timeouts doubling from the minimum RTO up to `max_rto` (924.6 s
+    // with the defaults, Linux's tcp_model_timeout for tcp_retries2 = 15), give or take the
+    // last backed-off timer (at most the largest RTO).
+    assert_eq!(tcp.user_timeout, None, "no user timeout by default, as Linux");
+    let give_up: Duration =
+        (0..=tcp.max_retransmissions).map(|i| tcp.min_rto.saturating_mul(1 << i.min(20)).min(tcp.max_rto)).sum();
+    net.run_until(Instant::ZERO + give_up + tcp.max_rto + Duration::from_secs(2));
     assert_eq!(net.connections(), 0, "the table is empty");
     assert_eq!(net.server.interface().orphan_count(), 0);
     let counters = net.server.counters();

@@ -84,15 +84,21 @@ pub struct Config {
     /// below RFC 6298's 1 s: `rtt.rs` defines the default and says why. Set it to 1 s for
     /// RFC 6298 exactly.
     pub min_rto: Duration,
-    /// Upper bound on the RTO (RFC 6298 2.5: at least 60 s; 60 s by default).
+    /// Upper bound on the RTO (RFC 6298 2.5: at least 60 s; 120 s by default, as Linux's
+    /// `TCP_RTO_MAX`).
     pub max_rto: Duration,
     /// Maximum segment lifetime; TIME-WAIT lasts twice this (RFC 9293 3.4.2).
     pub msl: Duration,
     /// Retransmissions of a SYN before the open fails (RFC 9293 3.8.3, R2 for SYN).
     pub syn_retries: u32,
-    /// Retransmissions of the same data before the connection is aborted (RFC 9293 3.8.3, R2).
+    /// Retransmissions of the same data before the connection is aborted (RFC 9293 3.8.3,
+    /// R2). 15 by default, as Linux's `net.ipv4.tcp_retries2`: from a 200 ms RTO, doubling
+    /// up to `max_rto`, a silent peer is given up after about 924 s (Linux's
+    /// `tcp_model_timeout` gives the same 924.6 s), so an outage of a few minutes does not
+    /// kill a connection.
     pub max_retransmissions: u32,
-    /// Abort when sent data stays unacknowledged this long (RFC 9293 3.10.8, RFC 5482).
+    /// Abort when sent data stays unacknowledged this long (RFC 9293 3.10.8, RFC 5482). Off
+    /// by default, as Linux's `TCP_USER_TIMEOUT`: `max_retransmissions` bounds the wait.
     pub user_timeout: Option<Duration>,
     /// Keep-alive probing; `None` (the default) is off.
     pub keepalive: Option<Keepalive>,
@@ -113,6 +119,14 @@ pub struct Config {
     pub isn_secret: [u8; 16],
     /// Most challenge ACKs sent per second (RFC 5961 section 7).
     pub challenge_ack_limit: u32,
+    /// At most one ACK per this interval answers segments that are not acceptable: out of
+    /// the window (RFC 9293 3.10.7.4), failing PAWS (RFC 7323 5.3) or drawing an RFC 5961
+    /// challenge ACK, so that two endpoints that disagree cannot feed an ACK loop and junk
+    /// cannot draw an ACK storm. Segments carrying data or FIN (without SYN) are answered
+    /// every time: they are not part of an ACK loop, and a retransmission needs its ACK.
+    /// 500 ms by default, as Linux's `net.ipv4.tcp_invalid_ratelimit`
+    /// (`tcp_oow_rate_limited`, net/ipv4/tcp_input.c); zero answers every one.
+    pub invalid_ack_interval: Duration,
     /// What goes in the checksum field of the segments sent: the checksum
     /// ([`Checksum::Full`], the default), or only the pseudo-header sum when the device
     /// completes it as it sends ([`Checksum::PseudoHeader`]: TX checksum offload). A host
@@ -141,13 +155,14 @@ impl Default for Config {
             max_rto: rtt::MAX_RTO,
             msl: Duration::from_secs(30),
             syn_retries: 6,
-            max_retransmissions: 12,
-            user_timeout: Some(Duration::from_secs(300)),
+            max_retransmissions: 15,
+            user_timeout: None,
             keepalive: None,
             fin_wait2_timeout: Some(Duration::from_secs(60)),
             rfc1337: false,
             isn_secret: [0; 16],
             challenge_ack_limit: 1000,
+            invalid_ack_interval: Duration::from_millis(500),
             tx_checksum: Checksum::Full,
         }
     }

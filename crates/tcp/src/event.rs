@@ -128,6 +128,9 @@ pub struct Stats {
     pub segs_dropped: u64,
     /// Challenge ACKs sent (RFC 5961).
     pub challenge_acks: u64,
+    /// ACKs not sent for unacceptable segments (out of window, failing PAWS, or drawing a
+    /// challenge ACK) because of [`Config::invalid_ack_interval`](crate::Config::invalid_ack_interval).
+    pub invalid_acks_limited: u64,
     /// Zero-window probes sent.
     pub window_probes: u64,
     /// Tail-loss probes sent (RFC 8985 7).

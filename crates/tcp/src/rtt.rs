@@ -24,9 +24,9 @@ pub(crate) const INITIAL_RTO: Duration = Duration::from_secs(1);
 /// [`Config::min_rto`](crate::Config::min_rto); set that to 1 s for RFC 6298 exactly.
 pub(crate) const MIN_RTO: Duration = Duration::from_millis(200);
 
-/// The upper bound on the RTO (RFC 6298 2.5: at least 60 s); the default of
-/// [`Config::max_rto`](crate::Config::max_rto).
-pub(crate) const MAX_RTO: Duration = Duration::from_secs(60);
+/// The upper bound on the RTO (RFC 6298 2.5: at least 60 s): 120 s, as Linux's
+/// `TCP_RTO_MAX`, the default of [`Config::max_rto`](crate::Config::max_rto).
+pub(crate) const MAX_RTO: Duration = Duration::from_secs(120);
 
 /// Clock granularity G (RFC 6298 section 2): 1 ms.
 const GRANULARITY_US: u64 = 1_000;

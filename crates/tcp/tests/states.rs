@@ -571,7 +571,9 @@ fn syn_in_synchronized_state_is_challenged() {
 
 #[test]
 fn challenge_acks_are_rate_limited() {
-    let cfg = Config { challenge_ack_limit: 2, ..config() };
+    // The per-second limit of RFC 5961 7 alone (the ACK rate limit of unacceptable
+    // segments off).
+    let cfg = Config { challenge_ack_limit: 2, invalid_ack_interval: Duration::ZERO, ..config() };
     let (mut c, _) = established_passive(&cfg);
     let mut sent = 0;
     for i in 0..5u32 {
@@ -1653,6 +1655,104 @@ fn keepalive_probes_an_idle_connection_then_gives_up() {
     }
     assert_eq!(c.state(), State::Closed);
     assert_eq!(events(&mut c), vec![Event::TimedOut]);
+}
+
+#[test]
+fn junk_does_not_keep_a_dead_connection_alive() {
+    // The peer is gone; every 5 s a blind out-of-window segment arrives. Keep-alive's idle
+    // clock follows acceptable segments only, so the connection still dies on schedule:
+    // 10 s idle, then two unanswered probes 1 s apart.
+    let ka = Keepalive { idle: Duration::from_secs(10), interval: Duration::from_secs(1), probes: 2 };
+    let cfg = Config { keepalive: Some(ka), ..config() };
+    let (mut c, iss) = established_passive(&cfg);
+    let junk = Segment { seq: REMOTE_ISN + 5_000_000u32, ack: iss + 1u32, ..TEMPLATE };
+    let mut next_junk = ms(5_000);
+    let mut now = ms(1);
+    while c.state() != State::Closed && now < ms(120_000) {
+        let timer = c.poll_timeout().unwrap_or(ms(u64::MAX / 2));
+        now = timer.min(next_junk);
+        if now == next_junk {
+            c.handle_segment(now, &junk);
+            next_junk = now + Duration::from_secs(5);
+        } else {
+            c.handle_timeout(now);
+        }
+        drain(&mut c, now);
+    }
+    println!("keep-alive with junk every 5 s: closed after {:?}", now - ms(1));
+    assert_eq!(c.state(), State::Closed);
+    assert!(now - ms(1) <= Duration::from_secs(13), "junk kept the connection open until {now:?}");
+    assert_eq!(events(&mut c), vec![Event::TimedOut]);
+}
+
+#[test]
+fn out_of_window_segments_draw_rate_limited_acks() {
+    // 10,000 out-of-window segments without data, one every 100 us: at most one ACK per
+    // 500 ms answers them (Linux's tcp_invalid_ratelimit), not one each.
+    let (mut c, iss) = established_passive(&config());
+    let junk = Segment { seq: REMOTE_ISN + 5_000_000u32, ack: iss + 1u32, ..TEMPLATE };
+    let mut acks = 0;
+    for i in 0..10_000u64 {
+        let now = Instant::from_micros(2_000 + i * 100);
+        assert_eq!(c.handle_segment(now, &junk), Outcome::Dropped(DropReason::OutOfWindow));
+        acks += drain(&mut c, now).len();
+    }
+    println!("10,000 out-of-window segments over 1 s drew {acks} ACKs");
+    assert!((1..=10).contains(&acks), "{acks} ACKs");
+    assert_eq!(c.stats().invalid_acks_limited, 10_000 - acks as u64);
+    // A segment with data is answered every time: a retransmission needs its ACK.
+    let old = Segment { seq: REMOTE_ISN + 1u32 - 100u32, payload: &[1; 100], ..peer(iss, Flags::ACK, b"") };
+    for t in [1_100, 1_101, 1_102] {
+        c.handle_segment(ms(t), &old);
+        assert_eq!(one(&mut c, ms(t)).ack, REMOTE_ISN + 1u32);
+    }
+}
+
+#[test]
+fn challenge_acks_share_the_rate_limit_of_unacceptable_segments() {
+    // RST and SYN inside the window draw challenge ACKs (RFC 5961 3.2, 4.2), at most one per
+    // 500 ms between them and the out-of-window ACKs, as Linux's tcp_send_challenge_ack.
+    let (mut c, _) = established_passive(&config());
+    let rst = Segment { seq: REMOTE_ISN + 10u32, flags: Flags::RST, ..TEMPLATE };
+    let syn = Segment { seq: REMOTE_ISN + 20u32, flags: Flags::SYN, ..TEMPLATE };
+    c.handle_segment(ms(10), &rst);
+    assert_eq!(one(&mut c, ms(10)).flags, Flags::ACK);
+    c.handle_segment(ms(20), &syn);
+    c.handle_segment(ms(30), &rst);
+    assert!(drain(&mut c, ms(30)).is_empty());
+    c.handle_segment(ms(600), &syn);
+    assert_eq!(one(&mut c, ms(600)).flags, Flags::ACK);
+    assert_eq!((c.stats().challenge_acks, c.stats().invalid_acks_limited), (2, 2));
+    assert_eq!(c.state(), State::Established);
+}
+
+#[test]
+fn a_silent_peer_is_given_up_after_about_15_minutes_as_linux() {
+    // Linux's defaults: tcp_retries2 = 15 from a 200 ms RTO doubling up to TCP_RTO_MAX
+    // (120 s), 924.6 s (tcp_model_timeout), and no user timeout. A five-minute outage
+    // does not kill the connection.
+    let defaults = Config::default();
+    assert_eq!(
+        (defaults.max_retransmissions, defaults.max_rto, defaults.user_timeout),
+        (15, Duration::from_secs(120), None)
+    );
+    let cfg = Config { min_rto: defaults.min_rto, sack: false, ..config() };
+    let (mut c, _) = established_passive(&cfg);
+    c.send(b"into the void").unwrap();
+    drain(&mut c, ms(2));
+    let mut end = ms(2);
+    while let Some(t) = c.poll_timeout() {
+        c.handle_timeout(t);
+        drain(&mut c, t);
+        end = t;
+        if t - ms(2) < Duration::from_secs(300) {
+            assert_eq!(c.state(), State::Established);
+        }
+    }
+    let lasted = end - ms(2);
+    println!("a silent peer given up after {lasted:?}");
+    assert_eq!(c.state(), State::Closed);
+    assert!(lasted >= Duration::from_secs(900) && lasted <= Duration::from_secs(950), "gave up after {lasted:?}");
 }
 
 #[test]

@@ -244,14 +244,11 @@ impl Connection {
                 return self.drop_segment(&seg, DropReason::NoTimestamp);
             };
             if self.ts.paws_rejects(now, ts.tsval) {
-                // An old duplicate from a wrapped sequence space: acknowledge and drop.
-                self.rcv.ack_now();
+                // An old duplicate from a wrapped sequence space: acknowledge (rate-limited)
+                // and drop.
+                self.ack_unacceptable(now, &seg);
                 return self.drop_segment(&seg, DropReason::Paws);
             }
-        }
-        if self.config.keepalive.is_some() {
-            self.rel.reset_keepalives();
-            self.arm_keepalive(now);
         }
 
         // First: check the sequence number.
@@ -268,7 +265,7 @@ impl Connection {
         // Second: RST (RFC 5961 3.2: reset only on an exact match, challenge otherwise).
         if seg.flags.rst() {
             if seg.seq != self.rcv.nxt() {
-                self.challenge_ack(now);
+                self.challenge_ack(now, &seg);
                 return self.drop_segment(&seg, DropReason::RstNotExact);
             }
             return self.on_reset(now, &seg);
@@ -279,7 +276,7 @@ impl Connection {
             if self.state == State::SynReceived && self.passive {
                 return self.return_to_listen(now, &seg);
             }
-            self.challenge_ack(now);
+            self.challenge_ack(now, &seg);
             return self.drop_segment(&seg, DropReason::SynInWindow);
         }
 
@@ -302,6 +299,14 @@ impl Connection {
         }
         if let Err(dropped) = self.process_ack(now, &seg) {
             return dropped;
+        }
+        // The peer is alive: keep-alive's idle clock starts again. Only here, after the
+        // segment passed the acceptability test and its ACK was taken, as Linux's keep-alive
+        // reads `rcv_tstamp` (set in tcp_ack) and `lrcvtime`: blind or out-of-window junk
+        // must not keep a dead connection open.
+        if self.config.keepalive.is_some() {
+            self.rel.reset_keepalives();
+            self.arm_keepalive(now);
         }
         match self.state {
             State::FinWait1 if self.snd.fin_acked() => {
@@ -363,7 +368,7 @@ impl Connection {
             // A retransmitted FIN: acknowledge it and restart the 2 MSL wait.
             self.timers.set(Timer::TimeWait, now + self.config.msl * 2);
         }
-        self.rcv.ack_now();
+        self.ack_unacceptable(now, seg);
         // Data we already have: a duplicate, reported as a D-SACK (RFC 2883 4.1).
         if self.sack_enabled && !seg.payload.is_empty() && !(seg.seq + seg.payload.len()).after(self.rcv.nxt()) {
             self.rcv.report_duplicate(seg.seq, seg.seq + seg.payload.len());
@@ -405,7 +410,7 @@ impl Connection {
     fn process_ack(&mut self, now: Instant, seg: &Segment<'_>) -> Result<(), Outcome> {
         // RFC 5961 5.2: acceptable if SND.UNA - MAX.SND.WND =< SEG.ACK =< SND.NXT.
         if !self.snd.ack_in_range(seg.ack) {
-            self.challenge_ack(now);
+            self.challenge_ack(now, seg);
             return Err(self.drop_segment(seg, DropReason::AckOutOfRange));
         }
         // The peer is alive: its zero-window probes are answered (RFC 9293 3.8.6.1), and an

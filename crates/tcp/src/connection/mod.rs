@@ -40,7 +40,7 @@ use crate::time::Instant;
 use crate::timer::Timer;
 use crate::timestamps::Timestamping;
 use crate::tuple::FourTuple;
-use crate::wire::Flags;
+use crate::wire::{Flags, Segment};
 
 /// Why `send` refused data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -259,6 +259,9 @@ pub struct Connection {
     path: Path,
 
     challenge: ChallengeLimit,
+    /// When the last ACK answering an unacceptable segment went out
+    /// ([`Config::invalid_ack_interval`]).
+    last_invalid_ack: Option<Instant>,
     pending_reset: Option<PendingReset>,
     events: u8,
     failure: Option<Failure>,
@@ -312,6 +315,7 @@ impl Connection {
             due: Due::default(),
             path: Path::new(local.is_ipv6(), config.mss),
             challenge: ChallengeLimit::default(),
+            last_invalid_ack: None,
             pending_reset: None,
             events: 0,
             failure: None,
@@ -893,11 +897,42 @@ impl Connection {
     }
 
     /// Owe the peer a challenge ACK, within the rate limit (RFC 5961 section 7).
-    fn challenge_ack(&mut self, now: Instant) {
-        if self.challenge.allow(now, self.config.challenge_ack_limit) {
+    /// Send a challenge ACK (RFC 5961 3.2, 4.2, 5.2) for `seg`, unless one of the two rate
+    /// limits holds it back: the one for unacceptable segments and RFC 5961 section 7's per
+    /// second (Linux's `tcp_send_challenge_ack` checks both, in that order).
+    fn challenge_ack(&mut self, now: Instant, seg: &Segment<'_>) {
+        if self.invalid_ack_allowed(now, seg) && self.challenge.allow(now, self.config.challenge_ack_limit) {
             self.stats.challenge_acks += 1;
             self.rcv.ack_now();
         }
+    }
+
+    /// Acknowledge a segment that was not acceptable (out of the window, or failing PAWS),
+    /// unless the rate limit holds the ACK back.
+    fn ack_unacceptable(&mut self, now: Instant, seg: &Segment<'_>) {
+        if self.invalid_ack_allowed(now, seg) {
+            self.rcv.ack_now();
+        }
+    }
+
+    /// Whether an ACK may answer the unacceptable segment `seg` at `now`: always for a segment
+    /// that carries data or FIN without SYN (it is no part of an ACK loop, and a peer
+    /// retransmitting needs the ACK), otherwise at most one per
+    /// [`Config::invalid_ack_interval`], counted in `Stats::invalid_acks_limited` when held
+    /// back. Linux's `tcp_oow_rate_limited` (net/ipv4/tcp_input.c), one clock per connection
+    /// for the three cases as Linux's `last_oow_ack_time`.
+    fn invalid_ack_allowed(&mut self, now: Instant, seg: &Segment<'_>) -> bool {
+        if seg.seg_len() > 0 && !seg.flags.syn() {
+            return true;
+        }
+        if let Some(last) = self.last_invalid_ack
+            && now.saturating_duration_since(last) < self.config.invalid_ack_interval
+        {
+            self.stats.invalid_acks_limited += 1;
+            return false;
+        }
+        self.last_invalid_ack = Some(now);
+        true
     }
 }
 

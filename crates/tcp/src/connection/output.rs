@@ -5,6 +5,8 @@
 //! and FIN as the windows, Nagle and SWS avoidance allow; what an open but small window
 //! holds once the SWS override timeout passed; a zero-window or keep-alive probe; a pure ACK.
 
+use std::time::Duration;
+
 use super::{Connection, PendingReset, Transmit, TransmitKind};
 use crate::controller::Controller;
 use crate::recv_space::initial_recv_window;
@@ -466,7 +468,14 @@ impl Connection {
         } else if self.snd.wnd() == 0 {
             self.timers.stop(Timer::SwsOverride);
             if !self.timers.is_armed(Timer::Persist) {
-                self.timers.set(Timer::Persist, now + self.rel.persist_interval(self.config.max_rto));
+                let mut at = now + self.rel.persist_interval(self.config.max_rto);
+                // With a user timeout, the probe that finds it expired comes no later than
+                // the timeout (Linux's tcp_clamp_probe0_to_user_timeout; its floor of
+                // TCP_TIMEOUT_MIN, 2 ms, too).
+                if let Some(limit) = self.config.user_timeout {
+                    at = at.min((self.rel.last_ack_at() + limit).max(now + Duration::from_millis(2)));
+                }
+                self.timers.set(Timer::Persist, at);
             }
         } else {
             self.timers.stop(Timer::Persist);
