@@ -948,6 +948,7 @@ fn tcp_info(sock: &Socket) -> libc::tcp_info {
     info.tcpi_retrans = 0;
     info.tcpi_rtt = s.srtt.map_or(0, us);
     info.tcpi_rttvar = us(s.rttvar);
+    info.tcpi_rcv_rtt = s.rcv_rtt.map_or(0, us);
     info.tcpi_snd_ssthresh = s.ssthresh / mss;
     info.tcpi_snd_cwnd = s.cwnd / mss;
     info.tcpi_advmss = mss;

@@ -149,6 +149,9 @@ pub struct Stats {
     pub srtt: Option<Duration>,
     /// Round-trip time variation (RFC 6298's RTTVAR).
     pub rttvar: Duration,
+    /// The receiver's estimate of the round trip, which autotuning uses (Linux's
+    /// `tcpi_rcv_rtt`), once measured.
+    pub rcv_rtt: Option<Duration>,
     /// Sequence space the peer has acknowledged, SYN and FIN included (Linux's
     /// `tcpi_bytes_acked`).
     pub bytes_acked: u64,

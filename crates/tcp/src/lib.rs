@@ -21,7 +21,7 @@
 //! | `config.rs`, `state.rs`, `tuple.rs`, `seq.rs` | [`Config`]; [`State`]; [`FourTuple`]; wrapping sequence numbers |
 //! | `event.rs`, `outcome.rs`, `icmp.rs`, `timer.rs` | what a connection reports: [`Event`], [`Stats`]; [`Outcome`] of a segment; [`IcmpError`] and [`IcmpOutcome`]; the [`Timer`] names |
 //! | `send_space.rs`, `sent.rs` | the send sequence space; the segments in flight (SACK scoreboard) |
-//! | `recv_space.rs`, `reassembly.rs`, `buffer.rs` | the receive sequence space; out-of-order tracking ([`Assembler`]); send/receive rings ([`Storage`]) |
+//! | `recv_space.rs`, `rcv_rtt.rs`, `reassembly.rs`, `buffer.rs` | the receive sequence space, with the receiver's RTT estimate for autotuning; out-of-order tracking ([`Assembler`]); send/receive rings ([`Storage`]) |
 //! | `reliability.rs`, `rtt.rs`, `recovery.rs`, `pacing.rs`, `timestamps.rs` | RTT and the RFC 6298 RTO; loss detection and recovery (RACK-TLP, RFC 8985; PRR, RFC 6937); pacing; timestamps (RFC 7323) |
 //! | `controller.rs`, `congestion.rs`, `cubic.rs`, `hystart.rs` | congestion control: the interface, NewReno (RFC 5681), CUBIC (RFC 9438) with HyStart++ (RFC 9406) |
 //! | `path.rs` | the path MTU (RFC 1191, RFC 8201) and the default MSS |
@@ -80,6 +80,7 @@ mod isn;
 mod outcome;
 mod pacing;
 mod path;
+mod rcv_rtt;
 mod reassembly;
 mod recovery;
 mod recv_space;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::buffer::{RingBuffer, Storage};
 use crate::config::Config;
 use crate::path::DEFAULT_MSS_V4;
+use crate::rcv_rtt::RcvRtt;
 use crate::reassembly::Assembler;
 use crate::send_space::max_window;
 use crate::seq::SeqNum;
@@ -82,6 +83,8 @@ pub(crate) struct RecvSpace {
     drs_bytes: u32,
     drs_since: Option<Instant>,
     drs_space: u32,
+    /// The receiver's round-trip estimate, the interval autotuning counts reads over.
+    rtt: RcvRtt,
     /// The most window the host lets this connection offer (its share of the device's
     /// receive ring); `u32::MAX` without a limit.
     window_cap: u32,
@@ -224,6 +227,7 @@ impl RecvSpace {
             drs_bytes: 0,
             drs_since: None,
             drs_space: 0,
+            rtt: RcvRtt::default(),
             window_cap: u32::MAX,
         }
     }
@@ -384,9 +388,12 @@ impl RecvSpace {
     /// round trip, so with an application that keeps up the window doubles each round trip
     /// until the path, not the window, is the limit; an application that does not read
     /// grows nothing. Checked as data arrives (the reads carry no clock).
+    ///
+    /// The round trip is the receiver's own estimate ([`RcvRtt`]) once it has one, so it
+    /// follows a path whose RTT grew after the handshake; until then the sender's SRTT.
     pub(crate) fn autotune(&mut self, now: Instant, srtt: Option<Duration>, max: usize, growth_allowed: bool) {
         let since = *self.drs_since.get_or_insert(now);
-        let rtt = srtt.unwrap_or(Duration::from_millis(100)).max(Duration::from_micros(100));
+        let rtt = self.rtt.get().or(srtt).unwrap_or(Duration::from_millis(100)).max(Duration::from_micros(100));
         if now.saturating_duration_since(since) < rtt {
             return;
         }
@@ -401,6 +408,21 @@ impl RecvSpace {
         if growth_allowed && want > self.buf.capacity() {
             self.buf.grow(want.next_power_of_two().min(max));
         }
+    }
+
+    /// In-order data arrived at `now`, `len` bytes of it in a segment echoing `tsecr`
+    /// (measuring `echo`, see [`RcvRtt::on_data_by_timestamp`]): take the receiver's RTT
+    /// samples it gives, by the window and by the timestamp echo.
+    pub(crate) fn measure_rtt(&mut self, now: Instant, len: u32, tsecr: Option<u32>, echo: Option<Duration>) {
+        self.rtt.on_data_by_window(now, self.nxt, self.adv);
+        if let Some(tsecr) = tsecr {
+            self.rtt.on_data_by_timestamp(tsecr, echo, len, self.mss);
+        }
+    }
+
+    /// Return the receiver's RTT estimate, if it has one.
+    pub(crate) fn rtt(&self) -> Option<Duration> {
+        self.rtt.get()
     }
 
     /// Return the window field of a SYN or SYN-ACK: never scaled (RFC 7323 2.2), and at

@@ -541,6 +541,10 @@ impl Connection {
             self.ack_in_order(now);
         }
         if text.ready > 0 {
+            // The receiver's RTT (Linux's tcp_rcv_rtt_measure and tcp_rcv_rtt_measure_ts),
+            // which autotuning counts reads over.
+            let tsecr = seg.options.timestamps.filter(|_| self.ts.enabled()).map(|ts| ts.tsecr);
+            self.rcv.measure_rtt(now, seg.payload.len() as u32, tsecr, self.ts.echo_rtt(now));
             self.autotune_recv(now);
         }
         Ok(text.fin)

@@ -758,6 +758,7 @@ impl Connection {
         Stats {
             srtt: self.rel.rtt.srtt(),
             rttvar: self.rel.rtt.rttvar(),
+            rcv_rtt: self.rcv.rtt(),
             bytes_acked: self.snd.acked_total(),
             rto: self.rel.rtt.rto(),
             cwnd: self.rel.cc.cwnd(),
