@@ -8,7 +8,9 @@
 //!   no three duplicates.
 //! - **Duplicate ACKs** (RFC 5681 section 3.2 with RFC 6582), where it does not: the third
 //!   marks the first unacknowledged segment lost, and in the recovery each partial ACK marks
-//!   the next. Each duplicate stands for a segment that left the network (RFC 6675's `pipe`
+//!   the next. A resend acknowledged sooner than min_RTT shows the network reordered: the
+//!   threshold then rises past the duplicates that came before the held-back segment, and
+//!   the reduction is undone (Linux's `tp->reordering`). Each duplicate stands for a segment that left the network (RFC 6675's `pipe`
 //!   without SACK, as Linux counts them), which is also limited transmit (RFC 3042).
 //! - **PRR** (RFC 6937) during the recovery: cwnd follows `pipe + sndcnt`, so the reduction
 //!   to ssthresh is spread over the round trip instead of stopping the sender.
@@ -36,6 +38,10 @@ const DUP_THRESH: u32 = 3;
 /// reduction with more is not undone. Linux counts them without a bound, but it can
 /// match a D-SACK against its retransmit queue, which our records leave once acknowledged.
 const MAX_UNDO_RANGES: usize = 1024;
+
+/// The highest the duplicate-ACK threshold rises for reordering (Linux's
+/// `tcp_max_reordering`, 300 segments).
+const MAX_REORDERING: u32 = 300;
 
 /// The worst-case delayed-ACK time a probe must outwait when one segment is in flight (RFC
 /// 8985 section 7.2: WCDelAckT, 200 ms).
@@ -92,6 +98,10 @@ pub(crate) struct Recovery {
     ssthresh: u32,
     /// Duplicate ACKs in a row (without SACK).
     dup_acks: u32,
+    /// Without SACK, the most duplicate ACKs that have come before a segment held back by
+    /// the network, plus one: the duplicate-ACK threshold once reordering has been seen
+    /// (Linux's `tp->reordering`); 0 until then, for [`DUP_THRESH`].
+    reordering: u32,
     /// The end of the last tail-loss probe, while it is unacknowledged, and whether it was
     /// a retransmission (RFC 8985 7.3: TLP.end_seq, TLP.is_retrans).
     tlp: Option<(SeqNum, bool)>,
@@ -187,6 +197,15 @@ impl Recovery {
             }
         }
 
+        // Without SACK, no D-SACK says a resend was needless, but its timing can: an ACK
+        // for it sooner than min_RTT after it was sent was the original's (RFC 8985 6.2
+        // step 1's test; the timestamps of RFC 3522 and Linux's `tcp_packet_delayed` tell the
+        // same). The network reordered: raise the threshold, and undo the reduction once
+        // every resend proved needless (Linux's `tcp_try_undo_partial`).
+        if !ctx.sack && self.resend_was_needless(ctx.now, d) {
+            decision.undone |= self.on_reordering_without_sack(ctx.now, d, cc);
+        }
+
         // Duplicate ACKs without SACK (RFC 5681 3.2, RFC 6582 3.2): count, and mark. Each
         // stands for a segment delivered in PRR's DeliveredData (RFC 6937 3), but it grows
         // no window: the segments limited transmit sends leave cwnd as it was (RFC 3042 2).
@@ -195,7 +214,7 @@ impl Recovery {
             if ctx.duplicate {
                 self.dup_acks += 1;
                 delivered += ctx.smss;
-                if self.dup_acks == DUP_THRESH && !self.in_recovery() && !self.in_loss_state() {
+                if self.dup_acks == self.dup_thresh() && !self.in_recovery() && !self.in_loss_state() {
                     sent.mark_first_lost();
                 }
             } else if ctx.advanced {
@@ -325,6 +344,41 @@ impl Recovery {
         let before = self.undo_ranges.len();
         self.undo_ranges.retain(|&(start, end)| !(start.before(block.right) && block.left.before(end)));
         before != self.undo_ranges.len() && self.undo_ranges.is_empty()
+    }
+
+    /// Return the duplicate ACKs that mark a segment lost without SACK: three (RFC 5681
+    /// 3.2), or more once reordering has been seen (Linux's `tp->reordering`, which
+    /// `tcp_check_sack_reordering` raises; RFC 5681 3.2 allows a higher threshold "if there
+    /// is evidence of reordering").
+    fn dup_thresh(&self) -> u32 {
+        self.reordering.max(DUP_THRESH)
+    }
+
+    /// Return whether the resent segments `d` delivered were acknowledged sooner than
+    /// min_RTT after their resend: the delivery was of the originals (RFC 8985 6.2 step 1).
+    fn resend_was_needless(&self, now: Instant, d: &Delivery) -> bool {
+        let (Some((_, _, at)), Some(min_rtt)) = (d.resent, self.min_rtt) else { return false };
+        now.saturating_duration_since(at) < min_rtt
+    }
+
+    /// Without SACK, the originals of the resends `d` delivered arrived: the network held
+    /// them back behind the segments whose duplicate ACKs are counted. Raise the threshold
+    /// past that count (Linux's `tcp_check_sack_reordering`, capped at
+    /// `tcp_max_reordering`), strike the resends from the reduction's, and undo it if none
+    /// is left. Return whether it was undone.
+    fn on_reordering_without_sack(&mut self, now: Instant, d: &Delivery, cc: &mut CongestionControl) -> bool {
+        let Some((start, end, _)) = d.resent else { return false };
+        self.reordering_seen = true;
+        self.reordering = self.reordering.max((self.dup_acks + 1).min(MAX_REORDERING));
+        let block = crate::wire::SackBlock { left: start, right: end };
+        if !self.dsack_undoes(block) {
+            return false;
+        }
+        self.undo_possible = false;
+        self.recovery_point = None;
+        self.rto_point = None;
+        cc.on_spurious(now);
+        true
     }
 
     /// Give up undoing the last reduction: its resends are no longer matched to D-SACKs.
@@ -635,5 +689,26 @@ mod tests {
         assert!(!r.on_ack(&ack(t, 5000, 5000), &dsack(1000, 2000), &mut sent, &mut cc).undone);
         assert!(r.on_ack(&ack(t, 5000, 5000), &dsack(2000, 3000), &mut sent, &mut cc).undone);
         assert_eq!(cc.ssthresh(), before);
+    }
+
+    #[test]
+    fn without_sack_a_resend_acked_within_min_rtt_raises_the_threshold_and_undoes() {
+        // The ACK of the resend came 2 ms after it, on a path of 20 ms: the original was
+        // delivered (RFC 8985 6.2 step 1), held back behind 17 segments' duplicate ACKs.
+        let resent = Delivery {
+            delivered: 1000,
+            resent: Some((SeqNum(1000), SeqNum(2000), Instant::ZERO)),
+            ..Delivery::default()
+        };
+        for (after, undone, thresh) in [(2, true, 18), (25, false, DUP_THRESH)] {
+            let (mut r, mut sent, mut cc, before) = after_a_timeout_and_one_resend();
+            r.min_rtt = Some(Duration::from_millis(20));
+            r.dup_acks = 17;
+            let t = Instant::from_millis(after);
+            let ctx = AckContext { sack: false, ..ack(t, 2000, 5000) };
+            assert_eq!(r.on_ack(&ctx, &resent, &mut sent, &mut cc).undone, undone, "{after} ms");
+            assert_eq!(r.dup_thresh(), thresh, "{after} ms");
+            assert_eq!(cc.ssthresh() == before, undone, "{after} ms");
+        }
     }
 }
