@@ -8,7 +8,9 @@
 //!   no three duplicates.
 //! - **Duplicate ACKs** (RFC 5681 section 3.2 with RFC 6582), where it does not: the third
 //!   marks the first unacknowledged segment lost, and in the recovery each partial ACK marks
-//!   the next. Each duplicate stands for a segment that left the network (RFC 6675's `pipe`
+//!   the next. A resend acknowledged sooner than min_RTT shows the network reordered: the
+//!   threshold then rises past the duplicates that came before the held-back segment, and
+//!   the reduction is undone (Linux's `tp->reordering`). Each duplicate stands for a segment that left the network (RFC 6675's `pipe`
 //!   without SACK, as Linux counts them), which is also limited transmit (RFC 3042).
 //! - **PRR** (RFC 6937) during the recovery: cwnd follows `pipe + sndcnt`, so the reduction
 //!   to ssthresh is spread over the round trip instead of stopping the sender.
@@ -31,6 +33,15 @@ use crate::time::Instant;
 
 /// Duplicate ACKs that start a recovery without SACK (RFC 5681 section 3.2).
 const DUP_THRESH: u32 = 3;
+
+/// The most resends of one reduction that D-SACKs are matched against (8 bytes each); a
+/// reduction with more is not undone. Linux counts them without a bound, but it can
+/// match a D-SACK against its retransmit queue, which our records leave once acknowledged.
+const MAX_UNDO_RANGES: usize = 1024;
+
+/// The highest the duplicate-ACK threshold rises for reordering (Linux's
+/// `tcp_max_reordering`, 300 segments).
+const MAX_REORDERING: u32 = 300;
 
 /// The worst-case delayed-ACK time a probe must outwait when one segment is in flight (RFC
 /// 8985 section 7.2: WCDelAckT, 200 ms).
@@ -87,12 +98,23 @@ pub(crate) struct Recovery {
     ssthresh: u32,
     /// Duplicate ACKs in a row (without SACK).
     dup_acks: u32,
+    /// Without SACK, the most duplicate ACKs that have come before a segment held back by
+    /// the network, plus one: the duplicate-ACK threshold once reordering has been seen
+    /// (Linux's `tp->reordering`); 0 until then, for [`DUP_THRESH`].
+    reordering: u32,
     /// The end of the last tail-loss probe, while it is unacknowledged, and whether it was
     /// a retransmission (RFC 8985 7.3: TLP.end_seq, TLP.is_retrans).
     tlp: Option<(SeqNum, bool)>,
-    /// Segments resent since the last reduction (recovery or timeout) that no D-SACK has
-    /// shown needless yet; when D-SACKs account for all of them, the reduction is undone.
-    undo_retrans: u32,
+    /// The ranges resent since the last reduction (recovery or timeout) that no D-SACK has
+    /// shown needless yet, one per resend; when D-SACKs account for all of them, the
+    /// reduction is undone (Linux's `undo_retrans`, kept as ranges so that a D-SACK counts
+    /// only for data we resent). At most [`MAX_UNDO_RANGES`]: past it, no undo.
+    undo_ranges: Vec<(SeqNum, SeqNum)>,
+    /// Segments resent over the connection's life, and segments D-SACKs reported: a
+    /// D-SACK with more reported than ever resent is the network's duplicate, not ours
+    /// (Linux's `tcp_dsack_seen`, `dsack_dups > total_retrans`).
+    total_retrans: u64,
+    dsack_dups: u64,
     /// A reduction that D-SACKs may still show needless.
     undo_possible: bool,
 }
@@ -151,26 +173,37 @@ impl Recovery {
         self.reordering_seen |= d.reordered;
         // A D-SACK says a segment arrived twice: if it was one of ours resent, the resend was
         // needless (the network reordered or delayed the original). When every resend of
-        // the last reduction proves needless, undo it (RFC 2883 section 5; Linux's
-        // undo_retrans; RFC 8985 6.2 step 4 widens the reordering window on D-SACK).
+        // the last reduction proves needless, undo it (RFC 2883 section 5, RFC 3708; Linux's
+        // undo_retrans; RFC 8985 6.2 step 4 widens the reordering window on D-SACK). A
+        // duplicate the network made is reported as a D-SACK too: it says nothing of our
+        // resends, so it neither widens the window (`dsack_is_ours`) nor undoes anything
+        // (`dsack_undoes`, which matches the block against the resent ranges themselves, so
+        // a real spurious resend is still undone on a path that duplicates).
         if let Some(block) = d.dsack {
-            self.reordering_seen = true;
-            if self.dsack_round.is_none_or(|end| !ctx.snd_una.before(end)) {
-                self.reo_wnd_mult = self.reo_wnd_mult.max(1) + 1;
-                self.dsack_round = Some(ctx.snd_max);
-                self.reo_wnd_persist = 16;
-            }
-            let segments = (block.right - block.left).div_ceil(ctx.smss.max(1)).max(1);
-            if self.undo_possible && self.undo_retrans > 0 {
-                self.undo_retrans = self.undo_retrans.saturating_sub(segments);
-                if self.undo_retrans == 0 {
-                    self.undo_possible = false;
-                    self.recovery_point = None;
-                    self.rto_point = None;
-                    cc.on_spurious(ctx.now);
-                    decision.undone = true;
+            if self.dsack_is_ours(block, ctx.smss) {
+                self.reordering_seen = true;
+                if self.dsack_round.is_none_or(|end| !ctx.snd_una.before(end)) {
+                    self.reo_wnd_mult = self.reo_wnd_mult.max(1) + 1;
+                    self.dsack_round = Some(ctx.snd_max);
+                    self.reo_wnd_persist = 16;
                 }
             }
+            if self.dsack_undoes(block) {
+                self.undo_possible = false;
+                self.recovery_point = None;
+                self.rto_point = None;
+                cc.on_spurious(ctx.now);
+                decision.undone = true;
+            }
+        }
+
+        // Without SACK, no D-SACK says a resend was needless, but its timing can: an ACK
+        // for it sooner than min_RTT after it was sent was the original's (RFC 8985 6.2
+        // step 1's test; the timestamps of RFC 3522 and Linux's `tcp_packet_delayed` tell the
+        // same). The network reordered: raise the threshold, and undo the reduction once
+        // every resend proved needless (Linux's `tcp_try_undo_partial`).
+        if !ctx.sack && self.resend_was_needless(ctx.now, d) {
+            decision.undone |= self.on_reordering_without_sack(ctx.now, d, cc);
         }
 
         // Duplicate ACKs without SACK (RFC 5681 3.2, RFC 6582 3.2): count, and mark. Each
@@ -181,7 +214,7 @@ impl Recovery {
             if ctx.duplicate {
                 self.dup_acks += 1;
                 delivered += ctx.smss;
-                if self.dup_acks == DUP_THRESH && !self.in_recovery() && !self.in_loss_state() {
+                if self.dup_acks == self.dup_thresh() && !self.in_recovery() && !self.in_loss_state() {
                     sent.mark_first_lost();
                 }
             } else if ctx.advanced {
@@ -268,14 +301,90 @@ impl Recovery {
         cc.set_cwnd(pipe + sndcnt);
     }
 
-    /// Count `len` bytes sent (new or resent), for PRR and the undo of a needless reduction.
-    pub fn on_sent(&mut self, len: u32, retransmission: bool) {
+    /// Count `len` bytes sent from `seq` (new or resent), for PRR and the undo of a needless
+    /// reduction.
+    pub fn on_sent(&mut self, seq: SeqNum, len: u32, retransmission: bool) {
         if self.in_recovery() {
             self.prr_out += len;
         }
-        if retransmission && self.undo_possible {
-            self.undo_retrans += 1;
+        if retransmission {
+            self.total_retrans += 1;
+            if self.undo_possible {
+                if self.undo_ranges.len() < MAX_UNDO_RANGES {
+                    self.undo_ranges.push((seq, seq + len));
+                } else {
+                    self.forget_undo();
+                }
+            }
         }
+    }
+
+    /// Take in the D-SACK `block` and return whether it may be the report of one of our
+    /// resends: false once D-SACKs have reported more segments than were ever resent, as
+    /// Linux's `tcp_dsack_seen` decides ("Skip the DSACK if dup segs weren't retransmitted
+    /// by sender"). A network that duplicates packets sends such D-SACKs.
+    fn dsack_is_ours(&mut self, block: crate::wire::SackBlock, smss: u32) -> bool {
+        let segments = (block.right - block.left).div_ceil(smss.max(1)).max(1);
+        self.dsack_dups += u64::from(segments);
+        self.dsack_dups <= self.total_retrans
+    }
+
+    /// Strike the resends of this reduction that the D-SACK `block` covers, and return
+    /// whether that was the last of them: every resend proved needless, so the reduction
+    /// may be undone (RFC 2883 section 5, RFC 3708: the retransmissions of a loss episode
+    /// were spurious when each of them is D-SACKed; Linux undoes when `undo_retrans`
+    /// reaches 0, `tcp_try_undo_dsack`).
+    /// A D-SACK of data we did not resend in this reduction counts for nothing: the
+    /// original arrived twice, a duplicate the network made (Linux counts only D-SACKs of
+    /// segments marked `TCPCB_RETRANS`, or above `undo_marker` for ones already acked).
+    fn dsack_undoes(&mut self, block: crate::wire::SackBlock) -> bool {
+        if !self.undo_possible || self.undo_ranges.is_empty() {
+            return false;
+        }
+        let before = self.undo_ranges.len();
+        self.undo_ranges.retain(|&(start, end)| !(start.before(block.right) && block.left.before(end)));
+        before != self.undo_ranges.len() && self.undo_ranges.is_empty()
+    }
+
+    /// Return the duplicate ACKs that mark a segment lost without SACK: three (RFC 5681
+    /// 3.2), or more once reordering has been seen (Linux's `tp->reordering`, which
+    /// `tcp_check_sack_reordering` raises; RFC 5681 3.2 allows a higher threshold "if there
+    /// is evidence of reordering").
+    fn dup_thresh(&self) -> u32 {
+        self.reordering.max(DUP_THRESH)
+    }
+
+    /// Return whether the resent segments `d` delivered were acknowledged sooner than
+    /// min_RTT after their resend: the delivery was of the originals (RFC 8985 6.2 step 1).
+    fn resend_was_needless(&self, now: Instant, d: &Delivery) -> bool {
+        let (Some((_, _, at)), Some(min_rtt)) = (d.resent, self.min_rtt) else { return false };
+        now.saturating_duration_since(at) < min_rtt
+    }
+
+    /// Without SACK, the originals of the resends `d` delivered arrived: the network held
+    /// them back behind the segments whose duplicate ACKs are counted. Raise the threshold
+    /// past that count (Linux's `tcp_check_sack_reordering`, capped at
+    /// `tcp_max_reordering`), strike the resends from the reduction's, and undo it if none
+    /// is left. Return whether it was undone.
+    fn on_reordering_without_sack(&mut self, now: Instant, d: &Delivery, cc: &mut CongestionControl) -> bool {
+        let Some((start, end, _)) = d.resent else { return false };
+        self.reordering_seen = true;
+        self.reordering = self.reordering.max((self.dup_acks + 1).min(MAX_REORDERING));
+        let block = crate::wire::SackBlock { left: start, right: end };
+        if !self.dsack_undoes(block) {
+            return false;
+        }
+        self.undo_possible = false;
+        self.recovery_point = None;
+        self.rto_point = None;
+        cc.on_spurious(now);
+        true
+    }
+
+    /// Give up undoing the last reduction: its resends are no longer matched to D-SACKs.
+    fn forget_undo(&mut self) {
+        self.undo_possible = false;
+        self.undo_ranges = Vec::new();
     }
 
     /// The RACK reordering timer fired: look again at what may be lost by now, and begin a
@@ -320,7 +429,7 @@ impl Recovery {
         self.prr_out = 0;
         self.tlp = None;
         self.undo_possible = true;
-        self.undo_retrans = 0;
+        self.undo_ranges.clear();
         true
     }
 
@@ -338,7 +447,7 @@ impl Recovery {
         cc.on_rto(now, flight);
         // A series of timeouts is one reduction (RFC 5681 3.1): count its resends together.
         if self.rto_point.is_none() {
-            self.undo_retrans = 0;
+            self.undo_ranges.clear();
         }
         self.undo_possible = true;
         self.recovery_point = None;
@@ -355,8 +464,7 @@ impl Recovery {
     pub fn on_mtu_reduced(&mut self, snd_max: SeqNum) {
         self.mtu_point = Some(snd_max);
         self.tlp = None;
-        self.undo_possible = false;
-        self.undo_retrans = 0;
+        self.forget_undo();
     }
 
     /// Return whether a timeout or a fall of the path MTU marked segments lost and SND.UNA
@@ -498,6 +606,11 @@ mod tests {
         let mut cc = CongestionControl::new(Algorithm::Cubic, 1000);
         r.min_rtt = Some(Duration::from_millis(4));
         r.reordering_seen = true;
+        // D-SACKs count only while they report no more than was resent (Linux's
+        // tcp_dsack_seen): resend as many segments as the test D-SACKs.
+        for _ in 0..12 {
+            r.on_sent(SeqNum(0), 1000, true);
+        }
         let t = Instant::ZERO;
         r.on_ack(&ack(t, 1000, 5000), &Delivery::default(), &mut sent, &mut cc);
         assert_eq!(r.reo_wnd(&sent, 1000), Duration::from_millis(1), "min_RTT / 4");
@@ -513,6 +626,89 @@ mod tests {
             r.on_ack(&ack(t, una, una + 4000), &dsack, &mut sent, &mut cc);
             assert_eq!(r.reo_wnd(&sent, 1000), Duration::from_millis(expect));
             una += 4000;
+        }
+    }
+
+    fn dsack(left: u32, right: u32) -> Delivery {
+        Delivery { dsack: Some(SackBlock { left: SeqNum(left), right: SeqNum(right) }), ..Delivery::default() }
+    }
+
+    /// A timeout with 1000..5000 in flight, the first segment resent, and then all of it
+    /// acknowledged; return the parts and ssthresh from before the timeout.
+    fn after_a_timeout_and_one_resend() -> (Recovery, SentQueue, CongestionControl, u32) {
+        let (mut r, mut sent) = (Recovery::default(), SentQueue::default());
+        let mut cc = CongestionControl::new(Algorithm::Cubic, 1000);
+        let t = Instant::ZERO;
+        for k in 1..5 {
+            sent.push(SeqNum(k * 1000), SeqNum(k * 1000 + 1000), t, false);
+        }
+        let ssthresh_before = cc.ssthresh();
+        r.on_rto(t, SeqNum(5000), 4000, &mut sent, &mut cc);
+        assert_ne!(cc.ssthresh(), ssthresh_before, "the timeout reduced the window");
+        r.on_sent(SeqNum(1000), 1000, true);
+        // Everything arrives; the D-SACKs come after.
+        sent.on_ack(SeqNum(5000), &[]);
+        (r, sent, cc, ssthresh_before)
+    }
+
+    #[test]
+    fn a_dsack_of_data_never_resent_undoes_nothing() {
+        // The network duplicated a segment sent once, and the receiver reported it (RFC 2883
+        // section 4 reports every duplicate): its D-SACK says nothing of our resend.
+        let (mut r, mut sent, mut cc, before) = after_a_timeout_and_one_resend();
+        let t = Instant::from_millis(30);
+        let decision = r.on_ack(&ack(t, 5000, 5000), &dsack(3000, 4000), &mut sent, &mut cc);
+        assert!(!decision.undone);
+        assert_ne!(cc.ssthresh(), before);
+        // Nor, where nothing was ever resent, does it widen the reordering window (Linux's
+        // tcp_dsack_seen: more D-SACKed than resent).
+        let (mut r, mut sent) = (Recovery::default(), SentQueue::default());
+        r.on_ack(&ack(t, 5000, 5000), &dsack(4000, 5000), &mut sent, &mut cc);
+        assert_eq!(r.reo_wnd_mult, 0, "no widening for the network's duplicates");
+        assert!(!r.reordering_seen);
+    }
+
+    #[test]
+    fn a_dsack_of_every_resend_undoes_the_reduction() {
+        let (mut r, mut sent, mut cc, before) = after_a_timeout_and_one_resend();
+        let t = Instant::from_millis(30);
+        // A duplicate of other data first: nothing.
+        assert!(!r.on_ack(&ack(t, 5000, 5000), &dsack(2000, 3000), &mut sent, &mut cc).undone);
+        // Then the resend itself: undone (RFC 2883 section 5, Linux's tcp_try_undo_dsack).
+        assert!(r.on_ack(&ack(t, 5000, 5000), &dsack(1000, 2000), &mut sent, &mut cc).undone);
+        assert_eq!(cc.ssthresh(), before);
+    }
+
+    #[test]
+    fn a_reduction_with_two_resends_needs_both_dsacked() {
+        let (mut r, mut sent, mut cc, before) = after_a_timeout_and_one_resend();
+        r.on_sent(SeqNum(2000), 1000, true);
+        let t = Instant::from_millis(30);
+        assert!(!r.on_ack(&ack(t, 5000, 5000), &dsack(1000, 2000), &mut sent, &mut cc).undone);
+        // The same D-SACK again (the network duplicated our resend): still one left.
+        assert!(!r.on_ack(&ack(t, 5000, 5000), &dsack(1000, 2000), &mut sent, &mut cc).undone);
+        assert!(r.on_ack(&ack(t, 5000, 5000), &dsack(2000, 3000), &mut sent, &mut cc).undone);
+        assert_eq!(cc.ssthresh(), before);
+    }
+
+    #[test]
+    fn without_sack_a_resend_acked_within_min_rtt_raises_the_threshold_and_undoes() {
+        // The ACK of the resend came 2 ms after it, on a path of 20 ms: the original was
+        // delivered (RFC 8985 6.2 step 1), held back behind 17 segments' duplicate ACKs.
+        let resent = Delivery {
+            delivered: 1000,
+            resent: Some((SeqNum(1000), SeqNum(2000), Instant::ZERO)),
+            ..Delivery::default()
+        };
+        for (after, undone, thresh) in [(2, true, 18), (25, false, DUP_THRESH)] {
+            let (mut r, mut sent, mut cc, before) = after_a_timeout_and_one_resend();
+            r.min_rtt = Some(Duration::from_millis(20));
+            r.dup_acks = 17;
+            let t = Instant::from_millis(after);
+            let ctx = AckContext { sack: false, ..ack(t, 2000, 5000) };
+            assert_eq!(r.on_ack(&ctx, &resent, &mut sent, &mut cc).undone, undone, "{after} ms");
+            assert_eq!(r.dup_thresh(), thresh, "{after} ms");
+            assert_eq!(cc.ssthresh() == before, undone, "{after} ms");
         }
     }
 }

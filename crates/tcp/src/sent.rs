@@ -73,6 +73,22 @@ pub(crate) struct Delivery {
     pub app_limited: bool,
     /// A SACK block reported data below SND.UNA or inside another block: a D-SACK (RFC 2883).
     pub dsack: Option<SackBlock>,
+    /// The newly delivered segments that had been resent: the span from the first's start
+    /// to the last's end, and the earliest of their last send times (for telling a
+    /// delivery of the original from one of the resend, RFC 8985 6.2 step 1).
+    pub resent: Option<(SeqNum, SeqNum, Instant)>,
+}
+
+/// Fold the resent record `seg`, newly delivered, into `d.resent`.
+fn note_resent(seg: &Sent, d: &mut Delivery) {
+    d.resent = Some(match d.resent {
+        None => (seg.start, seg.end, seg.sent_at),
+        Some((start, end, at)) => (
+            if seg.start.before(start) { seg.start } else { start },
+            if seg.end.after(end) { seg.end } else { end },
+            at.min(seg.sent_at),
+        ),
+    });
 }
 
 /// The records of the segments in flight, in sequence order.
@@ -339,6 +355,9 @@ impl SentQueue {
             d.newest = Some((seg.sent_at, seg.end));
         }
         d.app_limited &= seg.app_limited;
+        if seg.retransmitted {
+            note_resent(seg, d);
+        }
     }
 
     /// Return the index of the record starting at `start`.

@@ -18,7 +18,8 @@
 //!
 //! Nothing in this module panics on bytes from the wire, whatever they hold: every
 //! malformed segment comes back as a typed [`ParseError`], for the caller to count and log
-//! as the reason of the drop; and an emit into a buffer too small, or with addresses the
+//! as the reason of the drop (a malformed option is not one: it is skipped and the segment
+//! kept, as Linux does, see [`Segment::parse_unchecked`]); and an emit into a buffer too small, or with addresses the
 //! pseudo-header cannot take, comes back as an [`EmitError`] with the buffer left as it
 //! was. The property tests of `segment.rs` parse arbitrary bytes and flip every bit of
 //! valid segments to hold this.
@@ -80,20 +81,6 @@ pub enum ParseError {
         header_len: usize,
         /// Length of the segment.
         len: usize,
-    },
-    /// An option length byte is 0 or 1, or wrong for a known kind.
-    #[error("option kind {kind} has invalid length {len}")]
-    OptionLength {
-        /// Option kind.
-        kind: u8,
-        /// Length byte as received.
-        len: u8,
-    },
-    /// An option's length byte is missing or runs past the end of the header.
-    #[error("option kind {kind} runs past the end of the header")]
-    OptionPastHeader {
-        /// Option kind.
-        kind: u8,
     },
     /// The checksum does not match the segment and pseudo-header.
     #[error("bad checksum: segment carries {found:#06x}, computed {expected:#06x}")]

@@ -6,7 +6,6 @@
 
 use core::fmt;
 
-use super::ParseError;
 use crate::seq::SeqNum;
 
 /// One SACK block: the octets `left..right` were received (RFC 2018 section 3).
@@ -178,19 +177,54 @@ mod kind {
 /// The most option bytes a header can carry (data offset 15 minus the fixed 20 bytes).
 pub(crate) const MAX_OPTIONS_LEN: usize = 40;
 
-/// Parse the option area of a TCP header (RFC 9293 section 3.2).
+/// A malformed option that [`parse_options`] skipped: the reason, for the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Skipped {
+    /// A known kind with a length wrong for it (MSS 4, window scale 3, SACK-permitted 2,
+    /// SACK 2 + 8n with n in 1..=4, timestamps 10): that option is ignored, parsing goes on.
+    Length { kind: u8, len: u8 },
+    /// A length byte of 0 or 1: parsing ends there (Linux's "silly options").
+    Silly { kind: u8, len: u8 },
+    /// The length byte is missing or runs past the header: parsing ends there.
+    PastHeader { kind: u8 },
+}
+
+impl fmt::Display for Skipped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Skipped::Length { kind, len } => write!(f, "option kind {kind} has length {len}, wrong for it: ignored"),
+            Skipped::Silly { kind, len } => {
+                write!(f, "option kind {kind} has invalid length {len}: the rest of the options ignored")
+            }
+            Skipped::PastHeader { kind } => {
+                write!(f, "option kind {kind} runs past the end of the header: the rest of the options ignored")
+            }
+        }
+    }
+}
+
+/// Parse the option area of a TCP header (RFC 9293 section 3.2), and return the options
+/// with the first malformed one skipped, if any.
 ///
-/// EOL ends parsing, NOP is skipped, unknown kinds are skipped by their length.
-/// A known option that repeats overrides the earlier one. The window scale is
-/// returned as sent; callers clamp it to 14 (RFC 7323 section 2.3).
+/// EOL ends parsing, NOP is skipped, unknown kinds are skipped by their length (RFC 9293
+/// 3.1, MUST-6). A known option that repeats overrides the earlier one. The window scale
+/// is returned as sent; callers clamp it to 14 (RFC 7323 section 2.3).
 ///
-/// # Errors
+/// Malformed options never fail the segment. RFC 9293 3.1 asks that an implementation
+/// "MUST be prepared to handle an illegal option length (e.g., zero)" (MUST-7), and only
+/// suggests resetting the connection; Linux's `tcp_parse_options` (net/ipv4/tcp_input.c)
+/// keeps the segment, and so do we:
 ///
-/// - [`ParseError::OptionLength`] when a length byte is 0 or 1, or is wrong for a known kind
-///   (MSS 4, window scale 3, SACK-permitted 2, SACK 2 + 8n with n in 1..=4, timestamps 10);
-/// - [`ParseError::OptionPastHeader`] when the length byte is missing or runs past `bytes`.
-pub(crate) fn parse_options(bytes: &[u8]) -> Result<TcpOptions, ParseError> {
+/// - a known kind whose length is wrong for it is ignored, and parsing goes on after it
+///   (Linux checks `opsize == TCPOLEN_*` per kind and otherwise steps over `opsize`);
+/// - a length byte of 0 or 1 (which would not move past the option), a missing length
+///   byte, or a length running past the header ends parsing: what was parsed so far is
+///   kept (Linux returns on `opsize < 2` and on `opsize > length`).
+///
+/// The returned [`Skipped`] is the first such option, for the caller to log.
+pub(crate) fn parse_options(bytes: &[u8]) -> (TcpOptions, Option<Skipped>) {
     let mut opts = TcpOptions::NONE;
+    let mut skipped = None;
     let mut rest = bytes;
     while let Some((&kind, after_kind)) = rest.split_first() {
         match kind {
@@ -202,34 +236,39 @@ pub(crate) fn parse_options(bytes: &[u8]) -> Result<TcpOptions, ParseError> {
             _ => {}
         }
         let Some((&len, after_len)) = after_kind.split_first() else {
-            return Err(ParseError::OptionPastHeader { kind });
+            skipped.get_or_insert(Skipped::PastHeader { kind });
+            break;
         };
         if len < 2 {
-            return Err(ParseError::OptionLength { kind, len });
+            skipped.get_or_insert(Skipped::Silly { kind, len });
+            break;
         }
         let Some((body, next)) = after_len.split_at_checked(usize::from(len) - 2) else {
-            return Err(ParseError::OptionPastHeader { kind });
+            skipped.get_or_insert(Skipped::PastHeader { kind });
+            break;
         };
-        let bad_len = ParseError::OptionLength { kind, len };
+        rest = next;
+        let mut bad_len = || {
+            skipped.get_or_insert(Skipped::Length { kind, len });
+        };
         match kind {
-            kind::MSS => {
-                let &[a, b] = body else { return Err(bad_len) };
-                opts.mss = Some(u16::from_be_bytes([a, b]));
-            }
-            kind::WINDOW_SCALE => {
-                let &[shift] = body else { return Err(bad_len) };
-                opts.window_scale = Some(shift);
-            }
-            kind::SACK_PERMITTED => {
-                if !body.is_empty() {
-                    return Err(bad_len);
-                }
-                opts.sack_permitted = true;
-            }
+            kind::MSS => match *body {
+                [a, b] => opts.mss = Some(u16::from_be_bytes([a, b])),
+                _ => bad_len(),
+            },
+            kind::WINDOW_SCALE => match *body {
+                [shift] => opts.window_scale = Some(shift),
+                _ => bad_len(),
+            },
+            kind::SACK_PERMITTED => match body {
+                [] => opts.sack_permitted = true,
+                _ => bad_len(),
+            },
             kind::SACK => {
                 let (blocks, tail) = body.as_chunks::<8>();
                 if blocks.is_empty() || blocks.len() > SackBlocks::MAX || !tail.is_empty() {
-                    return Err(bad_len);
+                    bad_len();
+                    continue;
                 }
                 let mut sack = SackBlocks::new();
                 for b in blocks {
@@ -240,18 +279,17 @@ pub(crate) fn parse_options(bytes: &[u8]) -> Result<TcpOptions, ParseError> {
                 }
                 opts.sack_blocks = sack;
             }
-            kind::TIMESTAMPS => {
-                let (&[tsval, tsecr], &[]) = body.as_chunks::<4>() else {
-                    return Err(bad_len);
-                };
-                opts.timestamps =
-                    Some(Timestamps { tsval: u32::from_be_bytes(tsval), tsecr: u32::from_be_bytes(tsecr) });
-            }
+            kind::TIMESTAMPS => match body.as_chunks::<4>() {
+                (&[tsval, tsecr], &[]) => {
+                    opts.timestamps =
+                        Some(Timestamps { tsval: u32::from_be_bytes(tsval), tsecr: u32::from_be_bytes(tsecr) })
+                }
+                _ => bad_len(),
+            },
             _ => {}
         }
-        rest = next;
     }
-    Ok(opts)
+    (opts, skipped)
 }
 
 /// Return how many of `opts`'s SACK blocks fit in the option area next to the other options.
@@ -388,7 +426,7 @@ pub(crate) mod tests {
 
     #[test]
     fn parse_linux_syn() {
-        assert_eq!(parse_options(&LINUX_SYN), Ok(linux_syn_options()));
+        assert_eq!(parse_options(&LINUX_SYN), (linux_syn_options(), None));
     }
 
     #[test]
@@ -419,7 +457,7 @@ pub(crate) mod tests {
             0x01, 0x01, 0x05, 0x0a, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x20, 0x00,
         ];
         assert_eq!(&buf[..len], &expected);
-        assert_eq!(parse_options(&buf[..len]), Ok(opts));
+        assert_eq!(parse_options(&buf[..len]), (opts, None));
     }
 
     #[test]
@@ -444,7 +482,8 @@ pub(crate) mod tests {
             assert_eq!(sack_blocks_that_fit(&opts), blocks, "{opts:?}");
             let (buf, written) = write(&opts);
             assert_eq!(written, len, "{opts:?}");
-            let parsed = parse_options(&buf[..written]).unwrap();
+            let (parsed, skipped) = parse_options(&buf[..written]);
+            assert_eq!(skipped, None);
             assert_eq!(parsed.sack_blocks.as_slice(), &four.as_slice()[..blocks]);
         }
     }
@@ -459,37 +498,80 @@ pub(crate) mod tests {
             0x00, // EOL: the rest is padding, even if it looks like garbage
             0x02, 0x00, 0x03,
         ];
-        assert_eq!(parse_options(&bytes), Ok(TcpOptions { mss: Some(536), ..TcpOptions::NONE }));
+        assert_eq!(parse_options(&bytes), (TcpOptions { mss: Some(536), ..TcpOptions::NONE }, None));
     }
 
     #[test]
     fn parse_keeps_window_scale_as_sent() {
-        assert_eq!(parse_options(&[0x03, 0x03, 0xff, 0x00]).unwrap().window_scale, Some(255));
+        assert_eq!(parse_options(&[0x03, 0x03, 0xff, 0x00]).0.window_scale, Some(255));
+    }
+
+    const MSS_536: [u8; 4] = [0x02, 0x04, 0x02, 0x18];
+
+    /// A known option with a length wrong for it is ignored, and parsing goes on after it
+    /// (Linux's `tcp_parse_options`): each case is followed by a valid MSS, which is kept.
+    #[test]
+    fn a_known_option_of_the_wrong_length_is_skipped() {
+        let cases: &[&[u8]] = &[
+            &[0x02, 0x03, 0x05],                         // MSS of length 3
+            &[0x02, 0x05, 0x05, 0xb4, 0x00],             // MSS of length 5
+            &[0x03, 0x04, 0x07, 0x00],                   // window scale of length 4
+            &[0x03, 0x02],                               // window scale of length 2
+            &[0x04, 0x03, 0x00],                         // SACK-permitted of length 3
+            &[0x05, 0x02],                               // SACK with no block
+            &[0x05, 0x06, 0, 0, 0, 1],                   // SACK with half a block
+            &[0x05, 0x0b, 0, 0, 0, 1, 0, 0, 0, 2, 9],    // SACK with a block and a byte
+            &[0x08, 0x08, 0, 0, 0, 1, 0, 0],             // timestamps of length 8
+            &[0x08, 0x0c, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0], // timestamps of length 12
+        ];
+        for &bad in cases {
+            let bytes = [bad, &MSS_536].concat();
+            let (opts, skipped) = parse_options(&bytes);
+            assert_eq!(opts, TcpOptions { mss: Some(536), ..TcpOptions::NONE }, "{bytes:02x?}");
+            assert_eq!(skipped, Some(Skipped::Length { kind: bad[0], len: bad[1] }), "{bytes:02x?}");
+        }
+        // A bad MSS after a good one leaves the good one; the timestamps before are kept too.
+        let bytes =
+            [&[0x01, 0x01, 0x08, 0x0a, 0, 0, 0, 7, 0, 0, 0, 9][..], &MSS_536, &[0x02, 0x03, 0xff, 0x00]].concat();
+        let (opts, skipped) = parse_options(&bytes);
+        assert_eq!(opts.mss, Some(536));
+        assert_eq!(opts.timestamps, Some(Timestamps { tsval: 7, tsecr: 9 }));
+        assert_eq!(skipped, Some(Skipped::Length { kind: 2, len: 3 }));
+        // Five SACK blocks need 42 bytes: more than a header holds, and more than we keep.
+        let mut five = [0u8; 42];
+        five[..2].copy_from_slice(&[0x05, 42]);
+        assert_eq!(parse_options(&five), (TcpOptions::NONE, Some(Skipped::Length { kind: 5, len: 42 })));
+    }
+
+    /// A length of 0 or 1, a missing length byte, or a length past the header ends parsing;
+    /// what came before is kept (Linux returns from `tcp_parse_options` there).
+    #[test]
+    fn a_length_that_cannot_be_followed_ends_parsing() {
+        let cases: &[(&[u8], Skipped)] = &[
+            (&[0x02, 0x00, 0x02, 0x04, 0x02, 0x18], Skipped::Silly { kind: 2, len: 0 }),
+            (&[0x1e, 0x01, 0x02, 0x04, 0x02, 0x18], Skipped::Silly { kind: 30, len: 1 }),
+            (&[0x08, 0x00], Skipped::Silly { kind: 8, len: 0 }),
+            (&[0x01, 0x01, 0x01, 0x02], Skipped::PastHeader { kind: 2 }),
+            (&[0x02, 0x04, 0x05], Skipped::PastHeader { kind: 2 }),
+            (&[0x1e, 0x08, 0x00, 0x00], Skipped::PastHeader { kind: 30 }),
+            (&[0x08, 0x0a, 0, 0, 0, 1, 0, 0], Skipped::PastHeader { kind: 8 }),
+        ];
+        for &(bad, reason) in cases {
+            assert_eq!(parse_options(bad), (TcpOptions::NONE, Some(reason)), "{bad:02x?}");
+            // Options before the bad one are kept.
+            let bytes = [&MSS_536, bad].concat();
+            assert_eq!(parse_options(&bytes), (TcpOptions { mss: Some(536), ..TcpOptions::NONE }, Some(reason)));
+        }
     }
 
     #[test]
-    fn parse_errors() {
-        use ParseError::{OptionLength, OptionPastHeader};
-        let cases: &[(&[u8], ParseError)] = &[
-            (&[0x02, 0x00, 0x00, 0x00], OptionLength { kind: 2, len: 0 }),
-            (&[0x1e, 0x01, 0x00, 0x00], OptionLength { kind: 30, len: 1 }),
-            (&[0x02, 0x03, 0x05, 0x01], OptionLength { kind: 2, len: 3 }),
-            (&[0x03, 0x04, 0x07, 0x00], OptionLength { kind: 3, len: 4 }),
-            (&[0x04, 0x03, 0x00, 0x01], OptionLength { kind: 4, len: 3 }),
-            (&[0x05, 0x02, 0x01, 0x01], OptionLength { kind: 5, len: 2 }),
-            (&[0x05, 0x06, 0, 0, 0, 1, 0, 0], OptionLength { kind: 5, len: 6 }),
-            (&[0x08, 0x06, 0, 0, 0, 1, 0, 0], OptionLength { kind: 8, len: 6 }),
-            (&[0x01, 0x01, 0x01, 0x02], OptionPastHeader { kind: 2 }),
-            (&[0x02, 0x04, 0x05], OptionPastHeader { kind: 2 }),
-            (&[0x1e, 0x08, 0x00, 0x00], OptionPastHeader { kind: 30 }),
-        ];
-        for (bytes, error) in cases {
-            assert_eq!(parse_options(bytes), Err(*error), "{bytes:02x?}");
-        }
-        // Five SACK blocks need 42 bytes: more than a header holds, wrong length in any case.
-        let mut five = [0u8; 42];
-        five[..2].copy_from_slice(&[0x05, 42]);
-        assert_eq!(parse_options(&five), Err(OptionLength { kind: 5, len: 42 }));
+    fn the_first_skipped_option_is_reported() {
+        let bytes = [0x03, 0x02, 0x02, 0x03, 0x00, 0x02, 0x00];
+        assert_eq!(parse_options(&bytes), (TcpOptions::NONE, Some(Skipped::Length { kind: 3, len: 2 })));
+        assert_eq!(
+            Skipped::Length { kind: 3, len: 2 }.to_string(),
+            "option kind 3 has length 2, wrong for it: ignored"
+        );
     }
 
     pub(crate) fn arb_options() -> impl Strategy<Value = TcpOptions> {
@@ -521,7 +603,7 @@ pub(crate) mod tests {
         fn options_round_trip(opts in arb_options()) {
             let (buf, len) = write(&opts);
             prop_assert!(len % 4 == 0 && len <= MAX_OPTIONS_LEN);
-            prop_assert_eq!(parse_options(&buf[..len]), Ok(as_written(&opts)));
+            prop_assert_eq!(parse_options(&buf[..len]), (as_written(&opts), None));
         }
 
         #[test]

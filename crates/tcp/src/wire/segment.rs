@@ -249,13 +249,15 @@ impl<'a> Segment<'a> {
     /// Use it when the checksum was verified elsewhere (offloaded to the NIC).
     /// Everything after the header is payload. All nine flag bits are kept,
     /// unknown options are skipped (RFC 9293 3.1), the window scale is kept as
-    /// sent (callers clamp it to 14, RFC 7323 2.3).
+    /// sent (callers clamp it to 14, RFC 7323 2.3). A malformed option does not fail the
+    /// segment: a known one of the wrong length is ignored, and a length of 0 or 1 or one
+    /// past the header ends the options, as Linux's `tcp_parse_options` does (RFC 9293 3.1,
+    /// MUST-7, asks only that it be handled); the skip is logged at debug level.
     ///
     /// # Errors
     ///
     /// [`ParseError::Truncated`], [`ParseError::DataOffsetTooSmall`],
-    /// [`ParseError::DataOffsetPastEnd`], [`ParseError::OptionLength`],
-    /// [`ParseError::OptionPastHeader`].
+    /// [`ParseError::DataOffsetPastEnd`].
     pub fn parse_unchecked(bytes: &'a [u8]) -> Result<Segment<'a>, ParseError> {
         let Some((fixed, _)) = bytes.split_first_chunk::<FIXED_LEN>() else {
             return Err(ParseError::Truncated { len: bytes.len() });
@@ -266,7 +268,15 @@ impl<'a> Segment<'a> {
             }
             HeaderSliceError::Len(e) => ParseError::DataOffsetPastEnd { header_len: e.required_len, len: bytes.len() },
         })?;
-        let options = parse_options(header.options())?;
+        let (options, skipped) = parse_options(header.options());
+        if let Some(skipped) = skipped {
+            log::debug!(
+                "segment {} -> {} seq {}: {skipped}, segment kept",
+                header.source_port(),
+                header.destination_port(),
+                header.sequence_number()
+            );
+        }
         let header_len = header.slice().len();
         let payload = bytes.get(header_len..).unwrap_or_default();
         // etherparse reads the flags one bool at a time; all nine are the low
@@ -621,14 +631,6 @@ mod tests {
         too_small[12] = 0x40;
         let mut past_end = SYN_V4;
         past_end[12] = 0xf0;
-        let mut mss_len = SYN_V4;
-        mss_len[21] = 3;
-        let mut zero_len = SYN_V4;
-        zero_len[38] = 0;
-        let mut past_header = SYN_V4;
-        past_header[36..40].copy_from_slice(&[0x01, 0x01, 0x1e, 0x05]);
-        let mut no_len_byte = SYN_V4;
-        no_len_byte[36..40].copy_from_slice(&[0x01, 0x01, 0x01, 0x08]);
         let mut corrupt = DATA_V4;
         corrupt[36] ^= 0x01;
         let cases: &[(&[u8], ParseError)] = &[
@@ -636,10 +638,6 @@ mod tests {
             (&[], Truncated { len: 0 }),
             (&with_checksum(too_small), DataOffsetTooSmall { data_offset: 4 }),
             (&with_checksum(past_end), DataOffsetPastEnd { header_len: 60, len: 40 }),
-            (&with_checksum(mss_len), OptionLength { kind: 2, len: 3 }),
-            (&with_checksum(zero_len), OptionLength { kind: 3, len: 0 }),
-            (&with_checksum(past_header), OptionPastHeader { kind: 30 }),
-            (&with_checksum(no_len_byte), OptionPastHeader { kind: 8 }),
             (&corrupt, BadChecksum { expected: 0x60c7, found: 0x5fc7 }),
         ];
         for (bytes, error) in cases {
@@ -654,6 +652,41 @@ mod tests {
         assert_eq!(Segment::parse(&jumbo, V4_CLIENT, V4_SERVER), Err(TooLong { len: 70_000, max: 65_535 }));
         // IPv6 allows it (RFC 2675 jumbograms); this one is all zeros, so its checksum is bad.
         assert!(matches!(Segment::parse(&jumbo, V6_CLIENT, V6_SERVER), Err(BadChecksum { found: 0, .. })));
+    }
+
+    // ---- malformed options: skipped, the segment kept (Linux's tcp_parse_options) ----
+
+    #[test]
+    fn a_malformed_option_keeps_the_segment() {
+        let syn = syn_v4();
+        let mut mss_len = SYN_V4;
+        mss_len[20..24].copy_from_slice(&[0x02, 0x03, 0x05, 0x01]); // MSS of length 3, NOP
+        let mut zero_len = SYN_V4;
+        zero_len[38] = 0; // window scale of length 0
+        let mut past_header = SYN_V4;
+        past_header[36..40].copy_from_slice(&[0x01, 0x01, 0x1e, 0x05]);
+        let mut no_len_byte = SYN_V4;
+        no_len_byte[36..40].copy_from_slice(&[0x01, 0x01, 0x01, 0x08]);
+        let no_ws = TcpOptions { window_scale: None, ..syn.options };
+        let cases = [
+            (with_checksum(mss_len), TcpOptions { mss: None, ..syn.options }),
+            (with_checksum(zero_len), no_ws),
+            (with_checksum(past_header), no_ws),
+            (with_checksum(no_len_byte), no_ws),
+        ];
+        for (bytes, options) in cases {
+            let expected = Segment { options, ..syn };
+            assert_eq!(Segment::parse(&bytes, V4_CLIENT, V4_SERVER), Ok(expected), "{bytes:02x?}");
+            assert_eq!(Segment::parse_unchecked(&bytes), Ok(expected), "{bytes:02x?}");
+        }
+        // Data with a timestamps option of length 8: the option is ignored, the data kept.
+        let mut ts_len = DATA_V4;
+        ts_len[23] = 8;
+        let ts_len = with_checksum(ts_len);
+        let seg = Segment::parse(&ts_len, V4_CLIENT, V4_SERVER).unwrap();
+        assert_eq!(seg.options, TcpOptions::NONE);
+        assert_eq!(seg.payload, b"hello");
+        assert_eq!(seg.seq, Segment::parse(&DATA_V4, V4_CLIENT, V4_SERVER).unwrap().seq);
     }
 
     #[test]
