@@ -93,13 +93,15 @@ pub fn build_inbound(spec: &PacketSpec, flow: &Flow, ports: (u16, u16), tester: 
                 raw.extend(val.to_be_bytes());
                 raw.extend(flow.ecr_to_live(ecr).to_be_bytes());
             }
+            OptionSpec::Raw(ref bytes) => raw.extend(bytes),
         }
     }
     raw.truncate(40);
     while !raw.len().is_multiple_of(4) {
         raw.push(0);
     }
-    // Only well-formed options reach here (the parser checked them), so this cannot fail.
+    // At most 40 bytes, a multiple of 4, so this cannot fail (a `raw` option may be
+    // malformed on purpose: that is what it is for).
     let _ = h.set_options_raw(&raw);
     let payload = vec![0u8; spec.len as usize];
     h.checksum = h.calc_checksum_ipv4_raw(tester.octets(), us.octets(), &payload).unwrap_or(0);
@@ -229,6 +231,7 @@ pub fn compare(spec: &PacketSpec, actual: &Actual<'_>, flow: &mut Flow, ts_toler
             OptionSpec::Sack(ref b) => sack = b.clone(),
             OptionSpec::Timestamps { val, ecr } => ts = Some((val, ecr)),
             OptionSpec::Nop | OptionSpec::Eol => {}
+            OptionSpec::Raw(_) => return Err("`raw` options can only be sent, not expected".into()),
         }
     }
     if mss != o.mss {

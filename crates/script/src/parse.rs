@@ -64,6 +64,9 @@ pub enum OptionSpec {
         /// TSecr.
         ecr: u32,
     },
+    /// `raw K L B...`: bytes as written, for options the other forms cannot spell (a bad
+    /// length, an unknown kind); only in packets the script sends.
+    Raw(Vec<u8>),
 }
 
 /// A packet line: `S. 0:0(0) ack 1 win 65535 <mss 1460,...>`.
@@ -428,7 +431,16 @@ fn parse_options(body: &str) -> Result<Vec<OptionSpec>, String> {
                 }
                 OptionSpec::Timestamps { val, ecr: number(w.next(), "TS ecr")? }
             }
-            other => return Err(format!("unknown TCP option `{other}` (nop, eol, mss, wscale, sackOK, sack, TS)")),
+            "raw" => {
+                let bytes: Vec<u8> = w.by_ref().map(|b| number(Some(b), "raw")).collect::<Result<_, _>>()?;
+                if bytes.is_empty() {
+                    return Err("`raw` needs the option's bytes (kind, length, ...)".into());
+                }
+                OptionSpec::Raw(bytes)
+            }
+            other => {
+                return Err(format!("unknown TCP option `{other}` (nop, eol, mss, wscale, sackOK, sack, TS, raw)"));
+            }
         };
         if let Some(extra) = w.next() {
             return Err(format!("unexpected `{extra}` in option `{item}`"));
