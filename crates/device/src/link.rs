@@ -745,6 +745,104 @@ mod tests {
         assert_ne!(a.0, c.0);
     }
 
+    /// A bare TCP header from port `src` with `flags` and `payload` bytes of data; the
+    /// acknowledgment number carries `tag`.
+    fn tcp(src: u16, flags: u8, payload: usize, tag: u32) -> Vec<u8> {
+        let mut p = vec![0u8; 20 + payload];
+        p[..2].copy_from_slice(&src.to_be_bytes());
+        p[2..4].copy_from_slice(&80u16.to_be_bytes());
+        p[8..12].copy_from_slice(&tag.to_be_bytes());
+        p[12] = 5 << 4;
+        p[13] = flags;
+        p
+    }
+
+    fn ack_no(p: &[u8]) -> u32 {
+        u32::from_be_bytes(p[8..12].try_into().unwrap())
+    }
+
+    const ACK: u8 = 0x10;
+
+    #[test]
+    fn pure_acks_of_a_flow_are_merged_per_interval() {
+        let config = LinkConfig::default().with_ack_coalescing(Duration::from_micros(250), Framing::Tcp);
+        let mut link = Link::new(config, 1);
+        // Ten pure ACKs 50 us apart from one flow, two from another, one ACK with a FIN.
+        for i in 0..10u32 {
+            link.send(Instant::from_micros(u64::from(i) * 50), &tcp(1000, ACK, 0, i));
+        }
+        link.send(Instant::from_micros(10), &tcp(2000, ACK, 0, 100));
+        link.send(Instant::from_micros(20), &tcp(2000, ACK, 0, 101));
+        link.send(Instant::from_micros(30), &tcp(3000, ACK | 0x01, 0, 200));
+        let mut out = Vec::new();
+        while let Some(t) = link.next_delivery() {
+            while let Some(p) = link.recv(t) {
+                out.push((p.due(), u16::from_be_bytes([p[0], p[1]]), ack_no(&p)));
+            }
+        }
+        let us = |n: u64| Instant::from_micros(1000 + n);
+        assert_eq!(
+            out,
+            [
+                // The FIN passes at once; flow 1000's batches end 250 us after their first.
+                (us(30), 3000, 200),
+                // The sixth arrives as the first batch ends: it begins the next.
+                (us(250), 1000, 4),
+                (us(260), 2000, 101),
+                (us(500), 1000, 9),
+            ]
+        );
+        let stats = link.stats();
+        assert_eq!((stats.acks_merged, stats.delivered, stats.sent), (9, 4, 13));
+        assert_eq!(link.in_flight(), 0);
+    }
+
+    #[test]
+    fn data_lets_a_held_ack_of_its_flow_go_first() {
+        let config = LinkConfig::default().with_ack_coalescing(Duration::from_millis(1), Framing::Tcp);
+        let mut link = Link::new(config, 1);
+        link.send(Instant::ZERO, &tcp(1000, ACK, 0, 1));
+        link.send(Instant::from_micros(100), &tcp(1000, ACK, 10, 2));
+        link.send(Instant::from_micros(200), &tcp(1000, 0x02, 0, 3));
+        let mut got = Vec::new();
+        while let Some(t) = link.next_delivery() {
+            while let Some(p) = link.recv(t) {
+                got.push((p.due(), ack_no(&p)));
+            }
+        }
+        let us = |n: u64| Instant::from_micros(1000 + n);
+        assert_eq!(got, [(us(100), 1), (us(100), 2), (us(200), 3)], "the data segment and the SYN are no pure ACKs");
+    }
+
+    #[test]
+    fn pure_acks_are_found_in_ipv4_ipv6_and_ethernet() {
+        let segment = tcp(1000, ACK, 0, 7);
+        let mut v4 = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
+        v4.extend_from_slice(&segment);
+        let mut v6 = vec![0x60, 0, 0, 0, 0, 20, 6, 64];
+        v6.extend_from_slice(&[0xfe; 32]);
+        v6.extend_from_slice(&segment);
+        let mut frame = vec![0u8; 12];
+        frame.extend_from_slice(&[0x81, 0x00, 0, 1, 0x08, 0x00]);
+        frame.extend_from_slice(&v4);
+        assert_eq!(tcp_flow(&v4, Framing::Ip).map(|f| f.1), Some(true));
+        assert_eq!(tcp_flow(&v6, Framing::Ip).map(|f| f.1), Some(true));
+        assert_eq!(tcp_flow(&frame, Framing::Ethernet).map(|f| f.1), Some(true));
+        assert_ne!(tcp_flow(&v4, Framing::Ip).unwrap().0, tcp_flow(&v6, Framing::Ip).unwrap().0);
+        // A fragment, UDP, a payload, a short packet: no pure ACK.
+        let mut fragment = v4.clone();
+        fragment[6] = 0x20;
+        assert_eq!(tcp_flow(&fragment, Framing::Ip), None);
+        let mut udp = v4.clone();
+        udp[9] = 17;
+        assert_eq!(tcp_flow(&udp, Framing::Ip), None);
+        let mut data = v4.clone();
+        data[3] = 41;
+        data.push(0);
+        assert_eq!(tcp_flow(&data, Framing::Ip).map(|f| f.1), Some(false));
+        assert_eq!(tcp_flow(&v4[..30], Framing::Ip), None);
+    }
+
     #[test]
     #[should_panic(expected = "not a probability")]
     fn rejects_bad_probability() {
