@@ -145,7 +145,7 @@ impl Recovery {
         let mut decision = Decision::default();
         // One RTT sample per ACK that advances SND.UNA, from the send time of the newest
         // segment it newly covers, none if it covers a retransmission (Karn); else the
-        // timed segment's or the timestamp echo's (see `Reliability::sample_rtt`). HyStart++
+        // timed segment's, or after a timeout the echo's (`Reliability::sample_rtt`). HyStart++
         // needs N_RTT_SAMPLE = 8 a round (RFC 9406 4.2), which one per flight never gave.
         let rtt = if ctx.advanced { d.rtt_sample(ctx.now).or(ctx.rtt) } else { ctx.rtt };
         if let Some(rtt) = rtt {

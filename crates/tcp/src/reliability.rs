@@ -176,10 +176,11 @@ impl Reliability {
     ///
     /// For the congestion controller and RACK's minimum, the connection takes a sample on
     /// every ACK that advances SND.UNA (`Recovery::on_ack`, from the scoreboard's send
-    /// times, [`Delivery::rtt_sample`](crate::sent::Delivery::rtt_sample)); this keeps, as
-    /// [`take_rtt_sample`](Self::take_rtt_sample)'s fallback for the ACKs Karn's rule
-    /// leaves without one, the timed sample or else the echo of an ACK that advances SND.UNA
-    /// (RFC 7323 4.1; Linux's `tcp_ack_update_rtt` falls back to `tcp_rtt_tsopt_us` alike).
+    /// times, [`Delivery::rtt_sample`](crate::sent::Delivery::rtt_sample)), this one
+    /// ([`take_rtt_sample`](Self::take_rtt_sample)) standing in where Karn's rule leaves
+    /// that ACK without one. The echo stands in only after a timeout, as before: a
+    /// millisecond echo on every ACK that covers a retransmission would read a LAN's round
+    /// trip as 0 and take RACK's minimum, and its reordering window, with it.
     pub(crate) fn sample_rtt(&mut self, now: Instant, ack: SeqNum, una: SeqNum, echo: Option<Duration>) {
         let sample = match self.rtt_probe {
             Some((end, sent)) if ack.after_eq(end) => {
@@ -192,7 +193,7 @@ impl Reliability {
         if let Some(sample) = sample {
             self.rtt.sample(sample);
         }
-        self.last_rtt_sample = sample.or(echo.filter(|_| ack.after(una)));
+        self.last_rtt_sample = sample;
     }
 
     /// Return when the pacer lets `len` bytes of data out (see [`pacing`]): `now` without
