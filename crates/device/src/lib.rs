@@ -79,7 +79,7 @@ pub use capture::{Capture, Direction, NoteBoard, Recorder};
 pub use device::{ChecksumCaps, Device, DeviceInfo, Sleeper, Waker};
 pub use impair::{DirectionStats, ImpairStats, Impaired, Impairment};
 #[cfg(feature = "sim")]
-pub use link::{Link, LinkConfig, LinkStats, Packet};
+pub use link::{AckCoalescing, Framing, Link, LinkConfig, LinkStats, Packet};
 #[cfg(feature = "sim")]
 pub use memory::{Clock, MAC_A, MAC_B, MemoryDevice, MemoryLink};
 #[cfg(feature = "pcap")]

@@ -1,6 +1,6 @@
 //! A simulated link on virtual time: one direction of a path with propagation delay, an
 //! optional bandwidth cap with a bounded queue, and loss, reordering, duplication and bit
-//! corruption drawn from a seeded RNG.
+//! corruption drawn from a seeded RNG, and optionally ACK coalescing ([`AckCoalescing`]).
 //!
 //! [`Link`] carries opaque packets, so the same model serves the TCP core's two-connection
 //! simulator (`bypass_tcp::sim::Pair`, segments) and the in-memory link between two hosts
@@ -35,7 +35,8 @@ use crate::time::Instant;
 /// How one direction of a simulated path behaves.
 ///
 /// Impairments apply in this order: tail drop at the queue, serialization at `bandwidth`,
-/// `loss`, `duplicate`; then, for each copy on its own, `corrupt` and `reorder`.
+/// `loss`, `duplicate`; then, for each copy on its own, `corrupt` and `reorder`; last, at the
+/// far end, `ack_coalescing`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LinkConfig {
     /// One-way propagation delay, added after serialization.
@@ -55,6 +56,42 @@ pub struct LinkConfig {
     /// Bytes waiting for serialization (the packet on the wire included) beyond which a new packet
     /// is tail-dropped; `usize::MAX` is unbounded. Ignored without `bandwidth`.
     pub queue_limit: usize,
+    /// Merge the pure TCP ACKs of a flow that arrive within an interval (GRO, DOCSIS ACK
+    /// thinning); `None` delivers every packet.
+    pub ack_coalescing: Option<AckCoalescing>,
+}
+
+/// How the packets on a link are framed, so that [`AckCoalescing`] can find the TCP header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// A bare TCP segment, header first (the TCP core's `Pair`).
+    Tcp,
+    /// An IPv4 or IPv6 packet, told apart by the version nibble.
+    Ip,
+    /// An Ethernet II frame (one 802.1Q tag allowed) carrying IPv4 or IPv6 (the in-memory link).
+    Ethernet,
+}
+
+/// ACK coalescing at the receiving end of a link, as a receiver's GRO/LRO or a cable modem's
+/// ACK thinning (DOCSIS) does it: the pure ACKs of one TCP flow that arrive within
+/// `interval` of the first are merged, and only the newest is delivered, at the interval's
+/// end. The ACKs it stands for are gone, so the sender sees one stretch ACK.
+///
+/// A pure ACK here is a TCP segment with ACK set, no payload and none of SYN, FIN or RST
+/// (RFC 9293 3.1); over IPv4 an unfragmented one. Over IPv6 the TCP header must follow the
+/// fixed header (no extension headers); anything else passes untouched. A flow is its
+/// addresses and ports (ports alone under [`Framing::Tcp`]). Any other packet of a flow that
+/// has an ACK held lets that ACK go first, so the flow's order is kept (as GRO flushes on a
+/// packet it cannot merge). Merged ACKs are counted in [`LinkStats::acks_merged`].
+///
+/// Parsing reads a few header bytes in place; held ACKs keep their buffers, with no
+/// allocation per packet once the link's spare buffers are warm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckCoalescing {
+    /// How long after the first ACK of a batch the batch's newest is delivered.
+    pub interval: Duration,
+    /// How the link's packets are framed.
+    pub framing: Framing,
 }
 
 impl Default for LinkConfig {
@@ -69,6 +106,7 @@ impl Default for LinkConfig {
             duplicate: 0.0,
             corrupt: 0.0,
             queue_limit: usize::MAX,
+            ack_coalescing: None,
         }
     }
 }
@@ -109,6 +147,12 @@ impl LinkConfig {
         LinkConfig { queue_limit: bytes, ..self }
     }
 
+    /// Return `self` merging the pure ACKs of a flow that arrive within `interval`, on a link
+    /// of packets framed as `framing` (see [`AckCoalescing`]).
+    pub fn with_ack_coalescing(self, interval: Duration, framing: Framing) -> Self {
+        LinkConfig { ack_coalescing: Some(AckCoalescing { interval, framing }), ..self }
+    }
+
     fn validate(&self) {
         for (name, p) in
             [("loss", self.loss), ("reorder", self.reorder), ("duplicate", self.duplicate), ("corrupt", self.corrupt)]
@@ -140,6 +184,78 @@ pub struct LinkStats {
     pub reordered: u64,
     /// Packets tail-dropped because the queue was full.
     pub queue_dropped: u64,
+    /// Pure ACKs replaced by a newer one of their flow under [`AckCoalescing`], never
+    /// delivered.
+    pub acks_merged: u64,
+}
+
+/// A TCP flow as [`AckCoalescing`] tells them apart: the address bytes (IPv6's, IPv4's or
+/// none) and the ports, zero-filled.
+type FlowKey = [u8; 36];
+
+/// A pure ACK held by [`AckCoalescing`] until `release`.
+#[derive(Debug)]
+struct Held {
+    flow: FlowKey,
+    release: Instant,
+    sent_at: Instant,
+    data: Vec<u8>,
+}
+
+/// Return the flow of `packet` and whether it is a pure ACK, or `None` if it is no TCP
+/// segment `framing` lets us read.
+fn tcp_flow(packet: &[u8], framing: Framing) -> Option<(FlowKey, bool)> {
+    let mut key = [0u8; 36];
+    let ip = match framing {
+        Framing::Tcp => return tcp_part(packet, packet.len(), key, 0),
+        Framing::Ip => packet,
+        Framing::Ethernet => {
+            let mut at = 12;
+            let mut ethertype = u16::from_be_bytes(packet.get(at..at + 2)?.try_into().ok()?);
+            if ethertype == 0x8100 {
+                at += 4;
+                ethertype = u16::from_be_bytes(packet.get(at..at + 2)?.try_into().ok()?);
+            }
+            if ethertype != 0x0800 && ethertype != 0x86dd {
+                return None;
+            }
+            packet.get(at + 2..)?
+        }
+    };
+    match ip.first()? >> 4 {
+        4 => {
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            let total = usize::from(u16::from_be_bytes(ip.get(2..4)?.try_into().ok()?)).min(ip.len());
+            // Protocol TCP, and not a fragment (MF clear, offset zero).
+            if ip.get(9) != Some(&6) || u16::from_be_bytes(ip.get(6..8)?.try_into().ok()?) & 0x3fff != 0 || ihl < 20 {
+                return None;
+            }
+            key[..8].copy_from_slice(ip.get(12..20)?);
+            tcp_part(ip.get(ihl..total)?, total.checked_sub(ihl)?, key, 8)
+        }
+        6 => {
+            let total = (40 + usize::from(u16::from_be_bytes(ip.get(4..6)?.try_into().ok()?))).min(ip.len());
+            if ip.get(6) != Some(&6) {
+                return None;
+            }
+            key[..32].copy_from_slice(ip.get(8..40)?);
+            tcp_part(ip.get(40..total)?, total.checked_sub(40)?, key, 32)
+        }
+        _ => None,
+    }
+}
+
+/// Read the TCP header at the start of `tcp` (`len` bytes of segment): put its ports into
+/// `key` at `at`, and say whether it is a pure ACK (ACK set, none of SYN, FIN, RST, and no
+/// payload).
+fn tcp_part(tcp: &[u8], len: usize, mut key: FlowKey, at: usize) -> Option<(FlowKey, bool)> {
+    let header = tcp.get(..20)?;
+    key[at..at + 4].copy_from_slice(&header[..4]);
+    let data_offset = usize::from(header[12] >> 4) * 4;
+    let flags = header[13];
+    let (ack, syn_fin_rst) = (0x10, 0x07);
+    let pure = flags & ack != 0 && flags & syn_fin_rst == 0 && len == data_offset;
+    Some((key, pure))
 }
 
 /// A packet that came out of a [`Link`]; derefs to its bytes.
@@ -229,6 +345,8 @@ pub struct Link {
     tx_idle_ns: u64,
     stats: LinkStats,
     spare: Vec<Vec<u8>>,
+    /// Pure ACKs held by [`AckCoalescing`], one per flow, in the order their batches began.
+    held: Vec<Held>,
 }
 
 impl Link {
@@ -247,6 +365,7 @@ impl Link {
             tx_idle_ns: 0,
             stats: LinkStats::default(),
             spare: Vec::new(),
+            held: Vec::new(),
         }
     }
 
@@ -270,9 +389,9 @@ impl Link {
         self.stats
     }
 
-    /// Return the number of packets in flight.
+    /// Return the number of packets in flight (held ACKs included).
     pub fn in_flight(&self) -> usize {
-        self.in_flight.len()
+        self.in_flight.len() + self.held.len()
     }
 
     /// Put `packet` on the link at `now`.
@@ -335,12 +454,72 @@ impl Link {
     }
 
     /// Return when the next packet is due, if any is in flight.
+    ///
+    /// Under [`AckCoalescing`] this may be when a pure ACK reaches the far end only to be
+    /// held: [`recv`](Link::recv) then returns nothing, and the next call says when the
+    /// batch is released.
     pub fn next_delivery(&self) -> Option<Instant> {
-        self.in_flight.peek().map(|Reverse(p)| p.due)
+        let held = self.held.iter().map(|h| h.release).min();
+        let queued = self.in_flight.peek().map(|Reverse(p)| p.due);
+        match (held, queued) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Take the next packet due at or before `now`: earliest due first, FIFO among equals.
     pub fn recv(&mut self, now: Instant) -> Option<Packet> {
+        let Some(coalescing) = self.config.ack_coalescing else {
+            return self.pop_due(now);
+        };
+        loop {
+            let release = self.held.iter().enumerate().min_by_key(|(_, h)| h.release).map(|(i, h)| (i, h.release));
+            let queued = self.in_flight.peek().map(|Reverse(p)| p.due).filter(|&due| due <= now);
+            match (release, queued) {
+                (Some((i, at)), queued) if at <= now && queued.is_none_or(|due| at <= due) => {
+                    return Some(self.release(i, at));
+                }
+                (_, Some(due)) => {
+                    let Reverse(p) = self.in_flight.peek()?;
+                    let Some((flow, pure)) = tcp_flow(&p.data, coalescing.framing) else {
+                        return self.pop_due(now);
+                    };
+                    let held = self.held.iter().position(|h| h.flow == flow);
+                    match (pure, held) {
+                        // Another packet of a flow with an ACK held: the ACK goes first.
+                        (false, Some(i)) => return Some(self.release(i, due)),
+                        (false, None) => return self.pop_due(now),
+                        (true, Some(i)) => {
+                            // Within the batch: the newer ACK replaces the held one.
+                            let Reverse(p) = self.in_flight.pop()?;
+                            let old = std::mem::replace(&mut self.held[i].data, p.data);
+                            self.held[i].sent_at = p.sent_at;
+                            self.stats.acks_merged += 1;
+                            self.give_back(old);
+                        }
+                        (true, None) => {
+                            // The first of a batch: held until the interval ends.
+                            let Reverse(p) = self.in_flight.pop()?;
+                            let release = due + coalescing.interval;
+                            self.held.push(Held { flow, release, sent_at: p.sent_at, data: p.data });
+                        }
+                    }
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Deliver the held ACK `i` at `due`.
+    fn release(&mut self, i: usize, due: Instant) -> Packet {
+        let h = self.held.remove(i);
+        self.stats.delivered += 1;
+        self.stats.bytes_delivered += h.data.len() as u64;
+        Packet { data: h.data, sent_at: h.sent_at, due }
+    }
+
+    /// Take the packet at the head of the queue if it is due by `now`.
+    fn pop_due(&mut self, now: Instant) -> Option<Packet> {
         if self.in_flight.peek()?.0.due > now {
             return None;
         }
@@ -350,11 +529,15 @@ impl Link {
         Some(Packet { data: p.data, sent_at: p.sent_at, due: p.due })
     }
 
+    fn give_back(&mut self, data: Vec<u8>) {
+        if self.spare.len() < SPARE_BUFFERS {
+            self.spare.push(data);
+        }
+    }
+
     /// Give a delivered packet's buffer back for reuse.
     pub fn recycle(&mut self, packet: Packet) {
-        if self.spare.len() < SPARE_BUFFERS {
-            self.spare.push(packet.data);
-        }
+        self.give_back(packet.data);
     }
 }
 
@@ -560,6 +743,104 @@ mod tests {
         assert_eq!(a, b);
         let c = run(config, 1235, 5_000);
         assert_ne!(a.0, c.0);
+    }
+
+    /// A bare TCP header from port `src` with `flags` and `payload` bytes of data; the
+    /// acknowledgment number carries `tag`.
+    fn tcp(src: u16, flags: u8, payload: usize, tag: u32) -> Vec<u8> {
+        let mut p = vec![0u8; 20 + payload];
+        p[..2].copy_from_slice(&src.to_be_bytes());
+        p[2..4].copy_from_slice(&80u16.to_be_bytes());
+        p[8..12].copy_from_slice(&tag.to_be_bytes());
+        p[12] = 5 << 4;
+        p[13] = flags;
+        p
+    }
+
+    fn ack_no(p: &[u8]) -> u32 {
+        u32::from_be_bytes(p[8..12].try_into().unwrap())
+    }
+
+    const ACK: u8 = 0x10;
+
+    #[test]
+    fn pure_acks_of_a_flow_are_merged_per_interval() {
+        let config = LinkConfig::default().with_ack_coalescing(Duration::from_micros(250), Framing::Tcp);
+        let mut link = Link::new(config, 1);
+        // Ten pure ACKs 50 us apart from one flow, two from another, one ACK with a FIN.
+        for i in 0..10u32 {
+            link.send(Instant::from_micros(u64::from(i) * 50), &tcp(1000, ACK, 0, i));
+        }
+        link.send(Instant::from_micros(10), &tcp(2000, ACK, 0, 100));
+        link.send(Instant::from_micros(20), &tcp(2000, ACK, 0, 101));
+        link.send(Instant::from_micros(30), &tcp(3000, ACK | 0x01, 0, 200));
+        let mut out = Vec::new();
+        while let Some(t) = link.next_delivery() {
+            while let Some(p) = link.recv(t) {
+                out.push((p.due(), u16::from_be_bytes([p[0], p[1]]), ack_no(&p)));
+            }
+        }
+        let us = |n: u64| Instant::from_micros(1000 + n);
+        assert_eq!(
+            out,
+            [
+                // The FIN passes at once; flow 1000's batches end 250 us after their first.
+                (us(30), 3000, 200),
+                // The sixth arrives as the first batch ends: it begins the next.
+                (us(250), 1000, 4),
+                (us(260), 2000, 101),
+                (us(500), 1000, 9),
+            ]
+        );
+        let stats = link.stats();
+        assert_eq!((stats.acks_merged, stats.delivered, stats.sent), (9, 4, 13));
+        assert_eq!(link.in_flight(), 0);
+    }
+
+    #[test]
+    fn data_lets_a_held_ack_of_its_flow_go_first() {
+        let config = LinkConfig::default().with_ack_coalescing(Duration::from_millis(1), Framing::Tcp);
+        let mut link = Link::new(config, 1);
+        link.send(Instant::ZERO, &tcp(1000, ACK, 0, 1));
+        link.send(Instant::from_micros(100), &tcp(1000, ACK, 10, 2));
+        link.send(Instant::from_micros(200), &tcp(1000, 0x02, 0, 3));
+        let mut got = Vec::new();
+        while let Some(t) = link.next_delivery() {
+            while let Some(p) = link.recv(t) {
+                got.push((p.due(), ack_no(&p)));
+            }
+        }
+        let us = |n: u64| Instant::from_micros(1000 + n);
+        assert_eq!(got, [(us(100), 1), (us(100), 2), (us(200), 3)], "the data segment and the SYN are no pure ACKs");
+    }
+
+    #[test]
+    fn pure_acks_are_found_in_ipv4_ipv6_and_ethernet() {
+        let segment = tcp(1000, ACK, 0, 7);
+        let mut v4 = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
+        v4.extend_from_slice(&segment);
+        let mut v6 = vec![0x60, 0, 0, 0, 0, 20, 6, 64];
+        v6.extend_from_slice(&[0xfe; 32]);
+        v6.extend_from_slice(&segment);
+        let mut frame = vec![0u8; 12];
+        frame.extend_from_slice(&[0x81, 0x00, 0, 1, 0x08, 0x00]);
+        frame.extend_from_slice(&v4);
+        assert_eq!(tcp_flow(&v4, Framing::Ip).map(|f| f.1), Some(true));
+        assert_eq!(tcp_flow(&v6, Framing::Ip).map(|f| f.1), Some(true));
+        assert_eq!(tcp_flow(&frame, Framing::Ethernet).map(|f| f.1), Some(true));
+        assert_ne!(tcp_flow(&v4, Framing::Ip).unwrap().0, tcp_flow(&v6, Framing::Ip).unwrap().0);
+        // A fragment, UDP, a payload, a short packet: no pure ACK.
+        let mut fragment = v4.clone();
+        fragment[6] = 0x20;
+        assert_eq!(tcp_flow(&fragment, Framing::Ip), None);
+        let mut udp = v4.clone();
+        udp[9] = 17;
+        assert_eq!(tcp_flow(&udp, Framing::Ip), None);
+        let mut data = v4.clone();
+        data[3] = 41;
+        data.push(0);
+        assert_eq!(tcp_flow(&data, Framing::Ip).map(|f| f.1), Some(false));
+        assert_eq!(tcp_flow(&v4[..30], Framing::Ip), None);
     }
 
     #[test]

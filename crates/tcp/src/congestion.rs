@@ -6,9 +6,14 @@
 //! `recovery.rs`; see `controller.rs` for the calls a controller answers.
 //!
 //! Window growth:
-//! - Slow start (cwnd < ssthresh): cwnd += min(delivered, L) with L = 2 * SMSS (RFC 3465
-//!   section 2.2), or L = SMSS in the slow start that follows a retransmission timeout
-//!   (RFC 3465 section 2.3), where one ACK may cover data sent before the timeout.
+//! - Slow start (cwnd < ssthresh): cwnd = min(cwnd + delivered, ssthresh), every byte the
+//!   ACK newly covers, as Linux's `tcp_slow_start` does; what takes cwnd past ssthresh counts
+//!   in congestion avoidance. RFC 3465 section 2.2 caps the growth at L = 2 SMSS per ACK,
+//!   which throttles slow start wherever ACKs are coalesced (GRO, LRO, ACK thinning: one ACK
+//!   for tens of segments); Linux has no such cap, nor the L = SMSS of RFC 3465 section 2.3
+//!   after a timeout (`tcp_cong_avoid` runs in the Loss state too), and neither has this.
+//!   The cap at ssthresh bounds the burst an ACK covering data sent before a timeout may
+//!   release.
 //! - Congestion avoidance (cwnd >= ssthresh): byte counting, the way RFC 5681 section 3.1
 //!   recommends (RFC 3465 section 2.1): delivered bytes accumulate in `bytes_acked`; when
 //!   they reach cwnd, cwnd grows by one SMSS and `bytes_acked` drops by cwnd. This gives one
@@ -37,8 +42,6 @@ pub struct NewReno {
     /// Whether the timer fired and nothing was delivered since (RFC 5681 section 3.1:
     /// ssthresh is only reduced on the first timeout of a segment).
     timer_retransmitting: bool,
-    /// Whether this slow start follows a timeout (RFC 3465 section 2.3: L = SMSS).
-    slow_start_after_rto: bool,
     /// cwnd and ssthresh before the last reduction, to restore if it was needless.
     before_reduction: Option<(u32, u32)>,
 }
@@ -58,7 +61,6 @@ impl NewReno {
             delivered_any: false,
             syn_lost: false,
             timer_retransmitting: false,
-            slow_start_after_rto: false,
             before_reduction: None,
         }
     }
@@ -94,14 +96,17 @@ impl Controller for NewReno {
         if ack.app_limited {
             return;
         }
+        let mut delivered = ack.delivered;
         if self.cwnd < self.ssthresh {
-            // Slow start, RFC 5681 section 3.1 eq. 2 with RFC 3465 byte counting.
-            let limit = if self.slow_start_after_rto { self.smss } else { self.smss.saturating_mul(2) };
-            self.cwnd = self.cwnd.saturating_add(ack.delivered.min(limit));
-        } else {
+            // Slow start, RFC 5681 section 3.1, crediting every byte the ACK covers up to
+            // ssthresh; the rest goes to congestion avoidance (Linux's tcp_slow_start).
+            let grown = self.cwnd.saturating_add(delivered).min(self.ssthresh);
+            delivered -= grown - self.cwnd;
+            self.cwnd = grown;
+        }
+        if delivered > 0 {
             // Congestion avoidance, RFC 3465 section 2.1.
-            self.slow_start_after_rto = false;
-            self.bytes_acked = self.bytes_acked.saturating_add(ack.delivered);
+            self.bytes_acked = self.bytes_acked.saturating_add(delivered);
             if self.bytes_acked >= self.cwnd {
                 self.bytes_acked -= self.cwnd;
                 self.cwnd = self.cwnd.saturating_add(self.smss);
@@ -113,7 +118,6 @@ impl Controller for NewReno {
         self.before_reduction = Some((self.cwnd, self.ssthresh));
         self.ssthresh = self.loss_ssthresh(in_flight);
         self.bytes_acked = 0;
-        self.slow_start_after_rto = false;
         self.ssthresh
     }
 
@@ -134,7 +138,6 @@ impl Controller for NewReno {
         self.cwnd = self.smss;
         self.bytes_acked = 0;
         self.timer_retransmitting = true;
-        self.slow_start_after_rto = true;
     }
 
     fn on_syn_timeout(&mut self) {
@@ -154,7 +157,6 @@ impl Controller for NewReno {
             self.cwnd = self.cwnd.max(cwnd);
             self.ssthresh = ssthresh;
             self.timer_retransmitting = false;
-            self.slow_start_after_rto = false;
         }
     }
 
@@ -282,12 +284,19 @@ mod tests {
     }
 
     #[test]
-    fn slow_start_counts_bytes_up_to_two_smss() {
+    fn slow_start_credits_every_byte_up_to_ssthresh() {
         let mut cc = NewReno::new(SMSS);
         let iw = cc.cwnd();
         cc.on_ack(&ack(500));
         cc.on_ack(&ack(5000));
-        assert_eq!(cc.cwnd(), iw + 500 + 2 * SMSS);
+        assert_eq!(cc.cwnd(), iw + 500 + 5000, "a stretch ACK credits all it covers (Linux's tcp_slow_start)");
+        // Up to ssthresh; the rest counts in congestion avoidance.
+        cc.on_loss(Instant::ZERO, 40 * SMSS);
+        cc.on_recovery_end(Instant::ZERO);
+        cc.on_rto(Instant::ZERO, 40 * SMSS);
+        assert_eq!((cc.cwnd(), cc.ssthresh()), (SMSS, 20 * SMSS));
+        cc.on_ack(&ack(25 * SMSS));
+        assert_eq!((cc.cwnd(), cc.bytes_acked), (20 * SMSS, 6 * SMSS));
     }
 
     #[test]
@@ -328,9 +337,10 @@ mod tests {
         assert_eq!((cc.cwnd(), cc.ssthresh()), (SMSS, 10 * SMSS));
         cc.on_rto(Instant::ZERO, SMSS);
         assert_eq!(cc.ssthresh(), 10 * SMSS, "the same segment timed out again");
-        // Slow start after a timeout counts one SMSS per ACK (RFC 3465 2.3).
+        // Slow start after a timeout credits the whole ACK too, as Linux (not RFC 3465 2.3's
+        // L = SMSS).
         cc.on_ack(&ack(3 * SMSS));
-        assert_eq!(cc.cwnd(), 2 * SMSS);
+        assert_eq!(cc.cwnd(), 4 * SMSS);
         cc.on_rto(Instant::ZERO, 4 * SMSS);
         assert_eq!(cc.ssthresh(), 2 * SMSS, "delivery in between starts a new series");
     }

@@ -49,7 +49,11 @@ pub struct AckInfo {
     pub delivered: u32,
     /// Bytes in flight before this ACK.
     pub in_flight: u32,
-    /// The RTT sample this ACK gave, if any.
+    /// The RTT sample this ACK gave, if any: one per ACK that advances SND.UNA, the age of
+    /// the newest segment it newly acknowledges, none if it covers a retransmission (Karn,
+    /// RFC 6298 section 3), else after a timeout the timestamp echo (RFC 7323 4.1); as Linux passes
+    /// `ca_rtt_us` to its congestion control (`tcp_clean_rtx_queue`). HyStart++ needs
+    /// several a round (RFC 9406 4.2).
     pub rtt: Option<Duration>,
     /// The smallest RTT seen on the connection, if any.
     pub min_rtt: Option<Duration>,

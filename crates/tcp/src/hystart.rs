@@ -5,14 +5,27 @@
 //! ACK of its initial slow start, how much of the ACK to turn into growth and whether to
 //! move on to congestion avoidance ([`HyStartAck`]). The phases of RFC 9406 section 4.2:
 //!
-//! - **Slow start**: cwnd grows by the bytes delivered (capped by the controller's L). Per
-//!   round, the smallest RTT sample is kept; once a round has N_RTT_SAMPLE samples and its
+//! - **Slow start**: cwnd grows by the bytes delivered (no L: every byte, as Linux's
+//!   `tcp_slow_start`; see `cubic.rs`). Per round, the smallest RTT sample is kept; once a round has N_RTT_SAMPLE samples and its
 //!   minimum is at least `RttThresh` above the last round's, slow start gives way to
 //!   Conservative Slow Start with that minimum as the baseline.
 //! - **Conservative Slow Start (CSS)**: growth is divided by CSS_GROWTH_DIVISOR. If a round's
 //!   minimum falls below the baseline again (N_RTT_SAMPLE samples seen), the exit was
 //!   spurious and slow start resumes. After CSS_ROUNDS rounds (the one CSS began in counts),
 //!   the controller enters congestion avoidance with ssthresh = cwnd.
+//!
+//! # Samples
+//!
+//! The connection gives one RTT sample per ACK that advances SND.UNA: the age of the newest
+//! segment it newly acknowledges, none if that ACK covers a retransmission (Karn)
+//! (`Recovery::on_ack`). One per flight, as the RFC 6298 estimator takes
+//! them, would never reach N_RTT_SAMPLE in a round, and HyStart++ would never fire.
+//!
+//! What a round's samples see lags a round behind: its first ACKs acknowledge the first
+//! segments of the round before, sent when the queue held what the round before that had
+//! left (cwnd/2 - BDP). So the exit comes once cwnd/2 exceeds the BDP by RttThresh's worth
+//! of queue, and CSS then grows cwnd 1.25x a round for CSS_ROUNDS rounds (about 3x): a
+//! queue shallower than that overflows during CSS (`tests/slow_start.rs` measures one).
 //!
 //! # Rounds
 //!
@@ -57,7 +70,7 @@ enum Phase {
 /// What HyStart++ makes of one ACK in the initial slow start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct HyStartAck {
-    /// Divide this ACK's slow-start growth, min(N, L), by this: 1 in slow start,
+    /// Divide this ACK's slow-start growth, N, by this: 1 in slow start,
     /// [`CSS_GROWTH_DIVISOR`] in CSS.
     pub(crate) growth_divisor: u32,
     /// CSS_ROUNDS rounds of CSS are complete: once this ACK's growth is applied, set

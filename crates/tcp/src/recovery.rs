@@ -165,7 +165,12 @@ impl Recovery {
         cc: &mut CongestionControl,
     ) -> Decision {
         let mut decision = Decision::default();
-        if let Some(rtt) = ctx.rtt {
+        // One RTT sample per ACK that advances SND.UNA, from the send time of the newest
+        // segment it newly covers, none if it covers a retransmission (Karn); else the
+        // timed segment's, or after a timeout the echo's (`Reliability::sample_rtt`). HyStart++
+        // needs N_RTT_SAMPLE = 8 a round (RFC 9406 4.2), which one per flight never gave.
+        let rtt = if ctx.advanced { d.rtt_sample(ctx.now).or(ctx.rtt) } else { ctx.rtt };
+        if let Some(rtt) = rtt {
             self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
         }
         self.srtt = ctx.srtt;
@@ -275,7 +280,7 @@ impl Recovery {
                 now: ctx.now,
                 delivered: d.delivered,
                 in_flight: ctx.flight_before,
-                rtt: ctx.rtt,
+                rtt,
                 min_rtt: self.min_rtt,
                 app_limited: d.app_limited || !ctx.cwnd_limited,
             });

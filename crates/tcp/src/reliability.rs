@@ -26,7 +26,8 @@ pub(crate) struct Reliability {
     pub cc: CongestionControl,
     /// Loss detection and recovery (RACK-TLP, duplicate ACKs, PRR).
     pub recovery: Recovery,
-    /// The RTT sample the ACK being processed gave, for the controller.
+    /// The RTT sample the ACK being processed gave (the timed segment's, else the timestamp
+    /// echo), for the controller where the scoreboard gives none.
     last_rtt_sample: Option<Duration>,
     /// Consecutive retransmission timeouts without progress.
     rto_count: u32,
@@ -163,8 +164,8 @@ impl Reliability {
 
     /// Take the RTT sample an ACK of `ack` gives, with SND.UNA at `una` before it (RFC 6298
     /// 2-3, Karn's rule): the timed segment's age by the host's clock once its ACK comes.
-    /// One sample per timed flight, so that RFC 6298's gains keep their meaning (RFC 7323
-    /// Appendix G).
+    /// One sample per timed flight feeds the RFC 6298 estimator, so that its gains keep
+    /// their meaning (RFC 7323 Appendix G) and the RTO behaves as before.
     ///
     /// The sample is the age by the host's clock (microseconds): our timestamps tick in
     /// milliseconds, too coarse for a LAN, where a millisecond clock reads every round trip
@@ -172,6 +173,14 @@ impl Reliability {
     /// times, `tcp_ack_update_rtt`). The timestamp echo `echo` (RTTM, RFC 7323 4.1) times
     /// what Karn's rule cannot: the ACK of a retransmission after a timeout, whose echo
     /// says which transmission it answers.
+    ///
+    /// For the congestion controller and RACK's minimum, the connection takes a sample on
+    /// every ACK that advances SND.UNA (`Recovery::on_ack`, from the scoreboard's send
+    /// times, [`Delivery::rtt_sample`](crate::sent::Delivery::rtt_sample)), this one
+    /// ([`take_rtt_sample`](Self::take_rtt_sample)) standing in where Karn's rule leaves
+    /// that ACK without one. The echo stands in only after a timeout, as before: a
+    /// millisecond echo on every ACK that covers a retransmission would read a LAN's round
+    /// trip as 0 and take RACK's minimum, and its reordering window, with it.
     pub(crate) fn sample_rtt(&mut self, now: Instant, ack: SeqNum, una: SeqNum, echo: Option<Duration>) {
         let sample = match self.rtt_probe {
             Some((end, sent)) if ack.after_eq(end) => {
@@ -183,8 +192,8 @@ impl Reliability {
         };
         if let Some(sample) = sample {
             self.rtt.sample(sample);
-            self.last_rtt_sample = Some(sample);
         }
+        self.last_rtt_sample = sample;
     }
 
     /// Return when the pacer lets `len` bytes of data out (see [`pacing`]): `now` without

@@ -67,6 +67,13 @@ pub(crate) struct Delivery {
     pub newest: Option<(Instant, SeqNum)>,
     /// The same over every newly delivered segment, retransmitted ones too.
     pub newest_any: Option<(Instant, SeqNum)>,
+    /// The latest send time among the segments the cumulative ACK newly covers that were
+    /// not SACKed before, and whether any of those was sent more than once: Linux's
+    /// `last_ackt` and `FLAG_RETRANS_DATA_ACKED` in `tcp_clean_rtx_queue`, from which the
+    /// per-ACK RTT sample comes ([`Delivery::rtt_sample`]).
+    pub cumulative_newest: Option<Instant>,
+    /// A segment the cumulative ACK newly covers (not SACKed before) was retransmitted.
+    pub cumulative_retransmitted: bool,
     /// A newly delivered segment lay below one delivered before (RFC 8985 6.2: reordering).
     pub reordered: bool,
     /// Every newly delivered segment was sent while application-limited.
@@ -89,6 +96,22 @@ fn note_resent(seg: &Sent, d: &mut Delivery) {
             at.min(seg.sent_at),
         ),
     });
+}
+
+impl Delivery {
+    /// Return the RTT sample of an ACK that arrived at `now`: the age of the newest segment
+    /// its cumulative advance newly acknowledges, unless that advance covers a segment sent
+    /// more than once (Karn's rule, RFC 6298 section 3; the ACK may answer either copy).
+    /// One sample per ACK that advances SND.UNA, as Linux takes it (`tcp_clean_rtx_queue`'s
+    /// `ca_rtt_us` from `last_ackt`, passed to `tcp_ack_update_rtt` and the congestion
+    /// control's `pkts_acked`); RFC 6298 section 3 and RFC 9406 section 4.2 allow a sample
+    /// per ACK. Segments SACKed before are not counted: they left the network earlier.
+    pub fn rtt_sample(&self, now: Instant) -> Option<std::time::Duration> {
+        if self.cumulative_retransmitted {
+            return None;
+        }
+        self.cumulative_newest.map(|sent| now.saturating_duration_since(sent))
+    }
 }
 
 /// The records of the segments in flight, in sequence order.
@@ -293,6 +316,8 @@ impl SentQueue {
                 d.delivered += len;
                 self.note_delivered(&front, &mut d);
                 any = true;
+                d.cumulative_retransmitted |= front.retransmitted;
+                d.cumulative_newest = Some(d.cumulative_newest.map_or(front.sent_at, |t| t.max(front.sent_at)));
             }
         }
         // SACK blocks (RFC 2018 section 3, RFC 6675 section 4): a block below the

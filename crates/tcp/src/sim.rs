@@ -49,7 +49,7 @@ use crate::wire::Segment;
 
 /// The simulated link, re-exported from bypass-device (whose `MemoryLink` runs on it too), so
 /// that `bypass_tcp::sim::{Link, LinkConfig, ...}` keep working.
-pub use bypass_device::link::{Link, LinkConfig, LinkStats, Packet};
+pub use bypass_device::link::{AckCoalescing, Framing, Link, LinkConfig, LinkStats, Packet};
 /// Seed mixing, re-exported from bypass-device.
 pub use bypass_device::mix;
 

@@ -99,6 +99,7 @@ fn lossy() -> LinkConfig {
         duplicate: 0.01,
         corrupt: 0.001,
         queue_limit: usize::MAX,
+        ack_coalescing: None,
     }
 }
 
