@@ -280,6 +280,19 @@ impl SentQueue {
         marked
     }
 
+    /// Return every record marked lost and not resent since to the flight: a timeout proved
+    /// spurious, so what it marked was not lost (Linux's `tcp_undo_cwnd_reduction` with
+    /// `unmark_loss`, from `tcp_try_undo_loss`). Resent records stay as they are.
+    pub fn unmark_lost(&mut self) {
+        for seg in self.segs.iter_mut() {
+            if seg.mark == Mark::Lost {
+                seg.mark = Mark::InFlight;
+                self.in_flight += seg.len();
+                self.lost -= seg.len();
+            }
+        }
+    }
+
     /// Return the number of records.
     pub fn len(&self) -> usize {
         self.segs.len()

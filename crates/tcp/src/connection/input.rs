@@ -482,6 +482,7 @@ impl Connection {
             smss,
             rtt: self.rel.take_rtt_sample(),
             srtt: self.rel.rtt.srtt(),
+            tsecr: self.ts.seg_tsecr(),
         };
         let decision = self.rel.recovery.on_ack(&ctx, &delivery, &mut self.snd.sent, &mut self.rel.cc);
         if decision.entered_recovery {
