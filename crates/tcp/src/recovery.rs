@@ -123,6 +123,12 @@ pub(crate) struct Recovery {
     /// began whose first retransmission is still to go.
     eifel: Option<(u32, SeqNum)>,
     eifel_armed: bool,
+    /// F-RTO (RFC 5682) after the last timeout: still deciding whether it was spurious;
+    /// SND.MAX when the decision's step began (Linux's `tp->frto` and `high_seq`); and
+    /// step 2b's hold, until the next ACK: send new data, not retransmissions.
+    frto: bool,
+    frto_high: SeqNum,
+    frto_hold: bool,
 }
 
 /// What the connection knows when it hands an ACK to [`Recovery::on_ack`].
@@ -149,6 +155,9 @@ pub(crate) struct AckContext {
     pub cwnd_limited: bool,
     /// The ACK's TSecr, where timestamps are in use (Eifel, RFC 3522).
     pub tsecr: Option<u32>,
+    /// Data never sent is waiting and the peer's window has room beyond SND.MAX (F-RTO's
+    /// step 2b, RFC 5682).
+    pub can_send_new: bool,
 }
 
 impl Recovery {
@@ -218,6 +227,7 @@ impl Recovery {
         // reduction echoes a timestamp older than that retransmission's, so it answers the
         // original: the retransmission was needless, and so was the reduction.
         decision.undone |= self.eifel_detect(ctx, sent, cc);
+        decision.undone |= self.frto_on_ack(ctx, d, sent, cc);
 
         // Without SACK, no D-SACK says a resend was needless, but its timing can: an ACK
         // for it sooner than min_RTT after it was sent was the original's (RFC 8985 6.2
@@ -422,9 +432,79 @@ impl Recovery {
     /// `tcp_packet_delayed`).
     fn eifel_says_delayed(&self, ctx: &AckContext) -> bool {
         let Some((stamp, seq)) = self.eifel else { return false };
-        ctx.advanced
-            && ctx.snd_una.after(seq)
-            && ctx.tsecr.is_some_and(|ecr| crate::timestamps::older(ecr, stamp))
+        ctx.advanced && ctx.snd_una.after(seq) && ctx.tsecr.is_some_and(|ecr| crate::timestamps::older(ecr, stamp))
+    }
+
+    /// Undo a timeout found spurious: its marks are returned, so the sender goes on with new
+    /// data (RFC 4015 section 4; Linux's `tcp_try_undo_loss`, `tcp_undo_cwnd_reduction`
+    /// with `unmark_loss`), the window is restored, and no further undo of it follows.
+    fn undo_timeout(&mut self, now: Instant, sent: &mut SentQueue, cc: &mut CongestionControl) {
+        sent.unmark_lost();
+        self.undo_possible = false;
+        self.undo_ranges.clear();
+        self.recovery_point = None;
+        self.rto_point = None;
+        self.dup_acks = 0;
+        self.frto = false;
+        self.frto_hold = false;
+        self.eifel = None;
+        cc.on_spurious(now);
+    }
+
+    /// F-RTO (RFC 5682 section 2, with the SACK variant's use of SACKs in step 3a, section
+    /// 3; Linux's `tcp_process_loss`): after a timeout and its one retransmission, the
+    /// first ACK that advances SND.UNA short of what was sent (step 2b) lets new data go
+    /// instead of more retransmissions, if there is any and the peer's window takes it;
+    /// otherwise, or on a duplicate ACK (step 2a), conventional recovery goes on. The next
+    /// ACK that cumulatively acknowledges data sent only once shows the originals were
+    /// delivered: the timeout was spurious, and it is undone (step 3b; Linux's
+    /// `tcp_try_undo_loss(sk, true)` on `FLAG_ORIG_SACK_ACKED`, with the full restore Linux
+    /// makes rather than RFC 5682's halving). A duplicate ACK, a SACK or an advance over
+    /// resends only says the loss was real (step 3a). Decided once per timeout series;
+    /// Linux also undoes on step 2's ACK when it covers originals, which we leave to step 3
+    /// as RFC 5682 does. Return whether the timeout was undone.
+    fn frto_on_ack(
+        &mut self,
+        ctx: &AckContext,
+        d: &Delivery,
+        sent: &mut SentQueue,
+        cc: &mut CongestionControl,
+    ) -> bool {
+        self.frto_hold = false;
+        let Some(point) = self.rto_point else {
+            self.frto = false;
+            return false;
+        };
+        if !self.frto || !self.undo_possible {
+            self.frto = false;
+            return false;
+        }
+        if ctx.snd_max.after(self.frto_high) {
+            // Step 3: new data went after step 2b.
+            if ctx.advanced && d.cumulative_original && !ctx.duplicate {
+                self.undo_timeout(ctx.now, sent, cc);
+                return true;
+            }
+            if ctx.advanced || ctx.duplicate || d.sacked > 0 {
+                self.frto = false;
+            }
+        } else if ctx.advanced {
+            // Step 2: the whole window acknowledged ends it (2a), as does nothing new to send.
+            if !ctx.snd_una.before(point) || !ctx.can_send_new {
+                self.frto = false;
+            } else {
+                self.frto_high = ctx.snd_max;
+                self.frto_hold = true;
+            }
+        } else if ctx.duplicate || d.sacked > 0 {
+            self.frto = false;
+        }
+        false
+    }
+
+    /// Return whether F-RTO's step 2b holds retransmissions back, for new data (RFC 5682).
+    pub fn frto_holds(&self) -> bool {
+        self.frto_hold
     }
 
     /// Eifel's detection (RFC 3522 section 3.2), decided once per reduction, on the first
@@ -454,7 +534,8 @@ impl Recovery {
             return false;
         }
         if self.rto_point.is_some() {
-            sent.unmark_lost();
+            self.undo_timeout(ctx.now, sent, cc);
+            return true;
         } else if !ctx.sack && self.in_recovery() {
             self.reordering_seen = true;
             self.reordering = self.reordering.max((self.dup_acks + 1).min(MAX_REORDERING));
@@ -529,6 +610,11 @@ impl Recovery {
         sent.mark_all_lost();
         cc.on_rto(now, flight);
         // A series of timeouts is one reduction (RFC 5681 3.1): count its resends together.
+        // F-RTO (RFC 5682) unless the timeout ends a fast recovery (Linux's `tcp_enter_loss`:
+        // `new_recovery || icsk_retransmits`) or a fall of the path MTU is being repaired.
+        self.frto = (!self.in_recovery() || self.rto_point.is_some()) && self.mtu_point.is_none();
+        self.frto_high = snd_max;
+        self.frto_hold = false;
         if self.rto_point.is_none() {
             self.undo_ranges.clear();
             self.eifel = None;
@@ -682,6 +768,7 @@ mod tests {
             srtt: Some(Duration::from_millis(10)),
             cwnd_limited: true,
             tsecr: None,
+            can_send_new: false,
         }
     }
 
@@ -871,5 +958,58 @@ mod tests {
         let d = sent.on_ack(SeqNum(4000), &[]);
         let ctx = AckContext { tsecr: Some(1), ..ack(Instant::from_millis(401), 4000, 5000) };
         assert!(!r.on_ack(&ctx, &d, &mut sent, &mut cc).undone);
+    }
+
+    /// A timeout at 200 ms with 1000..5000 in flight and the first segment resent, without
+    /// timestamps; then the first ACK, of the resend, advances SND.UNA to 2000.
+    fn frto_step_2(can_send_new: bool) -> (Recovery, SentQueue, CongestionControl, u32) {
+        let (mut r, mut sent) = (Recovery::default(), SentQueue::default());
+        let mut cc = CongestionControl::new(Algorithm::Cubic, 1000);
+        for k in 1..5 {
+            sent.push(SeqNum(k * 1000), SeqNum(k * 1000 + 1000), Instant::ZERO, false);
+        }
+        let before = cc.ssthresh();
+        let t = Instant::from_millis(200);
+        r.on_rto(t, SeqNum(5000), 4000, &mut sent, &mut cc);
+        sent.resent(SeqNum(1000), 1000, t);
+        r.on_sent(SeqNum(1000), 1000, true, None);
+        let d = sent.on_ack(SeqNum(2000), &[]);
+        let ctx = AckContext { can_send_new, ..ack(Instant::from_millis(300), 2000, 5000) };
+        assert!(!r.on_ack(&ctx, &d, &mut sent, &mut cc).undone);
+        (r, sent, cc, before)
+    }
+
+    #[test]
+    fn frto_undoes_a_timeout_when_originals_are_acknowledged_after_new_data() {
+        // Step 2b: new data instead of retransmissions; step 3b: the next ACK covers
+        // 2000..3000, sent once: the originals arrived, the timeout was spurious.
+        let (mut r, mut sent, mut cc, before) = frto_step_2(true);
+        assert!(r.frto_holds(), "step 2b: new data goes first");
+        sent.push(SeqNum(5000), SeqNum(6000), Instant::from_millis(300), false);
+        r.on_sent(SeqNum(5000), 1000, false, None);
+        let d = sent.on_ack(SeqNum(3000), &[]);
+        assert!(r.on_ack(&ack(Instant::from_millis(301), 3000, 6000), &d, &mut sent, &mut cc).undone);
+        assert_eq!(cc.ssthresh(), before);
+        assert_eq!(sent.lost(), 0);
+        assert!(!r.frto_holds());
+    }
+
+    #[test]
+    fn frto_falls_back_without_new_data_or_on_a_duplicate() {
+        // Nothing new to send (the application or the peer's window): conventional
+        // recovery at once (Linux's tcp_process_loss clears tp->frto).
+        let (mut r, mut sent, mut cc, before) = frto_step_2(false);
+        assert!(!r.frto_holds());
+        let d = sent.on_ack(SeqNum(3000), &[]);
+        assert!(!r.on_ack(&ack(Instant::from_millis(301), 3000, 5000), &d, &mut sent, &mut cc).undone);
+        assert_ne!(cc.ssthresh(), before);
+        // New data went, and a duplicate ACK came: the loss was real (step 3a).
+        let (mut r, mut sent, mut cc, before) = frto_step_2(true);
+        sent.push(SeqNum(5000), SeqNum(6000), Instant::from_millis(300), false);
+        let dup = AckContext { advanced: false, duplicate: true, ..ack(Instant::from_millis(301), 2000, 6000) };
+        assert!(!r.on_ack(&dup, &Delivery::default(), &mut sent, &mut cc).undone);
+        let d = sent.on_ack(SeqNum(3000), &[]);
+        assert!(!r.on_ack(&ack(Instant::from_millis(302), 3000, 6000), &d, &mut sent, &mut cc).undone);
+        assert_ne!(cc.ssthresh(), before);
     }
 }

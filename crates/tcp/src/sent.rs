@@ -74,6 +74,9 @@ pub(crate) struct Delivery {
     pub cumulative_newest: Option<Instant>,
     /// A segment the cumulative ACK newly covers (not SACKed before) was retransmitted.
     pub cumulative_retransmitted: bool,
+    /// A segment the cumulative ACK newly covers (not SACKed before) was sent only once
+    /// (Linux's `FLAG_ORIG_SACK_ACKED` from `tcp_clean_rtx_queue`, for F-RTO).
+    pub cumulative_original: bool,
     /// A newly delivered segment lay below one delivered before (RFC 8985 6.2: reordering).
     pub reordered: bool,
     /// Every newly delivered segment was sent while application-limited.
@@ -330,6 +333,7 @@ impl SentQueue {
                 self.note_delivered(&front, &mut d);
                 any = true;
                 d.cumulative_retransmitted |= front.retransmitted;
+                d.cumulative_original |= !front.retransmitted;
                 d.cumulative_newest = Some(d.cumulative_newest.map_or(front.sent_at, |t| t.max(front.sent_at)));
             }
         }
