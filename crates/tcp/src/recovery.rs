@@ -435,10 +435,13 @@ impl Recovery {
         ctx.advanced && ctx.snd_una.after(seq) && ctx.tsecr.is_some_and(|ecr| crate::timestamps::older(ecr, stamp))
     }
 
-    /// Undo a timeout found spurious: its marks are returned, so the sender goes on with new
-    /// data (RFC 4015 section 4; Linux's `tcp_try_undo_loss`, `tcp_undo_cwnd_reduction`
-    /// with `unmark_loss`), the window is restored, and no further undo of it follows.
-    fn undo_timeout(&mut self, now: Instant, sent: &mut SentQueue, cc: &mut CongestionControl) {
+    /// Undo a reduction found spurious (a timeout, or a fast recovery the echo disowned):
+    /// the marks it left are returned, so the sender goes on with new data rather than
+    /// resend what was not lost, or begin another recovery for it (RFC 4015 section 4;
+    /// Linux's `tcp_try_undo_loss` and `tcp_try_undo_partial`, `tcp_undo_cwnd_reduction`
+    /// with `unmark_loss`; a segment truly lost is found again by RACK or the duplicate
+    /// ACKs), the window is restored, and no further undo of it follows.
+    fn undo_spurious(&mut self, now: Instant, sent: &mut SentQueue, cc: &mut CongestionControl) {
         sent.unmark_lost();
         self.undo_possible = false;
         self.undo_ranges.clear();
@@ -482,7 +485,7 @@ impl Recovery {
         if ctx.snd_max.after(self.frto_high) {
             // Step 3: new data went after step 2b.
             if ctx.advanced && d.cumulative_original && !ctx.duplicate {
-                self.undo_timeout(ctx.now, sent, cc);
+                self.undo_spurious(ctx.now, sent, cc);
                 return true;
             }
             if ctx.advanced || ctx.duplicate || d.sacked > 0 {
@@ -512,10 +515,10 @@ impl Recovery {
     /// retransmission carried echoes the original, which therefore arrived, so the
     /// retransmission and the reduction were spurious (Linux's `tcp_packet_delayed`, from
     /// `tcp_try_undo_recovery`, `tcp_try_undo_partial` and `tcp_try_undo_loss`). Undo it
-    /// then, at most once (the undo clears `undo_possible`, as Linux's `undo_marker`). After
-    /// a timeout, what it marked lost and has not resent yet is in flight again, so the
-    /// sender goes on with new data (RFC 4015 section 4, Linux's `unmark_loss`); the
-    /// echo's RTT sample after the timeout already adapts the RTO and clears its backoff
+    /// then, at most once (the undo clears `undo_possible`, as Linux's `undo_marker`): what
+    /// it marked lost and has not resent yet is in flight again, so the sender goes on with
+    /// new data (RFC 4015 section 4, Linux's `unmark_loss`). The echo's
+    /// RTT sample after a timeout already adapts the RTO and clears its backoff
     /// (`Reliability::sample_rtt`). Without SACK, the network reordered: the duplicate-ACK
     /// threshold rises past the duplicates seen (as `on_reordering_without_sack`).
     ///
@@ -533,19 +536,11 @@ impl Recovery {
         if !delayed || !self.undo_possible {
             return false;
         }
-        if self.rto_point.is_some() {
-            self.undo_timeout(ctx.now, sent, cc);
-            return true;
-        } else if !ctx.sack && self.in_recovery() {
+        if !ctx.sack && self.in_recovery() {
             self.reordering_seen = true;
             self.reordering = self.reordering.max((self.dup_acks + 1).min(MAX_REORDERING));
         }
-        self.undo_possible = false;
-        self.undo_ranges.clear();
-        self.recovery_point = None;
-        self.rto_point = None;
-        self.dup_acks = 0;
-        cc.on_spurious(ctx.now);
+        self.undo_spurious(ctx.now, sent, cc);
         true
     }
 
