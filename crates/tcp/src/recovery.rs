@@ -117,6 +117,18 @@ pub(crate) struct Recovery {
     dsack_dups: u64,
     /// A reduction that D-SACKs may still show needless.
     undo_possible: bool,
+    /// Eifel (RFC 3522), where timestamps are in use: the TSval of the first retransmission
+    /// of the last reduction and the sequence number it resent (Linux's `retrans_stamp`),
+    /// until the first ACK that covers that retransmission decides; and whether a reduction
+    /// began whose first retransmission is still to go.
+    eifel: Option<(u32, SeqNum)>,
+    eifel_armed: bool,
+    /// F-RTO (RFC 5682) after the last timeout: still deciding whether it was spurious;
+    /// SND.MAX when the decision's step began (Linux's `tp->frto` and `high_seq`); and
+    /// step 2b's hold, until the next ACK: send new data, not retransmissions.
+    frto: bool,
+    frto_high: SeqNum,
+    frto_hold: bool,
 }
 
 /// What the connection knows when it hands an ACK to [`Recovery::on_ack`].
@@ -141,6 +153,11 @@ pub(crate) struct AckContext {
     pub srtt: Option<Duration>,
     /// cwnd was what limited the sender over the last round trip (RFC 7661 4.3).
     pub cwnd_limited: bool,
+    /// The ACK's TSecr, where timestamps are in use (Eifel, RFC 3522).
+    pub tsecr: Option<u32>,
+    /// Data never sent is waiting and the peer's window has room beyond SND.MAX (F-RTO's
+    /// step 2b, RFC 5682).
+    pub can_send_new: bool,
 }
 
 impl Recovery {
@@ -174,7 +191,11 @@ impl Recovery {
             self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
         }
         self.srtt = ctx.srtt;
-        self.rack_update(ctx.now, d);
+        // RFC 8985 6.2 step 1: a resend delivered counts for RACK unless the delivery may be
+        // the original's; where the echo shows it is (older than the resend, RFC 3522), the
+        // resend did not arrive first, whatever its RTT.
+        let echo_predates_resend = self.eifel_says_delayed(ctx);
+        self.rack_update(ctx.now, d, !echo_predates_resend);
         self.reordering_seen |= d.reordered;
         // A D-SACK says a segment arrived twice: if it was one of ours resent, the resend was
         // needless (the network reordered or delayed the original). When every resend of
@@ -201,6 +222,12 @@ impl Recovery {
                 decision.undone = true;
             }
         }
+
+        // Eifel (RFC 3522): the first ACK that covers the first retransmission of the
+        // reduction echoes a timestamp older than that retransmission's, so it answers the
+        // original: the retransmission was needless, and so was the reduction.
+        decision.undone |= self.eifel_detect(ctx, sent, cc);
+        decision.undone |= self.frto_on_ack(ctx, d, sent, cc);
 
         // Without SACK, no D-SACK says a resend was needless, but its timing can: an ACK
         // for it sooner than min_RTT after it was sent was the original's (RFC 8985 6.2
@@ -308,12 +335,18 @@ impl Recovery {
 
     /// Count `len` bytes sent from `seq` (new or resent), for PRR and the undo of a needless
     /// reduction.
-    pub fn on_sent(&mut self, seq: SeqNum, len: u32, retransmission: bool) {
+    /// `tsval` is the timestamp the segment carries, where timestamps are in use.
+    pub fn on_sent(&mut self, seq: SeqNum, len: u32, retransmission: bool, tsval: Option<u32>) {
         if self.in_recovery() {
             self.prr_out += len;
         }
         if retransmission {
             self.total_retrans += 1;
+            // The first retransmission of a reduction: Eifel's RetransmitTS (RFC 3522
+            // section 3.2; Linux sets `retrans_stamp` in `tcp_retransmit_skb`).
+            if std::mem::take(&mut self.eifel_armed) {
+                self.eifel = tsval.map(|ts| (ts, seq));
+            }
             if self.undo_possible {
                 if self.undo_ranges.len() < MAX_UNDO_RANGES {
                     self.undo_ranges.push((seq, seq + len));
@@ -390,6 +423,125 @@ impl Recovery {
     fn forget_undo(&mut self) {
         self.undo_possible = false;
         self.undo_ranges = Vec::new();
+        self.eifel = None;
+        self.eifel_armed = false;
+    }
+
+    /// Return whether the ACK `ctx` covers the first retransmission of the reduction and
+    /// echoes a timestamp older than that retransmission's (RFC 3522 section 3.2, Linux's
+    /// `tcp_packet_delayed`).
+    fn eifel_says_delayed(&self, ctx: &AckContext) -> bool {
+        let Some((stamp, seq)) = self.eifel else { return false };
+        ctx.advanced && ctx.snd_una.after(seq) && ctx.tsecr.is_some_and(|ecr| crate::timestamps::older(ecr, stamp))
+    }
+
+    /// Undo a reduction found spurious (a timeout, or a fast recovery the echo disowned):
+    /// the marks it left are returned, so the sender goes on with new data rather than
+    /// resend what was not lost, or begin another recovery for it (RFC 4015 section 4;
+    /// Linux's `tcp_try_undo_loss` and `tcp_try_undo_partial`, `tcp_undo_cwnd_reduction`
+    /// with `unmark_loss`; a segment truly lost is found again by RACK or the duplicate
+    /// ACKs), the window is restored, and no further undo of it follows.
+    fn undo_spurious(&mut self, now: Instant, sent: &mut SentQueue, cc: &mut CongestionControl) {
+        sent.unmark_lost();
+        self.undo_possible = false;
+        self.undo_ranges.clear();
+        self.recovery_point = None;
+        self.rto_point = None;
+        self.dup_acks = 0;
+        self.frto = false;
+        self.frto_hold = false;
+        self.eifel = None;
+        cc.on_spurious(now);
+    }
+
+    /// F-RTO (RFC 5682 section 2, with the SACK variant's use of SACKs in step 3a, section
+    /// 3; Linux's `tcp_process_loss`): after a timeout and its one retransmission, the
+    /// first ACK that advances SND.UNA short of what was sent (step 2b) lets new data go
+    /// instead of more retransmissions, if there is any and the peer's window takes it;
+    /// otherwise, or on a duplicate ACK (step 2a), conventional recovery goes on. The next
+    /// ACK that cumulatively acknowledges data sent only once shows the originals were
+    /// delivered: the timeout was spurious, and it is undone (step 3b; Linux's
+    /// `tcp_try_undo_loss(sk, true)` on `FLAG_ORIG_SACK_ACKED`, with the full restore Linux
+    /// makes rather than RFC 5682's halving). A duplicate ACK, a SACK or an advance over
+    /// resends only says the loss was real (step 3a). Decided once per timeout series;
+    /// Linux also undoes on step 2's ACK when it covers originals, which we leave to step 3
+    /// as RFC 5682 does. Return whether the timeout was undone.
+    fn frto_on_ack(
+        &mut self,
+        ctx: &AckContext,
+        d: &Delivery,
+        sent: &mut SentQueue,
+        cc: &mut CongestionControl,
+    ) -> bool {
+        self.frto_hold = false;
+        let Some(point) = self.rto_point else {
+            self.frto = false;
+            return false;
+        };
+        if !self.frto || !self.undo_possible {
+            self.frto = false;
+            return false;
+        }
+        if ctx.snd_max.after(self.frto_high) {
+            // Step 3: new data went after step 2b.
+            if ctx.advanced && d.cumulative_original && !ctx.duplicate {
+                self.undo_spurious(ctx.now, sent, cc);
+                return true;
+            }
+            if ctx.advanced || ctx.duplicate || d.sacked > 0 {
+                self.frto = false;
+            }
+        } else if ctx.advanced {
+            // Step 2: the whole window acknowledged ends it (2a), as does nothing new to send.
+            if !ctx.snd_una.before(point) || !ctx.can_send_new {
+                self.frto = false;
+            } else {
+                self.frto_high = ctx.snd_max;
+                self.frto_hold = true;
+            }
+        } else if ctx.duplicate || d.sacked > 0 {
+            self.frto = false;
+        }
+        false
+    }
+
+    /// Return whether F-RTO's step 2b holds retransmissions back, for new data (RFC 5682).
+    pub fn frto_holds(&self) -> bool {
+        self.frto_hold
+    }
+
+    /// Eifel's detection (RFC 3522 section 3.2), decided once per reduction, on the first
+    /// ACK that acknowledges its first retransmission: a TSecr older than the TSval that
+    /// retransmission carried echoes the original, which therefore arrived, so the
+    /// retransmission and the reduction were spurious (Linux's `tcp_packet_delayed`, from
+    /// `tcp_try_undo_recovery`, `tcp_try_undo_partial` and `tcp_try_undo_loss`). Undo it
+    /// then, at most once (the undo clears `undo_possible`, as Linux's `undo_marker`): what
+    /// it marked lost and has not resent yet is in flight again, so the sender goes on with
+    /// new data (RFC 4015 section 4, Linux's `unmark_loss`). The echo's
+    /// RTT sample after a timeout already adapts the RTO and clears its backoff
+    /// (`Reliability::sample_rtt`). Without SACK, the network reordered: the duplicate-ACK
+    /// threshold rises past the duplicates seen (as `on_reordering_without_sack`).
+    ///
+    /// Our TSval ticks in milliseconds: a retransmission sent in the same millisecond as
+    /// the original carries the same TSval, the echo is not older, and nothing is undone
+    /// (RFC 3522 section 3.3 notes the limit of the clock's granularity).
+    /// Return whether the reduction was undone.
+    fn eifel_detect(&mut self, ctx: &AckContext, sent: &mut SentQueue, cc: &mut CongestionControl) -> bool {
+        let Some((_, seq)) = self.eifel else { return false };
+        if !ctx.advanced || !ctx.snd_una.after(seq) {
+            return false;
+        }
+        let delayed = self.eifel_says_delayed(ctx);
+        self.eifel = None;
+        if !delayed || !self.undo_possible {
+            return false;
+        }
+        if !ctx.sack && self.in_recovery() {
+            self.reordering_seen = true;
+            self.reordering = self.reordering.max((self.dup_acks + 1).min(MAX_REORDERING));
+        }
+        self.undo_spurious(ctx.now, sent, cc);
+        true
     }
 
     /// The RACK reordering timer fired: look again at what may be lost by now, and begin a
@@ -435,6 +587,8 @@ impl Recovery {
         self.tlp = None;
         self.undo_possible = true;
         self.undo_ranges.clear();
+        self.eifel = None;
+        self.eifel_armed = true;
         true
     }
 
@@ -451,8 +605,15 @@ impl Recovery {
         sent.mark_all_lost();
         cc.on_rto(now, flight);
         // A series of timeouts is one reduction (RFC 5681 3.1): count its resends together.
+        // F-RTO (RFC 5682) unless the timeout ends a fast recovery (Linux's `tcp_enter_loss`:
+        // `new_recovery || icsk_retransmits`) or a fall of the path MTU is being repaired.
+        self.frto = (!self.in_recovery() || self.rto_point.is_some()) && self.mtu_point.is_none();
+        self.frto_high = snd_max;
+        self.frto_hold = false;
         if self.rto_point.is_none() {
             self.undo_ranges.clear();
+            self.eifel = None;
+            self.eifel_armed = true;
         }
         self.undo_possible = true;
         self.recovery_point = None;
@@ -514,14 +675,15 @@ impl Recovery {
     /// min_RTT, so the delivery cannot be of the original (RFC 8985 6.2 step 1). A segment
     /// sent once also gives min_RTT a sample, in the host clock's precision (RFC 8985's
     /// min_RTT is over every sample, not only the timed flights').
-    fn rack_update(&mut self, now: Instant, d: &Delivery) {
+    /// `resends` is false when the ACK's echo shows that it answers originals, not resends.
+    fn rack_update(&mut self, now: Instant, d: &Delivery, resends: bool) {
         let candidate = match (d.newest, d.newest_any) {
             (Some((at, end)), _) => {
                 let rtt = now.saturating_duration_since(at);
                 self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
                 Some((at, end))
             }
-            (None, Some((at, end))) => {
+            (None, Some((at, end))) if resends => {
                 let rtt = now.saturating_duration_since(at);
                 self.min_rtt.is_some_and(|m| rtt >= m).then_some((at, end))
             }
@@ -600,6 +762,8 @@ mod tests {
             rtt: None,
             srtt: Some(Duration::from_millis(10)),
             cwnd_limited: true,
+            tsecr: None,
+            can_send_new: false,
         }
     }
 
@@ -614,7 +778,7 @@ mod tests {
         // D-SACKs count only while they report no more than was resent (Linux's
         // tcp_dsack_seen): resend as many segments as the test D-SACKs.
         for _ in 0..12 {
-            r.on_sent(SeqNum(0), 1000, true);
+            r.on_sent(SeqNum(0), 1000, true, None);
         }
         let t = Instant::ZERO;
         r.on_ack(&ack(t, 1000, 5000), &Delivery::default(), &mut sent, &mut cc);
@@ -650,7 +814,7 @@ mod tests {
         let ssthresh_before = cc.ssthresh();
         r.on_rto(t, SeqNum(5000), 4000, &mut sent, &mut cc);
         assert_ne!(cc.ssthresh(), ssthresh_before, "the timeout reduced the window");
-        r.on_sent(SeqNum(1000), 1000, true);
+        r.on_sent(SeqNum(1000), 1000, true, None);
         // Everything arrives; the D-SACKs come after.
         sent.on_ack(SeqNum(5000), &[]);
         (r, sent, cc, ssthresh_before)
@@ -687,7 +851,7 @@ mod tests {
     #[test]
     fn a_reduction_with_two_resends_needs_both_dsacked() {
         let (mut r, mut sent, mut cc, before) = after_a_timeout_and_one_resend();
-        r.on_sent(SeqNum(2000), 1000, true);
+        r.on_sent(SeqNum(2000), 1000, true, None);
         let t = Instant::from_millis(30);
         assert!(!r.on_ack(&ack(t, 5000, 5000), &dsack(1000, 2000), &mut sent, &mut cc).undone);
         // The same D-SACK again (the network duplicated our resend): still one left.
@@ -715,5 +879,132 @@ mod tests {
             assert_eq!(r.dup_thresh(), thresh, "{after} ms");
             assert_eq!(cc.ssthresh() == before, undone, "{after} ms");
         }
+    }
+
+    /// A fast recovery without SACK on 1000..5000 (three duplicate ACKs), its first
+    /// segment resent at 5 ms with TSval 105; min_RTT 20 ms.
+    fn fast_retransmit_without_sack() -> (Recovery, SentQueue, CongestionControl, u32) {
+        let (mut r, mut sent) = (Recovery::default(), SentQueue::default());
+        let mut cc = CongestionControl::new(Algorithm::Cubic, 1000);
+        for k in 1..5 {
+            sent.push(SeqNum(k * 1000), SeqNum(k * 1000 + 1000), Instant::ZERO, false);
+        }
+        r.min_rtt = Some(Duration::from_millis(20));
+        let before = cc.ssthresh();
+        for _ in 0..3 {
+            let ctx = AckContext {
+                advanced: false,
+                duplicate: true,
+                sack: false,
+                flight_before: 4000,
+                ..ack(Instant::from_millis(4), 1000, 5000)
+            };
+            r.on_ack(&ctx, &Delivery::default(), &mut sent, &mut cc);
+        }
+        assert!(r.in_recovery());
+        assert_ne!(cc.ssthresh(), before, "the recovery reduced the window");
+        sent.resent(SeqNum(1000), 1000, Instant::from_millis(5));
+        r.on_sent(SeqNum(1000), 1000, true, Some(105));
+        (r, sent, cc, before)
+    }
+
+    #[test]
+    fn eifel_undoes_a_fast_retransmit_whose_ack_echoes_the_original() {
+        // The ACK comes 30 ms after the resend, later than min_RTT (the queue grew), so its
+        // timing says nothing; the echo, 101, is older than the resend's 105, so it answers
+        // the original (RFC 3522, Linux's tcp_packet_delayed). With the echo of the same
+        // millisecond as the resend, nothing tells them apart, and nothing is undone.
+        for (tsecr, undone) in [(Some(101), true), (Some(105), false), (None, false)] {
+            let (mut r, mut sent, mut cc, before) = fast_retransmit_without_sack();
+            let d = sent.on_ack(SeqNum(5000), &[]);
+            let ctx = AckContext { sack: false, tsecr, ..ack(Instant::from_millis(35), 5000, 5000) };
+            assert_eq!(r.on_ack(&ctx, &d, &mut sent, &mut cc).undone, undone, "{tsecr:?}");
+            assert_eq!(cc.ssthresh() == before, undone, "{tsecr:?}");
+            // Reordering was seen: the threshold rises past the duplicates.
+            assert_eq!(r.dup_thresh(), if undone { 4 } else { DUP_THRESH }, "{tsecr:?}");
+        }
+    }
+
+    #[test]
+    fn eifel_undoes_a_spurious_timeout_once_and_returns_its_marks() {
+        // A timeout at 200 ms with 1000..5000 in flight; the first segment resent with
+        // TSval 200. The ACK of the first two segments echoes 1 (their originals): the
+        // timeout was spurious, the reduction is undone, and what it marked lost and did not
+        // resend is in flight again (RFC 4015 section 4; Linux's tcp_try_undo_loss).
+        let (mut r, mut sent) = (Recovery::default(), SentQueue::default());
+        let mut cc = CongestionControl::new(Algorithm::Cubic, 1000);
+        for k in 1..5 {
+            sent.push(SeqNum(k * 1000), SeqNum(k * 1000 + 1000), Instant::ZERO, false);
+        }
+        let before = (cc.cwnd(), cc.ssthresh());
+        let t = Instant::from_millis(200);
+        r.on_rto(t, SeqNum(5000), 4000, &mut sent, &mut cc);
+        sent.resent(SeqNum(1000), 1000, t);
+        r.on_sent(SeqNum(1000), 1000, true, Some(200));
+        assert_eq!(sent.lost(), 3000);
+        let d = sent.on_ack(SeqNum(3000), &[]);
+        let ctx = AckContext { tsecr: Some(1), ..ack(Instant::from_millis(400), 3000, 5000) };
+        assert!(r.on_ack(&ctx, &d, &mut sent, &mut cc).undone);
+        assert_eq!(cc.ssthresh(), before.1);
+        assert!(cc.cwnd() >= before.0, "cwnd restored (and grown by what the ACK delivered)");
+        assert_eq!(sent.lost(), 0, "the timeout's marks are returned");
+        assert!(!r.in_loss_state());
+        // Once per reduction: the next ACK, with the same old echo, undoes nothing more.
+        let d = sent.on_ack(SeqNum(4000), &[]);
+        let ctx = AckContext { tsecr: Some(1), ..ack(Instant::from_millis(401), 4000, 5000) };
+        assert!(!r.on_ack(&ctx, &d, &mut sent, &mut cc).undone);
+    }
+
+    /// A timeout at 200 ms with 1000..5000 in flight and the first segment resent, without
+    /// timestamps; then the first ACK, of the resend, advances SND.UNA to 2000.
+    fn frto_step_2(can_send_new: bool) -> (Recovery, SentQueue, CongestionControl, u32) {
+        let (mut r, mut sent) = (Recovery::default(), SentQueue::default());
+        let mut cc = CongestionControl::new(Algorithm::Cubic, 1000);
+        for k in 1..5 {
+            sent.push(SeqNum(k * 1000), SeqNum(k * 1000 + 1000), Instant::ZERO, false);
+        }
+        let before = cc.ssthresh();
+        let t = Instant::from_millis(200);
+        r.on_rto(t, SeqNum(5000), 4000, &mut sent, &mut cc);
+        sent.resent(SeqNum(1000), 1000, t);
+        r.on_sent(SeqNum(1000), 1000, true, None);
+        let d = sent.on_ack(SeqNum(2000), &[]);
+        let ctx = AckContext { can_send_new, ..ack(Instant::from_millis(300), 2000, 5000) };
+        assert!(!r.on_ack(&ctx, &d, &mut sent, &mut cc).undone);
+        (r, sent, cc, before)
+    }
+
+    #[test]
+    fn frto_undoes_a_timeout_when_originals_are_acknowledged_after_new_data() {
+        // Step 2b: new data instead of retransmissions; step 3b: the next ACK covers
+        // 2000..3000, sent once: the originals arrived, the timeout was spurious.
+        let (mut r, mut sent, mut cc, before) = frto_step_2(true);
+        assert!(r.frto_holds(), "step 2b: new data goes first");
+        sent.push(SeqNum(5000), SeqNum(6000), Instant::from_millis(300), false);
+        r.on_sent(SeqNum(5000), 1000, false, None);
+        let d = sent.on_ack(SeqNum(3000), &[]);
+        assert!(r.on_ack(&ack(Instant::from_millis(301), 3000, 6000), &d, &mut sent, &mut cc).undone);
+        assert_eq!(cc.ssthresh(), before);
+        assert_eq!(sent.lost(), 0);
+        assert!(!r.frto_holds());
+    }
+
+    #[test]
+    fn frto_falls_back_without_new_data_or_on_a_duplicate() {
+        // Nothing new to send (the application or the peer's window): conventional
+        // recovery at once (Linux's tcp_process_loss clears tp->frto).
+        let (mut r, mut sent, mut cc, before) = frto_step_2(false);
+        assert!(!r.frto_holds());
+        let d = sent.on_ack(SeqNum(3000), &[]);
+        assert!(!r.on_ack(&ack(Instant::from_millis(301), 3000, 5000), &d, &mut sent, &mut cc).undone);
+        assert_ne!(cc.ssthresh(), before);
+        // New data went, and a duplicate ACK came: the loss was real (step 3a).
+        let (mut r, mut sent, mut cc, before) = frto_step_2(true);
+        sent.push(SeqNum(5000), SeqNum(6000), Instant::from_millis(300), false);
+        let dup = AckContext { advanced: false, duplicate: true, ..ack(Instant::from_millis(301), 2000, 6000) };
+        assert!(!r.on_ack(&dup, &Delivery::default(), &mut sent, &mut cc).undone);
+        let d = sent.on_ack(SeqNum(3000), &[]);
+        assert!(!r.on_ack(&ack(Instant::from_millis(302), 3000, 6000), &d, &mut sent, &mut cc).undone);
+        assert_ne!(cc.ssthresh(), before);
     }
 }

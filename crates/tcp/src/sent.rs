@@ -74,6 +74,9 @@ pub(crate) struct Delivery {
     pub cumulative_newest: Option<Instant>,
     /// A segment the cumulative ACK newly covers (not SACKed before) was retransmitted.
     pub cumulative_retransmitted: bool,
+    /// A segment the cumulative ACK newly covers (not SACKed before) was sent only once
+    /// (Linux's `FLAG_ORIG_SACK_ACKED` from `tcp_clean_rtx_queue`, for F-RTO).
+    pub cumulative_original: bool,
     /// A newly delivered segment lay below one delivered before (RFC 8985 6.2: reordering).
     pub reordered: bool,
     /// Every newly delivered segment was sent while application-limited.
@@ -280,6 +283,19 @@ impl SentQueue {
         marked
     }
 
+    /// Return every record marked lost and not resent since to the flight: a timeout proved
+    /// spurious, so what it marked was not lost (Linux's `tcp_undo_cwnd_reduction` with
+    /// `unmark_loss`, from `tcp_try_undo_loss`). Resent records stay as they are.
+    pub fn unmark_lost(&mut self) {
+        for seg in self.segs.iter_mut() {
+            if seg.mark == Mark::Lost {
+                seg.mark = Mark::InFlight;
+                self.in_flight += seg.len();
+                self.lost -= seg.len();
+            }
+        }
+    }
+
     /// Return the number of records.
     pub fn len(&self) -> usize {
         self.segs.len()
@@ -317,6 +333,7 @@ impl SentQueue {
                 self.note_delivered(&front, &mut d);
                 any = true;
                 d.cumulative_retransmitted |= front.retransmitted;
+                d.cumulative_original |= !front.retransmitted;
                 d.cumulative_newest = Some(d.cumulative_newest.map_or(front.sent_at, |t| t.max(front.sent_at)));
             }
         }

@@ -18,7 +18,7 @@ const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
 const OPTION_LEN: usize = 12;
 
 /// Return whether timestamp `a` is older than `b` in modular order (RFC 7323 5.2).
-fn older(a: u32, b: u32) -> bool {
+pub(crate) fn older(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
 
@@ -64,6 +64,17 @@ impl Timestamping {
     /// timestamps or no ACK; RFC 7323 3.2), for [`echo_rtt`](Self::echo_rtt).
     pub(crate) fn set_seg_tsecr(&mut self, tsecr: Option<u32>) {
         self.seg_tsecr = tsecr;
+    }
+
+    /// Return the TSecr of the segment being processed, while timestamps are in use (for
+    /// Eifel's test, RFC 3522).
+    pub(crate) fn seg_tsecr(&self) -> Option<u32> {
+        self.seg_tsecr.filter(|_| self.ok)
+    }
+
+    /// Return the TSval a segment sent at `now` carries, while timestamps are in use.
+    pub(crate) fn tsval(&self, now: Instant) -> Option<u32> {
+        self.ok.then(|| self.clock(now))
     }
     /// Return our timestamp clock (TSval) at `now`: milliseconds plus the connection's offset
     /// (RFC 7323 5.4: a tick of 1 ms to 1 s; Linux ticks in milliseconds too).

@@ -482,6 +482,8 @@ impl Connection {
             smss,
             rtt: self.rel.take_rtt_sample(),
             srtt: self.rel.rtt.srtt(),
+            tsecr: self.ts.seg_tsecr(),
+            can_send_new: self.snd.unsent() > 0 && (self.snd.una() + self.snd.wnd()).after(self.snd.max()),
         };
         let decision = self.rel.recovery.on_ack(&ctx, &delivery, &mut self.snd.sent, &mut self.rel.cc);
         if decision.entered_recovery {

@@ -127,7 +127,8 @@ impl Connection {
     fn retransmit_lost(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let mss = u32::from(self.snd.mss());
         let (start, end) = self.snd.sent.first_lost_run(mss)?;
-        if self.snd.wnd() == 0 {
+        // F-RTO's step 2b: new data goes first (RFC 5682).
+        if self.snd.wnd() == 0 || self.rel.recovery.frto_holds() {
             return None;
         }
         if self.rel.recovery.pipe(&self.snd.sent, mss) >= self.rel.cc.cwnd() {
@@ -299,7 +300,7 @@ impl Connection {
             self.snd.sent.push(seq, end, now, app_limited);
             self.snd.sent_new(end);
         }
-        self.rel.recovery.on_sent(seq, seg_len, retransmission);
+        self.rel.recovery.on_sent(seq, seg_len, retransmission, self.ts.tsval(now));
         self.rel.pacer.spend(seg_len);
         // The most in flight this round trip, for whether cwnd was what limited the sender.
         self.snd.raise_pipe_high(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss() as u32));
