@@ -115,6 +115,14 @@ impl Settings {
             "rfc1337" => tcp.rfc1337 = flag(v)?,
             "challenge_ack_limit" => tcp.challenge_ack_limit = num(v)?,
             "invalid_ack_interval" => tcp.invalid_ack_interval = duration(v)?,
+            "ecn" => {
+                tcp.ecn = match v {
+                    "off" => bypass_tcp::Ecn::Off,
+                    "accept" => bypass_tcp::Ecn::Accept,
+                    "request" | "on" => bypass_tcp::Ecn::Request,
+                    _ => return Err(format!("ecn `{v}`: off, accept or request")),
+                }
+            }
             "syn_queue" => self.stack.syn_queue = num(v)?,
             "accept_backlog" => self.stack.accept_backlog = num(v)?,
             "window_budget" => self.stack.window_budget = if v == "none" { None } else { Some(num(v)?) },

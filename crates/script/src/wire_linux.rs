@@ -55,6 +55,7 @@ impl LinuxSetup {
     /// | `rfc1337` | `net.ipv4.tcp_rfc1337` |
     /// | `challenge_ack_limit` | `net.ipv4.tcp_challenge_ack_limit` |
     /// | `invalid_ack_interval` | `net.ipv4.tcp_invalid_ratelimit` (milliseconds) |
+    /// | `ecn` | `net.ipv4.tcp_ecn` (`off` 0, `request` 1, `accept` 2) |
     /// | `syn_queue=0` | `net.ipv4.tcp_syncookies=2` (a cookie for every SYN) |
     /// | `syn_queue=N` | `listen(2)` backlog N-1 (the kernel's SYN queue is full above the backlog) |
     /// | `accept_backlog=N` | `listen(2)` backlog N |
@@ -127,6 +128,15 @@ impl LinuxSetup {
                 "invalid_ack_interval" => {
                     s.sysctls.push(("tcp_invalid_ratelimit", tcp.invalid_ack_interval.as_millis().to_string()))
                 }
+                "ecn" => s.sysctls.push((
+                    "tcp_ecn",
+                    match tcp.ecn {
+                        bypass_tcp::Ecn::Off => "0",
+                        bypass_tcp::Ecn::Request => "1",
+                        bypass_tcp::Ecn::Accept => "2",
+                    }
+                    .into(),
+                )),
                 "syn_queue" if settings.stack.syn_queue == 0 => s.sysctls.push(("tcp_syncookies", "2".into())),
                 // Linux's SYN queue is full when it holds more than the backlog
                 // (inet_csk_reqsk_queue_is_full: qlen > sk_max_ack_backlog).

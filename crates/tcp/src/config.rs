@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::ecn::Ecn;
 use crate::rtt;
 use crate::wire::Checksum;
 
@@ -132,6 +133,10 @@ pub struct Config {
     /// completes it as it sends ([`Checksum::PseudoHeader`]: TX checksum offload). A host
     /// sets it from its device's capabilities.
     pub tx_checksum: Checksum,
+    /// Explicit Congestion Notification (RFC 3168): [`Ecn::Accept`] by default, as Linux's
+    /// `net.ipv4.tcp_ecn=2` (accept when the peer's SYN asks, do not ask);
+    /// [`Ecn::Request`] asks as well (`tcp_ecn=1`).
+    pub ecn: Ecn,
 }
 
 impl Default for Config {
@@ -164,6 +169,7 @@ impl Default for Config {
             challenge_ack_limit: 1000,
             invalid_ack_interval: Duration::from_millis(500),
             tx_checksum: Checksum::Full,
+            ecn: Ecn::Accept,
         }
     }
 }

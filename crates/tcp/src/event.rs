@@ -145,6 +145,12 @@ pub struct Stats {
     /// Packet Too Big messages acted on: the path MTU fell, or segments sent too large were
     /// resent (RFC 1191, RFC 8201).
     pub mtu_reductions: u64,
+    /// ECN was negotiated on the connection (RFC 3168 6.1.1).
+    pub ecn: bool,
+    /// Accepted segments that arrived marked Congestion Experienced (RFC 3168 6.1.3).
+    pub ce_received: u64,
+    /// Reductions of cwnd in answer to ECE (RFC 3168 6.1.2): at most one per window.
+    pub ece_reductions: u64,
     /// Smoothed round-trip time, once measured.
     pub srtt: Option<Duration>,
     /// Round-trip time variation (RFC 6298's RTTVAR).

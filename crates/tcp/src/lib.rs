@@ -24,6 +24,7 @@
 //! | `recv_space.rs`, `rcv_rtt.rs`, `reassembly.rs`, `buffer.rs` | the receive sequence space, with the receiver's RTT estimate for autotuning; out-of-order tracking ([`Assembler`]); send/receive rings ([`Storage`]) |
 //! | `reliability.rs`, `rtt.rs`, `recovery.rs`, `pacing.rs`, `timestamps.rs` | RTT and the RFC 6298 RTO; loss detection and recovery (RACK-TLP, RFC 8985; PRR, RFC 6937); pacing; timestamps (RFC 7323) |
 //! | `controller.rs`, `congestion.rs`, `cubic.rs`, `hystart.rs` | congestion control: the interface, NewReno (RFC 5681), CUBIC (RFC 9438) with HyStart++ (RFC 9406) |
+//! | `ecn.rs` | Explicit Congestion Notification (RFC 3168): [`Ecn`], [`IpEcn`], negotiation and the ECE/CWR state |
 //! | `path.rs` | the path MTU (RFC 1191, RFC 8201) and the default MSS |
 //! | `isn.rs`, `closed.rs` | initial sequence numbers (RFC 6528); the reply of a CLOSED port ([`reset_for`]) |
 //! | `sim.rs` | feature `sim`: the `Pair` harness, two connections over seeded lossy links on virtual time |
@@ -73,6 +74,7 @@ mod congestion;
 mod connection;
 mod controller;
 mod cubic;
+mod ecn;
 mod event;
 mod hystart;
 mod icmp;
@@ -108,6 +110,7 @@ pub use connection::{
     Buffers, Connection, CookieOptions, RecvError, SendError, SequenceSpace, Side, Transmit, TransmitKind,
 };
 pub use controller::Algorithm;
+pub use ecn::{Ecn, IpEcn};
 pub use event::{Cause, Event, Stats, Transition, UserCall};
 pub use icmp::{IcmpError, IcmpIgnored, IcmpOutcome};
 pub use outcome::{DropReason, Outcome};

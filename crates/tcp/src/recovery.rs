@@ -166,6 +166,29 @@ impl Recovery {
         self.recovery_point.is_some()
     }
 
+    /// Return whether a reduction is under way: a fast recovery, or a timeout's (or a fall
+    /// of the path MTU's) loss state.
+    pub fn in_reduction(&self) -> bool {
+        self.in_recovery() || self.in_loss_state()
+    }
+
+    /// Answer an ECN echo (RFC 3168 6.1.2) with `in_flight` bytes outstanding: ssthresh
+    /// as for a loss (the controller's `on_loss`), cwnd down to it at once, nothing
+    /// resent. Linux walks cwnd down by PRR in its CWR state (`tcp_enter_cwr`,
+    /// `tcp_cwnd_reduction`); here the sender simply waits until pipe falls below the new
+    /// cwnd. The reduction is not a loss's and no spurious-retransmission check may undo it
+    /// (Linux's `tcp_enter_cwr` clears `undo_marker`): the D-SACK, Eifel and F-RTO undo of an
+    /// earlier reduction is given up, as its saved window predates this one.
+    pub fn on_ecn_echo(&mut self, now: Instant, in_flight: u32, cc: &mut CongestionControl) {
+        self.ssthresh = cc.on_loss(now, in_flight);
+        cc.on_recovery_end(now);
+        self.forget_undo();
+        self.eifel = None;
+        self.eifel_armed = false;
+        self.frto = false;
+        self.frto_hold = false;
+    }
+
     /// Return RFC 6675's `pipe`, with duplicate ACKs counted as segments that left the
     /// network where there is no SACK.
     pub fn pipe(&self, sent: &SentQueue, smss: u32) -> u32 {

@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bypass_tcp::{
-    Config, Connection, DropReason, Event, Flags, FourTuple, Instant, Keepalive, Outcome, RecvError, Segment,
-    SendError, SeqNum, State, TcpOptions, Timestamps, TransmitKind,
+    Config, Connection, DropReason, Ecn, Event, Flags, FourTuple, Instant, IpEcn, Keepalive, Outcome, RecvError,
+    Segment, SendError, SeqNum, State, TcpOptions, Timestamps, TransmitKind,
 };
 
 const REMOTE_ISN: SeqNum = SeqNum(0x1000_0000);
@@ -54,6 +54,8 @@ struct Out {
     window: u16,
     options: TcpOptions,
     payload: Vec<u8>,
+    /// Sent ECN-capable (ECT in the IP header).
+    ect: bool,
 }
 
 fn drain(c: &mut Connection, now: Instant) -> Vec<Out> {
@@ -71,6 +73,7 @@ fn drain(c: &mut Connection, now: Instant) -> Vec<Out> {
             window: seg.window,
             options: seg.options,
             payload: seg.payload.to_vec(),
+            ect: t.ect,
         });
         assert!(out.len() < 1000, "poll_transmit never stops");
     }
@@ -1824,7 +1827,7 @@ fn syn_cookie_carries_window_scale_and_sack_in_the_timestamp() {
     assert_eq!(ts.tsecr, 4000);
     assert_eq!(
         bypass_tcp::CookieOptions::decode(ts.tsval),
-        Some(bypass_tcp::CookieOptions { window_scale: Some(7), sack_permitted: true })
+        Some(bypass_tcp::CookieOptions { window_scale: Some(7), sack_permitted: true, ecn: false })
     );
     // The ACK echoes the TSval: the rebuilt connection has scaling, SACK and timestamps.
     let ack = Segment {
@@ -1854,11 +1857,14 @@ fn syn_cookie_carries_window_scale_and_sack_in_the_timestamp() {
     let dup = one(&mut c, ms(1002));
     assert_eq!(dup.options.sack_blocks.len(), 1, "SACK is on");
     assert_eq!(dup.options.timestamps.map(|t| t.tsecr), Some(4001));
-    // Bits that cannot be ours carry nothing.
-    assert_eq!(bypass_tcp::CookieOptions::decode(0x20), None);
+    // Bit 5 is ECN (Linux's TS_OPT_ECN).
+    assert_eq!(
+        bypass_tcp::CookieOptions::decode(0x2f),
+        Some(bypass_tcp::CookieOptions { window_scale: None, sack_permitted: false, ecn: true })
+    );
     assert_eq!(
         bypass_tcp::CookieOptions::decode(0x0e | 0x01 << 8),
-        Some(bypass_tcp::CookieOptions { window_scale: Some(14), sack_permitted: false })
+        Some(bypass_tcp::CookieOptions { window_scale: Some(14), sack_permitted: false, ecn: false })
     );
 }
 
@@ -1876,4 +1882,214 @@ fn a_buffer_smaller_than_the_mss_bounds_full_segments() {
     // Buffer-sized segments go out back to back (Nagle does not hold them, the initial
     // window of RFC 6928 takes ten); Nagle holds the last 100 bytes while data is in flight.
     assert_eq!(sizes, vec![980, 980, 980, 980, 980]);
+}
+
+// ------------------------------------------------------------------------------------
+// ECN (RFC 3168)
+// ------------------------------------------------------------------------------------
+
+/// An ECN-setup SYN (RFC 3168 6.1.1): ECE and CWR.
+fn ecn_setup_syn() -> Segment<'static> {
+    Segment {
+        seq: REMOTE_ISN,
+        flags: Flags::SYN | Flags::ECE | Flags::CWR,
+        options: TcpOptions { mss: Some(1460), ..TcpOptions::NONE },
+        ..TEMPLATE
+    }
+}
+
+/// Passive open from `syn` with `config`; return the connection, our ISS and the SYN-ACK's
+/// flags.
+fn passive_from(config: &Config, syn: &Segment<'_>) -> (Connection, SeqNum, Flags) {
+    let mut c = Connection::listen(config, local());
+    c.handle_segment_from(ms(0), remote().ip(), syn);
+    let synack = one(&mut c, ms(0));
+    assert!(!synack.ect, "a SYN-ACK is never ECN-capable");
+    let iss = synack.seq;
+    c.handle_segment(ms(1), &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, window: 65535, ..TEMPLATE });
+    assert_eq!(c.state(), State::Established);
+    drain(&mut c, ms(1));
+    events(&mut c);
+    (c, iss, synack.flags)
+}
+
+#[test]
+fn ecn_passive_open_answers_an_ecn_setup_syn_unless_off() {
+    // The default accepts (Linux's tcp_ecn=2): ECE without CWR in the SYN-ACK.
+    let (c, _, flags) = passive_from(&config(), &ecn_setup_syn());
+    assert_eq!(flags, Flags::SYN | Flags::ACK | Flags::ECE);
+    assert!(c.stats().ecn);
+    // Off: a plain SYN-ACK.
+    let (c, _, flags) = passive_from(&Config { ecn: Ecn::Off, ..config() }, &ecn_setup_syn());
+    assert_eq!(flags, Flags::SYN | Flags::ACK);
+    assert!(!c.stats().ecn);
+    // A SYN that does not ask (ECE alone is not an ECN-setup SYN) gets a plain SYN-ACK.
+    let plain = Segment { flags: Flags::SYN | Flags::ECE, ..ecn_setup_syn() };
+    let (c, _, flags) = passive_from(&Config { ecn: Ecn::Request, ..config() }, &plain);
+    assert_eq!(flags, Flags::SYN | Flags::ACK);
+    assert!(!c.stats().ecn);
+}
+
+/// Active open with `config`; return the connection and the SYN.
+fn ecn_connect(config: &Config) -> (Connection, Out) {
+    let mut c = Connection::connect(config, tuple(), ms(0));
+    let syn = one(&mut c, ms(0));
+    (c, syn)
+}
+
+#[test]
+fn ecn_active_open_asks_only_when_configured_and_takes_only_an_ecn_setup_syn_ack() {
+    let (_, syn) = ecn_connect(&config());
+    assert_eq!(syn.flags, Flags::SYN, "the default does not ask");
+    let request = Config { ecn: Ecn::Request, ..config() };
+    for (reply, ecn) in [
+        (Flags::SYN | Flags::ACK | Flags::ECE, true),
+        (Flags::SYN | Flags::ACK | Flags::ECE | Flags::CWR, false),
+        (Flags::SYN | Flags::ACK, false),
+    ] {
+        let (mut c, syn) = ecn_connect(&request);
+        assert_eq!(syn.flags, Flags::SYN | Flags::ECE | Flags::CWR);
+        assert!(!syn.ect);
+        c.handle_segment(ms(10), &Segment { seq: REMOTE_ISN, ack: syn.seq + 1u32, flags: reply, ..TEMPLATE });
+        assert_eq!(c.state(), State::Established);
+        assert_eq!(c.stats().ecn, ecn, "SYN-ACK {reply:?}");
+        // Data goes ECN-capable only on an ECN connection.
+        c.send(b"data").unwrap();
+        let out = drain(&mut c, ms(10));
+        assert_eq!(out[0].payload, b"data");
+        assert_eq!(out[0].ect, ecn);
+        assert!(!out[0].flags.intersects(Flags::ECE | Flags::CWR));
+    }
+    // A plain SYN-ACK to a client that did not ask, even with ECE set, is not ECN.
+    let (mut c, syn) = ecn_connect(&config());
+    c.handle_segment(
+        ms(10),
+        &Segment { seq: REMOTE_ISN, ack: syn.seq + 1u32, flags: Flags::SYN | Flags::ACK | Flags::ECE, ..TEMPLATE },
+    );
+    assert!(!c.stats().ecn);
+}
+
+#[test]
+fn ecn_retransmitted_syn_goes_without_ecn() {
+    let (mut c, syn) = ecn_connect(&Config { ecn: Ecn::Request, ..config() });
+    assert_eq!(syn.flags, Flags::SYN | Flags::ECE | Flags::CWR);
+    let at = c.poll_timeout().expect("the SYN is timed");
+    c.handle_timeout(at);
+    let again = one(&mut c, at);
+    assert_eq!(again.kind, TransmitKind::Retransmission);
+    assert_eq!(again.flags, Flags::SYN, "Linux's ECN fallback: a plain SYN");
+}
+
+#[test]
+fn ecn_ce_mark_is_echoed_at_once_on_every_ack_until_cwr() {
+    // Delayed ACKs on: the CE mark must still draw an ACK at once.
+    let config = Config { delayed_ack: Some(Duration::from_millis(40)), ..config() };
+    let (mut c, iss, _) = passive_from(&config, &ecn_setup_syn());
+    let mut seq = REMOTE_ISN + 1u32;
+    let mut data = |c: &mut Connection, at: u64, flags: Flags, mark: IpEcn| {
+        let seg = Segment { seq, ack: iss + 1u32, flags, payload: b"x", ..TEMPLATE };
+        seq += 1u32;
+        assert_eq!(c.handle_segment_ecn(ms(at), remote().ip(), &seg, mark), Outcome::Accepted);
+        drain(c, ms(at))
+    };
+    // Unmarked: the ACK is delayed.
+    assert!(data(&mut c, 2, Flags::ACK, IpEcn::Ect0).is_empty());
+    // CE: an ACK at once, with ECE.
+    let out = data(&mut c, 3, Flags::ACK, IpEcn::Ce);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].flags, Flags::ACK | Flags::ECE);
+    assert!(!out[0].ect, "a pure ACK is not ECN-capable");
+    assert_eq!(c.stats().ce_received, 1);
+    // Unmarked again: ECE stays on every ACK (the delayed one too).
+    assert!(data(&mut c, 4, Flags::ACK, IpEcn::Ect0).is_empty());
+    c.handle_timeout(ms(50));
+    let out = drain(&mut c, ms(50));
+    assert_eq!(out[0].flags, Flags::ACK | Flags::ECE);
+    // Our own data carries ECE too, and is ECN-capable.
+    c.send(b"reply").unwrap();
+    let out = drain(&mut c, ms(50));
+    assert!(out[0].flags.contains(Flags::ECE) && !out[0].flags.contains(Flags::CWR));
+    assert!(out[0].ect);
+    // CWR ends the echo.
+    data(&mut c, 60, Flags::ACK | Flags::CWR, IpEcn::Ect0);
+    c.handle_timeout(ms(200));
+    let out = drain(&mut c, ms(200));
+    assert!(!out.is_empty() && out.iter().all(|o| !o.flags.contains(Flags::ECE)), "{out:?}");
+    // A CE mark on a connection without ECN is not echoed (and not counted).
+    let (mut plain, iss, _) = passive_from(&config, &Segment { flags: Flags::SYN, ..ecn_setup_syn() });
+    let seg = Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, payload: b"x", ..TEMPLATE };
+    plain.handle_segment_ecn(ms(2), remote().ip(), &seg, IpEcn::Ce);
+    assert!(drain(&mut plain, ms(2)).iter().all(|o| !o.flags.contains(Flags::ECE)));
+    assert_eq!(plain.stats().ce_received, 0);
+}
+
+#[test]
+fn ecn_echo_reduces_cwnd_once_per_window_and_the_next_data_carries_cwr() {
+    let (mut c, iss, _) = passive_from(&config(), &ecn_setup_syn());
+    c.send(&[7u8; 20 * 1460]).unwrap();
+    let out = drain(&mut c, ms(2));
+    assert_eq!(out.len(), 10, "the initial window");
+    assert!(out.iter().all(|o| o.ect && o.kind == TransmitKind::Data && !o.flags.contains(Flags::CWR)));
+    let cwnd = c.stats().cwnd;
+    let ack = |n: u32, flags: Flags| Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32 + n * 1460, flags, ..TEMPLATE };
+    // The first ECE: ssthresh as for a loss, cwnd down to it, nothing resent.
+    c.handle_segment(ms(12), &ack(1, Flags::ACK | Flags::ECE));
+    let reduced = c.stats();
+    assert_eq!(reduced.ece_reductions, 1);
+    assert!(reduced.cwnd < cwnd, "{} !< {cwnd}", reduced.cwnd);
+    assert_eq!(reduced.ssthresh, reduced.cwnd);
+    // The next new data segment carries CWR, once.
+    let out = drain(&mut c, ms(12));
+    let new: Vec<_> = out.iter().filter(|o| !o.payload.is_empty()).collect();
+    assert!(new.iter().all(|o| o.kind == TransmitKind::Data));
+    if let Some((first, rest)) = new.split_first() {
+        assert!(first.flags.contains(Flags::CWR));
+        assert!(rest.iter().all(|o| !o.flags.contains(Flags::CWR)));
+    }
+    // More ECEs within the same window: no further reduction.
+    for n in 2..10 {
+        c.handle_segment(ms(12 + u64::from(n)), &ack(n, Flags::ACK | Flags::ECE));
+    }
+    assert_eq!(c.stats().ece_reductions, 1);
+    assert_eq!(c.stats().retransmits, 0);
+    let out = drain(&mut c, ms(22));
+    let new: Vec<_> = out.iter().filter(|o| !o.payload.is_empty()).collect();
+    if let Some(first) = new.first() {
+        assert!(first.flags.contains(Flags::CWR));
+    }
+    // Once SND.UNA passes what was sent at the reduction, an ECE reduces again.
+    let past = (c.sequence_space().snd_max - (iss + 1u32)) / 1460;
+    assert!(past >= 10, "past the initial window, SND.MAX at the reduction");
+    c.handle_segment(ms(30), &ack(past, Flags::ACK | Flags::ECE));
+    assert_eq!(c.stats().ece_reductions, 2);
+    assert_eq!(c.stats().retransmits, 0);
+}
+
+#[test]
+fn ecn_survives_a_syn_cookie_only_with_timestamps() {
+    let syn = Segment {
+        options: TcpOptions {
+            mss: Some(1460),
+            timestamps: Some(Timestamps { tsval: 4000, tsecr: 0 }),
+            ..TcpOptions::NONE
+        },
+        ..ecn_setup_syn()
+    };
+    let cookie = SeqNum(0xdead_beef);
+    let reply = Connection::syn_cookie_reply(&config(), &tuple(), &syn, cookie, ms(1000));
+    assert_eq!(reply.flags, Flags::SYN | Flags::ACK | Flags::ECE);
+    let tsval = reply.options.timestamps.unwrap().tsval;
+    assert!(bypass_tcp::CookieOptions::decode(tsval).unwrap().ecn);
+    let ack = Segment {
+        options: TcpOptions { timestamps: Some(Timestamps { tsval: 4001, tsecr: tsval }), ..TcpOptions::NONE },
+        ..peer(cookie, Flags::ACK, b"")
+    };
+    let c = Connection::from_syn_cookie(&config(), tuple(), cookie, 1460, &ack, ms(1001));
+    assert!(c.stats().ecn);
+    // Without timestamps the cookie cannot carry it: a plain SYN-ACK, no ECN.
+    let plain = ecn_setup_syn();
+    let reply = Connection::syn_cookie_reply(&config(), &tuple(), &plain, cookie, ms(1000));
+    assert_eq!(reply.flags, Flags::SYN | Flags::ACK);
+    let c = Connection::from_syn_cookie(&config(), tuple(), cookie, 1460, &peer(cookie, Flags::ACK, b""), ms(1001));
+    assert!(!c.stats().ecn);
 }

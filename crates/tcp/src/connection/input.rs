@@ -7,6 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::{Connection, Failure, PendingReset};
 use crate::controller::Controller;
+use crate::ecn::{Ecn, IpEcn};
 use crate::event::{Cause, Event};
 use crate::outcome::{DropReason, Outcome};
 use crate::path::default_mss;
@@ -29,6 +30,17 @@ impl Connection {
             Some(remote) => self.handle_segment_from(now, remote.ip(), seg),
             None => self.drop_segment(seg, DropReason::NoSourceAddress),
         }
+    }
+
+    /// [`handle_segment_from`](Connection::handle_segment_from) with the ECN field of the
+    /// IP header the segment arrived in (RFC 3168 section 5): a segment marked
+    /// [`IpEcn::Ce`] on an ECN connection makes our ACKs carry ECE until the peer's CWR
+    /// (RFC 3168 6.1.3). The other calls take every segment as unmarked.
+    pub fn handle_segment_ecn(&mut self, now: Instant, src: IpAddr, seg: &Segment<'_>, ecn: IpEcn) -> Outcome {
+        self.ce_in = ecn == IpEcn::Ce;
+        let outcome = self.handle_segment_from(now, src, seg);
+        self.ce_in = false;
+        outcome
     }
 
     /// Process a segment that arrived from `src` (the IP source address), and return what
@@ -110,6 +122,10 @@ impl Connection {
         self.rcv.start(seg.seq);
         self.ts.ack_sent(self.rcv.nxt());
         self.negotiate_options(now, seg);
+        // RFC 3168 6.1.1: an ECN-setup SYN (ECE and CWR) is answered with an ECN-setup
+        // SYN-ACK unless ECN is off (Linux's `tcp_ecn_create_request`).
+        self.ecn.ok = self.config.ecn != Ecn::Off && seg.flags.contains(Flags::ECE | Flags::CWR);
+        self.stats.ecn = self.ecn.ok;
         self.init_send_space(now);
         // The window field of a SYN is never scaled (RFC 7323 2.2). It counts for RFC 5961's
         // MAX.SND.WND, not for SWS avoidance's Max(SND.WND) (see `sws_max_wnd`).
@@ -176,6 +192,10 @@ impl Connection {
         self.negotiate_options(now, seg);
         // Unscaled (RFC 7323 2.2); as in LISTEN, not a Max(SND.WND) for SWS avoidance.
         self.snd.take_syn_window(seg, seg.ack);
+        // RFC 3168 6.1.1: ECN only from an ECN-setup SYN-ACK (ECE without CWR) to our
+        // ECN-setup SYN (Linux's `tcp_ecn_rcv_synack`); never in a simultaneous open.
+        self.ecn.ok = ack_ok && self.ecn.requested && seg.flags.contains(Flags::ECE) && !seg.flags.contains(Flags::CWR);
+        self.stats.ecn = self.ecn.ok;
         if ack_ok {
             // Our SYN is acknowledged: ESTABLISHED, and ACK the peer's SYN.
             self.take_ack_of_syn(now, seg.ack);
@@ -299,6 +319,9 @@ impl Connection {
         }
         if let Err(dropped) = self.process_ack(now, &seg) {
             return dropped;
+        }
+        if self.ecn.ok {
+            self.ecn_receive(&seg);
         }
         // The peer is alive: keep-alive's idle clock starts again. Only here, after the
         // segment passed the acceptability test and its ACK was taken, as Linux's keep-alive
@@ -444,6 +467,9 @@ impl Connection {
         if syn_was_acked && (advanced || duplicate || !blocks.is_empty()) {
             self.on_data_ack(now, flight_before, advanced, duplicate, blocks);
         }
+        if self.ecn.ok && syn_was_acked && seg.flags.contains(Flags::ECE) && !seg.flags.syn() {
+            self.on_ecn_echo(now);
+        }
         // Window update (RFC 9293 3.10.7.4).
         if self.snd.update_window(seg) {
             if self.snd.wnd() > 0 {
@@ -501,6 +527,40 @@ impl Connection {
             self.arm_loss_probe(now);
             self.autotune_send();
         }
+    }
+
+    /// The receiver's half of RFC 3168 on an accepted segment: a CWR ends the echo of
+    /// ECE (6.1.3; Linux's `tcp_ecn_accept_cwr`), and a CE mark starts it again, with an
+    /// ACK at once (Linux's `__tcp_ecn_check_ce`, which enters quick-ACK mode).
+    fn ecn_receive(&mut self, seg: &Segment<'_>) {
+        if seg.flags.contains(Flags::CWR) {
+            self.ecn.echo = false;
+        }
+        if self.ce_in {
+            self.stats.ce_received += 1;
+            self.ecn.echo = true;
+            self.rcv.ack_now();
+        }
+    }
+
+    /// The sender's half of RFC 3168 (6.1.2): an ACK with ECE reduces cwnd as a loss would,
+    /// without a retransmission, at most once per window of data: not again until SND.UNA
+    /// passes SND.MAX of the last reduction (Linux's `tcp_enter_cwr`, once per
+    /// `high_seq`). A loss recovery or timeout under way already reduced: the echo is
+    /// answered by CWR only (Linux's `tcp_init_cwnd_reduction` queues CWR on entering
+    /// recovery too). Either way the next new data segment carries CWR.
+    fn on_ecn_echo(&mut self, now: Instant) {
+        if !self.ecn.may_reduce(self.snd.una()) {
+            return;
+        }
+        self.ecn.cwr_point = Some(self.snd.max());
+        self.ecn.queue_cwr = true;
+        if self.rel.recovery.in_reduction() {
+            return;
+        }
+        self.stats.ece_reductions += 1;
+        let flight = self.snd.in_flight();
+        self.rel.recovery.on_ecn_echo(now, flight, &mut self.rel.cc);
     }
 
     /// SND.UNA < SEG.ACK =< SND.NXT: new data acknowledged.

@@ -28,6 +28,7 @@ use timeouts::{Due, TimerTable};
 use crate::buffer::{RingBuffer, Storage};
 use crate::config::{Config, Keepalive};
 use crate::controller::Controller;
+use crate::ecn::EcnState;
 use crate::event::{Cause, Event, Stats, Transition, UserCall};
 use crate::isn::IsnGenerator;
 use crate::path::{Path, default_mss};
@@ -115,6 +116,10 @@ pub struct Transmit {
     pub seq: SeqNum,
     /// Payload length.
     pub payload_len: usize,
+    /// The segment is ECN-capable: the host sends it with ECT(0) in the IP header (RFC 3168
+    /// 6.1.5, Linux's `tcp_ecn_send`). Only new data of an ECN connection; never
+    /// retransmissions, pure ACKs, probes, SYNs or resets.
+    pub ect: bool,
 }
 
 /// Why the connection ended abnormally.
@@ -257,6 +262,9 @@ pub struct Connection {
     timers: TimerTable,
     due: Due,
     path: Path,
+    ecn: EcnState,
+    /// The segment being processed arrived marked CE ([`Connection::handle_segment_ecn`]).
+    ce_in: bool,
 
     challenge: ChallengeLimit,
     /// When the last ACK answering an unacceptable segment went out
@@ -314,6 +322,8 @@ impl Connection {
             timers: TimerTable::default(),
             due: Due::default(),
             path: Path::new(local.is_ipv6(), config.mss),
+            ecn: EcnState::default(),
+            ce_in: false,
             challenge: ChallengeLimit::default(),
             last_invalid_ack: None,
             pending_reset: None,

@@ -16,7 +16,9 @@ use crate::wire::{TcpOptions, Timestamps};
 
 /// The SYN's options a SYN cookie carries in the low six bits of the cookie SYN-ACK's TSval,
 /// as Linux does (`cookie_init_timestamp`): bits 0-3 the peer's window scale (15 for none),
-/// bit 4 SACK-permitted, bit 5 reserved (zero). The peer echoes the TSval in the TSecr of
+/// bit 4 SACK-permitted, bit 5 ECN (RFC 3168 6.1.1: the SYN was an ECN-setup SYN and the
+/// SYN-ACK an ECN-setup SYN-ACK; Linux's `TS_OPT_ECN`, read back by `cookie_ecn_ok`). The
+/// peer echoes the TSval in the TSecr of
 /// its ACK, so the listener keeps nothing and still learns them.
 ///
 /// The bits are not under the cookie's MAC: whoever completes a handshake with a valid
@@ -27,6 +29,8 @@ pub struct CookieOptions {
     pub window_scale: Option<u8>,
     /// The SYN offered SACK.
     pub sack_permitted: bool,
+    /// The SYN asked for ECN and the SYN-ACK agreed (RFC 3168 6.1.1).
+    pub ecn: bool,
 }
 
 impl CookieOptions {
@@ -35,19 +39,20 @@ impl CookieOptions {
     /// Return `clock` with its low six bits replaced by these options.
     pub fn encode(self, clock: u32) -> u32 {
         let scale = self.window_scale.map_or(Self::NO_SCALE, |s| u32::from(s.min(14)));
-        (clock & !0x3f) | scale | (u32::from(self.sack_permitted) << 4)
+        (clock & !0x3f) | scale | (u32::from(self.sack_permitted) << 4) | (u32::from(self.ecn) << 5)
     }
 
     /// Return the options in an echoed TSval, or `None` where the bits cannot be ours (a
-    /// scale above 14 other than "none", or the reserved bit set).
+    /// scale above 14 other than "none").
     pub fn decode(tsecr: u32) -> Option<CookieOptions> {
         let scale = tsecr & 0xf;
-        if tsecr & 0x20 != 0 || (scale > 14 && scale != Self::NO_SCALE) {
+        if scale > 14 && scale != Self::NO_SCALE {
             return None;
         }
         Some(CookieOptions {
             window_scale: (scale != Self::NO_SCALE).then_some(scale as u8),
             sack_permitted: tsecr & 0x10 != 0,
+            ecn: tsecr & 0x20 != 0,
         })
     }
 }
@@ -131,6 +136,11 @@ impl Connection {
                 c.wscale_ok = true;
             }
             c.sack_enabled = config.sack && options.sack_permitted;
+            // Linux's `cookie_ecn_ok`: the cookie SYN-ACK agreed to ECN (and ECN is still
+            // allowed). Without timestamps the cookie carries no ECN, and neither side uses it:
+            // the SYN-ACK did not carry ECE.
+            c.ecn.ok = options.ecn && config.ecn != crate::ecn::Ecn::Off;
+            c.stats.ecn = c.ecn.ok;
         }
         // The cookie SYN-ACK advertised an unscaled window of this size.
         c.rcv.advertised_cookie_window(initial_recv_window(config));
@@ -145,8 +155,9 @@ impl Connection {
     /// Return the SYN-ACK a listener sends in answer to `syn` on `tuple` when it keeps no
     /// state: ISS `iss` (a SYN cookie), an unscaled window (RFC 4987 section 3.6), and our
     /// MSS. Where the SYN carries timestamps, so does the reply, its TSval's low six bits
-    /// holding the SYN's window scale and SACK-permitted ([`CookieOptions`]), and the reply
-    /// offers both options as a stateful SYN-ACK would.
+    /// holding the SYN's window scale, SACK-permitted and ECN ([`CookieOptions`]), and the
+    /// reply offers them as a stateful SYN-ACK would (ECE for an ECN-setup SYN, RFC 3168
+    /// 6.1.1). Without timestamps the reply is a plain SYN-ACK: no ECN.
     pub fn syn_cookie_reply(
         config: &Config,
         tuple: &FourTuple,
@@ -155,10 +166,12 @@ impl Connection {
         now: Instant,
     ) -> Segment<'static> {
         let mut options = TcpOptions { mss: Some(config.mss), ..TcpOptions::NONE };
+        let mut flags = Flags::SYN | Flags::ACK;
         if let Some(ts) = syn.options.timestamps.filter(|_| config.timestamps) {
             let carried = CookieOptions {
                 window_scale: syn.options.window_scale.filter(|_| config.window_scaling),
                 sack_permitted: config.sack && syn.options.sack_permitted,
+                ecn: config.ecn != crate::ecn::Ecn::Off && syn.flags.contains(Flags::ECE | Flags::CWR),
             };
             let clock = ((now.as_micros() / 1000) as u32)
                 .wrapping_add(IsnGenerator::new(config.isn_secret).timestamp_offset(tuple));
@@ -167,13 +180,16 @@ impl Connection {
                 options.window_scale = Some(wscale_offer(config));
             }
             options.sack_permitted = carried.sack_permitted;
+            if carried.ecn {
+                flags |= Flags::ECE;
+            }
         }
         Segment {
             src_port: syn.dst_port,
             dst_port: syn.src_port,
             seq: iss,
             ack: syn.seq + 1u32,
-            flags: Flags::SYN | Flags::ACK,
+            flags,
             window: initial_recv_window(config) as u16,
             options,
             ..Segment::EMPTY

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::{Connection, PendingReset, Transmit, TransmitKind};
 use crate::controller::Controller;
+use crate::ecn::Ecn;
 use crate::recv_space::initial_recv_window;
 use crate::seq::SeqNum;
 use crate::state::State;
@@ -284,6 +285,13 @@ impl Connection {
         if fin {
             flags |= Flags::FIN;
         }
+        // RFC 3168 6.1.5 (Linux's `tcp_ecn_send`): new data of an ECN connection goes
+        // ECN-capable, and the first such segment after a reduction carries CWR (6.1.2).
+        let ect = self.ecn.ok && len > 0 && !retransmission;
+        if ect && self.ecn.queue_cwr {
+            self.ecn.queue_cwr = false;
+            flags |= Flags::CWR;
+        }
         let offset = (seq - self.snd.buf_seq()) as usize;
         let t = self.write_segment(now, buf, seq, flags, TcpOptions::NONE, Some((offset, len)))?;
         let seg_len = (len + fin as usize) as u32;
@@ -317,7 +325,11 @@ impl Connection {
         if !retransmission || !self.timers.is_armed(Timer::LossProbe) {
             self.arm_loss_probe(now);
         }
-        Some(Transmit { kind: if retransmission { TransmitKind::Retransmission } else { TransmitKind::Data }, ..t })
+        Some(Transmit {
+            kind: if retransmission { TransmitKind::Retransmission } else { TransmitKind::Data },
+            ect,
+            ..t
+        })
     }
 
     /// Return the payload that fits in `buf` behind the header a data segment will carry:
@@ -348,6 +360,18 @@ impl Connection {
             flags |= Flags::ACK;
         }
         let retransmission = self.snd.max().after(self.snd.iss());
+        // RFC 3168 6.1.1: an ECN-setup SYN carries ECE and CWR, an ECN-setup SYN-ACK ECE
+        // alone. A retransmitted SYN goes without them, in case a middlebox drops ECN-setup
+        // SYNs (Linux's `tcp_ecn_clear_syn`, `tcp_ecn_fallback`); a SYN-ACK answering one
+        // keeps ECE (Linux's `tcp_ecn_make_synack`).
+        if passive_reply && self.passive {
+            if self.ecn.ok {
+                flags |= Flags::ECE;
+            }
+        } else if !passive_reply && !retransmission && self.config.ecn == Ecn::Request {
+            self.ecn.requested = true;
+            flags |= Flags::ECE | Flags::CWR;
+        }
         let t = self.write_segment(now, buf, self.snd.iss(), flags, options, None)?;
         self.snd.syn_sent();
         if retransmission {
@@ -373,7 +397,7 @@ impl Connection {
         now: Instant,
         buf: &mut [u8],
         seq: SeqNum,
-        flags: Flags,
+        mut flags: Flags,
         mut options: TcpOptions,
         data: Option<(usize, usize)>,
     ) -> Option<Transmit> {
@@ -389,6 +413,10 @@ impl Connection {
         // RFC 7323 3.2: once negotiated, on every segment but RST (the SYN's is set above).
         if !flags.syn() {
             options.timestamps = self.ts.option(now);
+        }
+        // RFC 3168 6.1.3: ECE on every ACK from a CE mark until the peer's CWR.
+        if flags.ack() && !flags.syn() && self.ecn.ok && self.ecn.echo {
+            flags |= Flags::ECE;
         }
         let seg = Segment {
             src_port: self.local.port(),
@@ -425,7 +453,16 @@ impl Connection {
             self.timers.stop(Timer::DelayedAck);
         }
         log::trace!("{:?} {}: out {:?}", self.tuple(), self.state, Segment { payload: &buf[hlen..len], ..seg });
-        Some(Transmit { len, src: self.local, dst: remote, kind: TransmitKind::Data, flags, seq, payload_len })
+        Some(Transmit {
+            len,
+            src: self.local,
+            dst: remote,
+            kind: TransmitKind::Data,
+            flags,
+            seq,
+            payload_len,
+            ect: false,
+        })
     }
 
     /// Write a reset that does not follow from the send sequence.
@@ -451,7 +488,16 @@ impl Connection {
             }
         };
         self.stats.segs_out += 1;
-        Some(Transmit { len, src, dst: rst.dst, kind: TransmitKind::Reset, flags, seq: rst.seq, payload_len: 0 })
+        Some(Transmit {
+            len,
+            src,
+            dst: rst.dst,
+            kind: TransmitKind::Reset,
+            flags,
+            seq: rst.seq,
+            payload_len: 0,
+            ect: false,
+        })
     }
 
     /// Arm a timer when data waits and nothing is in flight to bring an ACK: with the window
