@@ -59,6 +59,14 @@ pub struct LinkConfig {
     /// Merge the pure TCP ACKs of a flow that arrive within an interval (GRO, DOCSIS ACK
     /// thinning); `None` delivers every packet.
     pub ack_coalescing: Option<AckCoalescing>,
+    /// Probability that a packet sent ECN-capable ([`Link::send_ecn`] with ECT(0) or
+    /// ECT(1)) is marked Congestion Experienced instead of going unmarked (RFC 3168 5).
+    pub ce_mark: f64,
+    /// Mark an ECN-capable packet CE when the bytes waiting for serialization exceed this,
+    /// as an AQM's step threshold would (RFC 3168 5; a DCTCP-style marking point);
+    /// `usize::MAX` marks none. Ignored without `bandwidth`. Packets that are not
+    /// ECN-capable are still only tail-dropped at `queue_limit`.
+    pub ce_threshold: usize,
 }
 
 /// How the packets on a link are framed, so that [`AckCoalescing`] can find the TCP header.
@@ -107,6 +115,8 @@ impl Default for LinkConfig {
             corrupt: 0.0,
             queue_limit: usize::MAX,
             ack_coalescing: None,
+            ce_mark: 0.0,
+            ce_threshold: usize::MAX,
         }
     }
 }
@@ -137,6 +147,16 @@ impl LinkConfig {
         LinkConfig { duplicate: p, ..self }
     }
 
+    /// Return `self` marking ECN-capable packets CE above `bytes` of queue.
+    pub fn with_ce_threshold(self, bytes: usize) -> Self {
+        LinkConfig { ce_threshold: bytes, ..self }
+    }
+
+    /// Return `self` with probability `p` of marking an ECN-capable packet CE.
+    pub fn with_ce_mark(self, p: f64) -> Self {
+        LinkConfig { ce_mark: p, ..self }
+    }
+
     /// Return `self` flipping one bit of a packet with probability `p`.
     pub fn with_corrupt(self, p: f64) -> Self {
         LinkConfig { corrupt: p, ..self }
@@ -154,9 +174,13 @@ impl LinkConfig {
     }
 
     fn validate(&self) {
-        for (name, p) in
-            [("loss", self.loss), ("reorder", self.reorder), ("duplicate", self.duplicate), ("corrupt", self.corrupt)]
-        {
+        for (name, p) in [
+            ("loss", self.loss),
+            ("reorder", self.reorder),
+            ("duplicate", self.duplicate),
+            ("corrupt", self.corrupt),
+            ("ce_mark", self.ce_mark),
+        ] {
             assert!((0.0..=1.0).contains(&p), "LinkConfig::{name} = {p} is not a probability");
         }
         assert!(self.bandwidth != Some(0), "LinkConfig::bandwidth must not be zero");
@@ -187,6 +211,8 @@ pub struct LinkStats {
     /// Pure ACKs replaced by a newer one of their flow under [`AckCoalescing`], never
     /// delivered.
     pub acks_merged: u64,
+    /// ECN-capable packets marked Congestion Experienced (`ce_mark`, `ce_threshold`).
+    pub ce_marked: u64,
 }
 
 /// A TCP flow as [`AckCoalescing`] tells them apart: the address bytes (IPv6's, IPv4's or
@@ -199,6 +225,7 @@ struct Held {
     flow: FlowKey,
     release: Instant,
     sent_at: Instant,
+    ecn: u8,
     data: Vec<u8>,
 }
 
@@ -266,12 +293,19 @@ pub struct Packet {
     data: Vec<u8>,
     sent_at: Instant,
     due: Instant,
+    ecn: u8,
 }
 
 impl Packet {
     /// Return the bytes as delivered (possibly corrupted).
     pub fn bytes(&self) -> &[u8] {
         &self.data
+    }
+
+    /// Return the ECN field it arrived with (RFC 3168 5: 0 Not-ECT, 1 ECT(1), 2 ECT(0),
+    /// 3 CE), as sent with [`Link::send_ecn`] or marked by the link.
+    pub fn ecn(&self) -> u8 {
+        self.ecn
     }
 
     /// Return when the packet was sent.
@@ -303,6 +337,7 @@ struct InFlight {
     due: Instant,
     id: u64,
     sent_at: Instant,
+    ecn: u8,
     data: Vec<u8>,
 }
 
@@ -394,8 +429,18 @@ impl Link {
         self.in_flight.len() + self.held.len()
     }
 
-    /// Put `packet` on the link at `now`.
+    /// Put `packet` on the link at `now`, not ECN-capable.
     pub fn send(&mut self, now: Instant, packet: &[u8]) {
+        self.send_ecn(now, packet, 0);
+    }
+
+    /// Put `packet` on the link at `now` with the ECN field `ecn` of its IP header (RFC 3168
+    /// 5, the two low bits); an ECN-capable packet (ECT(0), ECT(1)) may come out marked CE
+    /// ([`LinkConfig::ce_mark`], [`LinkConfig::ce_threshold`]) where another would not be
+    /// dropped. [`Packet::ecn`] gives the field as delivered.
+    pub fn send_ecn(&mut self, now: Instant, packet: &[u8], ecn: u8) {
+        let sent_ecn = ecn & 0b11;
+        let mut ecn = sent_ecn;
         let len = packet.len();
         self.stats.sent += 1;
         self.stats.bytes_sent += len as u64;
@@ -413,6 +458,9 @@ impl Link {
                 log::debug!("{now} link queue full ({backlog} bytes): tail-dropped {len} bytes");
                 return;
             }
+            if (ecn == 0b01 || ecn == 0b10) && backlog > self.config.ce_threshold as u128 {
+                ecn = 0b11;
+            }
             let tx_ns = (len as u128 * 8_000_000_000).div_ceil(u128::from(bps));
             self.tx_idle_ns = start_ns.saturating_add(tx_ns.min(u128::from(u64::MAX)) as u64);
             leaves = Instant::from_micros(self.tx_idle_ns.div_ceil(1000));
@@ -422,15 +470,21 @@ impl Link {
             log::trace!("{now} link lost {len} bytes");
             return;
         }
+        if (ecn == 0b01 || ecn == 0b10) && self.roll(self.config.ce_mark) {
+            ecn = 0b11;
+        }
+        if ecn == 0b11 && sent_ecn != 0b11 {
+            self.stats.ce_marked += 1;
+        }
         let due = leaves + self.config.delay;
-        self.enqueue(now, due, packet);
+        self.enqueue(now, due, packet, ecn);
         if self.roll(self.config.duplicate) {
             self.stats.duplicated += 1;
-            self.enqueue(now, due, packet);
+            self.enqueue(now, due, packet, ecn);
         }
     }
 
-    fn enqueue(&mut self, now: Instant, mut due: Instant, packet: &[u8]) {
+    fn enqueue(&mut self, now: Instant, mut due: Instant, packet: &[u8], ecn: u8) {
         let mut data = self.spare.pop().unwrap_or_default();
         data.clear();
         data.extend_from_slice(packet);
@@ -445,7 +499,7 @@ impl Link {
         }
         let id = self.next_id;
         self.next_id += 1;
-        self.in_flight.push(Reverse(InFlight { due, id, sent_at: now, data }));
+        self.in_flight.push(Reverse(InFlight { due, id, sent_at: now, ecn, data }));
     }
 
     /// Return whether an event of probability `p` happens; draw nothing when `p` is zero.
@@ -494,6 +548,7 @@ impl Link {
                             let Reverse(p) = self.in_flight.pop()?;
                             let old = std::mem::replace(&mut self.held[i].data, p.data);
                             self.held[i].sent_at = p.sent_at;
+                            self.held[i].ecn = p.ecn;
                             self.stats.acks_merged += 1;
                             self.give_back(old);
                         }
@@ -501,7 +556,7 @@ impl Link {
                             // The first of a batch: held until the interval ends.
                             let Reverse(p) = self.in_flight.pop()?;
                             let release = due + coalescing.interval;
-                            self.held.push(Held { flow, release, sent_at: p.sent_at, data: p.data });
+                            self.held.push(Held { flow, release, sent_at: p.sent_at, ecn: p.ecn, data: p.data });
                         }
                     }
                 }
@@ -515,7 +570,7 @@ impl Link {
         let h = self.held.remove(i);
         self.stats.delivered += 1;
         self.stats.bytes_delivered += h.data.len() as u64;
-        Packet { data: h.data, sent_at: h.sent_at, due }
+        Packet { data: h.data, sent_at: h.sent_at, due, ecn: h.ecn }
     }
 
     /// Take the packet at the head of the queue if it is due by `now`.
@@ -526,7 +581,7 @@ impl Link {
         let Reverse(p) = self.in_flight.pop()?;
         self.stats.delivered += 1;
         self.stats.bytes_delivered += p.data.len() as u64;
-        Some(Packet { data: p.data, sent_at: p.sent_at, due: p.due })
+        Some(Packet { data: p.data, sent_at: p.sent_at, due: p.due, ecn: p.ecn })
     }
 
     fn give_back(&mut self, data: Vec<u8>) {

@@ -36,6 +36,7 @@ use bypass_device::seed::splitmix64;
 
 use crate::config::Config;
 use crate::connection::{Connection, RecvError, SendError};
+use crate::ecn::IpEcn;
 use crate::event::Event;
 use crate::state::State;
 use crate::time::Instant;
@@ -791,7 +792,8 @@ impl Pair {
                 continue;
             }
             log::trace!("{now} {from} sends {seg:?} ({:?})", t.kind);
-            link.send(now, bytes);
+            // ECT(0) in the IP header of an ECN-capable segment (RFC 3168 5), as the host writes.
+            link.send_ecn(now, bytes, if t.ect { IpEcn::Ect0.bits() } else { IpEcn::NotEct.bits() });
         }
         count > 0
     }
@@ -823,9 +825,16 @@ impl Pair {
                             log::trace!("{now} {to} accepted {tuple}", tuple = FourTuple { local: dst, remote: src });
                             end.conn = child;
                         }
-                        None => {
-                            end.conn.handle_segment(now, &seg);
-                        }
+                        // The IP header's ECN field goes up with the segment (RFC 3168 5).
+                        None => match end.conn.tuple() {
+                            Some(t) => {
+                                let ecn = IpEcn::from_tos(packet.ecn());
+                                end.conn.handle_segment_ecn(now, t.remote.ip(), &seg, ecn);
+                            }
+                            None => {
+                                end.conn.handle_segment(now, &seg);
+                            }
+                        },
                     }
                 }
                 Err(error) => {

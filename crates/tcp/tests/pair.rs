@@ -100,6 +100,7 @@ fn lossy() -> LinkConfig {
         corrupt: 0.001,
         queue_limit: usize::MAX,
         ack_coalescing: None,
+        ..LinkConfig::default()
     }
 }
 
