@@ -3,7 +3,7 @@
 
 use bypass_device::Device;
 use bypass_device::capture::Direction;
-use bypass_tcp::{FourTuple, Instant, Segment};
+use bypass_tcp::{FourTuple, Instant, IpEcn, Segment, Transmit};
 use etherparse::IpNumber;
 
 use super::*;
@@ -47,7 +47,7 @@ impl Interface {
                         produced = t;
                         match t {
                             Some(t) => {
-                                write_ip_headers(buf, our_mac, mac, src, dst, IpNumber::TCP, t.len);
+                                write_ip_headers(buf, our_mac, mac, src, dst, IpNumber::TCP, t.len, ect(&t));
                                 if let Some(board) = notes {
                                     note.clear();
                                     if let Ok(seg) = Segment::parse_unchecked(&buf[headers..headers + t.len]) {
@@ -72,7 +72,7 @@ impl Interface {
                     let mut buf = self.spare.pop().unwrap_or_default();
                     buf.resize(max_frame, 0);
                     if let Some(t) = sock.conn.poll_transmit(now, &mut buf[headers..]) {
-                        write_ip_headers(&mut buf, our_mac, [0; 6], src, dst, IpNumber::TCP, t.len);
+                        write_ip_headers(&mut buf, our_mac, [0; 6], src, dst, IpNumber::TCP, t.len, ect(&t));
                         buf.truncate(headers + t.len);
                         produced = Some(t);
                         self.hold_for_resolution(now, dst, buf);
@@ -96,4 +96,10 @@ impl Interface {
         self.settle(now, index);
         Ok(Some(sent))
     }
+}
+
+/// Return the ECN field for a segment: ECT(0) where the connection marks it ECN-capable
+/// (RFC 3168 6.1.5: new data of an ECN connection), Not-ECT otherwise.
+fn ect(t: &Transmit) -> IpEcn {
+    if t.ect { IpEcn::Ect0 } else { IpEcn::NotEct }
 }

@@ -96,7 +96,7 @@ impl Reply {
                 let (src, dst) = (tuple.local.ip(), tuple.remote.ip());
                 let headers = headers_len(dst);
                 let Ok(n) = segment.emit_as(tx_checksum, src, dst, &mut buf[headers..]) else { return 0 };
-                write_ip_headers(buf, our_mac, dst_mac, src, dst, IpNumber::TCP, n);
+                write_ip_headers(buf, our_mac, dst_mac, src, dst, IpNumber::TCP, n, bypass_tcp::IpEcn::NotEct);
                 headers + n
             }
             Reply::Frame(ref frame) => {

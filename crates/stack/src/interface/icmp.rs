@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
-use bypass_tcp::{FourTuple, IcmpError, IcmpIgnored, IcmpOutcome, Instant, SeqNum};
+use bypass_tcp::{FourTuple, IcmpError, IcmpIgnored, IcmpOutcome, Instant, IpEcn, SeqNum};
 use etherparse::{EtherType, IpNumber};
 
 use super::*;
@@ -55,7 +55,7 @@ impl Interface {
             let mut frame = self.buffer();
             frame.resize(headers + payload.len(), 0);
             frame[headers..].copy_from_slice(payload);
-            write_ip_headers(&mut frame, self.mac, dst_mac, src, dst, proto, payload.len());
+            write_ip_headers(&mut frame, self.mac, dst_mac, src, dst, proto, payload.len(), IpEcn::NotEct);
             self.queue_control(frame, || format!("{what} to {dst}"));
             return true;
         }
@@ -83,12 +83,12 @@ impl Interface {
                     // DF clear, so a router on a narrower link may cut it further (RFC 791 2.3).
                     wire::write_ethernet(&mut frame, self.mac, dst_mac, EtherType::IPV4);
                     let fragment = Some((id as u16, offset, more));
-                    wire::write_ipv4(&mut frame[ETH_LEN..], s, d, proto, len, fragment);
+                    wire::write_ipv4(&mut frame[ETH_LEN..], s, d, proto, len, fragment, IpEcn::NotEct);
                 }
                 _ => {
                     wire::write_ipv6_fragment(&mut frame[headers..], proto, offset, more, id);
                     let next = IpNumber::IPV6_FRAGMENTATION_HEADER;
-                    write_ip_headers(&mut frame, self.mac, dst_mac, src, dst, next, len);
+                    write_ip_headers(&mut frame, self.mac, dst_mac, src, dst, next, len, IpEcn::NotEct);
                 }
             }
             self.queue_control(frame, || format!("{what} to {dst}, fragment {} of {count}", i + 1));

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 
-use bypass_tcp::Instant;
+use bypass_tcp::{Instant, IpEcn};
 use etherparse::{IpNumber, Ipv4HeaderSlice};
 
 use super::*;
@@ -48,13 +48,18 @@ impl Interface {
             let key = FragmentKey::ipv4(src, dst, ip.identification(), protocol.0);
             let offset = usize::from(ip.fragments_offset().value()) * 8;
             let frag = Fragment::new(offset, ip.more_fragments(), body);
+            // A reassembled datagram is taken as Not-ECT: RFC 3168 5.3's rule for the ECN
+            // field of fragments is not kept (our TCP segments are never fragmented).
             return self.reassemble(now, key, frag, |host, datagram| {
-                host.receive_ipv4_payload(now, src_mac, src, dst, protocol, datagram.payload)
+                host.receive_ipv4_payload(now, src_mac, src, dst, protocol, datagram.payload, IpEcn::NotEct)
             });
         }
-        self.receive_ipv4_payload(now, src_mac, src, dst, protocol, body);
+        // The ECN field goes up to TCP with the segment (RFC 3168 5).
+        let ecn = IpEcn::from_tos(ip.ecn().value());
+        self.receive_ipv4_payload(now, src_mac, src, dst, protocol, body, ecn);
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn receive_ipv4_payload(
         &mut self,
         now: Instant,
@@ -63,9 +68,10 @@ impl Interface {
         dst: Ipv4Addr,
         protocol: IpNumber,
         body: &[u8],
+        ecn: IpEcn,
     ) {
         match protocol {
-            IpNumber::TCP => self.receive_tcp(now, src_mac, src.into(), dst.into(), body),
+            IpNumber::TCP => self.receive_tcp(now, src_mac, src.into(), dst.into(), body, ecn),
             IpNumber::ICMP => self.receive_icmp(now, src_mac, src, dst, body),
             _ => self.drop(Drop::UnknownProtocol, "IP protocol"),
         }

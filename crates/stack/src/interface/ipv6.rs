@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv6Addr};
 
-use bypass_tcp::Instant;
+use bypass_tcp::{Instant, IpEcn};
 use etherparse::{IpNumber, Ipv6HeaderSlice};
 
 use super::*;
@@ -54,9 +54,11 @@ impl Interface {
             return;
         }
         let hop_limit = ip.hop_limit();
+        // The ECN field, the traffic class's two low bits, goes up to TCP (RFC 3168 5).
+        let ecn = IpEcn::from_tos(ip.traffic_class());
         match walk_extension_headers(ip.next_header(), &packet[IPV6_LEN..end]) {
             Payload::Whole(protocol, body) => {
-                self.receive_ipv6_payload(now, src_mac, src, dst, hop_limit, protocol, body)
+                self.receive_ipv6_payload(now, src_mac, src, dst, hop_limit, protocol, body, ecn)
             }
             Payload::Fragment { protocol, offset, more, id, data } => {
                 if dst.is_multicast() {
@@ -72,7 +74,9 @@ impl Interface {
                     if is_ndp(protocol, datagram.payload) {
                         return host.drop(Drop::BadNdp, FRAGMENTED_NDP);
                     }
-                    host.receive_ipv6_payload(now, src_mac, src, dst, hop_limit, protocol, datagram.payload);
+                    // Taken as Not-ECT, as IPv4's reassembled datagrams.
+                    let payload = datagram.payload;
+                    host.receive_ipv6_payload(now, src_mac, src, dst, hop_limit, protocol, payload, IpEcn::NotEct);
                 });
             }
             Payload::Nothing(None) => {}
@@ -90,6 +94,7 @@ impl Interface {
         hop_limit: u8,
         protocol: IpNumber,
         body: &[u8],
+        ecn: IpEcn,
     ) {
         match protocol {
             // Only Neighbour Discovery comes from :: (RFC 4861 7.1.1); an error's source is
@@ -99,7 +104,7 @@ impl Interface {
             }
             _ if src.is_unspecified() => self.drop(Drop::MartianSource, "IPv6 from :: that is not NDP"),
             IpNumber::TCP if dst.is_multicast() => self.drop(Drop::Ipv6NotForUs, "TCP to a multicast group"),
-            IpNumber::TCP => self.receive_tcp(now, src_mac, src.into(), dst.into(), body),
+            IpNumber::TCP => self.receive_tcp(now, src_mac, src.into(), dst.into(), body, ecn),
             _ => self.drop(Drop::UnknownProtocol, "IPv6 next header"),
         }
     }

@@ -5,14 +5,24 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 
 use bypass_device::capture::Direction;
-use bypass_tcp::{Connection, FourTuple, Instant, Segment, State};
+use bypass_tcp::{Connection, FourTuple, Instant, IpEcn, Segment, State};
 
 use super::*;
 use crate::counters::Drop;
 
 impl Interface {
     /// A segment from `src` to our address `dst` (its checksum is checked against both).
-    pub(super) fn receive_tcp(&mut self, now: Instant, src_mac: [u8; 6], src: IpAddr, dst: IpAddr, body: &[u8]) {
+    /// Take a TCP segment from `src`, with the ECN field `ecn` of its IP header (RFC 3168
+    /// 5), which its connection sees ([`Connection::handle_segment_ecn`]).
+    pub(super) fn receive_tcp(
+        &mut self,
+        now: Instant,
+        src_mac: [u8; 6],
+        src: IpAddr,
+        dst: IpAddr,
+        body: &[u8],
+        ecn: IpEcn,
+    ) {
         let parsed = if self.rx_verified { Segment::parse_unchecked(body) } else { Segment::parse(body, src, dst) };
         let seg = match parsed {
             Ok(seg) => seg,
@@ -35,7 +45,12 @@ impl Interface {
             let sock = self.conns.slots[index as usize].sock.as_mut().expect("table points at live slots");
             let before = sock.conn.state();
             let acked_before = sock.conn.snd_una();
-            let outcome = sock.conn.handle_segment(now, &seg);
+            // From the peer it is bound to, with the ECN field; a connection back in LISTEN
+            // takes the segment as before.
+            let outcome = match sock.conn.tuple() {
+                Some(bound) => sock.conn.handle_segment_ecn(now, bound.remote.ip(), &seg, ecn),
+                None => sock.conn.handle_segment(now, &seg),
+            };
             sock.peer_mac = Some(src_mac);
             // New data acknowledged is proof the neighbour (or the router towards the peer)
             // is reachable: RFC 4861 7.3.1's upper-layer confirmation, which keeps a neighbour

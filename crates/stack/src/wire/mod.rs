@@ -24,6 +24,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use bypass_tcp::IpEcn;
 use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header};
 
 pub mod arp;
@@ -59,7 +60,9 @@ pub fn write_ethernet(frame: &mut [u8], src: [u8; 6], dst: [u8; 6], ether_type: 
 /// payload of `len` bytes carrying `proto` into the first [`IPV4_LEN`] bytes of `header`:
 /// whole with DF (`fragment` `None`: our TCP segments fit the path MTU and are never
 /// fragmented, RFC 1191 3), or one fragment `(id, offset, more)` with DF clear, its
-/// `offset` in octets a multiple of 8 (RFC 791 2.3, 3.2). `len` is at most 65,515.
+/// `offset` in octets a multiple of 8 (RFC 791 2.3, 3.2). `len` is at most 65,515. `ecn` is
+/// the ECN field, the TOS byte's two low bits (RFC 3168 5): ECT(0) for an ECN-capable TCP
+/// segment, Not-ECT for everything else.
 pub fn write_ipv4(
     header: &mut [u8],
     src: Ipv4Addr,
@@ -67,9 +70,11 @@ pub fn write_ipv4(
     proto: IpNumber,
     len: usize,
     fragment: Option<(u16, usize, bool)>,
+    ecn: IpEcn,
 ) {
     // `Ipv4Header::new` sets DF.
     let mut ip = Ipv4Header::new(len as u16, TTL, proto, src.octets(), dst.octets()).expect("payload fits IPv4");
+    ip.ecn = etherparse::IpEcn::try_new(ecn.bits()).expect("two bits");
     if let Some((id, offset, more)) = fragment {
         ip.identification = id;
         ip.dont_fragment = false;
@@ -80,12 +85,20 @@ pub fn write_ipv4(
     header[..IPV4_LEN].copy_from_slice(&ip.to_bytes());
 }
 
-/// Write an IPv6 header (traffic class and flow label zero) for a payload of `len` bytes
-/// whose first header is `next`, sent with `hop_limit`, into the first [`IPV6_LEN`] bytes of
-/// `header`.
-pub fn write_ipv6(header: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr, next: IpNumber, len: usize, hop_limit: u8) {
+/// Write an IPv6 header (flow label zero, the traffic class zero but for its two ECN bits,
+/// `ecn`, RFC 3168 5) for a payload of `len` bytes whose first header is `next`, sent with
+/// `hop_limit`, into the first [`IPV6_LEN`] bytes of `header`.
+pub fn write_ipv6(
+    header: &mut [u8],
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    next: IpNumber,
+    len: usize,
+    hop_limit: u8,
+    ecn: IpEcn,
+) {
     let ip = Ipv6Header {
-        traffic_class: 0,
+        traffic_class: ecn.bits(),
         flow_label: Ipv6FlowLabel::ZERO,
         payload_length: len as u16,
         next_header: next,
@@ -118,7 +131,9 @@ pub fn headers_len(dst: IpAddr) -> usize {
 
 /// Write the Ethernet and IP headers (of `src`'s family: IPv4 with DF, IPv6 with hop limit
 /// [`IPV6_HOP_LIMIT`]) at the front of `frame` for an IP payload of `len` bytes carrying
-/// `proto`; `frame` is at least `headers_len(dst)` long.
+/// `proto`, with the ECN field `ecn` (RFC 3168 5: ECT(0) where the connection marks a
+/// segment ECN-capable, `Transmit::ect`); `frame` is at least `headers_len(dst)` long.
+#[allow(clippy::too_many_arguments)]
 pub fn write_ip_headers(
     frame: &mut [u8],
     src_mac: [u8; 6],
@@ -127,16 +142,43 @@ pub fn write_ip_headers(
     dst: IpAddr,
     proto: IpNumber,
     len: usize,
+    ecn: IpEcn,
 ) {
     match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             write_ethernet(frame, src_mac, dst_mac, EtherType::IPV4);
-            write_ipv4(&mut frame[ETH_LEN..], s, d, proto, len, None);
+            write_ipv4(&mut frame[ETH_LEN..], s, d, proto, len, None, ecn);
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
             write_ethernet(frame, src_mac, dst_mac, EtherType::IPV6);
-            write_ipv6(&mut frame[ETH_LEN..], s, d, proto, len, IPV6_HOP_LIMIT);
+            write_ipv6(&mut frame[ETH_LEN..], s, d, proto, len, IPV6_HOP_LIMIT, ecn);
         }
         _ => unreachable!("a packet's addresses are of one family"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ECN field goes in the TOS byte's low bits (IPv4, checksum still right) and the
+    /// traffic class's (IPv6), and nowhere else (RFC 3168 5).
+    #[test]
+    fn the_ecn_field_is_written_for_both_families() {
+        let (mac_a, mac_b) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let (a4, b4) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+        for ecn in [IpEcn::NotEct, IpEcn::Ect0] {
+            let mut frame = [0xa5u8; HEADERS4];
+            write_ip_headers(&mut frame, mac_a, mac_b, a4, b4, IpNumber::TCP, 20, ecn);
+            let ip = etherparse::Ipv4HeaderSlice::from_slice(&frame[ETH_LEN..]).unwrap();
+            assert_eq!(ip.ecn().value(), ecn.bits());
+            assert_eq!(ip.dcp().value(), 0);
+            assert_eq!(ip.to_header().calc_header_checksum(), ip.header_checksum());
+            let (a6, b6) = (IpAddr::from([0xfd00, 0, 0, 0, 0, 0, 0, 1]), IpAddr::from([0xfd00, 0, 0, 0, 0, 0, 0, 2]));
+            let mut frame = [0xa5u8; HEADERS6];
+            write_ip_headers(&mut frame, mac_a, mac_b, a6, b6, IpNumber::TCP, 20, ecn);
+            let ip = etherparse::Ipv6HeaderSlice::from_slice(&frame[ETH_LEN..]).unwrap();
+            assert_eq!(ip.traffic_class(), ecn.bits());
+        }
     }
 }

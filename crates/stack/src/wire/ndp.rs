@@ -466,7 +466,7 @@ fn write_frame(
     let len = ICMP_OFFSET + icmp_len;
     assert!(buf.len() >= len, "an NDP frame needs {len} bytes; the buffer has {}", buf.len());
     write_ethernet(buf, src_mac, dst_mac, EtherType::IPV6);
-    write_ipv6(&mut buf[ETH_LEN..], src, dst, IpNumber::IPV6_ICMP, icmp_len, HOP_LIMIT);
+    write_ipv6(&mut buf[ETH_LEN..], src, dst, IpNumber::IPV6_ICMP, icmp_len, HOP_LIMIT, bypass_tcp::IpEcn::NotEct);
     let icmp = &mut buf[ICMP_OFFSET..len];
     icmp[..ICMP_HEADER_LEN].copy_from_slice(&Icmpv6Header { icmp_type, checksum: 0 }.to_bytes());
     icmp[ICMP_HEADER_LEN..].copy_from_slice(body);
