@@ -871,6 +871,38 @@ mod tests {
         assert_eq!(cc.ssthresh(), before);
     }
 
+    /// An ECN reduction (RFC 3168 6.1.2) after a reduction that later proves needless is not
+    /// undone with it: neither the D-SACK of the resend nor the Eifel echo restores the
+    /// window from before both (Linux's `tcp_enter_cwr` clears `undo_marker`).
+    #[test]
+    fn an_ecn_reduction_is_not_undone_by_a_dsack_or_the_eifel_echo() {
+        // D-SACK: the timeout's resend D-SACKed after an ECE reduced the window again.
+        let (mut r, mut sent, mut cc, before) = after_a_timeout_and_one_resend();
+        let t = Instant::from_millis(30);
+        r.on_ack(&ack(t, 5000, 5000), &Delivery::default(), &mut sent, &mut cc);
+        r.on_ecn_echo(t, 4000, &mut cc);
+        let reduced = (cc.cwnd(), cc.ssthresh());
+        assert_ne!(reduced.1, before);
+        assert!(!r.on_ack(&ack(t, 5000, 5000), &dsack(1000, 2000), &mut sent, &mut cc).undone);
+        assert_eq!(cc.ssthresh(), reduced.1);
+        // Eifel: a timeout, its resend, an ECE, then the ACK echoing the original's TSval.
+        let (mut r, mut sent) = (Recovery::default(), SentQueue::default());
+        let mut cc = CongestionControl::new(Algorithm::Cubic, 1000);
+        for k in 1..5 {
+            sent.push(SeqNum(k * 1000), SeqNum(k * 1000 + 1000), Instant::ZERO, false);
+        }
+        let t = Instant::from_millis(200);
+        r.on_rto(t, SeqNum(5000), 4000, &mut sent, &mut cc);
+        sent.resent(SeqNum(1000), 1000, t);
+        r.on_sent(SeqNum(1000), 1000, true, Some(200));
+        r.on_ecn_echo(t, 4000, &mut cc);
+        let reduced = cc.ssthresh();
+        let d = sent.on_ack(SeqNum(3000), &[]);
+        let ctx = AckContext { tsecr: Some(1), ..ack(Instant::from_millis(400), 3000, 5000) };
+        assert!(!r.on_ack(&ctx, &d, &mut sent, &mut cc).undone);
+        assert_eq!(cc.ssthresh(), reduced);
+    }
+
     #[test]
     fn a_reduction_with_two_resends_needs_both_dsacked() {
         let (mut r, mut sent, mut cc, before) = after_a_timeout_and_one_resend();
