@@ -5,6 +5,10 @@
 //! `ss -ti` shows as `ecn`; the iproute2 6.1 `ss` here prints none of the options a 6.18
 //! kernel reports, not even `ts` and `sack`, so the test reads them itself). Over AF_PACKET.
 //! Needs root (skips with a message otherwise; fails under `CI=true`).
+//!
+//! And CE marks reaching our TCP: a tc BPF program on the kernel's side of the link
+//! (`tests/bpf/ce_mark.ll`, built with `llc`) marks CE on about one ECT packet in 16 of a
+//! kernel client's upload; our server echoes ECE and the kernel (Reno) answers it.
 
 mod common;
 
@@ -206,4 +210,141 @@ fn a_kernel_client_negotiates_ecn_with_our_server() {
     assert_eq!(received, LEN);
     assert!(stats.ecn, "our Stats: ECN not negotiated");
     assert!(options & TCPI_OPT_ECN != 0, "the kernel client has no ECN: tcpi_options {options:#x}");
+}
+
+/// Build `tests/bpf/ce_mark.ll` into an object `tc` can load, in `dir`; return its path.
+fn build_ce_marker(dir: &std::path::Path) -> std::path::PathBuf {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bpf/ce_mark.ll");
+    let obj = dir.join("ce_mark.o");
+    let out = std::process::Command::new("llc")
+        .args(["-march=bpf", "-filetype=obj", "-o"])
+        .arg(&obj)
+        .arg(&src)
+        .output()
+        .expect("run llc (LLVM) to build the CE-marking BPF program");
+    assert!(out.status.success(), "llc: {}", String::from_utf8_lossy(&out.stderr));
+    obj
+}
+
+#[test]
+fn ce_marks_from_the_path_reach_our_tcp_and_the_kernel_sender_answers_the_echo() {
+    let test = "ecn_ce";
+    if !lab_available(test) {
+        return;
+    }
+    common::init_log();
+    let lab = common::create_lab(test, 1);
+    kernel_requests_ecn(&lab);
+    let dir = std::env::temp_dir().join(format!("bypass-ecn-ce-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let obj = build_ce_marker(&dir);
+    let peer_if = lab.peer_if.clone();
+    for args in [
+        vec!["qdisc", "add", "dev", &peer_if, "clsact"],
+        vec!["filter", "add", "dev", &peer_if, "egress", "bpf", "da", "obj", obj.to_str().unwrap(), "sec", "tc"],
+    ] {
+        let out = lab.peer_cmd("tc").args(&args).output().expect("run tc");
+        assert!(out.status.success(), "tc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    const BULK: usize = 4 << 20;
+    const PORT: u16 = 7008;
+    let addr: SocketAddr = SocketAddrV4::new(lab.bypass_ip, PORT).into();
+    let (iface, ip) = (lab.bypass_if.clone(), lab.bypass_ip);
+    let before = common::peer_nstat(&lab);
+    let lab_ref: &Lab = &lab;
+    let ((stats, received), (retrans, ssthresh)) = std::thread::scope(|s| {
+        let server = s.spawn(move || {
+            lab_ref.in_bypass(|| {
+                let device = PacketDevice::open(&iface).expect("open AF_PACKET");
+                let mut stack = Stack::new(device, config(ip, Ecn::Accept));
+                let listener = stack.listen(PORT).expect("listen");
+                let deadline = Instant::now() + DEADLINE;
+                let id = loop {
+                    assert!(Instant::now() < deadline, "no connection");
+                    stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
+                    if let Some(id) = stack.accept(listener) {
+                        break id;
+                    }
+                };
+                let mut buf = vec![0u8; 65536];
+                let mut received = 0;
+                loop {
+                    assert!(Instant::now() < deadline, "stalled after {received} bytes");
+                    match stack.read(id, &mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => received += n,
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                        Err(e) => panic!("read after {received} bytes: {e}"),
+                    }
+                    stack.poll_wait(Some(Duration::from_millis(1))).expect("poll");
+                }
+                let stats = stack.tcp_stats(id).expect("open");
+                stack.close(id);
+                let settle = Instant::now() + Duration::from_millis(300);
+                while Instant::now() < settle {
+                    stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
+                }
+                (stats, received)
+            })
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let mut conn = common::peer_connect(&lab, addr);
+        // Reno reduces on ECE (BBR, this kernel's default here, does not use it).
+        set_congestion(&conn, b"reno");
+        conn.set_write_timeout(Some(DEADLINE)).unwrap();
+        conn.write_all(&common::data(0xec6, BULK)).expect("kernel client write");
+        let info = tcp_info(&conn);
+        conn.shutdown(std::net::Shutdown::Write).unwrap();
+        let _ = common::read_to_eof(&conn, DEADLINE);
+        (server.join().expect("our server thread"), (info.tcpi_total_retrans, info.tcpi_snd_ssthresh))
+    });
+    let peer = common::peer_changes(&lab, &before);
+    let delivered_ce = peer.get("TcpExtTCPDeliveredCE");
+    eprintln!(
+        "4 MiB from a kernel client, ~1/16 ECT packets marked CE: we received {received} bytes, {} CE, \
+         ECN {}; the kernel: {delivered_ce} packets delivered with ECE (TcpExtTCPDeliveredCE), \
+         ssthresh {ssthresh}, {retrans} retransmissions",
+        stats.ce_received, stats.ecn
+    );
+    assert_eq!(received, BULK);
+    assert!(stats.ecn);
+    assert!(stats.ce_received > 0, "no CE mark reached our TCP");
+    assert!(delivered_ce > 0, "the kernel saw no ECE: {peer}");
+    assert!(ssthresh < 0x7fff_ffff, "the kernel never reduced (ssthresh {ssthresh})");
+}
+
+/// Set the kernel socket's congestion control (`TCP_CONGESTION`).
+#[allow(unsafe_code)]
+fn set_congestion(socket: &impl AsRawFd, name: &[u8]) {
+    // SAFETY: setsockopt(2) on a socket we hold open, reading `name.len()` bytes of `name`.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "TCP_CONGESTION: {}", std::io::Error::last_os_error());
+}
+
+/// Return the kernel socket's `TCP_INFO`.
+#[allow(unsafe_code)]
+fn tcp_info(socket: &impl AsRawFd) -> libc::tcp_info {
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: as in `tcpi_options`.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
+    info
 }
