@@ -212,6 +212,23 @@ fn a_kernel_client_negotiates_ecn_with_our_server() {
     assert!(options & TCPI_OPT_ECN != 0, "the kernel client has no ECN: tcpi_options {options:#x}");
 }
 
+/// Mark CE on about one ECT packet in 16 crossing the kernel's end of the link in
+/// `direction` (`egress`: the kernel's packets to us; `ingress`: ours to the kernel).
+fn attach_ce_marker(lab: &Lab, direction: &str) {
+    let dir = std::env::temp_dir().join(format!("bypass-ecn-ce-{}-{direction}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let obj = build_ce_marker(&dir);
+    let peer_if = lab.peer_if.clone();
+    for args in [
+        vec!["qdisc", "add", "dev", &peer_if, "clsact"],
+        vec!["filter", "add", "dev", &peer_if, direction, "bpf", "da", "obj", obj.to_str().unwrap(), "sec", "tc"],
+    ] {
+        let out = lab.peer_cmd("tc").args(&args).output().expect("run tc");
+        assert!(out.status.success(), "tc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Build `tests/bpf/ce_mark.ll` into an object `tc` can load, in `dir`; return its path.
 fn build_ce_marker(dir: &std::path::Path) -> std::path::PathBuf {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bpf/ce_mark.ll");
@@ -235,18 +252,7 @@ fn ce_marks_from_the_path_reach_our_tcp_and_the_kernel_sender_answers_the_echo()
     common::init_log();
     let lab = common::create_lab(test, 1);
     kernel_requests_ecn(&lab);
-    let dir = std::env::temp_dir().join(format!("bypass-ecn-ce-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let obj = build_ce_marker(&dir);
-    let peer_if = lab.peer_if.clone();
-    for args in [
-        vec!["qdisc", "add", "dev", &peer_if, "clsact"],
-        vec!["filter", "add", "dev", &peer_if, "egress", "bpf", "da", "obj", obj.to_str().unwrap(), "sec", "tc"],
-    ] {
-        let out = lab.peer_cmd("tc").args(&args).output().expect("run tc");
-        assert!(out.status.success(), "tc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    attach_ce_marker(&lab, "egress");
     const BULK: usize = 4 << 20;
     const PORT: u16 = 7008;
     let addr: SocketAddr = SocketAddrV4::new(lab.bypass_ip, PORT).into();
@@ -347,4 +353,88 @@ fn tcp_info(socket: &impl AsRawFd) -> libc::tcp_info {
     };
     assert_eq!(rc, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
     info
+}
+
+#[test]
+fn ce_marks_on_our_data_draw_the_kernels_ece_and_we_reduce_once_per_window() {
+    let test = "ecn_ece";
+    if !lab_available(test) {
+        return;
+    }
+    common::init_log();
+    let lab = common::create_lab(test, 1);
+    kernel_requests_ecn(&lab);
+    attach_ce_marker(&lab, "ingress");
+    const BULK: usize = 8 << 20;
+    let before = common::peer_nstat(&lab);
+    let peer_ip = lab.peer_ip;
+    let listener = lab.in_peer(|| TcpListener::bind((peer_ip, 0))).expect("bind in the peer namespace");
+    let std::net::SocketAddr::V4(server) = listener.local_addr().unwrap() else { unreachable!() };
+    let (ours, received) = std::thread::scope(|s| {
+        let kernel = s.spawn(move || {
+            let (mut conn, _) = listener.accept().expect("accept");
+            conn.set_read_timeout(Some(DEADLINE)).unwrap();
+            let mut buf = vec![0u8; 65536];
+            let mut received = 0;
+            loop {
+                match conn.read(&mut buf) {
+                    Ok(0) => return received,
+                    Ok(n) => received += n,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => panic!("kernel server read after {received} bytes: {e}"),
+                }
+            }
+        });
+        let (iface, ip) = (lab.bypass_if.clone(), lab.bypass_ip);
+        let ours = lab.in_bypass(|| {
+            let device = PacketDevice::open(&iface).expect("open AF_PACKET");
+            let mut stack = Stack::new(device, config(ip, Ecn::Request));
+            let deadline = Instant::now() + DEADLINE;
+            let id = stack.connect(server).expect("connect");
+            while matches!(stack.state(id), State::SynSent | State::SynReceived) {
+                assert!(Instant::now() < deadline, "no handshake with {server}");
+                stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
+            }
+            let message = common::data(0xec7, BULK);
+            let mut sent = 0;
+            while sent < BULK || stack.tcp_stats(id).is_some_and(|s| s.bytes_in_flight > 0) {
+                assert!(Instant::now() < deadline, "stalled after {sent} bytes");
+                if sent < BULK {
+                    match stack.write(id, &message[sent..]) {
+                        Ok(n) => sent += n,
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                        Err(e) => panic!("write after {sent} bytes: {e}"),
+                    }
+                }
+                stack.poll_wait(Some(Duration::from_millis(1))).expect("poll");
+            }
+            let stats = stack.tcp_stats(id).expect("open");
+            stack.shutdown(id);
+            let settle = Instant::now() + Duration::from_millis(300);
+            while Instant::now() < settle {
+                stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
+            }
+            stack.close(id);
+            stats
+        });
+        (ours, kernel.join().expect("kernel server thread"))
+    });
+    let peer = common::peer_changes(&lab, &before);
+    let (ect0, ce) = (peer.get("IpExtInECT0Pkts"), peer.get("IpExtInCEPkts"));
+    eprintln!(
+        "8 MiB to a kernel server in {} segments, ~1/16 of our ECT packets marked CE: the kernel \
+         received {ect0} ECT(0) and {ce} CE packets; {} ECE reductions, {} retransmissions, cwnd \
+         {} segments at the end",
+        ours.segs_out,
+        ours.ece_reductions,
+        ours.retransmits,
+        ours.cwnd / u32::from(ours.mss)
+    );
+    assert!(ect0 > 0 && ce > 0, "our data did not arrive ECT: {peer}");
+    // Each reduction answers at least one mark since the window of the last one.
+    assert!(ours.ece_reductions <= ce, "{} reductions for {ce} marks", ours.ece_reductions);
+    assert_eq!(received, BULK);
+    assert!(ours.ecn);
+    assert!(ours.ece_reductions > 0, "the kernel's ECE never reduced our window");
+    assert_eq!(ours.retransmits, 0, "an ECN reduction resends nothing");
 }

@@ -78,8 +78,11 @@ pub(crate) struct EcnState {
 
 impl EcnState {
     /// Return whether an ECE arriving with SND.UNA at `una` may reduce cwnd: none yet, or
-    /// the window of the last reduction acknowledged.
+    /// SND.UNA beyond the SND.MAX of the last reduction. Strictly beyond, as Linux holds its
+    /// CWR state until "something *above* high_seq is ACKed for CWR bit to reach receiver"
+    /// (`tcp_fastretrans_alert`): the ACK of exactly the old window still carries the ECE
+    /// that the reduction answered, since the CWR rides on data sent after it.
     pub fn may_reduce(&self, una: SeqNum) -> bool {
-        self.cwr_point.is_none_or(|p| !una.before(p))
+        self.cwr_point.is_none_or(|p| una.after(p))
     }
 }

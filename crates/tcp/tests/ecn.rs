@@ -48,7 +48,7 @@ fn ce_marks_reduce_cwnd_once_per_window_without_loss_and_keep_throughput() {
     let run = Duration::from_secs(10);
     let deadline = start + run;
     // Each reduction, with SND.UNA then and SND.MAX then: the next must come only once
-    // SND.UNA has passed this one's SND.MAX (RFC 3168 6.1.2).
+    // SND.UNA has passed this one's SND.MAX (RFC 3168 6.1.2), strictly.
     let mut reductions: Vec<(u64, bypass_tcp::SeqNum, bypass_tcp::SeqNum)> = Vec::new();
     let mut seen = 0u64;
     let mut too_many_at_once = 0u32;
@@ -71,8 +71,8 @@ fn ce_marks_reduce_cwnd_once_per_window_without_loss_and_keep_throughput() {
     let stats = pair.client().stats();
     let received = pair.progress(Side::Server).received;
     let mbps = received as f64 * 8.0 / run.as_secs_f64() / 1e6;
-    let windows = reductions.windows(2).filter(|w| !w[1].1.before(w[0].2)).count();
-    let early = reductions.windows(2).filter(|w| w[1].1.before(w[0].2)).count();
+    let windows = reductions.windows(2).filter(|w| w[1].1.after(w[0].2)).count();
+    let early = reductions.windows(2).filter(|w| !w[1].1.after(w[0].2)).count();
     let rtts = run.as_millis() / 20;
     let link_stats = pair.link(Side::Client).stats();
     println!(
@@ -88,7 +88,7 @@ fn ce_marks_reduce_cwnd_once_per_window_without_loss_and_keep_throughput() {
         run.as_secs(),
         stats.cwnd / u32::from(stats.mss),
     );
-    assert!(stats.ece_reductions >= 5, "the marks reached the sender");
+    assert!(stats.ece_reductions >= 3, "the marks reached the sender");
     assert_eq!(too_many_at_once, 0);
     assert_eq!(early, 0, "at most one reduction per window of data");
     assert!(stats.ece_reductions as u128 <= rtts, "no more reductions than windows");
