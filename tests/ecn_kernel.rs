@@ -13,14 +13,14 @@
 mod common;
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, SocketAddrV4, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use bypass_io::PacketDevice;
 use bypass_lab::testlab::{Lab, lab_available};
 use bypass_stack::{Stack, StackConfig};
-use bypass_tcp::{Ecn, State};
+use bypass_tcp::{Ecn, State, Stats};
 
 const LEN: usize = 256 * 1024;
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -143,6 +143,42 @@ fn our_client_negotiates_ecn_with_a_kernel_server() {
     assert!(options & TCPI_OPT_ECN_SEEN != 0, "the kernel saw no ECT from us: tcpi_options {options:#x}");
 }
 
+/// Our stack on AF_PACKET on `iface` (ECN as Linux's default, accept when asked): accept one
+/// connection on `port`, read it to the end polling every `poll`, close it; return its
+/// statistics and the bytes read.
+fn serve_one(iface: &str, ip: Ipv4Addr, port: u16, poll: Duration) -> (Stats, usize) {
+    let device = PacketDevice::open(iface).expect("open AF_PACKET");
+    let mut stack = Stack::new(device, config(ip, Ecn::Accept));
+    let listener = stack.listen(port).expect("listen");
+    let deadline = Instant::now() + DEADLINE;
+    let id = loop {
+        assert!(Instant::now() < deadline, "no connection");
+        stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
+        if let Some(id) = stack.accept(listener) {
+            break id;
+        }
+    };
+    let mut buf = vec![0u8; 65536];
+    let mut received = 0;
+    loop {
+        assert!(Instant::now() < deadline, "stalled after {received} bytes");
+        match stack.read(id, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => received += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => panic!("read after {received} bytes: {e}"),
+        }
+        stack.poll_wait(Some(poll)).expect("poll");
+    }
+    let stats = stack.tcp_stats(id).expect("open");
+    stack.close(id);
+    let settle = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < settle {
+        stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
+    }
+    (stats, received)
+}
+
 #[test]
 fn a_kernel_client_negotiates_ecn_with_our_server() {
     let test = "ecn_server";
@@ -157,41 +193,8 @@ fn a_kernel_client_negotiates_ecn_with_our_server() {
     let (iface, ip) = (lab.bypass_if.clone(), lab.bypass_ip);
     let lab_ref: &Lab = &lab;
     let (ours, options) = std::thread::scope(|s| {
-        let server = s.spawn(move || {
-            lab_ref.in_bypass(|| {
-                let device = PacketDevice::open(&iface).expect("open AF_PACKET");
-                // The default accepts, as Linux's tcp_ecn=2.
-                let mut stack = Stack::new(device, config(ip, Ecn::Accept));
-                let listener = stack.listen(PORT).expect("listen");
-                let deadline = Instant::now() + DEADLINE;
-                let id = loop {
-                    assert!(Instant::now() < deadline, "no connection");
-                    stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
-                    if let Some(id) = stack.accept(listener) {
-                        break id;
-                    }
-                };
-                let mut buf = vec![0u8; 65536];
-                let mut received = 0;
-                loop {
-                    assert!(Instant::now() < deadline, "stalled after {received} bytes");
-                    match stack.read(id, &mut buf) {
-                        Ok(0) => break,
-                        Ok(n) => received += n,
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                        Err(e) => panic!("read after {received} bytes: {e}"),
-                    }
-                    stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
-                }
-                let stats = stack.tcp_stats(id).expect("open");
-                stack.close(id);
-                let settle = Instant::now() + Duration::from_millis(300);
-                while Instant::now() < settle {
-                    stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
-                }
-                (stats, received)
-            })
-        });
+        // The default accepts, as Linux's tcp_ecn=2.
+        let server = s.spawn(move || lab_ref.in_bypass(|| serve_one(&iface, ip, PORT, Duration::from_millis(10))));
         // Give our stack a moment to listen; the kernel's SYN retransmission covers the rest.
         std::thread::sleep(Duration::from_millis(100));
         let mut conn = common::peer_connect(&lab, addr);
@@ -260,40 +263,7 @@ fn ce_marks_from_the_path_reach_our_tcp_and_the_kernel_sender_answers_the_echo()
     let before = common::peer_nstat(&lab);
     let lab_ref: &Lab = &lab;
     let ((stats, received), (retrans, ssthresh)) = std::thread::scope(|s| {
-        let server = s.spawn(move || {
-            lab_ref.in_bypass(|| {
-                let device = PacketDevice::open(&iface).expect("open AF_PACKET");
-                let mut stack = Stack::new(device, config(ip, Ecn::Accept));
-                let listener = stack.listen(PORT).expect("listen");
-                let deadline = Instant::now() + DEADLINE;
-                let id = loop {
-                    assert!(Instant::now() < deadline, "no connection");
-                    stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
-                    if let Some(id) = stack.accept(listener) {
-                        break id;
-                    }
-                };
-                let mut buf = vec![0u8; 65536];
-                let mut received = 0;
-                loop {
-                    assert!(Instant::now() < deadline, "stalled after {received} bytes");
-                    match stack.read(id, &mut buf) {
-                        Ok(0) => break,
-                        Ok(n) => received += n,
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                        Err(e) => panic!("read after {received} bytes: {e}"),
-                    }
-                    stack.poll_wait(Some(Duration::from_millis(1))).expect("poll");
-                }
-                let stats = stack.tcp_stats(id).expect("open");
-                stack.close(id);
-                let settle = Instant::now() + Duration::from_millis(300);
-                while Instant::now() < settle {
-                    stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
-                }
-                (stats, received)
-            })
-        });
+        let server = s.spawn(move || lab_ref.in_bypass(|| serve_one(&iface, ip, PORT, Duration::from_millis(1))));
         std::thread::sleep(Duration::from_millis(100));
         let mut conn = common::peer_connect(&lab, addr);
         // Reno reduces on ECE (BBR, this kernel's default here, does not use it).
