@@ -98,38 +98,8 @@ fn our_client_negotiates_ecn_with_a_kernel_server() {
             }
         });
         let (iface, ip) = (lab.bypass_if.clone(), lab.bypass_ip);
-        let ours = lab.in_bypass(|| {
-            let device = PacketDevice::open(&iface).expect("open AF_PACKET");
-            let mut stack = Stack::new(device, config(ip, Ecn::Request));
-            let deadline = Instant::now() + DEADLINE;
-            let id = stack.connect(server).expect("connect");
-            while matches!(stack.state(id), State::SynSent | State::SynReceived) {
-                assert!(Instant::now() < deadline, "no handshake with {server}");
-                stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
-            }
-            assert_eq!(stack.state(id), State::Established);
-            let message = common::data(0xec4, LEN);
-            let mut sent = 0;
-            while sent < LEN || stack.tcp_stats(id).is_some_and(|s| s.bytes_in_flight > 0) {
-                assert!(Instant::now() < deadline, "stalled after {sent} bytes");
-                if sent < LEN {
-                    match stack.write(id, &message[sent..]) {
-                        Ok(n) => sent += n,
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                        Err(e) => panic!("write after {sent} bytes: {e}"),
-                    }
-                }
-                stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
-            }
-            let stats = stack.tcp_stats(id).expect("open");
-            stack.shutdown(id);
-            let settle = Instant::now() + Duration::from_millis(300);
-            while Instant::now() < settle {
-                stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
-            }
-            stack.close(id);
-            stats
-        });
+        let ours =
+            lab.in_bypass(|| send_all(&iface, ip, server.into(), &common::data(0xec4, LEN), Duration::from_millis(10)));
         (ours, kernel.join().expect("kernel server thread"))
     });
     eprintln!(
@@ -141,6 +111,41 @@ fn our_client_negotiates_ecn_with_a_kernel_server() {
     assert!(options & TCPI_OPT_ECN != 0, "the kernel server has no ECN: tcpi_options {options:#x}");
     // Our data reached it ECT(0) (the host's IPv4 header writer).
     assert!(options & TCPI_OPT_ECN_SEEN != 0, "the kernel saw no ECT from us: tcpi_options {options:#x}");
+}
+
+/// Our stack on AF_PACKET on `iface`, asking for ECN: connect to `server`, send `message`,
+/// polling every `poll` until it is all acknowledged, shut down and close; return the
+/// connection's statistics.
+fn send_all(iface: &str, ip: Ipv4Addr, server: SocketAddr, message: &[u8], poll: Duration) -> Stats {
+    let device = PacketDevice::open(iface).expect("open AF_PACKET");
+    let mut stack = Stack::new(device, config(ip, Ecn::Request));
+    let deadline = Instant::now() + DEADLINE;
+    let id = stack.connect(server).expect("connect");
+    while matches!(stack.state(id), State::SynSent | State::SynReceived) {
+        assert!(Instant::now() < deadline, "no handshake with {server}");
+        stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
+    }
+    assert_eq!(stack.state(id), State::Established);
+    let mut sent = 0;
+    while sent < message.len() || stack.tcp_stats(id).is_some_and(|s| s.bytes_in_flight > 0) {
+        assert!(Instant::now() < deadline, "stalled after {sent} bytes");
+        if sent < message.len() {
+            match stack.write(id, &message[sent..]) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => panic!("write after {sent} bytes: {e}"),
+            }
+        }
+        stack.poll_wait(Some(poll)).expect("poll");
+    }
+    let stats = stack.tcp_stats(id).expect("open");
+    stack.shutdown(id);
+    let settle = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < settle {
+        stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
+    }
+    stack.close(id);
+    stats
 }
 
 /// Our stack on AF_PACKET on `iface` (ECN as Linux's default, accept when asked): accept one
@@ -356,37 +361,8 @@ fn ce_marks_on_our_data_draw_the_kernels_ece_and_we_reduce_once_per_window() {
             }
         });
         let (iface, ip) = (lab.bypass_if.clone(), lab.bypass_ip);
-        let ours = lab.in_bypass(|| {
-            let device = PacketDevice::open(&iface).expect("open AF_PACKET");
-            let mut stack = Stack::new(device, config(ip, Ecn::Request));
-            let deadline = Instant::now() + DEADLINE;
-            let id = stack.connect(server).expect("connect");
-            while matches!(stack.state(id), State::SynSent | State::SynReceived) {
-                assert!(Instant::now() < deadline, "no handshake with {server}");
-                stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
-            }
-            let message = common::data(0xec7, BULK);
-            let mut sent = 0;
-            while sent < BULK || stack.tcp_stats(id).is_some_and(|s| s.bytes_in_flight > 0) {
-                assert!(Instant::now() < deadline, "stalled after {sent} bytes");
-                if sent < BULK {
-                    match stack.write(id, &message[sent..]) {
-                        Ok(n) => sent += n,
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                        Err(e) => panic!("write after {sent} bytes: {e}"),
-                    }
-                }
-                stack.poll_wait(Some(Duration::from_millis(1))).expect("poll");
-            }
-            let stats = stack.tcp_stats(id).expect("open");
-            stack.shutdown(id);
-            let settle = Instant::now() + Duration::from_millis(300);
-            while Instant::now() < settle {
-                stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
-            }
-            stack.close(id);
-            stats
-        });
+        let ours =
+            lab.in_bypass(|| send_all(&iface, ip, server.into(), &common::data(0xec7, BULK), Duration::from_millis(1)));
         (ours, kernel.join().expect("kernel server thread"))
     });
     let peer = common::peer_changes(&lab, &before);
