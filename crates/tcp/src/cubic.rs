@@ -38,7 +38,7 @@
 use std::time::Duration;
 
 use crate::controller::{AckInfo, Controller, initial_window};
-use crate::hystart::HyStart;
+use crate::hystart::{HyStart, SlowStartAck};
 use crate::time::Instant;
 
 /// C: the aggressiveness of the curve, in segments per second cubed (RFC 9438 section 4.1.1,
@@ -184,7 +184,16 @@ impl Cubic {
     /// Linux has no cap (and none after a timeout: `tcp_cong_avoid` runs in the Loss state
     /// too), and neither has this; ssthresh bounds what one ACK can release.
     fn slow_start(&mut self, ack: &AckInfo) -> u32 {
-        let hystart = (self.ssthresh == u32::MAX).then(|| self.hystart.on_ack(ack.delivered, ack.in_flight, ack.rtt));
+        let hystart = (self.ssthresh == u32::MAX).then(|| {
+            self.hystart.on_ack(SlowStartAck {
+                now: ack.now,
+                delivered: ack.delivered,
+                in_flight: ack.in_flight,
+                rtt: ack.rtt,
+                min_rtt: ack.min_rtt,
+                cwnd_segments: self.cwnd / self.smss,
+            })
+        });
         let mut rest = 0;
         if !ack.app_limited {
             let bytes = ack.delivered;
@@ -494,11 +503,14 @@ mod tests {
         now: Instant,
         rtt: Duration,
         app_limited: bool,
+        /// Report the connection's minimum RTT with each ACK (without it, HyStart's ACK
+        /// train, which ACKs spread over the whole RTT would set off, is never consulted).
+        min_rtt: bool,
     }
 
     impl Flow {
         fn new(rtt: Duration) -> Self {
-            Flow { now: Instant::from_millis(1000), rtt, app_limited: false }
+            Flow { now: Instant::from_millis(1000), rtt, app_limited: false, min_rtt: true }
         }
 
         /// Return the bytes in flight: cwnd's worth of whole segments.
@@ -515,7 +527,7 @@ mod tests {
                 delivered: SMSS,
                 in_flight: Self::in_flight(cc),
                 rtt: Some(rtt),
-                min_rtt: Some(self.rtt.min(rtt)),
+                min_rtt: self.min_rtt.then(|| self.rtt.min(rtt)),
                 app_limited: self.app_limited,
             });
             i64::from(cc.cwnd()) - i64::from(before)
@@ -923,7 +935,7 @@ mod tests {
 
     #[test]
     fn idle_restart_caps_cwnd_at_the_initial_window() {
-        let mut flow = Flow::new(ms(50));
+        let mut flow = Flow { min_rtt: false, ..Flow::new(ms(50)) };
         let mut cc = Cubic::new(SMSS);
         for _ in 0..3 {
             flow.round(&mut cc, ms(50));
@@ -1013,7 +1025,8 @@ mod tests {
 
     #[test]
     fn hystart_exits_to_css_on_rising_rtt_then_to_congestion_avoidance() {
-        let mut flow = Flow::new(ms(100));
+        // The delay signal alone (the ACK train would end slow start first, see below).
+        let mut flow = Flow { min_rtt: false, ..Flow::new(ms(100)) };
         let mut cc = Cubic::new(SMSS);
         flow.round(&mut cc, ms(100));
         assert_eq!(cc.cwnd(), 20 * SMSS);
@@ -1043,7 +1056,7 @@ mod tests {
 
     #[test]
     fn hystart_returns_to_slow_start_when_the_rtt_falls_back() {
-        let mut flow = Flow::new(ms(100));
+        let mut flow = Flow { min_rtt: false, ..Flow::new(ms(100)) };
         let mut cc = Cubic::new(SMSS);
         flow.round(&mut cc, ms(100));
         flow.round(&mut cc, ms(120));
@@ -1057,8 +1070,33 @@ mod tests {
     }
 
     #[test]
+    fn an_ack_train_over_half_the_rtt_enters_congestion_avoidance_at_once() {
+        // Linux's HyStart ACK train: 20 ms, ACKs spread over the round (a full pipe). Round 1
+        // (10 segments, 2 ms apart) is below hystart_low_window; in round 2 (20 segments,
+        // 1 ms apart at first, closer as cwnd grows) the train passes 10 ms, and slow start
+        // ends there, ssthresh = cwnd, no CSS.
+        let mut flow = Flow::new(ms(20));
+        let mut cc = Cubic::new(SMSS);
+        flow.round(&mut cc, ms(20));
+        assert_eq!((cc.cwnd(), cc.ssthresh()), (20 * SMSS, u32::MAX));
+        let start = flow.now;
+        let mut acks = 0;
+        while cc.ssthresh() == u32::MAX {
+            assert_eq!(flow.ack(&mut cc), 1000, "slow start: ACK {acks}");
+            acks += 1;
+            assert!(acks < 20, "the train never ended slow start");
+        }
+        assert!(flow.now - start > ms(9), "exit {:?} into the round", flow.now - start);
+        assert_eq!(cc.ssthresh(), cc.cwnd());
+        assert!(!cc.hystart.in_css());
+        let growth = flow.round(&mut cc, ms(20));
+        assert!(growth.iter().all(|&g| (0..100).contains(&g)), "congestion avoidance: {growth:?}");
+    }
+
+    #[test]
     fn flat_rtts_slow_start_until_loss() {
-        let mut flow = Flow::new(ms(100));
+        // The delay signal alone: samples vary, the minimum creeps up.
+        let mut flow = Flow { min_rtt: false, ..Flow::new(ms(100)) };
         let mut cc = Cubic::new(SMSS);
         for round in 0..8 {
             // Samples vary within a round, and the minimum creeps up by less than RttThresh.
