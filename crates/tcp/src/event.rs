@@ -155,6 +155,16 @@ pub struct Stats {
     pub srtt: Option<Duration>,
     /// Round-trip time variation (RFC 6298's RTTVAR).
     pub rttvar: Duration,
+    /// The smallest RTT seen, any sample (RACK's min_RTT, RFC 8985; Linux's
+    /// `tcpi_min_rtt` without its 5-minute window), once measured.
+    pub min_rtt: Option<Duration>,
+    /// The largest RTT sample of an ACK that advanced SND.UNA: the base RTT plus the most
+    /// queueing the connection saw (`max_rtt - min_rtt` is the deepest queue delay), once
+    /// measured.
+    pub max_rtt: Option<Duration>,
+    /// RTT samples taken from ACKs that advanced SND.UNA (one per such ACK, Karn's rule
+    /// aside).
+    pub rtt_samples: u64,
     /// The receiver's estimate of the round trip, which autotuning uses (Linux's
     /// `tcpi_rcv_rtt`), once measured.
     pub rcv_rtt: Option<Duration>,

@@ -71,6 +71,10 @@ pub(crate) struct Recovery {
     rack_rtt: Option<Duration>,
     /// The smallest RTT seen (RACK's min_RTT).
     min_rtt: Option<Duration>,
+    /// The largest per-ACK RTT sample, and the count of them (for `Stats`: the base RTT
+    /// plus the most queueing seen).
+    max_rtt: Option<Duration>,
+    rtt_samples: u64,
     /// Reordering has been seen on this connection (RFC 8985 6.2 step 4).
     reordering_seen: bool,
     /// RFC 8985 6.2 step 4: RACK.reo_wnd_mult (0 counts as 1), raised once per round trip
@@ -166,6 +170,12 @@ impl Recovery {
         self.recovery_point.is_some()
     }
 
+    /// Return the smallest RTT seen (RACK's min_RTT), the largest per-ACK sample, and the
+    /// count of per-ACK samples, for [`Stats`](crate::Stats).
+    pub fn rtt_range(&self) -> (Option<Duration>, Option<Duration>, u64) {
+        (self.min_rtt, self.max_rtt, self.rtt_samples)
+    }
+
     /// Return whether a reduction is under way: a fast recovery, or a timeout's (or a fall
     /// of the path MTU's) loss state.
     pub fn in_reduction(&self) -> bool {
@@ -212,6 +222,8 @@ impl Recovery {
         let rtt = if ctx.advanced { d.rtt_sample(ctx.now).or(ctx.rtt) } else { ctx.rtt };
         if let Some(rtt) = rtt {
             self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
+            self.max_rtt = Some(self.max_rtt.map_or(rtt, |m| m.max(rtt)));
+            self.rtt_samples += 1;
         }
         self.srtt = ctx.srtt;
         // RFC 8985 6.2 step 1: a resend delivered counts for RACK unless the delivery may be
@@ -819,6 +831,23 @@ mod tests {
             assert_eq!(r.reo_wnd(&sent, 1000), Duration::from_millis(expect));
             una += 4000;
         }
+    }
+
+    #[test]
+    fn the_rtt_range_keeps_the_smallest_and_largest_sample_and_counts_them() {
+        let (mut r, mut sent) = (Recovery::default(), SentQueue::default());
+        let mut cc = CongestionControl::new(Algorithm::Cubic, 1000);
+        assert_eq!(r.rtt_range(), (None, None, 0));
+        let ms = Duration::from_millis;
+        let mut una = 1000;
+        for rtt in [ms(10), ms(30), ms(20)] {
+            let ctx = AckContext { rtt: Some(rtt), ..ack(Instant::ZERO, una, una + 4000) };
+            r.on_ack(&ctx, &Delivery::default(), &mut sent, &mut cc);
+            una += 1000;
+        }
+        // An ACK without a sample (Karn's rule) changes nothing.
+        r.on_ack(&ack(Instant::ZERO, una, una + 4000), &Delivery::default(), &mut sent, &mut cc);
+        assert_eq!(r.rtt_range(), (Some(ms(10)), Some(ms(30)), 3));
     }
 
     fn dsack(left: u32, right: u32) -> Delivery {

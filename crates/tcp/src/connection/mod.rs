@@ -765,7 +765,11 @@ impl Connection {
 
     /// Return a snapshot of the statistics.
     pub fn stats(&self) -> Stats {
+        let (min_rtt, max_rtt, rtt_samples) = self.rel.recovery.rtt_range();
         Stats {
+            min_rtt,
+            max_rtt,
+            rtt_samples,
             srtt: self.rel.rtt.srtt(),
             rttvar: self.rel.rtt.rttvar(),
             rcv_rtt: self.rcv.rtt(),
