@@ -420,6 +420,34 @@ fn a_routed_lab_has_four_namespaces_and_a_narrow_link() {
 }
 
 #[test]
+fn a_kernel_sender_beside_a_reaches_b_through_both_routers_and_goes_with_the_lab() {
+    if !lab_available("a_kernel_sender_beside_a_reaches_b_through_both_routers_and_goes_with_the_lab") {
+        return;
+    }
+    let lab = RoutedLab::create("sender").unwrap();
+    assert!(!Path::new(&format!("/var/run/netns/{}", lab.k_ns)).exists(), "A' exists only once added");
+    let k = lab.add_kernel_sender().unwrap();
+    assert!(Path::new(&format!("/var/run/netns/{}", lab.k_ns)).exists());
+    // Its own subnet, its offloads off, IPv6 disabled, R1 its gateway.
+    let addrs = Command::new("ip").args(["-n", &lab.k_ns, "addr", "show", "dev", &k.iface]).output().unwrap();
+    let addrs = String::from_utf8_lossy(&addrs.stdout);
+    assert!(addrs.contains(&format!("inet {}/24", k.ip)), "{addrs}");
+    assert!(addrs.contains(&format!(" mtu {} ", lab.mtu)), "{addrs}");
+    let offloads = lab.in_k(|| netdev::offloads(&k.iface)).unwrap();
+    for o in [Offload::TxChecksum, Offload::Tso, Offload::Gso] {
+        assert!(!on(&offloads, o), "{} is off on {}: {offloads:?}", o.name(), k.iface);
+    }
+    assert_eq!(lab.in_k(|| sysctl("net/ipv6/conf/all/disable_ipv6")), "1");
+    // Through R1 and R2 to B, and back (R2 routes A''s subnet via R1).
+    lab.in_k(|| ping(lab.b_ip, Duration::from_secs(2))).expect("A' reaches B");
+    lab.in_b(|| ping(k.ip, Duration::from_secs(2))).expect("B reaches A'");
+
+    let k_ns = lab.k_ns.clone();
+    drop(lab);
+    assert!(!Path::new(&format!("/var/run/netns/{k_ns}")).exists(), "{k_ns} was removed on drop");
+}
+
+#[test]
 fn a_kernel_on_the_bypass_side_learns_the_path_mtu_from_r1() {
     if !lab_available("a_kernel_on_the_bypass_side_learns_the_path_mtu_from_r1") {
         return;

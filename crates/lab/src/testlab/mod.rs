@@ -1,6 +1,7 @@
 //! Throwaway network labs for tests and demos: two network namespaces joined by a veth pair
 //! ([`Lab`]), or four in a row with two kernel routers and a narrow link between them
-//! ([`RoutedLab`], for path MTU discovery).
+//! ([`RoutedLab`], for path MTU discovery; with a kernel sender beside the bypass side, for
+//! a bottleneck both cross).
 //!
 //! ```text
 //!  namespace "<name>-a" (bypass side)           namespace "<name>-b" (peer side)
@@ -42,7 +43,7 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `topology.rs` | [`Lab`] (with [`LabConfig`], [`KernelPair`]) and [`RoutedLab`] (with [`RoutedConfig`]) |
+//! | `topology.rs` | [`Lab`] (with [`LabConfig`], [`KernelPair`]) and [`RoutedLab`] (with [`RoutedConfig`], [`KernelSender`]) |
 //! | `netns.rs` | [`lab_available`], [`check_preconditions`], [`in_namespace`], and the sysctls and `ip` commands a lab runs in a namespace |
 //! | `error.rs` | [`LabError`] |
 //! | `ping.rs` | [`ping`], [`ping6`], [`ping_sized`], [`ping_dont_fragment`] |
@@ -69,4 +70,4 @@ mod topology;
 pub use error::LabError;
 pub use netns::{check_preconditions, in_namespace, lab_available};
 pub use ping::{ping, ping_dont_fragment, ping_sized, ping6};
-pub use topology::{KernelPair, Lab, LabConfig, RoutedConfig, RoutedLab};
+pub use topology::{KernelPair, KernelSender, Lab, LabConfig, RoutedConfig, RoutedLab};

@@ -331,6 +331,9 @@ impl RoutedConfig {
 /// advertisements (give the stack R1's address as its gateway), but R1 answers neighbour
 /// solicitations for fd00:77::1 and sends MLD reports towards A when its link comes up.
 ///
+/// [`RoutedLab::add_kernel_sender`] adds a fifth namespace, a kernel host `A'` beside A
+/// behind R1, so that a kernel sender crosses the same R1–R2–B path as the stack.
+///
 /// Names follow [`Lab`]'s scheme, so [`Lab::create`] and [`RoutedLab::create`] also remove
 /// routed labs left behind by dead processes.
 #[derive(Debug)]
@@ -343,6 +346,9 @@ pub struct RoutedLab {
     pub r2_ns: String,
     /// Namespace of the kernel peer, B.
     pub b_ns: String,
+    /// Namespace of the kernel host beside A, `A'` (`<name>-k`), once
+    /// [`RoutedLab::add_kernel_sender`] made it.
+    pub k_ns: String,
     /// A's interface, towards R1 (`bx0`).
     pub a_if: String,
     /// R1's interface towards A (`r1a`).
@@ -420,6 +426,7 @@ impl RoutedLab {
             r1_ns: format!("{name}-r1"),
             r2_ns: format!("{name}-r2"),
             b_ns: format!("{name}-b"),
+            k_ns: format!("{name}-k"),
             a_if: "bx0".into(),
             r1_a_if: "r1a".into(),
             r1_r2_if: "r1r2".into(),
@@ -536,6 +543,60 @@ impl RoutedLab {
         Ok(())
     }
 
+    /// Add `A'`, a kernel host beside A behind R1 on a subnet of its own ([`KernelSender`]:
+    /// namespace [`RoutedLab::k_ns`], `kx0` 10.77.1.2/24 with its offloads off and IPv6
+    /// disabled, R1's `r1k` 10.77.1.1/24 its gateway, and R2 routing 10.77.1.0/24 back via
+    /// R1), so that a kernel sender's segments cross the same R1–R2–B path as the stack's,
+    /// in the same sizes (no TSO/GSO super-packets). It goes with the lab.
+    pub fn add_kernel_sender(&self) -> Result<KernelSender, LabError> {
+        let sender = self.kernel_sender();
+        let mtu = self.mtu.to_string();
+        run(Command::new("ip").args(["netns", "add", &self.k_ns]))?;
+        in_namespace(&self.k_ns, disable_ipv6)??;
+        #[rustfmt::skip]
+        ip_in(&self.k_ns, &[
+            "link", "add", &sender.iface, "address", "02:00:00:77:01:02", "mtu", &mtu,
+            "type", "veth", "peer", "name", &sender.r1_if, "address", "02:00:00:77:01:01", "mtu", &mtu,
+            "netns", &self.r1_ns,
+        ])?;
+        ip_in(&self.k_ns, &["addr", "add", &format!("{}/{}", sender.ip, self.prefix_len), "dev", &sender.iface])?;
+        self.ip_r1(&["addr", "add", &format!("{}/{}", sender.gateway, self.prefix_len), "dev", &sender.r1_if])?;
+        for iface in ["lo", &sender.iface] {
+            ip_in(&self.k_ns, &["link", "set", iface, "up"])?;
+        }
+        self.ip_r1(&["link", "set", &sender.r1_if, "up"])?;
+        ip_in(&self.k_ns, &["-4", "route", "add", "default", "via", &sender.gateway.to_string()])?;
+        let subnet = format!("{}/{}", Ipv4Addr::from(u32::from(sender.ip) & !0xff), self.prefix_len);
+        self.ip_r2(&["-4", "route", "add", &subnet, "via", &self.r1_r2_ip.to_string()])?;
+        let iface = sender.iface.clone();
+        in_namespace(&self.k_ns, || netdev::segmentation_offloads_off(&iface))??;
+        let r1_if = sender.r1_if.clone();
+        in_namespace(&self.r1_ns, || netdev::segmentation_offloads_off(&r1_if))??;
+        Ok(sender)
+    }
+
+    /// Return the description of the host [`RoutedLab::add_kernel_sender`] adds, without
+    /// adding it.
+    pub fn kernel_sender(&self) -> KernelSender {
+        KernelSender {
+            iface: "kx0".into(),
+            r1_if: "r1k".into(),
+            ip: Ipv4Addr::new(10, 77, 1, 2),
+            gateway: Ipv4Addr::new(10, 77, 1, 1),
+        }
+    }
+
+    /// Run `f` on a thread inside `A'`'s namespace (see [`RoutedLab::add_kernel_sender`])
+    /// and return its result.
+    pub fn in_k<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        in_namespace(&self.k_ns, f).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Return a command that runs `program` inside `A'`'s namespace.
+    pub fn k_cmd(&self, program: &str) -> Command {
+        netns_exec(&self.k_ns, program)
+    }
+
     /// Return the four namespaces, from A to B.
     pub fn namespaces(&self) -> [&str; 4] {
         [&self.a_ns, &self.r1_ns, &self.r2_ns, &self.b_ns]
@@ -604,8 +665,8 @@ impl RoutedLab {
 
 impl Drop for RoutedLab {
     fn drop(&mut self) {
-        for ns in self.namespaces().into_iter().rev() {
-            // A failed build leaves some of them uncreated.
+        for ns in std::iter::once(&*self.k_ns).chain(self.namespaces().into_iter().rev()) {
+            // A failed build leaves some of them uncreated, and `A'` exists only when added.
             if !Path::new(&format!("/var/run/netns/{ns}")).exists() {
                 continue;
             }
@@ -614,6 +675,19 @@ impl Drop for RoutedLab {
             }
         }
     }
+}
+
+/// The kernel host `A'` beside a routed lab's A (see [`RoutedLab::add_kernel_sender`]).
+#[derive(Clone, Debug)]
+pub struct KernelSender {
+    /// Its interface, towards R1 (`kx0`).
+    pub iface: String,
+    /// R1's interface towards it (`r1k`).
+    pub r1_if: String,
+    /// Its address, 10.77.1.2.
+    pub ip: Ipv4Addr,
+    /// R1's address towards it, 10.77.1.1: its gateway.
+    pub gateway: Ipv4Addr,
 }
 
 /// Return the link-local address the kernel derives from `mac` (modified EUI-64, RFC 4291
