@@ -14,16 +14,17 @@
 //! The senders: our stack in A, then Linux in `A'` (CUBIC with HyStart, ACK train and delay,
 //! set on the socket with `TCP_CONGESTION`: a new namespace inherits the machine's default,
 //! which is BBR here, and may not default to CUBIC), each sending 8 MiB to a kernel receiver
-//! in B. For
-//! each the test takes the bottleneck's drops (`tc -s qdisc`'s `dropped`, a delta over the
-//! transfer), the receiver's goodput, the queue delay (ours from the RTT samples our
-//! `Stats` keeps: `max_rtt - min_rtt`, and the smoothed RTT polled every millisecond;
-//! Linux's from `TCP_INFO`, `tcpi_rtt` polled every millisecond against `tcpi_min_rtt`),
-//! and cwnd and ssthresh when slow start ended (the first poll that saw ssthresh set).
-//! It prints a table of both and asserts what is robust: both transfers byte-exact, both
-//! goodputs within the bottleneck's rate (the queue is on the path), and our drops at most
-//! `max(2 x Linux's, 100)`: the target is a slow start (HyStart++, RFC 9406) that
-//! leaves on delay before overflowing the queue.
+//! in B, the FIN right after the data. For each the test takes the bottleneck's drops
+//! (`tc -s qdisc`'s `dropped`, a delta over the transfer), the receiver's goodput, the queue
+//! delay (ours from the RTT samples our `Stats` keeps: `max_rtt - min_rtt`, and the smoothed
+//! RTT polled every millisecond; Linux's from `TCP_INFO`, `tcpi_rtt` polled every
+//! millisecond against `tcpi_min_rtt`), cwnd and ssthresh when slow start ended (the first
+//! poll that saw ssthresh set), and which HyStart signal ended Linux's (`nstat`'s
+//! `TcpExtTCPHystartTrainDetect` and `DelayDetect` in `A'`). It prints a table of both and
+//! asserts what is robust: both transfers byte-exact, both goodputs within the bottleneck's
+//! rate (the queue is on the path), and our drops at most `max(2 x Linux's, 100)`: the
+//! issue's target is a slow start (HyStart++, RFC 9406, with Linux's ACK train) that leaves
+//! before overflowing the queue.
 //!
 //! Needs root (skips with a message otherwise; fails under `CI=true`). Holds the test
 //! binary's lock.
