@@ -57,6 +57,10 @@
 //!   discards the datagram (Linux `ip_frag_queue`: "the segment is corrupted").
 //! - A fragment with no data is dropped. One with offset 0 and no more to follow is an
 //!   atomic fragment (RFC 6946 section 4): returned at once without touching the table.
+//! - The ECN field (RFC 3168 section 5.3): a datagram whose fragments mix Not-ECT with
+//!   ECT or CE is discarded, and one with any fragment marked CE is delivered as CE, else
+//!   with its first fragment's field (Linux's `ip_frag_ecn_table`: a mark must not be lost
+//!   in reassembly, and a fragment that lost its ECT on the way is a broken path).
 //!
 //! # Bounds
 //!
@@ -94,7 +98,7 @@ use std::mem;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
-use bypass_tcp::Instant;
+use bypass_tcp::{Instant, IpEcn};
 
 /// The fixed IPv4 header, which RFC 791's Total Length counts alongside the payload.
 const IPV4_HEADER_LEN: usize = 20;
@@ -207,17 +211,24 @@ pub struct Fragment<'a> {
     /// section 4.5). Returned in [`Datagram::header`] and [`FirstFragment::header`] for
     /// the ICMP quote; may be empty.
     pub header: &'a [u8],
+    /// The ECN field of the fragment's IP header (RFC 3168 section 5.3).
+    pub ecn: IpEcn,
 }
 
 impl<'a> Fragment<'a> {
-    /// Return a fragment with no header kept.
+    /// Return a fragment with no header kept, Not-ECT.
     pub const fn new(offset: usize, more: bool, data: &'a [u8]) -> Self {
-        Fragment { offset, more, data, header: &[] }
+        Fragment { offset, more, data, header: &[], ecn: IpEcn::NotEct }
     }
 
     /// Return this fragment with `header` kept if it is the first.
     pub const fn with_header(self, header: &'a [u8]) -> Self {
         Fragment { header, ..self }
+    }
+
+    /// Return this fragment with the ECN field `ecn`.
+    pub const fn with_ecn(self, ecn: IpEcn) -> Self {
+        Fragment { ecn, ..self }
     }
 }
 
@@ -230,6 +241,9 @@ pub struct Datagram<'a> {
     pub header: &'a [u8],
     /// The whole payload, from offset 0 to the end the last fragment gave.
     pub payload: &'a [u8],
+    /// The datagram's ECN field: CE if any fragment was marked, else the first fragment's
+    /// (RFC 3168 section 5.3).
+    pub ecn: IpEcn,
 }
 
 /// Why [`Reassembler::insert`] dropped a fragment.
@@ -273,11 +287,16 @@ pub enum FragmentDrop {
     /// its time runs out (RFC 5722 section 4).
     #[error("fragment belongs to a discarded datagram")]
     Discarded,
+    /// The fragment's ECN field is Not-ECT where another's is ECT or CE, or the other way
+    /// round; its datagram is discarded (RFC 3168 section 5.3, Linux's
+    /// `ip_frag_ecn_table`).
+    #[error("fragments mix Not-ECT with ECT or CE")]
+    EcnMismatch,
 }
 
 impl FragmentDrop {
     /// Every reason, in display order.
-    pub const ALL: [FragmentDrop; 9] = [
+    pub const ALL: [FragmentDrop; 10] = [
         FragmentDrop::Empty,
         FragmentDrop::BadLength,
         FragmentDrop::Oversized,
@@ -287,6 +306,7 @@ impl FragmentDrop {
         FragmentDrop::MemoryLimit,
         FragmentDrop::Duplicate,
         FragmentDrop::Discarded,
+        FragmentDrop::EcnMismatch,
     ];
 
     /// Return a short snake_case name for counters and logs.
@@ -298,6 +318,7 @@ impl FragmentDrop {
             FragmentDrop::Overlap => "frag_overlap",
             FragmentDrop::InconsistentEnd => "frag_inconsistent_end",
             FragmentDrop::TooManyFragments => "frag_too_many",
+            FragmentDrop::EcnMismatch => "frag_ecn_mismatch",
             FragmentDrop::MemoryLimit => "frag_memory_limit",
             FragmentDrop::Duplicate => "frag_duplicate",
             FragmentDrop::Discarded => "frag_discarded",
@@ -314,6 +335,7 @@ impl FragmentDrop {
                 | FragmentDrop::InconsistentEnd
                 | FragmentDrop::TooManyFragments
                 | FragmentDrop::MemoryLimit
+                | FragmentDrop::EcnMismatch
         )
     }
 }
@@ -381,11 +403,24 @@ struct Assembly {
     max_end: usize,
     /// Whether every piece sits in `buf` at its own offset.
     in_order: bool,
+    /// The ECN fields seen, one bit per codepoint (`1 << IpEcn::bits`).
+    ecn_seen: u8,
+    /// The first fragment's ECN field, once it arrived.
+    first_ecn: IpEcn,
 }
 
 impl Assembly {
     fn new() -> Self {
-        Assembly { buf: Vec::new(), pieces: Vec::new(), header: Vec::new(), end: None, max_end: 0, in_order: true }
+        Assembly {
+            buf: Vec::new(),
+            pieces: Vec::new(),
+            header: Vec::new(),
+            end: None,
+            max_end: 0,
+            in_order: true,
+            ecn_seen: 0,
+            first_ecn: IpEcn::NotEct,
+        }
     }
 
     /// Forget the datagram, keep the allocations.
@@ -396,6 +431,14 @@ impl Assembly {
         self.end = None;
         self.max_end = 0;
         self.in_order = true;
+        self.ecn_seen = 0;
+        self.first_ecn = IpEcn::NotEct;
+    }
+
+    /// Return the datagram's ECN field: CE if any fragment was marked, else the first
+    /// fragment's (RFC 3168 section 5.3).
+    fn ecn(&self) -> IpEcn {
+        if self.ecn_seen & ecn_bit(IpEcn::Ce) != 0 { IpEcn::Ce } else { self.first_ecn }
     }
 
     /// Return the bytes counted against [`ReassemblyConfig::max_bytes`].
@@ -552,10 +595,10 @@ impl Reassembler {
         frag: Fragment<'a>,
     ) -> Result<Option<Datagram<'a>>, FragmentDrop> {
         self.recycle_delivered();
-        let Fragment { offset, more, data, header } = frag;
+        let Fragment { offset, more, data, header, ecn } = frag;
         if offset == 0 && !more {
             log::trace!("atomic fragment {key}: {} bytes", data.len());
-            return Ok(Some(Datagram { key, header, payload: data }));
+            return Ok(Some(Datagram { key, header, payload: data, ecn }));
         }
         if data.is_empty() {
             return reject(&key, offset, FragmentDrop::Empty);
@@ -585,7 +628,9 @@ impl Reassembler {
                     State::Free => return reject(&key, offset, FragmentDrop::Discarded),
                 };
                 let checked = asm.place(offset, end, more, data).and_then(|idx| {
-                    if asm.pieces.len() >= self.config.max_fragments {
+                    if ecn_mixed(asm.ecn_seen | ecn_bit(ecn)) {
+                        Err(FragmentDrop::EcnMismatch)
+                    } else if asm.pieces.len() >= self.config.max_fragments {
                         Err(FragmentDrop::TooManyFragments)
                     } else if asm.held() + need > self.config.max_bytes {
                         Err(FragmentDrop::MemoryLimit)
@@ -623,7 +668,9 @@ impl Reassembler {
         if offset == 0 {
             asm.header.clear();
             asm.header.extend_from_slice(header);
+            asm.first_ecn = ecn;
         }
+        asm.ecn_seen |= ecn_bit(ecn);
         asm.max_end = asm.max_end.max(end);
         if !more {
             asm.end = Some(end);
@@ -647,7 +694,7 @@ impl Reassembler {
             log::trace!("reassembled {key}: {} bytes", asm.buf.len());
             self.delivered = Some(asm);
         }
-        Ok(self.delivered.as_ref().map(|asm| Datagram { key, header: &asm.header, payload: &asm.buf }))
+        Ok(self.delivered.as_ref().map(|asm| Datagram { key, header: &asm.header, payload: &asm.buf, ecn: asm.ecn() }))
     }
 
     /// Return when [`handle_timeout`](Self::handle_timeout) should next be called: the
@@ -806,6 +853,18 @@ fn reject<T>(key: &FragmentKey, offset: usize, reason: FragmentDrop) -> Result<T
     Err(reason)
 }
 
+/// Return `ecn`'s bit in an [`Assembly::ecn_seen`] set.
+fn ecn_bit(ecn: IpEcn) -> u8 {
+    1 << ecn.bits()
+}
+
+/// Return whether a set of ECN fields mixes Not-ECT with ECT or CE (RFC 3168 section 5.3;
+/// Linux's `ip_frag_ecn_table` holds 0xff, "drop", for exactly these).
+fn ecn_mixed(seen: u8) -> bool {
+    let not_ect = ecn_bit(IpEcn::NotEct);
+    seen & not_ect != 0 && seen & !not_ect != 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -956,7 +1015,7 @@ mod tests {
         assert_eq!(r.insert(t(1), key, frags[0].with_header(&header)), Ok(None));
         assert_eq!(r.held_bytes(), 1048 + 1480 + header.len());
         let d = r.insert(t(2), key, frags[1].with_header(b"ignored")).unwrap().unwrap();
-        assert_eq!(d, Datagram { key, header: &header, payload: &data });
+        assert_eq!(d, Datagram { key, header: &header, payload: &data, ecn: IpEcn::NotEct });
     }
 
     #[test]
@@ -1311,7 +1370,14 @@ mod tests {
                     _ => {}
                 }
                 let header = &bytes[..rng.usize(61)];
-                let frag = Fragment::new(offset, more, data).with_header(header);
+                // ECT(0) as a sender that asks for ECN, now and then a CE mark or a
+                // fragment whose ECT a broken path cleared.
+                let ecn = match rng.below(100) {
+                    0 => IpEcn::NotEct,
+                    1..=5 => IpEcn::Ce,
+                    _ => IpEcn::Ect0,
+                };
+                let frag = Fragment::new(offset, more, data).with_header(header).with_ecn(ecn);
                 match r.insert(now, keys[k], frag) {
                     Ok(Some(d)) if offset == 0 && !more => assert_eq!(d.payload, data, "atomic"),
                     Ok(Some(d)) => {
@@ -1401,5 +1467,57 @@ mod tests {
         }
         assert!(fragmented > 1500);
         assert_eq!(r.stats().reassembled, fragmented, "the others were atomic");
+    }
+
+    // ---- ECN (RFC 3168 section 5.3) ----
+
+    /// Reassemble three fragments with ECN fields `fields` (first to last, sent in
+    /// reverse order so the first fragment's field is not simply the last one seen);
+    /// return the datagram's field or why the last insert failed.
+    fn ecn_of(fields: [IpEcn; 3]) -> Result<IpEcn, FragmentDrop> {
+        let mut r = Reassembler::new(ReassemblyConfig::default());
+        let data = payload(24);
+        let frags: Vec<Fragment<'_>> = cut(&data, 8).into_iter().zip(fields).map(|(f, e)| f.with_ecn(e)).collect();
+        for f in frags[1..].iter().rev() {
+            match r.insert(t(0), v4(1), *f) {
+                Ok(None) => {}
+                Err(reason) => return Err(reason),
+                Ok(Some(_)) => panic!("complete too early"),
+            }
+        }
+        let datagram = r.insert(t(0), v4(1), frags[0])?.expect("complete");
+        assert_eq!(datagram.payload, &data[..]);
+        Ok(datagram.ecn)
+    }
+
+    #[test]
+    fn a_ce_mark_on_any_fragment_marks_the_datagram() {
+        use IpEcn::*;
+        assert_eq!(ecn_of([Ect0, Ect0, Ect0]), Ok(Ect0));
+        assert_eq!(ecn_of([NotEct, NotEct, NotEct]), Ok(NotEct));
+        for ce_at in 0..3 {
+            let mut fields = [Ect0; 3];
+            fields[ce_at] = Ce;
+            assert_eq!(ecn_of(fields), Ok(Ce), "CE on fragment {ce_at}");
+        }
+        // ECT(0) with ECT(1): the first fragment's field (Linux's table leaves it).
+        assert_eq!(ecn_of([Ect1, Ect0, Ect0]), Ok(Ect1));
+        assert_eq!(ecn_of([Ect0, Ect1, Ce]), Ok(Ce));
+    }
+
+    #[test]
+    fn not_ect_mixed_with_ect_or_ce_discards_the_datagram() {
+        use IpEcn::*;
+        for fields in [[NotEct, Ect0, Ect0], [Ect0, NotEct, Ect0], [Ect0, Ect0, NotEct], [Ce, NotEct, NotEct]] {
+            assert_eq!(ecn_of(fields), Err(FragmentDrop::EcnMismatch), "{fields:?}");
+        }
+        // The datagram stays discarded: a copy of its first fragment is refused too.
+        let mut r = Reassembler::new(ReassemblyConfig::default());
+        let data = payload(16);
+        let frags = cut(&data, 8);
+        assert_eq!(r.insert(t(0), v6(9), frags[1].with_ecn(Ect0)), Ok(None));
+        assert_eq!(r.insert(t(0), v6(9), frags[0]), Err(FragmentDrop::EcnMismatch));
+        assert_eq!(r.insert(t(0), v6(9), frags[0].with_ecn(Ect0)), Err(FragmentDrop::Discarded));
+        r.check_invariants();
     }
 }

@@ -1181,8 +1181,11 @@ fn twenty_thousand_random_frames_do_not_disturb_the_host() {
             }
         }
     }
+    // The link delivers the storm's tail as virtual time moves on: how far 300 steps go
+    // depends on B's own timers (its pacer, once slow start is over), so step on until B
+    // has taken every frame (the virtual deadline fails the test otherwise).
+    net.run_until(|n| n.b.counters().rx_frames - before.rx_frames >= 20_000);
     let c = net.b.counters().clone();
-    assert!(c.rx_frames - before.rx_frames >= 20_000, "{c}");
     assert!(c.total_drops() - before.total_drops() > 10_000, "most of the storm was dropped: {c}");
     assert!(c.fragments_reassembled > 10, "some trains completed: {c}");
     assert!(c.icmp_errors > 0, "some errors fell in the window: {c}");

@@ -47,11 +47,10 @@ impl Interface {
         if ip.more_fragments() || ip.fragments_offset().value() != 0 {
             let key = FragmentKey::ipv4(src, dst, ip.identification(), protocol.0);
             let offset = usize::from(ip.fragments_offset().value()) * 8;
-            let frag = Fragment::new(offset, ip.more_fragments(), body);
-            // A reassembled datagram is taken as Not-ECT: RFC 3168 5.3's rule for the ECN
-            // field of fragments is not kept (our TCP segments are never fragmented).
+            // The reassembler keeps RFC 3168 5.3's rule for the fragments' ECN fields.
+            let frag = Fragment::new(offset, ip.more_fragments(), body).with_ecn(IpEcn::from_tos(ip.ecn().value()));
             return self.reassemble(now, key, frag, |host, datagram| {
-                host.receive_ipv4_payload(now, src_mac, src, dst, protocol, datagram.payload, IpEcn::NotEct)
+                host.receive_ipv4_payload(now, src_mac, src, dst, protocol, datagram.payload, datagram.ecn)
             });
         }
         // The ECN field goes up to TCP with the segment (RFC 3168 5).

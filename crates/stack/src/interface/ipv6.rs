@@ -68,15 +68,14 @@ impl Interface {
                 // the "header" the reassembler returns.
                 let key = FragmentKey::ipv6(src, dst, id);
                 let first = [protocol.0];
-                let frag = Fragment::new(offset, more, data).with_header(&first);
+                let frag = Fragment::new(offset, more, data).with_header(&first).with_ecn(ecn);
                 self.reassemble(now, key, frag, |host, datagram| {
                     let protocol = IpNumber(datagram.header.first().copied().unwrap_or(59));
                     if is_ndp(protocol, datagram.payload) {
                         return host.drop(Drop::BadNdp, FRAGMENTED_NDP);
                     }
-                    // Taken as Not-ECT, as IPv4's reassembled datagrams.
-                    let payload = datagram.payload;
-                    host.receive_ipv6_payload(now, src_mac, src, dst, hop_limit, protocol, payload, IpEcn::NotEct);
+                    let (payload, ecn) = (datagram.payload, datagram.ecn);
+                    host.receive_ipv6_payload(now, src_mac, src, dst, hop_limit, protocol, payload, ecn);
                 });
             }
             Payload::Nothing(None) => {}
