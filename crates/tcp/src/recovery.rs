@@ -87,6 +87,9 @@ pub(crate) struct Recovery {
     srtt: Option<Duration>,
     /// In a fast recovery, until SND.UNA reaches this (RecoveryPoint, RFC 6675).
     recovery_point: Option<SeqNum>,
+    /// Walking cwnd down by PRR after an ECN echo, until SND.UNA reaches this (Linux's
+    /// `TCP_CA_CWR` state and its `high_seq`).
+    cwr_point: Option<SeqNum>,
     /// After a retransmission timeout, until SND.UNA reaches this: no fast recovery, the
     /// timeout already reduced the window.
     rto_point: Option<SeqNum>,
@@ -182,21 +185,43 @@ impl Recovery {
         self.in_recovery() || self.in_loss_state()
     }
 
-    /// Answer an ECN echo (RFC 3168 6.1.2) with `in_flight` bytes outstanding: ssthresh
-    /// as for a loss (the controller's `on_loss`), cwnd down to it at once, nothing
-    /// resent. Linux walks cwnd down by PRR in its CWR state (`tcp_enter_cwr`,
-    /// `tcp_cwnd_reduction`); here the sender simply waits until pipe falls below the new
-    /// cwnd. The reduction is not a loss's and no spurious-retransmission check may undo it
-    /// (Linux's `tcp_enter_cwr` clears `undo_marker`): the D-SACK, Eifel and F-RTO undo of an
-    /// earlier reduction is given up, as its saved window predates this one.
-    pub fn on_ecn_echo(&mut self, now: Instant, in_flight: u32, cc: &mut CongestionControl) {
+    /// Answer an ECN echo (RFC 3168 6.1.2) with `in_flight` bytes outstanding and `snd_max`
+    /// sent: ssthresh as for a loss (the controller's `on_loss`), nothing resent, and cwnd
+    /// walked down to ssthresh by PRR over the round trip that follows (RFC 6937 applies to
+    /// any congestion signal; Linux's CWR state, `tcp_enter_cwr` and `tcp_cwnd_reduction`),
+    /// rather than at once: the sender keeps sending, at ssthresh/in_flight of what is
+    /// delivered, instead of falling silent until the flight drains below the new cwnd.
+    /// The reduction ends when SND.UNA reaches `snd_max`, with cwnd = ssthresh. It is not a
+    /// loss's, and no spurious-retransmission check may undo it (Linux's `tcp_enter_cwr`
+    /// clears `undo_marker`): the D-SACK, Eifel and F-RTO undo of an earlier reduction
+    /// is forgotten.
+    ///
+    /// The ACK that carried the echo already counted what it delivered; PRR starts from
+    /// it, so cwnd comes down to what is in flight at once (and sndcnt grows from there).
+    pub fn on_ecn_echo(
+        &mut self,
+        now: Instant,
+        (in_flight, snd_max): (u32, SeqNum),
+        sent: &SentQueue,
+        smss: u32,
+        cc: &mut CongestionControl,
+    ) {
         self.ssthresh = cc.on_loss(now, in_flight);
-        cc.on_recovery_end(now);
+        self.cwr_point = Some(snd_max);
+        self.recover_fs = in_flight;
+        self.prr_delivered = 0;
+        self.prr_out = 0;
         self.forget_undo();
         self.eifel = None;
         self.eifel_armed = false;
         self.frto = false;
         self.frto_hold = false;
+        self.prr(0, sent, smss, cc);
+    }
+
+    /// Return whether an ECN reduction is walking cwnd down (Linux's CWR state).
+    pub fn in_cwr(&self) -> bool {
+        self.cwr_point.is_some()
     }
 
     /// Return RFC 6675's `pipe`, with duplicate ACKs counted as segments that left the
@@ -302,7 +327,7 @@ impl Recovery {
         {
             self.tlp = None;
             let duplicate = d.dsack.is_some_and(|b| !b.right.before(end));
-            if retransmission && !duplicate && !self.in_recovery() {
+            if retransmission && !duplicate && !self.in_recovery() && !self.in_cwr() {
                 cc.on_loss(ctx.now, ctx.flight_before);
                 cc.on_recovery_end(ctx.now);
             }
@@ -328,6 +353,15 @@ impl Recovery {
                 }
             }
         }
+        // An ECN reduction ends as a recovery does, with cwnd = ssthresh (Linux's
+        // `tcp_end_cwnd_reduction`).
+        if let Some(point) = self.cwr_point
+            && !ctx.snd_una.before(point)
+        {
+            self.cwr_point = None;
+            cc.on_recovery_end(ctx.now);
+            ended = true;
+        }
         if self.rto_point.is_some_and(|point| !ctx.snd_una.before(point)) {
             self.rto_point = None;
         }
@@ -335,7 +369,7 @@ impl Recovery {
             self.mtu_point = None;
         }
 
-        if self.in_recovery() {
+        if self.in_recovery() || self.in_cwr() {
             self.prr(delivered, sent, ctx.smss, cc);
         } else if d.delivered > 0 && !ended {
             cc.on_ack(&AckInfo {
@@ -372,7 +406,7 @@ impl Recovery {
     /// reduction.
     /// `tsval` is the timestamp the segment carries, where timestamps are in use.
     pub fn on_sent(&mut self, seq: SeqNum, len: u32, retransmission: bool, tsval: Option<u32>) {
-        if self.in_recovery() {
+        if self.in_recovery() || self.in_cwr() {
             self.prr_out += len;
         }
         if retransmission {
@@ -614,6 +648,15 @@ impl Recovery {
         if sent.lost() == 0 || self.in_recovery() || self.in_loss_state() {
             return false;
         }
+        if self.cwr_point.take().is_some() {
+            // A loss during an ECN reduction: the reduction goes on as a recovery, with its
+            // ssthresh and PRR counters, and no second cut for one round's congestion
+            // (Linux's `tcp_enter_recovery` starts a new reduction only outside one). It
+            // cannot be undone: it began with a mark, not a loss.
+            self.recovery_point = Some(snd_max);
+            self.tlp = None;
+            return true;
+        }
         self.ssthresh = cc.on_loss(now, flight);
         self.recovery_point = Some(snd_max);
         self.recover_fs = flight;
@@ -652,6 +695,7 @@ impl Recovery {
         }
         self.undo_possible = true;
         self.recovery_point = None;
+        self.cwr_point = None;
         self.rto_point = Some(snd_max);
         self.mtu_point = None;
         self.dup_acks = 0;
@@ -909,7 +953,7 @@ mod tests {
         let (mut r, mut sent, mut cc, before) = after_a_timeout_and_one_resend();
         let t = Instant::from_millis(30);
         r.on_ack(&ack(t, 5000, 5000), &Delivery::default(), &mut sent, &mut cc);
-        r.on_ecn_echo(t, 4000, &mut cc);
+        r.on_ecn_echo(t, (4000, SeqNum(5000)), &sent, 1000, &mut cc);
         let reduced = (cc.cwnd(), cc.ssthresh());
         assert_ne!(reduced.1, before);
         assert!(!r.on_ack(&ack(t, 5000, 5000), &dsack(1000, 2000), &mut sent, &mut cc).undone);
@@ -924,12 +968,50 @@ mod tests {
         r.on_rto(t, SeqNum(5000), 4000, &mut sent, &mut cc);
         sent.resent(SeqNum(1000), 1000, t);
         r.on_sent(SeqNum(1000), 1000, true, Some(200));
-        r.on_ecn_echo(t, 4000, &mut cc);
+        r.on_ecn_echo(t, (4000, SeqNum(5000)), &sent, 1000, &mut cc);
         let reduced = cc.ssthresh();
         let d = sent.on_ack(SeqNum(3000), &[]);
         let ctx = AckContext { tsecr: Some(1), ..ack(Instant::from_millis(400), 3000, 5000) };
         assert!(!r.on_ack(&ctx, &d, &mut sent, &mut cc).undone);
         assert_eq!(cc.ssthresh(), reduced);
+    }
+
+    /// An ECN echo walks cwnd down by PRR (RFC 6937; Linux's CWR state): each ACK lets out
+    /// about ssthresh/flight of what it delivered, and the reduction ends with cwnd =
+    /// ssthresh once SND.UNA reaches SND.MAX of the echo; a loss meanwhile turns it into a
+    /// recovery without a second cut.
+    #[test]
+    fn an_ecn_reduction_is_walked_down_by_prr_and_a_loss_in_it_cuts_no_further() {
+        let mut cc = CongestionControl::new(Algorithm::Cubic, 1000);
+        cc.set_cwnd(20_000);
+        let (mut r, mut sent) = (Recovery::default(), SentQueue::default());
+        for k in 0..20 {
+            sent.push(SeqNum(k * 1000), SeqNum(k * 1000 + 1000), Instant::ZERO, false);
+        }
+        let t = Instant::from_millis(20);
+        r.on_ecn_echo(t, (20_000, SeqNum(20_000)), &sent, 1000, &mut cc);
+        let ssthresh = cc.ssthresh();
+        assert_eq!(ssthresh, 14_000, "CUBIC's beta of 0.7");
+        assert!(r.in_cwr());
+        // One segment delivered: PRR lets 0.7 of it out, so cwnd is pipe (19 segments) + 1.
+        let d = sent.on_ack(SeqNum(1000), &[]);
+        r.on_ack(&AckContext { flight_before: 20_000, ..ack(t, 1000, 20_000) }, &d, &mut sent, &mut cc);
+        assert_eq!(cc.cwnd(), 19_000 + 700, "pipe plus PRR's share, not ssthresh at once");
+        r.on_sent(SeqNum(20_000), 700, false, None);
+        // A loss found meanwhile (three SACKed segments above the first): a recovery, with
+        // the ECN reduction's ssthresh.
+        sent.push(SeqNum(20_000), SeqNum(20_700), t, false);
+        let blocks = [SackBlock { left: SeqNum(2000), right: SeqNum(5000) }];
+        let d = sent.on_ack(SeqNum(1000), &blocks);
+        let decision = r.on_ack(&AckContext { advanced: false, ..ack(t, 1000, 20_700) }, &d, &mut sent, &mut cc);
+        assert!(decision.entered_recovery && r.in_recovery() && !r.in_cwr());
+        assert_eq!(cc.ssthresh(), ssthresh, "no second cut for one round's congestion");
+        // The reduction ends (here the recovery's) when everything is acknowledged: cwnd =
+        // ssthresh.
+        let d = sent.on_ack(SeqNum(20_700), &[]);
+        r.on_ack(&ack(Instant::from_millis(40), 20_700, 20_700), &d, &mut sent, &mut cc);
+        assert!(!r.in_recovery() && !r.in_cwr());
+        assert_eq!((cc.cwnd(), cc.ssthresh()), (ssthresh, ssthresh));
     }
 
     #[test]

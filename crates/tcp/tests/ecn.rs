@@ -47,22 +47,27 @@ fn ce_marks_reduce_cwnd_once_per_window_without_loss_and_keep_throughput() {
     let start = pair.now();
     let run = Duration::from_secs(10);
     let deadline = start + run;
-    // Each reduction, with SND.UNA then and SND.MAX then: the next must come only once
-    // SND.UNA has passed this one's SND.MAX (RFC 3168 6.1.2), strictly.
+    // Each reduction, with SND.UNA then and SND.MAX just before the step it came in: the
+    // next must come only once SND.UNA has passed this one's SND.MAX (RFC 3168 6.1.2),
+    // strictly. (PRR sends on in the step of the reduction, so SND.MAX after it is past
+    // the reduction's; the one before it is at most the reduction's, so a next reduction
+    // at or below it is early for sure.)
     let mut reductions: Vec<(u64, bypass_tcp::SeqNum, bypass_tcp::SeqNum)> = Vec::new();
     let mut seen = 0u64;
     let mut too_many_at_once = 0u32;
+    let mut snd_max_before = pair.client().sequence_space().snd_max;
     pair.run_until(
         |p| {
             let n = p.client().stats().ece_reductions;
+            let s = p.client().sequence_space();
             if n > seen {
                 if n > seen + 1 {
                     too_many_at_once += 1;
                 }
-                let s = p.client().sequence_space();
-                reductions.push((n, s.snd_una, s.snd_max));
+                reductions.push((n, s.snd_una, snd_max_before));
                 seen = n;
             }
+            snd_max_before = s.snd_max;
             false
         },
         deadline,

@@ -2032,12 +2032,15 @@ fn ecn_echo_reduces_cwnd_once_per_window_and_the_next_data_carries_cwr() {
     assert!(out.iter().all(|o| o.ect && o.kind == TransmitKind::Data && !o.flags.contains(Flags::CWR)));
     let cwnd = c.stats().cwnd;
     let ack = |n: u32, flags: Flags| Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32 + n * 1460, flags, ..TEMPLATE };
-    // The first ECE: ssthresh as for a loss, cwnd down to it, nothing resent.
+    // The first ECE: ssthresh as for a loss, nothing resent, and cwnd walked down by PRR
+    // (RFC 6937, Linux's CWR state): at once to what is in flight (nine segments), not
+    // grown by the ACK that carried the echo.
     c.handle_segment(ms(12), &ack(1, Flags::ACK | Flags::ECE));
     let reduced = c.stats();
     assert_eq!(reduced.ece_reductions, 1);
     assert!(reduced.cwnd < cwnd, "{} !< {cwnd}", reduced.cwnd);
-    assert_eq!(reduced.ssthresh, reduced.cwnd);
+    assert_eq!(reduced.cwnd, 9 * 1460);
+    assert_eq!(reduced.ssthresh, 11 * 1460 * 7 / 10, "CUBIC's beta of 0.7 of cwnd, eleven segments after the ACK");
     // The next new data segment carries CWR, once.
     let out = drain(&mut c, ms(12));
     let new: Vec<_> = out.iter().filter(|o| !o.payload.is_empty()).collect();
@@ -2059,6 +2062,8 @@ fn ecn_echo_reduces_cwnd_once_per_window_and_the_next_data_carries_cwr() {
     if let Some(first) = new.first() {
         assert!(first.flags.contains(Flags::CWR));
     }
+    // The reduction ended with the ACK of SND.MAX at the reduction: cwnd = ssthresh.
+    assert_eq!(c.stats().cwnd, reduced.ssthresh);
     // Once SND.UNA passes what was sent at the reduction, an ECE reduces again.
     let past = (c.sequence_space().snd_max - (iss + 1u32)) / 1460;
     assert!(past > 10, "past the initial window, SND.MAX at the reduction");

@@ -559,8 +559,8 @@ impl Connection {
             return;
         }
         self.stats.ece_reductions += 1;
-        let flight = self.snd.in_flight();
-        self.rel.recovery.on_ecn_echo(now, flight, &mut self.rel.cc);
+        let (flight, smss) = (self.snd.in_flight(), u32::from(self.snd.mss()));
+        self.rel.recovery.on_ecn_echo(now, (flight, self.snd.max()), &self.snd.sent, smss, &mut self.rel.cc);
     }
 
     /// SND.UNA < SEG.ACK =< SND.NXT: new data acknowledged.
