@@ -93,7 +93,10 @@
 //! `sack`, `timestamps`, `nagle`, `pacing` (on/off), `congestion` (reno, cubic), `sws_override`,
 //! `delayed_ack` (a duration or off), `initial_rto`, `min_rto`, `max_rto`, `msl`,
 //! `syn_retries`, `max_retransmissions`, `user_timeout`, `fin_wait2_timeout` (or off),
-//! `rfc1337`, `challenge_ack_limit`. Host: `syn_queue`, `accept_backlog`, `window_budget`,
+//! `rfc1337`, `challenge_ack_limit`, `invalid_ack_interval`, `ecn` (off, accept, request),
+//! `keepalive` (on/off: keep-alive on every connection, SO_KEEPALIVE, with Linux's defaults
+//! of 2 h, 75 s and 9 probes), `keepalive_idle`, `keepalive_interval`, `keepalive_probes`
+//! (TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT; each turns keep-alive on). Host: `syn_queue`, `accept_backlog`, `window_budget`,
 //! `local_ip`. Runner: `remote_ip`, `remote_port`, `local_port`, `tolerance_usecs`.
 //! Durations: `200ms`, `1s`, `500us`. Defaults: `bypass_stack::StackConfig::new`, our
 //! address 192.168.0.1/24, the tester 192.168.0.2:40000, our port 8080.

@@ -115,6 +115,10 @@ impl Settings {
             "rfc1337" => tcp.rfc1337 = flag(v)?,
             "challenge_ack_limit" => tcp.challenge_ack_limit = num(v)?,
             "invalid_ack_interval" => tcp.invalid_ack_interval = duration(v)?,
+            "keepalive" => tcp.keepalive = flag(v)?.then(|| tcp.keepalive.unwrap_or_default()),
+            "keepalive_idle" => tcp.keepalive.get_or_insert_with(Default::default).idle = duration(v)?,
+            "keepalive_interval" => tcp.keepalive.get_or_insert_with(Default::default).interval = duration(v)?,
+            "keepalive_probes" => tcp.keepalive.get_or_insert_with(Default::default).probes = num(v)?,
             "ecn" => {
                 tcp.ecn = match v {
                     "off" => bypass_tcp::Ecn::Off,
@@ -165,5 +169,11 @@ mod tests {
         assert!(Settings::from_pairs(&[("bogus".into(), "1".into())]).unwrap_err().contains("unknown @config key"));
         assert!(Settings::from_pairs(&[("min_rto".into(), "fast".into())]).is_err());
         assert_eq!(duration("2").unwrap(), Duration::from_secs(2));
+        let pairs = [("keepalive_idle", "2s"), ("keepalive_interval", "500ms")];
+        let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let ka = Settings::from_pairs(&pairs).unwrap().stack.tcp.keepalive.unwrap();
+        assert_eq!((ka.idle, ka.interval, ka.probes), (Duration::from_secs(2), Duration::from_millis(500), 9));
+        assert_eq!(Settings::from_pairs(&[("keepalive".into(), "off".into())]).unwrap().stack.tcp.keepalive, None);
+        assert!(Settings::from_pairs(&[("keepalive_probes".into(), "many".into())]).is_err());
     }
 }

@@ -32,6 +32,8 @@ pub struct LinuxSetup {
     pub user_timeout_ms: Option<u32>,
     /// `TCP_LINGER2` in seconds (the FIN-WAIT-2 timeout of an orphaned connection).
     pub linger2_secs: Option<i32>,
+    /// `SO_KEEPALIVE` with `TCP_KEEPIDLE`, `TCP_KEEPINTVL` (seconds) and `TCP_KEEPCNT`.
+    pub keepalive: Option<(i32, i32, i32)>,
     /// `listen(2)` backlog.
     pub backlog: i32,
 }
@@ -56,6 +58,7 @@ impl LinuxSetup {
     /// | `challenge_ack_limit` | `net.ipv4.tcp_challenge_ack_limit` |
     /// | `invalid_ack_interval` | `net.ipv4.tcp_invalid_ratelimit` (milliseconds) |
     /// | `ecn` | `net.ipv4.tcp_ecn` (`off` 0, `request` 1, `accept` 2) |
+    /// | `keepalive`, `keepalive_idle`, `keepalive_interval`, `keepalive_probes` | `SO_KEEPALIVE`, `TCP_KEEPIDLE`, `TCP_KEEPINTVL` (whole seconds), `TCP_KEEPCNT` |
     /// | `syn_queue=0` | `net.ipv4.tcp_syncookies=2` (a cookie for every SYN) |
     /// | `syn_queue=N` | `listen(2)` backlog N-1 (the kernel's SYN queue is full above the backlog) |
     /// | `accept_backlog=N` | `listen(2)` backlog N |
@@ -137,6 +140,17 @@ impl LinuxSetup {
                     }
                     .into(),
                 )),
+                "keepalive" | "keepalive_idle" | "keepalive_interval" | "keepalive_probes" => match tcp.keepalive {
+                    None => s.keepalive = None,
+                    Some(ka) => {
+                        let whole = |d: Duration| (d.subsec_nanos() == 0 && d.as_secs() >= 1).then_some(d.as_secs());
+                        let (Some(idle), Some(interval)) = (whole(ka.idle), whole(ka.interval)) else {
+                            return cannot(key, "Linux's TCP_KEEPIDLE and TCP_KEEPINTVL are whole seconds");
+                        };
+                        let secs = |n: u64| i32::try_from(n).unwrap_or(i32::MAX);
+                        s.keepalive = Some((secs(idle), secs(interval), i32::try_from(ka.probes).unwrap_or(i32::MAX)));
+                    }
+                },
                 "syn_queue" if settings.stack.syn_queue == 0 => s.sysctls.push(("tcp_syncookies", "2".into())),
                 // Linux's SYN queue is full when it holds more than the backlog
                 // (inet_csk_reqsk_queue_is_full: qlen > sk_max_ack_backlog).
@@ -247,6 +261,12 @@ impl LinuxApp {
         }
         if let Some(secs) = setup.linger2_secs {
             sys::set_int(&fd, libc::IPPROTO_TCP, libc::TCP_LINGER2, secs)?;
+        }
+        if let Some((idle, interval, probes)) = setup.keepalive {
+            sys::set_int(&fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+            sys::set_int(&fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, idle)?;
+            sys::set_int(&fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, interval)?;
+            sys::set_int(&fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, probes)?;
         }
         Ok(fd)
     }
