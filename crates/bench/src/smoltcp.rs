@@ -891,14 +891,17 @@ mod tests {
         assert!(copied >= 2 * total && copied < 2 * total + total / 4, "copied {copied} for {total} bytes");
     }
 
-    /// A short measurement of `workload` against the server on the in-memory link.
+    /// A short measurement of `workload` against the server on the in-memory link: longer
+    /// with many connections, whose handshakes (busy-polling threads of every test in
+    /// parallel on two cores) can take the whole of a short window.
     fn memory_plan(workload: Workload) -> ClientPlan {
+        let many = matches!(workload, Workload::Rr { conns, .. } if conns > 1);
         ClientPlan {
             server: SocketAddr::V4(SocketAddrV4::new(SERVER_IP, PORT)),
             workload,
             busy: true,
-            warmup: Duration::from_millis(50),
-            duration: Duration::from_millis(200),
+            warmup: Duration::from_millis(if many { 300 } else { 50 }),
+            duration: Duration::from_millis(if many { 500 } else { 200 }),
         }
     }
 
