@@ -98,7 +98,10 @@ fn choose(wanted: Option<&str>, installed: impl Fn(&str) -> bool) -> Result<Tool
             if installed(name) {
                 Ok(tool)
             } else {
-                Err(format!("not measured: {CLIENT_ENV}={name} but {name} is not installed (Debian package {})", if name == "wrk" { "wrk" } else { "apache2-utils" }))
+                Err(format!(
+                    "not measured: {CLIENT_ENV}={name} but {name} is not installed (Debian package {})",
+                    if name == "wrk" { "wrk" } else { "apache2-utils" }
+                ))
             }
         }
         Some(other) => Err(format!("not measured: {CLIENT_ENV}={other} is not one of builtin, wrk, ab, auto")),
@@ -275,7 +278,7 @@ fn ours(lab: &Lab, port: u16, tool: Tool, secs: u64, options: RuntimeOptions) ->
 fn load(lab: &Lab, addr: SocketAddr, tool: Tool, secs: u64) -> Result<AppRow, String> {
     let url = format!("http://{addr}/");
     let (conns, secs_s) = (CONNECTIONS.to_string(), secs.to_string());
-    let (args, parse): (Vec<String>, fn(&str) -> Option<AppRow>) = match tool {
+    let (args, parse): (Vec<String>, Parser) = match tool {
         Tool::Builtin => {
             let load = lab.in_peer(|| http_load::run(addr, CONNECTIONS, Duration::from_secs(secs)))?;
             let us = |q: f64| load.latency.value_at_quantile(q) as f64;
@@ -290,22 +293,19 @@ fn load(lab: &Lab, addr: SocketAddr, tool: Tool, secs: u64) -> Result<AppRow, St
         Tool::Wrk => {
             (vec!["-t1".into(), format!("-c{conns}"), format!("-d{secs}s"), "--latency".into(), url], parse_wrk)
         }
-        Tool::Ab => (
-            ["-k", "-c", &conns, "-t", &secs_s, "-n", "100000000", &url].map(String::from).to_vec(),
-            parse_ab,
-        ),
+        Tool::Ab => (["-k", "-c", &conns, "-t", &secs_s, "-n", "100000000", &url].map(String::from).to_vec(), parse_ab),
     };
-    let output = lab
-        .peer_cmd(tool.program())
-        .args(&args)
-        .output()
-        .map_err(|e| format!("cannot run the load generator: {e}"))?;
+    let output =
+        lab.peer_cmd(tool.program()).args(&args).output().map_err(|e| format!("cannot run the load generator: {e}"))?;
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     if !output.status.success() {
         return Err(failure(tool, output.status, &output.stderr, &text));
     }
     parse(&text).ok_or_else(|| format!("cannot read the load generator's output: {}", text.trim()))
 }
+
+/// Read a load generator's output.
+type Parser = fn(&str) -> Option<AppRow>;
 
 /// Say why the load generator failed: its exit status and what it printed (its error output,
 /// else its output), so a tool that fails silently still gets a sentence.
@@ -412,7 +412,6 @@ pub fn markdown(section: &AppSection) -> String {
 
 /// The section as a JSON value: the medians, the ratio to the kernel's requests/s (median,
 /// least and most over the repetitions), and every repetition's figures.
-
 pub fn json(section: &AppSection, js: impl Fn(&str) -> String) -> String {
     let rows: Vec<String> = section
         .rows

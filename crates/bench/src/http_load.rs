@@ -386,10 +386,7 @@ mod tests {
                 ParseError::ContentLength("2".into()),
             ),
             (b"HTTP/1.1 200 OK\r\n\r\n", ParseError::NoContentLength(200)),
-            (
-                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
-                ParseError::TransferEncoding("chunked".into()),
-            ),
+            (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", ParseError::TransferEncoding("chunked".into())),
         ];
         for (bytes, want) in cases {
             assert_eq!(parse_head(bytes), Err(want), "{}", String::from_utf8_lossy(bytes));

@@ -43,8 +43,11 @@
 //! and 5b put our stack at both ends, row 6b smoltcp. The kernel server uses a second address of bx0, so the
 //! stack's 10.77.0.2 stays unknown to the kernel; our client's 10.77.0.4 is unknown to the
 //! peer's kernel too (AF_XDP takes every frame of px0 away from it while the row runs).
-//! Transports run one after the other (at most two spinning threads on a 2-core machine),
-//! interleaved across repetitions; every figure is the median of the repetitions.
+//! Transports run one after the other (at most two spinning threads on a 2-core machine).
+//! Each repetition measures the floor, every row and the HTTP row once, in an order rotated
+//! from one repetition to the next (see `rotation`), so a slow phase of the machine lands on
+//! all rows alike; every figure is the median of the repetitions, and every ratio the median
+//! of per-repetition ratios, shown with its range and marked unsettled past a 20% spread.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -674,7 +677,7 @@ pub fn run(args: Options) -> Result<(), String> {
     };
 
     // Every (workload, transport): a row of the tables, measured once per repetition.
-    let mut results: Vec<(Transport, Workload, Vec<(usize, report::Measured)>, Option<String>)> = Vec::new();
+    let mut results: Vec<RowResults> = Vec::new();
     for &workload in &workloads {
         for &t in &transports {
             let mut why = unavailable.iter().find(|(u, _)| *u == t).map(|(_, why)| why.clone());
@@ -875,6 +878,10 @@ pub fn run(args: Options) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// A row's measurements as the repetitions go: its transport and workload, what each
+/// repetition measured (by repetition, counted from 0), and why it stopped or never ran.
+type RowResults = (Transport, Workload, Vec<(usize, report::Measured)>, Option<String>);
 
 /// One thing a repetition measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

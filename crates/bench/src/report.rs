@@ -156,7 +156,13 @@ impl Spread {
 
     /// Return the spread, `max / min - 1` (0 for a single repetition; infinite if the least is 0).
     pub fn width(&self) -> f64 {
-        if self.min > 0.0 { self.max / self.min - 1.0 } else if self.max == self.min { 0.0 } else { f64::INFINITY }
+        if self.min > 0.0 {
+            self.max / self.min - 1.0
+        } else if self.max == self.min {
+            0.0
+        } else {
+            f64::INFINITY
+        }
     }
 
     /// Return whether the spread is wider than [`UNSETTLED`].
@@ -421,7 +427,11 @@ pub fn markdown(rows: &[Row], c: &Conditions, charts: &str) -> String {
             let _ = writeln!(out, "| {} |", row.join(" | "));
         }
     }
-    let _ = writeln!(out, "\n{LEGEND}; {LEGEND_SPREAD}.\n\n**Conditions:** {}.\n\n## What runs where\n", conditions_line(c));
+    let _ = writeln!(
+        out,
+        "\n{LEGEND}; {LEGEND_SPREAD}.\n\n**Conditions:** {}.\n\n## What runs where\n",
+        conditions_line(c)
+    );
     let mut seen = Vec::new();
     for r in rows {
         if !seen.contains(&r.transport) {
@@ -655,7 +665,8 @@ mod tests {
     }
 
     fn row(transport: Transport, workload: Workload, p50s: &[(usize, f64)]) -> Row {
-        let per_run: Vec<(usize, Run)> = p50s.iter().map(|&(k, p50_us)| (k, Run { p50_us, ..Run::default() })).collect();
+        let per_run: Vec<(usize, Run)> =
+            p50s.iter().map(|&(k, p50_us)| (k, Run { p50_us, ..Run::default() })).collect();
         let runs: Vec<Run> = per_run.iter().map(|(_, r)| *r).collect();
         Row {
             transport,
