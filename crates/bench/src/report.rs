@@ -324,7 +324,7 @@ fn workloads(rows: &[Row]) -> Vec<Workload> {
 
 pub fn conditions_line(c: &Conditions) -> String {
     let mut s = format!(
-        "{}; Linux {}; {} cores; MTU {}; {}; row 1 interrupt-driven (blocking), every other row busy-polling; AF_XDP mode: {}; AF_PACKET: {}; MSG_ZEROCOPY: {}; median of {} run(s) of {:.1} s each",
+        "{}; Linux {}; {} cores; MTU {}; {}; row 1 interrupt-driven (blocking), every other row busy-polling; AF_XDP mode: {}; AF_PACKET: {}; MSG_ZEROCOPY: {}; median of {} run(s) of {:.1} s each, every run measuring every row once, in an order rotated from run to run",
         c.date,
         c.kernel,
         c.cores,
