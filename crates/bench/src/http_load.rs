@@ -246,19 +246,29 @@ pub fn run(addr: SocketAddr, connections: usize, duration: Duration) -> Result<L
 /// Keep one connection busy until `deadline`: a request, its whole response, the next.
 async fn connection(addr: SocketAddr, request: Vec<u8>, deadline: tokio::time::Instant) -> Result<Tally, String> {
     let mut tally = Tally { responses: 0, errors: 0, latency: histogram() };
+    // One timer for the whole run, not one per request: the tally outlives the loop it
+    // stops, and a request in flight at the deadline is not counted.
+    match tokio::time::timeout_at(deadline, drive(addr, &request, &mut tally)).await {
+        Ok(Err(e)) => Err(e),
+        Err(_) | Ok(Ok(())) => Ok(tally),
+    }
+}
+
+/// Send `request` over one connection again and again, opening it again when it is lost or
+/// the server closes it, into `tally`; return only on a response that cannot be framed.
+async fn drive(addr: SocketAddr, request: &[u8], tally: &mut Tally) -> Result<(), String> {
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut stream: Option<TcpStream> = None;
-    while tokio::time::Instant::now() < deadline {
+    loop {
         let s = match stream.as_mut() {
             Some(s) => s,
-            None => match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
-                Err(_) => break,
-                Ok(Ok(s)) => {
+            None => match TcpStream::connect(addr).await {
+                Ok(s) => {
                     let _ = s.set_nodelay(true);
                     buf.clear();
                     stream.insert(s)
                 }
-                Ok(Err(e)) => {
+                Err(e) => {
                     log::debug!("load generator: connect to {addr}: {e}");
                     tally.errors += 1;
                     tokio::time::sleep(RECONNECT_PAUSE).await;
@@ -267,10 +277,8 @@ async fn connection(addr: SocketAddr, request: Vec<u8>, deadline: tokio::time::I
             },
         };
         let sent = Instant::now();
-        match tokio::time::timeout_at(deadline, exchange(s, &request, &mut buf)).await {
-            // The run ended with this request in flight: it is not counted.
-            Err(_) => break,
-            Ok(Ok(Some(head))) => {
+        match exchange(s, request, &mut buf).await {
+            Ok(Some(head)) => {
                 let us = sent.elapsed().as_micros().clamp(1, 100_000_000) as u64;
                 tally.latency.saturating_record(us);
                 tally.responses += 1;
@@ -282,20 +290,19 @@ async fn connection(addr: SocketAddr, request: Vec<u8>, deadline: tokio::time::I
                     stream = None;
                 }
             }
-            Ok(Ok(None)) => {
+            Ok(None) => {
                 log::debug!("load generator: {addr} closed the connection before a whole response");
                 tally.errors += 1;
                 stream = None;
             }
-            Ok(Err(Exchange::Io(e))) => {
+            Err(Exchange::Io(e)) => {
                 log::debug!("load generator: connection to {addr}: {e}");
                 tally.errors += 1;
                 stream = None;
             }
-            Ok(Err(Exchange::Bad(e))) => return Err(format!("bad HTTP response from {addr}: {e}")),
+            Err(Exchange::Bad(e)) => return Err(format!("bad HTTP response from {addr}: {e}")),
         }
     }
-    Ok(tally)
 }
 
 /// Why an exchange failed.
@@ -308,18 +315,17 @@ enum Exchange {
 /// the connection first.
 async fn exchange(s: &mut TcpStream, request: &[u8], buf: &mut Vec<u8>) -> Result<Option<Head>, Exchange> {
     s.write_all(request).await.map_err(Exchange::Io)?;
-    let mut chunk = [0u8; 4096];
     loop {
         if let Some(head) = parse_head(buf).map_err(Exchange::Bad)?
             && buf.len() >= head.len()
         {
             return Ok(Some(head));
         }
-        let n = s.read(&mut chunk).await.map_err(Exchange::Io)?;
-        if n == 0 {
+        // Straight into the buffer's spare room: no zeroing, no second copy.
+        buf.reserve(4096);
+        if s.read_buf(buf).await.map_err(Exchange::Io)? == 0 {
             return Ok(None);
         }
-        buf.extend_from_slice(&chunk[..n]);
     }
 }
 
