@@ -296,7 +296,7 @@ fn the_http_row_measures_with_its_own_load_generator_when_told() {
             assert!(lo <= median && median <= hi && lo > 0.0, "`{cell}`");
             // `~` past a 20% spread (the printed bounds are rounded: a margin either side).
             let spread = hi / lo - 1.0;
-            if spread > 0.25 || spread < 0.15 {
+            if !(0.15..=0.25).contains(&spread) {
                 assert_eq!(cell.ends_with('~'), spread > 0.2, "`{cell}`: `~` marks a spread over 20%");
             }
         }
