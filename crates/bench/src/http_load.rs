@@ -464,10 +464,12 @@ mod tests {
     }
 
     #[test]
-    fn no_server_is_no_figure() {
-        // A port nothing listens on: every connect is refused.
-        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let e = run(addr, 2, Duration::from_millis(100)).err().expect("a failure");
+    fn a_silent_server_is_no_figure() {
+        // A listener that never accepts: the kernel completes the handshakes, nothing answers.
+        // (Kept bound for the whole test, so no other test's server can take its port.)
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let e = run(listener.local_addr().unwrap(), 2, Duration::from_millis(100)).err().expect("a failure");
         assert!(e.contains("got no response"), "{e}");
+        drop(listener);
     }
 }
