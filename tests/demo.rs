@@ -1,12 +1,17 @@
 //! `bypass demo --quick` end to end, as on a fresh machine: with `ip` the only program on
-//! `PATH` (no `ethtool`, `ping` or `tshark`), it builds its own lab, measures every transport,
-//! writes `results.md`, `results.json` and three SVG charts, and removes the lab.
+//! `PATH` (no `ethtool`, `ping`, `tshark`, `wrk` or `ab`), it builds its own lab, measures
+//! every transport and the HTTP row (with its own load generator), writes `results.md`,
+//! `results.json` and three SVG charts, and removes the lab. And the HTTP row alone, over
+//! two repetitions, with the built-in load generator forced where `wrk` is installed.
 //!
 //! Needs root: without it the test says why it skips, except under `CI=true`, where it fails.
 
 use std::process::Command;
 
 use bypass_lab::testlab::lab_available;
+
+/// One demo at a time: each spins both cores, and figures taken side by side mean nothing.
+static ONE_DEMO: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 const TRANSPORTS: [(&str, &str); 10] = [
     ("kernel-blocking", "1 kernel TCP, blocking"),
@@ -54,6 +59,7 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
     if !lab_available("quick_demo_measures_every_transport_and_cleans_up") {
         return;
     }
+    let _one = ONE_DEMO.lock().unwrap_or_else(|e| e.into_inner());
     let out = std::env::temp_dir().join(format!("bypass-demo-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     // A fresh machine: `ip` (iproute2) is all there is.
@@ -79,12 +85,22 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
     // Every transport has a row with numbers in every workload, in the table and in both files.
     let md = std::fs::read_to_string(out.join("results.md")).expect("results.md written");
     let json = std::fs::read_to_string(out.join("results.json")).expect("results.json written");
-    // The application row is there, and on a fresh machine (no wrk, no ab) says what to install.
+    // The application row is there, and on a fresh machine (no wrk, no ab) measured with
+    // bypass's own load generator, which the table names.
     for text in [&stdout[..], &md[..]] {
         assert!(text.contains("## application: HTTP/1.1 keep-alive"), "no application section:\n{text}");
-        assert!(text.contains("not measured: neither wrk (Debian package wrk) nor ab"), "no reason given:\n{text}");
+        assert!(
+            text.contains("load: bypass's own HTTP load generator, closed loop, 100 connections")
+                && text.contains("neither wrk nor ab is installed"),
+            "the load generator is not named:\n{text}"
+        );
     }
-    assert!(json.contains("\"application\": {\"load\": \"not measured"), "no application in results.json:\n{json}");
+    assert_http_rows_measured(&json, 1);
+    // Every measured row keeps its repetition's figures (one, in a quick run).
+    for line in json.lines().filter(|l| l.contains("\"rate\": ")) {
+        assert!(line.contains("\"repetitions\": [{\"repetition\": 1, "), "no raw repetition:\n{line}");
+    }
+    assert!(md.contains("a trailing `~` marks a ratio whose spread is wider than 20%"), "no spread legend:\n{md}");
     // The memory figure: 10,000 idle connections within 8 KiB each.
     for text in [&stdout[..], &md[..]] {
         assert!(text.contains("## memory: idle established connections"), "no memory section:\n{text}");
@@ -223,6 +239,69 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
     let list = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
     let list = String::from_utf8_lossy(&list.stdout);
     assert!(!list.contains(&format!("bxt-{pid}-")), "the demo left a namespace behind:\n{list}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Check that results.json's application section has every server measured, `runs` times,
+/// with no failure and no error.
+fn assert_http_rows_measured(json: &str, runs: usize) {
+    let app =
+        json.lines().find(|l| l.contains("\"application\": {")).unwrap_or_else(|| panic!("no application:\n{json}"));
+    let rows: Vec<&str> = app.split("{\"server\": ").skip(1).collect();
+    assert_eq!(rows.len(), 3, "three servers:\n{app}");
+    for row in rows {
+        let per_sec = number_after(row, "requests_per_s").unwrap_or_else(|| panic!("no requests/s:\n{row}"));
+        assert!(per_sec > 0.0, "{per_sec} requests/s:\n{row}");
+        assert!(row.contains("\"failure\": null"), "a failure:\n{row}");
+        assert_eq!(row.matches("{\"repetition\": ").count(), runs, "one figure per repetition:\n{row}");
+        let p50 = number_after(row, "p50_us").unwrap_or_else(|| panic!("no p50:\n{row}"));
+        assert!(p50 > 0.0, "p50 {p50} µs:\n{row}");
+    }
+}
+
+#[test]
+fn the_http_row_measures_with_its_own_load_generator_when_told() {
+    if !lab_available("the_http_row_measures_with_its_own_load_generator_when_told") {
+        return;
+    }
+    let _one = ONE_DEMO.lock().unwrap_or_else(|e| e.into_inner());
+    let out = std::env::temp_dir().join(format!("bypass-demo-http-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    // wrk may be installed here (it is on CI): the variable hides it.
+    let output = Command::new(env!("CARGO_BIN_EXE_bypass"))
+        .args(["demo", "--quick", "--only", "http", "--runs", "2", "--out"])
+        .arg(&out)
+        .env("BYPASS_DEMO_HTTP_CLIENT", "builtin")
+        .output()
+        .expect("run bypass demo");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "bypass demo --only http failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    let md = std::fs::read_to_string(out.join("results.md")).expect("results.md written");
+    let json = std::fs::read_to_string(out.join("results.json")).expect("results.json written");
+    for text in [&stdout[..], &md[..]] {
+        assert!(
+            text.contains("load: bypass's own HTTP load generator, closed loop, 100 connections")
+                && text.contains("BYPASS_DEMO_HTTP_CLIENT=builtin"),
+            "the load generator is not named:\n{text}"
+        );
+        // Two repetitions: each ratio to the kernel is a median with its range.
+        let ours: Vec<&str> = text.lines().filter(|l| l.starts_with("| ours/AF_XDP")).collect();
+        assert_eq!(ours.len(), 2, "two servers of ours:\n{text}");
+        for line in ours {
+            let cell = line.split('|').nth(3).unwrap().trim();
+            let (median, range) = cell.split_once("x (").unwrap_or_else(|| panic!("`{cell}` is not `median (range)`"));
+            let (lo, hi) = range.trim_end_matches('~').trim_end_matches(')').split_once('-').unwrap();
+            let (median, lo, hi): (f64, f64, f64) = (median.parse().unwrap(), lo.parse().unwrap(), hi.parse().unwrap());
+            assert!(lo <= median && median <= hi && lo > 0.0, "`{cell}`");
+            // `~` past a 20% spread (the printed bounds are rounded: a margin either side).
+            let spread = hi / lo - 1.0;
+            if !(0.15..=0.25).contains(&spread) {
+                assert_eq!(cell.ends_with('~'), spread > 0.2, "`{cell}`: `~` marks a spread over 20%");
+            }
+        }
+    }
+    assert_http_rows_measured(&json, 2);
     let _ = std::fs::remove_dir_all(&out);
 }
 

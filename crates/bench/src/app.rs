@@ -1,8 +1,11 @@
 //! The application row: the HTTP/1.1 server of `examples/http_server` (the same code, its
 //! `serve.rs`, on hyper) on kernel sockets (`tokio::net`) and on our stack over AF_XDP
 //! (`bypass_runtime::tokio`), each under a tokio runtime of one worker thread, loaded with
-//! keep-alive requests for `/` by `wrk` (or, without it, `ab -k`) from the peer namespace:
-//! the comparison an application developer makes. Ours runs twice: in-thread and
+//! keep-alive requests for `/` by `wrk` (or, without it, `ab -k`; without either, bypass's
+//! own closed-loop generator, [`http_load`]; [`CLIENT_ENV`] picks one) from the peer
+//! namespace: the comparison an application developer makes. Each repetition of the demo
+//! measures the three servers once, the first in turn, and the ratio to the kernel is taken
+//! per repetition. Ours runs twice: in-thread and
 //! busy-polling (the stack runs on the tokio worker itself), and with the stack on a shard
 //! thread of its own (the runtime's other mode), so the table shows what the mode buys.
 
@@ -15,6 +18,9 @@ use bypass_io::xdp::{XdpConfig, XdpDevice};
 use bypass_lab::testlab::Lab;
 use bypass_runtime::{Mode, Runtime, RuntimeOptions};
 use bypass_stack::StackConfig;
+
+use super::http_load;
+use super::report::{LEGEND_SPREAD, Spread};
 
 #[path = "../../../examples/http_server/serve.rs"]
 mod serve;
@@ -35,21 +41,29 @@ pub struct AppRow {
     /// Socket errors and non-2xx responses the load generator counted, summed.
     pub errors: u64,
     pub failure: Option<String>,
+    /// Requests per second against the kernel server's of the same repetition: their median
+    /// and spread (none for the kernel row, or when it failed).
+    pub vs_kernel: Option<Spread>,
+    /// The figures of each repetition that measured, by repetition (counted from 0).
+    pub samples: Vec<(usize, AppRow)>,
 }
 
 /// The section under the tables.
 #[derive(Clone, Debug, Default)]
 pub struct AppSection {
-    /// The load generator's command line (or why none ran).
+    /// The load generator, as the table names it (or why none ran).
     pub tool: String,
     pub rows: Vec<AppRow>,
 }
 
-/// Which load generator is installed in the peer namespace's view of the file system.
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// Which load generator loads the servers from the peer namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Tool {
     Wrk,
     Ab,
+    /// bypass's own ([`http_load`]), when neither of the others is installed or
+    /// [`CLIENT_ENV`] asks for it.
+    Builtin,
 }
 
 impl Tool {
@@ -58,36 +72,77 @@ impl Tool {
         match self {
             Tool::Wrk => "wrk",
             Tool::Ab => "ab",
+            Tool::Builtin => "bypass's own",
         }
     }
 }
+
+/// The variable that picks the load generator: `builtin`, `wrk` or `ab`; unset (or `auto`),
+/// wrk if installed, else ab, else the built-in one.
+pub const CLIENT_ENV: &str = "BYPASS_DEMO_HTTP_CLIENT";
 
 fn installed(program: &str) -> bool {
     Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success())
 }
 
-/// Measure both servers `runs` times for `duration` each, interleaved.
-pub fn measure(lab: &Lab, kernel_ip: Ipv4Addr, runs: usize, duration: Duration, port: &mut u16) -> AppSection {
-    let Some(tool) = [Tool::Wrk, Tool::Ab].into_iter().find(|t| installed(t.program())) else {
-        return AppSection {
-            tool: "not measured: neither wrk (Debian package wrk) nor ab (Debian package apache2-utils) is installed"
-                .into(),
-            rows: Vec::new(),
-        };
-    };
-    let secs = duration.as_secs_f64().round().max(1.0) as u64;
-    let tool_line = match tool {
-        Tool::Wrk => format!("wrk -t1 -c{CONNECTIONS} -d{secs}s --latency http://ADDRESS/"),
-        Tool::Ab => format!("ab -k -c {CONNECTIONS} -t {secs} http://ADDRESS/"),
-    };
-    let names = [
-        "kernel sockets (tokio::net)",
-        "ours/AF_XDP, in-thread, busy-poll (bypass_runtime::tokio)",
-        "ours/AF_XDP, shard thread (bypass_runtime::tokio)",
-    ];
-    let mut samples: Vec<Vec<Result<AppRow, String>>> = vec![Vec::new(); names.len()];
-    for _ in 0..runs {
-        for (i, name) in names.iter().enumerate() {
+/// Return the load generator to use given [`CLIENT_ENV`]'s value, and whether a program is
+/// installed; or why none can run.
+fn choose(wanted: Option<&str>, installed: impl Fn(&str) -> bool) -> Result<Tool, String> {
+    match wanted.map(str::trim) {
+        None | Some("" | "auto") => {
+            Ok([Tool::Wrk, Tool::Ab].into_iter().find(|t| installed(t.program())).unwrap_or(Tool::Builtin))
+        }
+        Some("builtin") => Ok(Tool::Builtin),
+        Some(name @ ("wrk" | "ab")) => {
+            let tool = if name == "wrk" { Tool::Wrk } else { Tool::Ab };
+            if installed(name) {
+                Ok(tool)
+            } else {
+                Err(format!(
+                    "not measured: {CLIENT_ENV}={name} but {name} is not installed (Debian package {})",
+                    if name == "wrk" { "wrk" } else { "apache2-utils" }
+                ))
+            }
+        }
+        Some(other) => Err(format!("not measured: {CLIENT_ENV}={other} is not one of builtin, wrk, ab, auto")),
+    }
+}
+
+/// The servers of the section, in table order; the first (kernel sockets) is the baseline.
+const SERVERS: [&str; 3] = [
+    "kernel sockets (tokio::net)",
+    "ours/AF_XDP, in-thread, busy-poll (bypass_runtime::tokio)",
+    "ours/AF_XDP, shard thread (bypass_runtime::tokio)",
+];
+
+/// The application row across the demo's repetitions: one [`AppBench::measure_once`] per
+/// repetition, interleaved with the demo's other rows, then [`AppBench::finish`].
+pub struct AppBench {
+    tool: Result<Tool, String>,
+    secs: u64,
+    /// Each server's result in each repetition, by repetition.
+    samples: Vec<Vec<(usize, Result<AppRow, String>)>>,
+}
+
+impl AppBench {
+    /// Pick the load generator (see [`CLIENT_ENV`]); each load lasts `duration`, rounded to
+    /// whole seconds (wrk's and ab's unit).
+    pub fn new(duration: Duration) -> AppBench {
+        let wanted = std::env::var(CLIENT_ENV).ok();
+        AppBench {
+            tool: choose(wanted.as_deref(), installed),
+            secs: duration.as_secs_f64().round().max(1.0) as u64,
+            samples: vec![Vec::new(); SERVERS.len()],
+        }
+    }
+
+    /// Measure each server once as repetition `rep`, starting with server `rep mod 3`, so
+    /// across repetitions each server runs first, second and last alike.
+    pub fn measure_once(&mut self, lab: &Lab, kernel_ip: Ipv4Addr, rep: usize, port: &mut u16) {
+        let Ok(tool) = self.tool else { return };
+        let secs = self.secs;
+        for k in 0..SERVERS.len() {
+            let i = (rep + k) % SERVERS.len();
             *port += 1;
             let result = match i {
                 0 => kernel(lab, kernel_ip, *port, tool, secs),
@@ -100,37 +155,80 @@ pub fn measure(lab: &Lab, kernel_ip: Ipv4Addr, runs: usize, duration: Duration, 
                 ),
                 _ => ours(lab, *port, tool, secs, RuntimeOptions { mode: Mode::Shard, ..Default::default() }),
             };
-            samples[i].push(result.map(|mut r| {
-                r.server = name;
-                r
-            }));
+            self.samples[i].push((rep, result));
         }
     }
-    let rows = names
-        .iter()
-        .zip(samples)
-        .map(|(name, runs)| {
-            let ok: Vec<AppRow> = runs.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
-            if ok.is_empty() {
-                let why = runs.into_iter().find_map(Result::err).unwrap_or_else(|| "no measurement".into());
-                return AppRow { server: name, failure: Some(why), ..AppRow::default() };
-            }
-            let median = |f: fn(&AppRow) -> f64| {
-                let mut v: Vec<f64> = ok.iter().map(f).collect();
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
-            };
-            AppRow {
-                server: name,
-                per_sec: median(|r| r.per_sec),
-                p50_us: median(|r| r.p50_us),
-                p99_us: median(|r| r.p99_us),
-                errors: ok.iter().map(|r| r.errors).sum(),
-                failure: None,
-            }
-        })
-        .collect();
-    AppSection { tool: tool_line, rows }
+
+    /// Return the section: each server's medians, and its ratio to the kernel's per repetition.
+    pub fn finish(self) -> AppSection {
+        let tool = match self.tool {
+            Err(why) => return AppSection { tool: why, rows: Vec::new() },
+            Ok(tool) => tool,
+        };
+        let secs = self.secs;
+        let tool_line = match tool {
+            Tool::Wrk => format!("`wrk -t1 -c{CONNECTIONS} -d{secs}s --latency http://ADDRESS/`"),
+            Tool::Ab => format!("`ab -k -c {CONNECTIONS} -t {secs} http://ADDRESS/`"),
+            Tool::Builtin => format!(
+                "bypass's own HTTP load generator, closed loop, {CONNECTIONS} connections (keep-alive, GET /, {secs} s; one epoll loop on one thread, as `wrk -t1`; {})",
+                if std::env::var(CLIENT_ENV).is_ok_and(|v| v.trim() == "builtin") {
+                    format!("{CLIENT_ENV}=builtin")
+                } else {
+                    "neither wrk nor ab is installed".to_string()
+                }
+            ),
+        };
+        let ok: Vec<Vec<(usize, AppRow)>> = self
+            .samples
+            .iter()
+            .map(|runs| runs.iter().filter_map(|(rep, r)| Some((*rep, r.as_ref().ok()?.clone()))).collect())
+            .collect();
+        let rows = SERVERS
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let samples = &ok[i];
+                if samples.is_empty() {
+                    let why = self.samples[i].iter().find_map(|(_, r)| r.clone().err());
+                    return AppRow {
+                        server: name,
+                        failure: Some(why.unwrap_or_else(|| "no measurement".into())),
+                        ..AppRow::default()
+                    };
+                }
+                let median = |f: fn(&AppRow) -> f64| {
+                    let mut v: Vec<f64> = samples.iter().map(|(_, r)| f(r)).collect();
+                    v.sort_by(f64::total_cmp);
+                    v[v.len() / 2]
+                };
+                // The kernel's requests/s of the same repetition: drift between repetitions
+                // moves both alike.
+                let vs_kernel = (i > 0)
+                    .then(|| {
+                        let per_rep: Vec<f64> = samples
+                            .iter()
+                            .filter_map(|(rep, r)| {
+                                let k = ok[0].iter().find(|(k, _)| k == rep)?;
+                                (k.1.per_sec > 0.0).then(|| r.per_sec / k.1.per_sec)
+                            })
+                            .collect();
+                        Spread::of(&per_rep)
+                    })
+                    .flatten();
+                AppRow {
+                    server: name,
+                    per_sec: median(|r| r.per_sec),
+                    p50_us: median(|r| r.p50_us),
+                    p99_us: median(|r| r.p99_us),
+                    errors: samples.iter().map(|(_, r)| r.errors).sum(),
+                    failure: None,
+                    vs_kernel,
+                    samples: samples.clone(),
+                }
+            })
+            .collect();
+        AppSection { tool: tool_line, rows }
+    }
 }
 
 fn tokio_runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -180,22 +278,34 @@ fn ours(lab: &Lab, port: u16, tool: Tool, secs: u64, options: RuntimeOptions) ->
 fn load(lab: &Lab, addr: SocketAddr, tool: Tool, secs: u64) -> Result<AppRow, String> {
     let url = format!("http://{addr}/");
     let (conns, secs_s) = (CONNECTIONS.to_string(), secs.to_string());
-    let mut cmd = lab.peer_cmd(tool.program());
-    match tool {
-        Tool::Wrk => cmd.args(["-t1", &format!("-c{conns}"), &format!("-d{secs}s"), "--latency", &url]),
-        Tool::Ab => cmd.args(["-k", "-c", &conns, "-t", &secs_s, "-n", "100000000", &url]),
+    let (args, parse): (Vec<String>, Parser) = match tool {
+        Tool::Builtin => {
+            let load = lab.in_peer(|| http_load::run(addr, CONNECTIONS, Duration::from_secs(secs)))?;
+            let us = |q: f64| load.latency.value_at_quantile(q) as f64;
+            return Ok(AppRow {
+                per_sec: load.per_sec(),
+                p50_us: us(0.5),
+                p99_us: us(0.99),
+                errors: load.errors,
+                ..AppRow::default()
+            });
+        }
+        Tool::Wrk => {
+            (vec!["-t1".into(), format!("-c{conns}"), format!("-d{secs}s"), "--latency".into(), url], parse_wrk)
+        }
+        Tool::Ab => (["-k", "-c", &conns, "-t", &secs_s, "-n", "100000000", &url].map(String::from).to_vec(), parse_ab),
     };
-    let output = cmd.output().map_err(|e| format!("cannot run the load generator: {e}"))?;
+    let output =
+        lab.peer_cmd(tool.program()).args(&args).output().map_err(|e| format!("cannot run the load generator: {e}"))?;
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     if !output.status.success() {
         return Err(failure(tool, output.status, &output.stderr, &text));
     }
-    match tool {
-        Tool::Wrk => parse_wrk(&text),
-        Tool::Ab => parse_ab(&text),
-    }
-    .ok_or_else(|| format!("cannot read the load generator's output: {}", text.trim()))
+    parse(&text).ok_or_else(|| format!("cannot read the load generator's output: {}", text.trim()))
 }
+
+/// Read a load generator's output.
+type Parser = fn(&str) -> Option<AppRow>;
 
 /// Say why the load generator failed: its exit status and what it printed (its error output,
 /// else its output), so a tool that fails silently still gets a sentence.
@@ -270,17 +380,21 @@ pub fn markdown(section: &AppSection) -> String {
         let _ = writeln!(out, "{}", section.tool);
         return out;
     }
-    let _ = writeln!(out, "load: `{}` from the peer namespace\n", section.tool);
+    let _ = writeln!(out, "load: {} from the peer namespace\n", section.tool);
     let _ = writeln!(out, "| server | requests/s | vs kernel | p50 | p99 | errors |");
     let _ = writeln!(out, "|---|---|---|---|---|---|");
-    let base = section.rows.first().filter(|r| r.failure.is_none()).map(|r| r.per_sec);
-    for r in &section.rows {
+    let kernel_measured = section.rows.first().is_some_and(|r| r.failure.is_none());
+    for (i, r) in section.rows.iter().enumerate() {
         match &r.failure {
             Some(why) => {
                 let _ = writeln!(out, "| {} | {why} | | | | |", r.server);
             }
             None => {
-                let ratio = base.map_or("-".into(), |b| format!("{:.2}x", r.per_sec / b));
+                let ratio = match &r.vs_kernel {
+                    Some(spread) => spread.cell(),
+                    None if i == 0 && kernel_measured => "1.00x".into(),
+                    None => "-".into(),
+                };
                 let _ = writeln!(
                     out,
                     "| {} | {:.0} | {ratio} | {:.0} us | {:.0} us | {} |",
@@ -289,23 +403,44 @@ pub fn markdown(section: &AppSection) -> String {
             }
         }
     }
+    let _ = writeln!(
+        out,
+        "\n`vs kernel`: requests/s against the kernel server's in the same repetition, the median over the repetitions; {LEGEND_SPREAD}."
+    );
     out
 }
 
-/// The section as a JSON value.
+/// The section as a JSON value: the medians, the ratio to the kernel's requests/s (median,
+/// least and most over the repetitions), and every repetition's figures.
 pub fn json(section: &AppSection, js: impl Fn(&str) -> String) -> String {
     let rows: Vec<String> = section
         .rows
         .iter()
         .map(|r| {
+            let samples: Vec<String> = r
+                .samples
+                .iter()
+                .map(|(rep, s)| {
+                    format!(
+                        "{{\"repetition\": {}, \"requests_per_s\": {:.1}, \"p50_us\": {:.1}, \"p99_us\": {:.1}, \"errors\": {}}}",
+                        rep + 1,
+                        s.per_sec,
+                        s.p50_us,
+                        s.p99_us,
+                        s.errors
+                    )
+                })
+                .collect();
+            let spread = r.vs_kernel.as_ref().map_or("null".into(), |s| s.json());
             format!(
-                "{{\"server\": {}, \"requests_per_s\": {:.1}, \"p50_us\": {:.1}, \"p99_us\": {:.1}, \"errors\": {}, \"failure\": {}}}",
+                "{{\"server\": {}, \"requests_per_s\": {:.1}, \"p50_us\": {:.1}, \"p99_us\": {:.1}, \"errors\": {}, \"failure\": {}, \"vs_kernel\": {spread}, \"repetitions\": [{}]}}",
                 js(r.server),
                 r.per_sec,
                 r.p50_us,
                 r.p99_us,
                 r.errors,
-                r.failure.as_deref().map_or("null".into(), &js)
+                r.failure.as_deref().map_or("null".into(), &js),
+                samples.join(", ")
             )
         })
         .collect();
@@ -351,6 +486,22 @@ Percentage of the requests served within a certain time (ms)
         let a = parse_ab(AB).expect("ab's figures");
         assert_eq!((a.per_sec, a.p50_us, a.p99_us, a.errors), (1793.53, 2000.0, 4000.0, 0));
         assert!(parse_wrk("unable to connect to 10.77.0.2:8080 Connection refused").is_none());
+    }
+
+    #[test]
+    fn the_load_generator_is_wrk_then_ab_then_ours_unless_told() {
+        let none = |_: &str| false;
+        let all = |_: &str| true;
+        let ab_only = |p: &str| p == "ab";
+        assert_eq!(choose(None, all), Ok(Tool::Wrk));
+        assert_eq!(choose(Some("auto"), ab_only), Ok(Tool::Ab));
+        assert_eq!(choose(None, none), Ok(Tool::Builtin));
+        assert_eq!(choose(Some(" builtin "), all), Ok(Tool::Builtin));
+        assert_eq!(choose(Some("ab"), all), Ok(Tool::Ab));
+        let e = choose(Some("wrk"), ab_only).unwrap_err();
+        assert!(e.contains("wrk is not installed (Debian package wrk)"), "{e}");
+        let e = choose(Some("curl"), all).unwrap_err();
+        assert!(e.contains("BYPASS_DEMO_HTTP_CLIENT=curl is not one of builtin, wrk, ab, auto"), "{e}");
     }
 
     #[test]

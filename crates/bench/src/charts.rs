@@ -438,7 +438,7 @@ mod tests {
         } else {
             (0..=10).map(|i| (k * (5.0 + i as f64), i as f64 / 10.0)).collect()
         };
-        Row { transport, workload, figures: Some(figures), failure: None, runs: 1, cdf }
+        Row { transport, workload, figures: Some(figures), failure: None, runs: 1, per_run: vec![(0, figures)], cdf }
     }
 
     #[test]

@@ -43,8 +43,11 @@
 //! and 5b put our stack at both ends, row 6b smoltcp. The kernel server uses a second address of bx0, so the
 //! stack's 10.77.0.2 stays unknown to the kernel; our client's 10.77.0.4 is unknown to the
 //! peer's kernel too (AF_XDP takes every frame of px0 away from it while the row runs).
-//! Transports run one after the other (at most two spinning threads on a 2-core machine),
-//! interleaved across repetitions; every figure is the median of the repetitions.
+//! Transports run one after the other (at most two spinning threads on a 2-core machine).
+//! Each repetition measures the floor, every row and the HTTP row once, in an order rotated
+//! from one repetition to the next (see `rotation`), so a slow phase of the machine lands on
+//! all rows alike; every figure is the median of the repetitions, and every ratio the median
+//! of per-repetition ratios, shown with its range and marked unsettled past a 20% spread.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -53,6 +56,7 @@ mod app;
 mod charts;
 mod client;
 mod echo;
+mod http_load;
 mod kernel;
 mod measure;
 mod memory;
@@ -469,8 +473,10 @@ pub(crate) struct Conditions {
     pub runs: usize,
     pub duration: Duration,
     pub note: Option<String>,
-    /// Row 0: raw AF_XDP frames bounced between the namespaces, no TCP.
+    /// Row 0: raw AF_XDP frames bounced between the namespaces, no TCP (medians).
     pub floor: Option<Floor>,
+    /// Row 0 in each repetition that measured it, by repetition (counted from 0).
+    pub floor_runs: Vec<(usize, Floor)>,
     /// The application row: the HTTP server on kernel sockets and on our stack.
     pub app: Option<app::AppSection>,
     /// Unmodified programs on kernel sockets and under `bypass run`.
@@ -670,9 +676,8 @@ pub fn run(args: Options) -> Result<(), String> {
         }
     };
 
-    // Every (repetition, workload, transport), transports interleaved so slow drifts of the
-    // machine spread over all of them.
-    let mut results: Vec<(Transport, Workload, Vec<report::Measured>, Option<String>)> = Vec::new();
+    // Every (workload, transport): a row of the tables, measured once per repetition.
+    let mut results: Vec<RowResults> = Vec::new();
     for &workload in &workloads {
         for &t in &transports {
             let mut why = unavailable.iter().find(|(u, _)| *u == t).map(|(_, why)| why.clone());
@@ -687,7 +692,7 @@ pub fn run(args: Options) -> Result<(), String> {
     let progress = progress_line();
     let mut done = 0;
     let mut port = 20000u16;
-    // The floor is measured in every repetition too, just before the rows it is read against.
+    // The floor is measured in every repetition too, beside the rows it is read against.
     let floor_wanted = transports.iter().any(|t| {
         matches!(
             t,
@@ -698,37 +703,68 @@ pub fn run(args: Options) -> Result<(), String> {
                 | Transport::SmoltcpXdpBoth
         )
     });
-    let mut floors: Vec<Floor> = Vec::new();
+    let lab_up = matches!(net, Net::Lab(_));
+    let mut app_bench = (app_wanted && lab_up).then(|| app::AppBench::new(duration));
+    // What one repetition measures, in table order: the floor, every row, the application
+    // row (its three servers, in an order of their own that rotates too).
+    let mut slots: Vec<Slot> = Vec::new();
+    if floor_wanted && lab_up {
+        slots.push(Slot::Floor);
+    }
+    slots.extend((0..results.len()).map(Slot::Row));
+    if app_bench.is_some() {
+        slots.push(Slot::App);
+    }
+    let mut floors: Vec<(usize, Floor)> = Vec::new();
     let mut floor_failed = false;
     'outer: for rep in 0..runs {
-        if let (Net::Lab(lab), true, false) = (&net, floor_wanted, floor_failed) {
-            if progress {
-                eprint!("\r\x1b[K[floor] raw AF_XDP frames, run {}/{runs}", rep + 1);
-            }
-            let rounds = if args.quick { 5_000 } else { 20_000 };
-            match measure_floor(lab, rounds, duration * 4) {
-                Ok(floor) => floors.push(floor),
-                Err(e) => {
-                    eprintln!("bypass demo: the raw AF_XDP floor could not be measured: {e}");
-                    floor_failed = true;
-                }
-            }
-        }
-        for (t, workload, measured, failure) in results.iter_mut() {
-            done += 1;
+        for slot in rotation(&slots, rep, runs) {
             if interrupted.load(Ordering::Relaxed) {
                 break 'outer;
             }
-            if failure.is_some() {
-                continue;
-            }
-            if progress {
-                eprint!("\r\x1b[K[{done:>3}/{total}] {:<16} {:<12} run {}/{runs}", t.name(), workload.key(), rep + 1);
-            }
-            port += 1;
-            match measure(&net, *t, *workload, port, warmup, duration, &interrupted, &mut conditions) {
-                Ok(run) => measured.push(run),
-                Err(e) => *failure = Some(e),
+            match (slot, &net) {
+                (Slot::Floor, Net::Lab(lab)) if !floor_failed => {
+                    if progress {
+                        eprint!("\r\x1b[K[floor] raw AF_XDP frames, run {}/{runs}", rep + 1);
+                    }
+                    let rounds = if args.quick { 5_000 } else { 20_000 };
+                    match measure_floor(lab, rounds, duration * 4) {
+                        Ok(floor) => floors.push((rep, floor)),
+                        Err(e) => {
+                            eprintln!("bypass demo: the raw AF_XDP floor could not be measured: {e}");
+                            floor_failed = true;
+                        }
+                    }
+                }
+                (Slot::App, Net::Lab(lab)) => {
+                    if let Some(bench) = app_bench.as_mut() {
+                        if progress {
+                            eprint!("\r\x1b[K[app] HTTP server, kernel sockets and ours, run {}/{runs}", rep + 1);
+                        }
+                        bench.measure_once(lab, KERNEL_SERVER_IP, rep, &mut port);
+                    }
+                }
+                (Slot::Row(i), _) => {
+                    let (t, workload, measured, failure) = &mut results[i];
+                    done += 1;
+                    if failure.is_some() {
+                        continue;
+                    }
+                    if progress {
+                        eprint!(
+                            "\r\x1b[K[{done:>3}/{total}] {:<16} {:<12} run {}/{runs}",
+                            t.name(),
+                            workload.key(),
+                            rep + 1
+                        );
+                    }
+                    port += 1;
+                    match measure(&net, *t, *workload, port, warmup, duration, &interrupted, &mut conditions) {
+                        Ok(run) => measured.push((rep, run)),
+                        Err(e) => *failure = Some(e),
+                    }
+                }
+                _ => {}
             }
         }
     }
@@ -736,23 +772,12 @@ pub fn run(args: Options) -> Result<(), String> {
         eprint!("\r\x1b[K");
     }
     if app_wanted && !interrupted.load(Ordering::Relaxed) {
-        match &net {
-            Net::Lab(lab) => {
-                if progress {
-                    eprint!("\r\x1b[K[app] HTTP server, kernel sockets and ours, {runs} runs");
-                }
-                conditions.app = Some(app::measure(lab, KERNEL_SERVER_IP, runs, duration, &mut port));
-                if progress {
-                    eprint!("\r\x1b[K");
-                }
+        conditions.app = Some(match (app_bench, &net) {
+            (Some(bench), _) => bench.finish(),
+            (None, _) => {
+                app::AppSection { tool: "not measured: needs root and the namespace lab".into(), rows: Vec::new() }
             }
-            Net::Loopback => {
-                conditions.app = Some(app::AppSection {
-                    tool: "not measured: needs root and the namespace lab".into(),
-                    rows: Vec::new(),
-                });
-            }
-        }
+        });
     }
     if programs_wanted && !interrupted.load(Ordering::Relaxed) {
         conditions.programs = Some(match &net {
@@ -788,7 +813,8 @@ pub fn run(args: Options) -> Result<(), String> {
             },
         });
     }
-    conditions.floor = Floor::median(&floors);
+    conditions.floor = Floor::median(&floors.iter().map(|(_, f)| f.clone()).collect::<Vec<_>>());
+    conditions.floor_runs = floors;
     let net_was_lab = matches!(net, Net::Lab(_));
     drop(net); // remove the lab before printing, on every path from here
     if interrupted.load(Ordering::Relaxed) {
@@ -798,17 +824,19 @@ pub fn run(args: Options) -> Result<(), String> {
     let rows: Vec<Row> = results
         .into_iter()
         .map(|(transport, workload, measured, failure)| {
-            let runs: Vec<report::Run> = measured.iter().map(|(run, _)| *run).collect();
+            let runs: Vec<report::Run> = measured.iter().map(|(_, (run, _))| *run).collect();
             // The distribution of the repetition whose p50 is the median one.
             let mut order: Vec<usize> = (0..measured.len()).collect();
             order.sort_by(|&a, &b| runs[a].p50_us.total_cmp(&runs[b].p50_us));
-            let cdf = order.get(order.len() / 2).map(|&i| measured[i].1.clone()).unwrap_or_default();
+            let cdf = order.get(order.len() / 2).map(|&i| measured[i].1.1.clone()).unwrap_or_default();
+            let per_run = measured.iter().map(|(rep, (run, _))| (*rep, *run)).collect();
             Row {
                 transport,
                 workload,
                 figures: if runs.is_empty() { None } else { Some(Figures::median(&runs)) },
                 failure: if runs.is_empty() { failure.or(Some("no measurement".into())) } else { failure },
                 runs: runs.len(),
+                per_run,
                 cdf,
             }
         })
@@ -849,6 +877,34 @@ pub fn run(args: Options) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// A row's measurements as the repetitions go: its transport and workload, what each
+/// repetition measured (by repetition, counted from 0), and why it stopped or never ran.
+type RowResults = (Transport, Workload, Vec<(usize, report::Measured)>, Option<String>);
+
+/// One thing a repetition measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// Row 0, the raw AF_XDP floor.
+    Floor,
+    /// The row `results[i]`: a transport under a workload.
+    Row(usize),
+    /// The application row's three servers.
+    App,
+}
+
+/// Return the order repetition `rep` of `runs` measures `slots` in: all of them, rotated to
+/// start at slot `rep * n / runs` (n slots). A rotation, not a shuffle: the starts spread
+/// evenly over the list, so across the repetitions every slot runs early, midway and late
+/// alike and a slow phase of the machine lands on all rows alike; and neighbours stay
+/// neighbours (the list wraps), so a row and the kernel rows of its workload that its ratios
+/// divide by are measured minutes apart in no repetition, as a shuffle could leave them. A
+/// rotation is reproducible too: the progress line names the same order each time.
+fn rotation(slots: &[Slot], rep: usize, runs: usize) -> impl Iterator<Item = Slot> + '_ {
+    let n = slots.len();
+    let start = if n == 0 { 0 } else { rep * n / runs.max(1) % n };
+    (0..n).map(move |i| slots[(start + i) % n])
 }
 
 /// Measure one transport once: start the server, run the client, stop the server.
@@ -1109,5 +1165,32 @@ fn serve(
             }
         }
         Transport::StackMemory => Err("the in-memory row is measured by measure_memory".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repetitions_rotate_through_every_slot() {
+        let slots: Vec<Slot> = std::iter::once(Slot::Floor).chain((0..5).map(Slot::Row)).chain([Slot::App]).collect();
+        let runs = 3;
+        let orders: Vec<Vec<Slot>> = (0..runs).map(|rep| rotation(&slots, rep, runs).collect()).collect();
+        // Each repetition measures every slot once.
+        for order in &orders {
+            let mut seen = order.clone();
+            seen.sort_by_key(|s| format!("{s:?}"));
+            let mut all = slots.clone();
+            all.sort_by_key(|s| format!("{s:?}"));
+            assert_eq!(seen, all);
+        }
+        // The starts spread evenly: 7 slots over 3 repetitions start at 0, 2 and 4.
+        assert_eq!([orders[0][0], orders[1][0], orders[2][0]], [Slot::Floor, Slot::Row(1), Slot::Row(3)]);
+        // Neighbours stay neighbours (the list wraps).
+        assert_eq!(&orders[2][..4], &[Slot::Row(3), Slot::Row(4), Slot::App, Slot::Floor]);
+        // One repetition runs in table order; no slots, no order.
+        assert_eq!(rotation(&slots, 0, 1).collect::<Vec<_>>(), slots);
+        assert_eq!(rotation(&[], 2, 3).count(), 0);
     }
 }

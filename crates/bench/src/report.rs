@@ -123,6 +123,82 @@ impl Run {
     }
 }
 
+/// A spread wider than this (`max / min - 1`) marks a ratio unsettled.
+pub const UNSETTLED: f64 = 0.20;
+
+/// The legend of a ratio cell `1.31x (1.12-1.37)`.
+pub const LEGEND_SPREAD: &str = "a ratio cell reads `median (least-most)` over the repetitions, each repetition's ratio taken between figures of that repetition (so a slow phase of the machine moves both sides of it alike); its spread is most/least - 1, and a trailing `~` marks a ratio whose spread is wider than 20%: unsettled, the machine's speed moved more than the difference it shows";
+
+/// A ratio over the repetitions: one per repetition, their median and range.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// The ratio of each repetition, in repetition order.
+    pub per_run: Vec<f64>,
+}
+
+impl Spread {
+    /// Return the median and range of `per_run` (finite values only); `None` if there are none.
+    pub fn of(per_run: &[f64]) -> Option<Spread> {
+        let per_run: Vec<f64> = per_run.iter().copied().filter(|x| x.is_finite()).collect();
+        let mut v = per_run.clone();
+        v.sort_by(f64::total_cmp);
+        let k = v.len();
+        let median = match k {
+            0 => return None,
+            k if k % 2 == 1 => v[k / 2],
+            k => (v[k / 2 - 1] + v[k / 2]) / 2.0,
+        };
+        Some(Spread { median, min: v[0], max: v[k - 1], per_run })
+    }
+
+    /// Return the spread, `max / min - 1` (0 for a single repetition; infinite if the least is 0).
+    pub fn width(&self) -> f64 {
+        if self.min > 0.0 {
+            self.max / self.min - 1.0
+        } else if self.max == self.min {
+            0.0
+        } else {
+            f64::INFINITY
+        }
+    }
+
+    /// Return whether the spread is wider than [`UNSETTLED`].
+    pub fn unsettled(&self) -> bool {
+        self.width() > UNSETTLED
+    }
+
+    /// Return the table cell: `1.31x (1.12-1.37)`, `~` appended when unsettled; the median
+    /// alone for a single repetition.
+    pub fn cell(&self) -> String {
+        let mut c = format!("{:.2}x", self.median);
+        if self.per_run.len() > 1 {
+            let _ = write!(c, " ({:.2}-{:.2})", self.min, self.max);
+        }
+        if self.unsettled() {
+            c.push('~');
+        }
+        c
+    }
+
+    /// Return the spread as a JSON object.
+    pub fn json(&self) -> String {
+        let ratio = |x: f64| if x.is_finite() { format!("{x}") } else { "null".into() };
+        let per_run: Vec<String> = self.per_run.iter().map(|x| ratio(*x)).collect();
+        format!(
+            "{{\"median\": {}, \"min\": {}, \"max\": {}, \"spread\": {}, \"unsettled\": {}, \"per_repetition\": [{}]}}",
+            ratio(self.median),
+            ratio(self.min),
+            ratio(self.max),
+            ratio(self.width()),
+            self.unsettled(),
+            per_run.join(", ")
+        )
+    }
+}
+
 /// One row: a transport at one message size.
 pub struct Row {
     pub transport: Transport,
@@ -131,6 +207,8 @@ pub struct Row {
     /// Why the row has no figures (or why a repetition failed).
     pub failure: Option<String>,
     pub runs: usize,
+    /// The figures of each repetition that measured, with its number (counted from 0).
+    pub per_run: Vec<(usize, Run)>,
     /// The latency distribution of the repetition with the median p50 (empty for bulk).
     pub cdf: Cdf,
 }
@@ -180,18 +258,26 @@ fn compared(workload: Workload, f: &Figures) -> f64 {
     if workload.is_bulk() { f.rate } else { f.p50_us }
 }
 
-/// Return `row`'s ratio to each of [`BASELINES`] in the same run, where both were measured.
-pub fn ratios(rows: &[Row], row: &Row) -> [Option<f64>; 2] {
+/// Return `row`'s ratio to each of [`BASELINES`]: one per repetition where both measured,
+/// taken between the figures of that repetition, with their median and range.
+pub fn ratios(rows: &[Row], row: &Row) -> [Option<Spread>; 2] {
     BASELINES.map(|baseline| {
-        let base = rows.iter().find(|r| r.workload == row.workload && r.transport == baseline)?.figures?;
-        let f = row.figures?;
-        Some(compared(row.workload, &f) / compared(row.workload, &base))
+        let base = rows.iter().find(|r| r.workload == row.workload && r.transport == baseline)?;
+        let per_run: Vec<f64> = row
+            .per_run
+            .iter()
+            .filter_map(|(rep, run)| {
+                let (_, b) = base.per_run.iter().find(|(k, _)| k == rep)?;
+                Some(compared(row.workload, run) / compared(row.workload, b))
+            })
+            .collect();
+        Spread::of(&per_run)
     })
 }
 
 /// Return the cells of each row of `workload`.
 fn cells(rows: &[Row], workload: Workload) -> Vec<Vec<String>> {
-    let ratio_cells = |r: &Row| ratios(rows, r).map(|x| x.map_or("-".into(), |x| format!("{x:.2}x")));
+    let ratio_cells = |r: &Row| ratios(rows, r).map(|x| x.map_or("-".into(), |x| x.cell()));
     rows.iter()
         .filter(|r| r.workload == workload)
         .map(|r| {
@@ -238,7 +324,7 @@ fn workloads(rows: &[Row]) -> Vec<Workload> {
 
 pub fn conditions_line(c: &Conditions) -> String {
     let mut s = format!(
-        "{}; Linux {}; {} cores; MTU {}; {}; row 1 interrupt-driven (blocking), every other row busy-polling; AF_XDP mode: {}; AF_PACKET: {}; MSG_ZEROCOPY: {}; median of {} run(s) of {:.1} s each",
+        "{}; Linux {}; {} cores; MTU {}; {}; row 1 interrupt-driven (blocking), every other row busy-polling; AF_XDP mode: {}; AF_PACKET: {}; MSG_ZEROCOPY: {}; median of {} run(s) of {:.1} s each, every run measuring every row once, in an order rotated from run to run",
         c.date,
         c.kernel,
         c.cores,
@@ -315,7 +401,7 @@ pub fn table(rows: &[Row], c: &Conditions) -> String {
             let _ = writeln!(out, "{}", line(row));
         }
     }
-    let _ = writeln!(out, "\n{LEGEND}");
+    let _ = writeln!(out, "\n{LEGEND}; {LEGEND_SPREAD}");
     let _ = writeln!(out, "conditions: {}", conditions_line(c));
     for f in failures(rows) {
         let _ = writeln!(out, "note: {f}");
@@ -341,7 +427,11 @@ pub fn markdown(rows: &[Row], c: &Conditions, charts: &str) -> String {
             let _ = writeln!(out, "| {} |", row.join(" | "));
         }
     }
-    let _ = writeln!(out, "\n{LEGEND}.\n\n**Conditions:** {}.\n\n## What runs where\n", conditions_line(c));
+    let _ = writeln!(
+        out,
+        "\n{LEGEND}; {LEGEND_SPREAD}.\n\n**Conditions:** {}.\n\n## What runs where\n",
+        conditions_line(c)
+    );
     let mut seen = Vec::new();
     for r in rows {
         if !seen.contains(&r.transport) {
@@ -383,12 +473,34 @@ fn jn(x: f64) -> String {
     if x.is_finite() { format!("{x:.4}") } else { "null".into() }
 }
 
+/// Return one repetition's figures as a JSON object.
+fn run_json(rep: usize, f: &Run, bulk: bool) -> String {
+    let lat = |x: f64| if bulk { "null".into() } else { jn(x) };
+    format!(
+        "{{\"repetition\": {}, \"p50_us\": {}, \"p99_us\": {}, \"p99_9_us\": {}, \"rate\": {}, \"cpu\": {}, \"client_cpu\": {}, \"server_cpu\": {}, \"syscalls\": {}, \"ctx_switches\": {}, \"voluntary_ctx\": {}, \"involuntary_ctx\": {}, \"copies_ours_per_byte\": {}, \"units\": {}}}",
+        rep + 1,
+        lat(f.p50_us),
+        lat(f.p99_us),
+        lat(f.p999_us),
+        jn(f.rate),
+        jn(f.cpu_per_unit),
+        jn(f.client_cpu_per_unit),
+        jn(f.server_cpu_per_unit),
+        jn(f.syscalls_per_unit),
+        jn(f.ctx_per_unit),
+        jn(f.voluntary_per_unit),
+        jn(f.involuntary_per_unit),
+        f.copies_ours.map_or("null".into(), jn),
+        jn(f.units),
+    )
+}
+
 /// Return `results.json`.
 pub fn json(rows: &[Row], c: &Conditions) -> String {
     let opt = |s: &Option<String>| s.as_deref().map_or("null".into(), js);
     let mut out = String::from("{\n");
     let _ = writeln!(out, "  \"date\": {},", js(&c.date));
-    let _ = writeln!(out, "  \"legend\": {},", js(LEGEND));
+    let _ = writeln!(out, "  \"legend\": {},", js(&format!("{LEGEND}; {LEGEND_SPREAD}")));
     let _ = writeln!(
         out,
         "  \"conditions\": {{\"kernel\": {}, \"cores\": {}, \"mtu\": {}, \"offloads\": {}, \"xdp_mode\": {}, \"packet_mode\": {}, \"msg_zerocopy\": {}, \"runs\": {}, \"duration_s\": {}, \"note\": {}, \"summary\": {}}},",
@@ -406,15 +518,31 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
     );
     match &c.floor {
         Some(f) => {
+            let reps: Vec<String> = c
+                .floor_runs
+                .iter()
+                .map(|(rep, f)| {
+                    format!(
+                        "{{\"repetition\": {}, \"p50_us\": {}, \"p99_us\": {}, \"p999_us\": {}, \"round_trips\": {}, \"lost\": {}}}",
+                        rep + 1,
+                        jn(f.p50_us),
+                        jn(f.p99_us),
+                        jn(f.p999_us),
+                        f.rounds,
+                        f.lost
+                    )
+                })
+                .collect();
             let _ = writeln!(
                 out,
-                "  \"floor\": {{\"p50_us\": {}, \"p99_us\": {}, \"p999_us\": {}, \"round_trips\": {}, \"lost\": {}, \"mode\": {}}},",
+                "  \"floor\": {{\"p50_us\": {}, \"p99_us\": {}, \"p999_us\": {}, \"round_trips\": {}, \"lost\": {}, \"mode\": {}, \"repetitions\": [{}]}},",
                 jn(f.p50_us),
                 jn(f.p99_us),
                 jn(f.p999_us),
                 f.rounds,
                 f.lost,
-                js(&f.mode)
+                js(&f.mode),
+                reps.join(", ")
             );
         }
         None => out.push_str("  \"floor\": null,\n"),
@@ -470,9 +598,20 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
             r.transport.kernel_copies(),
         );
         let [vs_2, vs_2d] = ratios(rows, r);
-        // Ratios in full: a row far off the baseline must not print as 0.0000.
-        let ratio = |x: Option<f64>| x.filter(|x| x.is_finite()).map_or("null".into(), |x| format!("{x}"));
-        let _ = write!(o, ", \"vs_row_2\": {}, \"vs_row_2d\": {}", ratio(vs_2), ratio(vs_2d));
+        // Ratios in full: a row far off the baseline must not print as 0.0000. The median
+        // under the old keys, the range and each repetition's ratio beside it.
+        let ratio = |x: &Option<Spread>| {
+            x.as_ref().map(|s| s.median).filter(|x| x.is_finite()).map_or("null".into(), |x| format!("{x}"))
+        };
+        let spread = |x: &Option<Spread>| x.as_ref().map_or("null".into(), Spread::json);
+        let _ = write!(
+            o,
+            ", \"vs_row_2\": {}, \"vs_row_2d\": {}, \"vs_row_2_spread\": {}, \"vs_row_2d_spread\": {}",
+            ratio(&vs_2),
+            ratio(&vs_2d),
+            spread(&vs_2),
+            spread(&vs_2d)
+        );
         if let Some(f) = &r.figures {
             let _ = write!(
                 o,
@@ -492,10 +631,78 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
                 jn(f.units),
             );
         }
-        let _ = write!(o, ", \"failure\": {}}}", opt(&r.failure));
+        let _ = write!(o, ", \"failure\": {}", opt(&r.failure));
+        // Every figure of every repetition, after the medians (readers that take a key's
+        // first occurrence in the line get the median).
+        let reps: Vec<String> = r.per_run.iter().map(|(rep, run)| run_json(*rep, run, r.workload.is_bulk())).collect();
+        let _ = write!(o, ", \"repetitions\": [{}]}}", reps.join(", "));
         out.push_str(&o);
         out.push_str(if i + 1 < rows.len() { ",\n" } else { "\n" });
     }
     out.push_str("  ]\n}\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spread_is_median_and_range_and_marks_wide_ones() {
+        let s = Spread::of(&[1.37, 1.12, 1.31]).unwrap();
+        assert_eq!((s.median, s.min, s.max), (1.31, 1.12, 1.37));
+        // 1.37 / 1.12 - 1 = 22%: unsettled.
+        assert!(s.unsettled());
+        assert_eq!(s.cell(), "1.31x (1.12-1.37)~");
+        let s = Spread::of(&[1.30, 1.25, 1.20, f64::NAN]).unwrap();
+        assert_eq!(s.per_run.len(), 3, "non-finite ratios are left out");
+        assert!(!s.unsettled());
+        assert_eq!(s.cell(), "1.25x (1.20-1.30)");
+        // One repetition: the median alone, settled.
+        assert_eq!(Spread::of(&[0.5]).unwrap().cell(), "0.50x");
+        assert_eq!(Spread::of(&[]), None);
+        assert!(Spread::of(&[0.0, 1.0]).unwrap().unsettled());
+    }
+
+    fn row(transport: Transport, workload: Workload, p50s: &[(usize, f64)]) -> Row {
+        let per_run: Vec<(usize, Run)> =
+            p50s.iter().map(|&(k, p50_us)| (k, Run { p50_us, ..Run::default() })).collect();
+        let runs: Vec<Run> = per_run.iter().map(|(_, r)| *r).collect();
+        Row {
+            transport,
+            workload,
+            figures: (!runs.is_empty()).then(|| Run::median(&runs)),
+            failure: None,
+            runs: runs.len(),
+            per_run,
+            cdf: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn ratios_pair_figures_of_the_same_repetition() {
+        let w = Workload::Rr { size: 64, conns: 1 };
+        // The machine slows down 3x in repetition 1: both rows alike.
+        let base = row(Transport::KernelBusy, w, &[(0, 20.0), (1, 60.0), (2, 20.0)]);
+        // Row 2d missed repetition 0.
+        let defaults = row(Transport::KernelDefaults, w, &[(1, 30.0), (2, 10.0)]);
+        let ours = row(Transport::StackXdp, w, &[(0, 10.0), (1, 30.0), (2, 10.0)]);
+        let rows = [base, defaults, ours];
+        let [vs_2, vs_2d] = ratios(&rows, &rows[2]);
+        let vs_2 = vs_2.unwrap();
+        assert_eq!((vs_2.median, vs_2.min, vs_2.max), (0.5, 0.5, 0.5), "the slow phase cancels out");
+        assert_eq!(vs_2.cell(), "0.50x (0.50-0.50)");
+        // The ratio of medians would be 10/20; per repetition it is 30/30 and 10/10.
+        let vs_2d = vs_2d.unwrap();
+        assert_eq!(vs_2d.per_run, vec![1.0, 1.0]);
+        // results.json keeps the median under the old key and every repetition beside it.
+        let c = Conditions::default();
+        let json = json(&rows, &c);
+        let line = json.lines().find(|l| l.contains("\"transport\": \"stack-afxdp\"")).unwrap();
+        assert!(line.contains("\"vs_row_2\": 0.5, \"vs_row_2d\": 1, \"vs_row_2_spread\": {\"median\": 0.5"), "{line}");
+        assert!(line.contains("\"repetitions\": [{\"repetition\": 1, \"p50_us\": 10.0000"), "{line}");
+        assert_eq!(line.matches("\"repetition\": ").count(), 3, "{line}");
+        // The median comes first in the line, where readers look for a key.
+        assert!(line.find("\"p50_us\": ").unwrap() < line.find("\"repetitions\"").unwrap());
+    }
 }
