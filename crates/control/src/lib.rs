@@ -7,14 +7,14 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `{"cmd":"ss"}` | one JSON document: the connections and listeners (`Snapshot`), then close |
+//! | `{"cmd":"ss"}` | one JSON document: the connections and listeners ([`Snapshot`]), then close |
 //! | `{"cmd":"stat"}` | one JSON document: every counter, name to `u64`, and `now_us` |
 //! | `{"cmd":"capture","port":N,"host":"ADDR"}` | a pcapng byte stream until the reader closes |
 //! | anything else | `{"error":"sentence"}`, then close |
 //!
-//! The server side (`Server`) costs the data path one relaxed atomic load per batch while
+//! The server side ([`Server`]) costs the data path one relaxed atomic load per batch while
 //! nobody is attached: an accept thread reads the request line and hands it to the stack's
-//! thread, which answers it in `Server::poll` between batches (the stack is not shared).
+//! thread, which answers it in [`Server::poll`] between batches (the stack is not shared).
 //!
 //! ```no_run
 //! let endpoints = bypass_control::endpoints(None)?;
@@ -28,5 +28,9 @@
 #![warn(missing_docs)]
 
 pub mod client;
+pub mod server;
+pub mod snapshot;
 
 pub use client::{ClientError, Endpoint, endpoints, run_dir, socket_path};
+pub use server::{BindError, Request, Server, parse_request, remove_all};
+pub use snapshot::Snapshot;
