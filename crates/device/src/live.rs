@@ -99,7 +99,13 @@ pub struct LiveCapture {
     /// When the last statistics block was written, and how often to write one.
     stats_at: std::time::Instant,
     stats_every: Duration,
+    /// After the socket took no more (`EAGAIN`), when to try again: a stalled reader costs
+    /// the stack one failed write per [`RETRY_AFTER`], not one per batch.
+    retry_at: Option<std::time::Instant>,
 }
+
+/// How long a live capture waits before writing again to a socket that took no more.
+const RETRY_AFTER: Duration = Duration::from_millis(1);
 
 impl LiveCapture {
     /// Start a capture of frames of interface `iface` (described as `description`) that
@@ -124,6 +130,7 @@ impl LiveCapture {
             closed: false,
             stats_at: std::time::Instant::now(),
             stats_every: Duration::from_secs(1),
+            retry_at: None,
         };
         capture.drain();
         Ok(capture)
@@ -178,7 +185,10 @@ impl LiveCapture {
                 Ok(n) => {
                     buffer.drain(..n);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.retry_at = Some(std::time::Instant::now() + RETRY_AFTER);
+                    return;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => self.close(&e.to_string()),
             }
@@ -192,15 +202,18 @@ impl LiveCapture {
         *self.blocks.get_mut() = VecDeque::new();
     }
 
-    /// Write the periodic statistics when due, then what the socket takes.
+    /// Write the periodic statistics when due, then what the socket takes (unless it took
+    /// nothing less than [`RETRY_AFTER`] ago).
     fn push(&mut self) {
         if self.closed {
             return;
         }
-        if self.stats_at.elapsed() >= self.stats_every {
+        let now = std::time::Instant::now();
+        if now.duration_since(self.stats_at) >= self.stats_every {
             self.statistics();
         }
-        if self.buffered() > 0 {
+        if self.buffered() > 0 && self.retry_at.is_none_or(|at| now >= at) {
+            self.retry_at = None;
             self.drain();
         }
     }
