@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::capture::{self, End};
+use crate::capture;
 
 /// The name the wrapper is installed under.
 const WRAPPER: &str = "bypass-extcap";
@@ -230,9 +230,9 @@ fn capture_to_fifo(pid: u32, shard: u32, port: Option<u16>, host: Option<IpAddr>
         .open(fifo)
         .map_err(|e| format!("cannot open Wireshark's FIFO {}: {e}", fifo.display()))?;
     let copied = capture::copy(stream, &mut out, &stop)?;
-    if copied.end != End::ReaderGone {
-        eprintln!("{}", copied.summary());
-    }
+    // Wireshark shows whatever an extcap writes on standard error as an error: the summary
+    // goes to the log only.
+    log::debug!("{}", copied.summary());
     Ok(())
 }
 
