@@ -1,6 +1,8 @@
 //! `bypass`: run the userspace TCP/IP stack on a network interface, and the lab around it.
 #![deny(unsafe_code)]
 
+mod capture;
+mod extcap;
 mod inspect;
 mod run;
 
@@ -44,6 +46,18 @@ enum Command {
     /// Write a conformance script (packetdrill's language, see the bypass-script crate) from a
     /// TCP conversation in a capture, to commit as a regression test.
     Script(ScriptArgs),
+    /// Attach a live capture to a running stack and write it as pcapng (to a file, or to
+    /// standard output for `tshark -r -` or `wireshark -k -i -`), until interrupted.
+    Capture(capture::CaptureArgs),
+    /// Wireshark's extcap protocol (Wireshark runs this): each running stack is a capture
+    /// interface. `bypass extcap --install [DIR]` installs it into your extcap folder.
+    #[command(disable_help_flag = true)]
+    Extcap {
+        /// Wireshark's arguments (--extcap-interfaces, --extcap-dlts, --extcap-config,
+        /// --capture, --extcap-interface, --fifo, --extcap-capture-filter) or --install [DIR].
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Measure kernel sockets against our stack on AF_PACKET and AF_XDP, side by side, in a
     /// two-namespace lab the demo builds and removes itself (needs root).
     Demo(DemoArgs),
@@ -297,6 +311,8 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay(args),
         Command::Script(args) => script(args),
         Command::Demo(args) => bypass_bench::run(args.into()),
+        Command::Capture(args) => capture::run(args),
+        Command::Extcap { args } => extcap::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -51,13 +51,17 @@ pub(crate) fn process_alive(pid: u32) -> bool {
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// No endpoint in the run directory.
-    #[error("no running bypass stack in {dir}: start one with `bypass echo`, `bypass run` or a program on bypass-runtime (or set BYPASS_RUN_DIR to where it runs)")]
+    #[error(
+        "no running bypass stack in {dir}: start one with `bypass echo`, `bypass run` or a program on bypass-runtime (or set BYPASS_RUN_DIR to where it runs)"
+    )]
     NoStack {
         /// The run directory searched.
         dir: PathBuf,
     },
     /// The pid asked for has no endpoint.
-    #[error("process {pid} is not a running bypass stack (no endpoint in {dir}): run `bypass ss` without a pid to list the running stacks")]
+    #[error(
+        "process {pid} is not a running bypass stack (no endpoint in {dir}): run `bypass ss` without a pid to list the running stacks"
+    )]
     NotAStack {
         /// The pid asked for.
         pid: u32,
@@ -80,7 +84,9 @@ pub enum ClientError {
     #[error("the stack refused the request: {0}")]
     Refused(String),
     /// The stack's answer was not the JSON document expected.
-    #[error("the stack at {path} sent an answer that is not a JSON document ({detail}): check that `bypass` and the stack are the same version")]
+    #[error(
+        "the stack at {path} sent an answer that is not a JSON document ({detail}): check that `bypass` and the stack are the same version"
+    )]
     BadReply {
         /// The endpoint's path.
         path: PathBuf,
@@ -169,15 +175,12 @@ impl Endpoint {
             Ok(stream) => stream,
             Err(e) => return Err(self.connect_error(e)),
         };
-        let mut line = serde_json::to_vec(req).map_err(|e| ClientError::Io {
-            what: "encode the request".into(),
-            source: io::Error::other(e),
-        })?;
+        let mut line = serde_json::to_vec(req)
+            .map_err(|e| ClientError::Io { what: "encode the request".into(), source: io::Error::other(e) })?;
         line.push(b'\n');
-        stream.write_all(&line).map_err(|e| ClientError::Io {
-            what: format!("send the request to {}", self.path.display()),
-            source: e,
-        })?;
+        stream
+            .write_all(&line)
+            .map_err(|e| ClientError::Io { what: format!("send the request to {}", self.path.display()), source: e })?;
         Ok(stream)
     }
 
@@ -185,7 +188,8 @@ impl Endpoint {
     /// [`ClientError::Refused`].
     pub fn query(&self, req: &serde_json::Value) -> Result<serde_json::Value, ClientError> {
         let stream = self.request(req)?;
-        let io_err = |e: io::Error| ClientError::Io { what: format!("read the answer from {}", self.path.display()), source: e };
+        let io_err =
+            |e: io::Error| ClientError::Io { what: format!("read the answer from {}", self.path.display()), source: e };
         stream.set_read_timeout(Some(QUERY_TIMEOUT)).map_err(io_err)?;
         let mut text = Vec::new();
         BufReader::new(stream).read_to_end(&mut text).map_err(io_err)?;
