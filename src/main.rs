@@ -411,7 +411,7 @@ fn echo(args: EchoArgs) -> Result<(), String> {
             let device = PacketDevice::open_with(&args.stack.iface, &packet).map_err(|e| e.to_string())?;
             println!("serving echo on {addrs} port {} over {} ({})", args.port, args.stack.iface, device.info().mode);
             let pcap = args.pcap.clone();
-            vec![serve(device, config, args.port, idle, args.busy_poll, pcap.as_deref(), &stop)?]
+            vec![serve(device, config, 0, args.port, idle, args.busy_poll, pcap.as_deref(), &stop)?]
         }
         Backend::Xdp => {
             let mut xdp = XdpConfig::new(&args.stack.iface, first);
@@ -441,7 +441,7 @@ fn echo(args: EchoArgs) -> Result<(), String> {
                         let (config, stop) = (config.clone(), &stop);
                         let pcap = args.pcap.as_ref().map(|p| capture_path(p, queue));
                         scope.spawn(move || {
-                            serve(device, config, args.port, idle, args.busy_poll, pcap.as_deref(), stop)
+                            serve(device, config, queue as u32, args.port, idle, args.busy_poll, pcap.as_deref(), stop)
                         })
                     })
                     .collect();
@@ -582,10 +582,14 @@ fn xdp_error(e: XdpError, iface: &str) -> String {
     }
 }
 
-/// Run one shard until `stop`; then close connections, let the FINs go, and return the counters.
+/// Run shard `shard` until `stop`; then close connections, let the FINs go, and return the
+/// counters. Its control endpoint answers `bypass ss`, `bypass stat` and `bypass capture`
+/// meanwhile.
+#[allow(clippy::too_many_arguments)]
 fn serve<D: Device>(
     device: D,
     config: StackConfig,
+    shard: u32,
     port: u16,
     idle: Option<Duration>,
     busy_poll: bool,
@@ -602,11 +606,21 @@ fn serve<D: Device>(
         println!("recording to {}", path.display());
     }
     let mut server = EchoServer::new(&mut stack, port, idle).map_err(|e| e.to_string())?;
+    let mut endpoint = match bypass_control::Server::for_stack(&mut stack, shard) {
+        Ok(endpoint) => Some(endpoint),
+        Err(e) => {
+            eprintln!("warning: {e}; serving without a control endpoint (no `bypass ss` for this stack)");
+            None
+        }
+    };
     let io = |e: std::io::Error| format!("packet I/O failed: {e}");
     while !stop.load(Ordering::Relaxed) {
         // Receive, answer, then transmit: the echoed data carries the ACK.
         let received = stack.poll_rx().map_err(io)?;
         server.service(&mut stack);
+        if let Some(endpoint) = &mut endpoint {
+            endpoint.poll(&mut stack);
+        }
         let sent = stack.poll_tx().map_err(io)?;
         if !busy_poll && received == 0 && sent == 0 {
             stack.wait(Some(Duration::from_millis(100))).map_err(io)?;

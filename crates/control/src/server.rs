@@ -63,12 +63,15 @@ pub enum Request {
 /// Parse one request line (without its `'\n'`): a JSON object with a `cmd`. Return the
 /// sentence to answer with when it is not a request we take.
 pub fn parse_request(line: &[u8]) -> Result<Request, String> {
-    let value: serde_json::Value =
-        serde_json::from_slice(line).map_err(|e| format!("the request is not JSON ({e}); send one line such as {{\"cmd\":\"ss\"}}"))?;
+    let value: serde_json::Value = serde_json::from_slice(line)
+        .map_err(|e| format!("the request is not JSON ({e}); send one line such as {{\"cmd\":\"ss\"}}"))?;
     let Some(obj) = value.as_object() else {
         return Err("the request must be a JSON object such as {\"cmd\":\"ss\"}".into());
     };
-    let cmd = obj.get("cmd").and_then(|c| c.as_str()).ok_or("the request has no \"cmd\": send {\"cmd\":\"ss\"}, {\"cmd\":\"stat\"} or {\"cmd\":\"capture\"}")?;
+    let cmd = obj
+        .get("cmd")
+        .and_then(|c| c.as_str())
+        .ok_or("the request has no \"cmd\": send {\"cmd\":\"ss\"}, {\"cmd\":\"stat\"} or {\"cmd\":\"capture\"}")?;
     let allowed: &[&str] = match cmd {
         "ss" | "stat" => &["cmd"],
         "capture" => &["cmd", "port", "host"],
@@ -140,7 +143,9 @@ struct Pending {
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
     /// Creating the run directory failed.
-    #[error("create the control directory {dir} (run as root, or set BYPASS_RUN_DIR to a directory you may write): {source}")]
+    #[error(
+        "create the control directory {dir} (run as root, or set BYPASS_RUN_DIR to a directory you may write): {source}"
+    )]
     Directory {
         /// The directory.
         dir: PathBuf,
@@ -161,7 +166,6 @@ pub enum BindError {
 
 /// A live capture the endpoint attached, shared with the stack's tee so the endpoint can see
 /// when its reader went away.
-#[cfg(feature = "live")]
 struct Live {
     id: bypass_stack::CaptureId,
     capture: Arc<Mutex<bypass_device::live::LiveCapture>>,
@@ -175,11 +179,18 @@ pub struct Server {
     requests: Receiver<Pending>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
-    #[cfg(feature = "live")]
     live: Vec<Live>,
 }
 
 impl Server {
+    /// Bind the endpoint of `stack`, this process's stack number `shard` (see
+    /// [`bind`](Server::bind)); a request wakes the stack if it sleeps in its device's
+    /// `wait` (through the device's [`Waker`](bypass_device::Waker), where it has one).
+    pub fn for_stack<D: Device>(stack: &mut Stack<D>, shard: u32) -> Result<Server, BindError> {
+        let waker = stack.device_mut().waker();
+        Server::bind_with(&run_dir(), shard, waker)
+    }
+
     /// Bind this process's endpoint for its stack number `shard` (the next free number from
     /// `shard` up, when another stack of this process holds it) in [`run_dir`].
     pub fn bind(shard: u32) -> Result<Server, BindError> {
@@ -188,6 +199,11 @@ impl Server {
 
     /// [`Server::bind`] in `dir`.
     pub fn bind_in(dir: &Path, shard: u32) -> Result<Server, BindError> {
+        Server::bind_with(dir, shard, None)
+    }
+
+    /// [`Server::bind`] in `dir`, waking the stack with `waker` when a request comes.
+    pub fn bind_with(dir: &Path, shard: u32, waker: Option<bypass_device::Waker>) -> Result<Server, BindError> {
         if !dir.exists() {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -225,7 +241,7 @@ impl Server {
             let (pending, stop) = (pending.clone(), stop.clone());
             std::thread::Builder::new()
                 .name(format!("bypass-control-{shard}"))
-                .spawn(move || accept_loop(listener, tx, pending, stop))
+                .spawn(move || accept_loop(listener, tx, pending, stop, waker))
                 .map_err(|e| {
                     forget(&path);
                     let _ = std::fs::remove_file(&path);
@@ -233,16 +249,7 @@ impl Server {
                 })?
         };
         log::debug!("control endpoint at {}", path.display());
-        Ok(Server {
-            path,
-            shard,
-            pending,
-            requests,
-            stop,
-            thread: Some(thread),
-            #[cfg(feature = "live")]
-            live: Vec::new(),
-        })
+        Ok(Server { path, shard, pending, requests, stop, thread: Some(thread), live: Vec::new() })
     }
 
     /// Return the socket's path.
@@ -259,7 +266,6 @@ impl Server {
     /// per batch of the stack's loop. Costs one relaxed load while nobody is attached.
     #[inline]
     pub fn poll<D: Device>(&mut self, stack: &mut Stack<D>) {
-        #[cfg(feature = "live")]
         if !self.live.is_empty() {
             self.tend_captures(stack);
         }
@@ -297,8 +303,13 @@ impl Server {
     }
 
     /// Attach a live capture writing to `stream`.
-    #[cfg(feature = "live")]
-    fn attach<D: Device>(&mut self, stack: &mut Stack<D>, mut stream: UnixStream, port: Option<u16>, host: Option<IpAddr>) {
+    fn attach<D: Device>(
+        &mut self,
+        stack: &mut Stack<D>,
+        mut stream: UnixStream,
+        port: Option<u16>,
+        host: Option<IpAddr>,
+    ) {
         use bypass_device::live::{CaptureFilter, LiveCapture};
         let filter = CaptureFilter { port, host };
         let iface = stack.device().info().name.clone();
@@ -322,15 +333,7 @@ impl Server {
         }
     }
 
-    /// Without live capture support, answer with one sentence.
-    #[cfg(not(feature = "live"))]
-    fn attach<D: Device>(&mut self, _stack: &mut Stack<D>, mut stream: UnixStream, _port: Option<u16>, _host: Option<IpAddr>) {
-        let doc = serde_json::json!({ "error": "this stack was built without live capture: rebuild with bypass-control's \"live\" feature" });
-        send_answer(&mut stream, format!("{doc}\n").as_bytes());
-    }
-
     /// Push the live captures' frames out, and detach those whose reader went away.
-    #[cfg(feature = "live")]
     #[cold]
     fn tend_captures<D: Device>(&mut self, stack: &mut Stack<D>) {
         let mut i = 0;
@@ -340,7 +343,10 @@ impl Server {
                 let live = self.live.swap_remove(i);
                 stack.remove_capture(live.id);
                 let dropped = live.capture.lock().unwrap_or_else(PoisonError::into_inner).dropped();
-                log::debug!("control endpoint {}: capture reader left ({dropped} frames not taken)", self.path.display());
+                log::debug!(
+                    "control endpoint {}: capture reader left ({dropped} frames not taken)",
+                    self.path.display()
+                );
             } else {
                 i += 1;
             }
@@ -349,23 +355,14 @@ impl Server {
 
     /// Return how many live captures this endpoint has attached.
     pub fn live_captures(&self) -> usize {
-        #[cfg(feature = "live")]
-        {
-            self.live.len()
-        }
-        #[cfg(not(feature = "live"))]
-        {
-            0
-        }
+        self.live.len()
     }
 }
 
 /// A live capture behind a lock, so the endpoint keeps a handle on it while the stack's tee
 /// owns the other (the lock is never contended: both are used from the stack's thread).
-#[cfg(feature = "live")]
 struct Shared(Arc<Mutex<bypass_device::live::LiveCapture>>);
 
-#[cfg(feature = "live")]
 impl bypass_device::Capture for Shared {
     fn frame(&mut self, now: bypass_device::Instant, dir: bypass_device::Direction, frame: &[u8], note: &str) {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).frame(now, dir, frame, note);
@@ -442,7 +439,13 @@ pub fn bind_replacing_stale(path: &Path) -> io::Result<UnixListener> {
     }
 }
 
-fn accept_loop(listener: UnixListener, tx: Sender<Pending>, pending: Arc<AtomicBool>, stop: Arc<AtomicBool>) {
+fn accept_loop(
+    listener: UnixListener,
+    tx: Sender<Pending>,
+    pending: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    waker: Option<bypass_device::Waker>,
+) {
     for stream in listener.incoming() {
         if stop.load(Ordering::SeqCst) {
             return;
@@ -468,6 +471,9 @@ fn accept_loop(listener: UnixListener, tx: Sender<Pending>, pending: Arc<AtomicB
             return;
         }
         pending.store(true, Ordering::Release);
+        if let Some(waker) = &waker {
+            waker.wake();
+        }
     }
 }
 

@@ -97,6 +97,12 @@ impl Capture for Tee {
             sink.flush();
         }
     }
+
+    fn batch(&mut self) {
+        for (_, sink) in &mut self.sinks {
+            sink.batch();
+        }
+    }
 }
 
 impl<D: Device> Stack<D> {

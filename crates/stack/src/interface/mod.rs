@@ -103,8 +103,8 @@ use connections::{Connections, Listener, Owner, Sock};
 pub use errors::{ConnectError, ListenError};
 use ethernet::mac_string;
 pub use ids::{ListenerId, SocketId};
-pub use snapshot::{ConnectionInfo, ListenerInfo, TcpTotals};
 use notes::{note_segment, note_send};
+pub use snapshot::{ConnectionInfo, ListenerInfo, TcpTotals};
 
 impl Interface {
     /// Return a host with MAC `mac` and IP MTU `mtu`.
