@@ -76,7 +76,7 @@ fn ss(dir: &Path, pid: u32) -> Value {
 }
 
 /// Return the connection of `snap` whose peer is `peer`.
-fn conn<'a>(snap: &'a Value, peer: SocketAddr) -> &'a Value {
+fn conn(snap: &Value, peer: SocketAddr) -> &Value {
     snap["connections"]
         .as_array()
         .unwrap()
