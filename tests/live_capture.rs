@@ -452,3 +452,39 @@ fn the_extcap_is_listed_and_captures() {
     eprintln!("{} frames through the extcap", frames.len());
     server.stop().assert_clean_exit();
 }
+
+/// Run `bypass capture` with `args` against the run directory `run`, expect a refusal and
+/// return it.
+fn capture_refused(run: &Path, args: &[&str]) -> String {
+    let out = Command::new(BYPASS)
+        .arg("capture")
+        .args(args)
+        .env("BYPASS_RUN_DIR", run)
+        .stdout(Stdio::piped())
+        .output()
+        .expect("run bypass capture");
+    assert!(!out.status.success(), "bypass capture {args:?} succeeded");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(err.trim().lines().count(), 1, "not one sentence: {err}");
+    err
+}
+
+#[test]
+fn refusals_are_one_sentence() {
+    // No lab needed: an empty run directory, and this test process as a pid that is no stack.
+    let run = TempDir::new("refusals");
+    let err = capture_refused(run.path(), &["-w", "-"]);
+    assert!(err.contains("no running bypass stack") && err.contains("bypass echo"), "{err}");
+    let me = std::process::id().to_string();
+    let err = capture_refused(run.path(), &[&me, "-w", "-"]);
+    assert!(err.contains("is not a running bypass stack"), "{err}");
+    // Two shards of one process: which one?
+    for shard in [0, 1] {
+        let path = run.path().join(format!("{me}.{shard}.sock"));
+        std::mem::forget(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    }
+    let err = capture_refused(run.path(), &[&me]);
+    assert!(err.contains("runs 2 stacks") && err.contains("--shard"), "{err}");
+    let err = capture_refused(run.path(), &[&me, "--shard", "5"]);
+    assert!(err.contains("has no stack 5") && err.contains("0, 1"), "{err}");
+}
