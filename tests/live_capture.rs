@@ -109,7 +109,12 @@ impl Drop for Guard {
 /// Start `bypass echo` (AF_XDP, TX checksum offload on) with its endpoint in `run`, and wait
 /// for the endpoint.
 fn start_echo(lab: &common::TestLab, run: &TempDir) -> EchoServer {
-    let server = EchoServer::start_with_env(lab, Backend::Xdp, &[], &[("BYPASS_RUN_DIR", run.env())]);
+    start_echo_with(lab, run, &[])
+}
+
+/// [`start_echo`] with `extra` arguments.
+fn start_echo_with(lab: &common::TestLab, run: &TempDir, extra: &[&str]) -> EchoServer {
+    let server = EchoServer::start_with_env(lab, Backend::Xdp, extra, &[("BYPASS_RUN_DIR", run.env())]);
     let socket = run.path().join(format!("{}.0.sock", server.pid()));
     let deadline = Instant::now() + TIMEOUT;
     while !socket.exists() {
@@ -339,6 +344,48 @@ fn a_closed_pipe_ends_the_capture_quietly() {
     assert!(!said.contains("bypass:"), "an error on a closed pipe: {said}");
     // And the stack serves on.
     clients(&lab, 1, 10_000);
+    server.stop().assert_clean_exit();
+}
+
+#[test]
+fn frames_reach_the_reader_as_they_pass_a_busy_polling_stack() {
+    init_log();
+    if !available("frames_reach_the_reader_as_they_pass_a_busy_polling_stack") {
+        return;
+    }
+    let lab = create_lab("bplive5", 1);
+    let run = TempDir::new("run5");
+    // A busy-polling stack never sleeps, so nothing is pushed out "when idle": what the
+    // reader sees, it sees because the capture is written at the end of every batch.
+    let server = start_echo_with(&lab, &run, &["--busy-poll"]);
+    let (capture, mut stdout) = start_capture(&run, server.pid(), &[]);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let reader = {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = stdout.read(&mut buf) {
+                seen.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let s = peer_connect(&lab, server_addr(&lab));
+    let marker = b"a marker the reader must see while the connection stays open";
+    echo_with_reader(&s, marker, TIMEOUT).expect("echo");
+    let t = Instant::now();
+    let found = loop {
+        let n = seen.lock().unwrap().windows(marker.len()).filter(|w| w == marker).count();
+        // Twice: the client's segment in, and our echo out.
+        if n >= 2 || t.elapsed() > Duration::from_secs(2) {
+            break n;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(found, 2, "the reader did not get both frames within 2 s of the echo");
+    eprintln!("both frames at the reader {:?} after the echo came back", t.elapsed());
+    drop(s);
+    drop(capture);
+    let _ = reader.join();
     server.stop().assert_clean_exit();
 }
 
