@@ -5,6 +5,8 @@ mod capture;
 mod extcap;
 mod inspect;
 mod run;
+mod ss;
+mod stat;
 
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -46,6 +48,11 @@ enum Command {
     /// Write a conformance script (packetdrill's language, see the bypass-script crate) from a
     /// TCP conversation in a capture, to commit as a regression test.
     Script(ScriptArgs),
+    /// Show the connections and listeners of running stacks, as `ss -tin` shows the kernel's.
+    Ss(ss::SsArgs),
+    /// Show the counters of running stacks (drops by reason, retransmissions, SYN cookies,
+    /// device rings), or with `-i SECS` what moved each interval, as `nstat` does.
+    Stat(stat::StatArgs),
     /// Attach a live capture to a running stack and write it as pcapng (to a file, or to
     /// standard output for `tshark -r -` or `wireshark -k -i -`), until interrupted.
     Capture(capture::CaptureArgs),
@@ -311,6 +318,8 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay(args),
         Command::Script(args) => script(args),
         Command::Demo(args) => bypass_bench::run(args.into()),
+        Command::Ss(args) => ss::run(args),
+        Command::Stat(args) => stat::run(args),
         Command::Capture(args) => capture::run(args),
         Command::Extcap { args } => extcap::run(&args),
     };

@@ -83,6 +83,16 @@ pub enum ClientError {
     /// The stack answered `{"error": ...}`.
     #[error("the stack refused the request: {0}")]
     Refused(String),
+    /// The stack did not answer in time.
+    #[error(
+        "stack {pid} shard {shard} did not answer within 5 s: its loop may be stuck (or the machine overloaded); try again"
+    )]
+    NoAnswer {
+        /// The stack's process.
+        pid: u32,
+        /// Its shard.
+        shard: u32,
+    },
     /// The stack's answer was not the JSON document expected.
     #[error(
         "the stack at {path} sent an answer that is not a JSON document ({detail}): check that `bypass` and the stack are the same version"
@@ -192,7 +202,13 @@ impl Endpoint {
             |e: io::Error| ClientError::Io { what: format!("read the answer from {}", self.path.display()), source: e };
         stream.set_read_timeout(Some(QUERY_TIMEOUT)).map_err(io_err)?;
         let mut text = Vec::new();
-        BufReader::new(stream).read_to_end(&mut text).map_err(io_err)?;
+        match BufReader::new(stream).read_to_end(&mut text) {
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                return Err(ClientError::NoAnswer { pid: self.pid, shard: self.shard });
+            }
+            Err(e) => return Err(io_err(e)),
+        }
         let value: serde_json::Value = serde_json::from_slice(&text)
             .map_err(|e| ClientError::BadReply { path: self.path.clone(), detail: e.to_string() })?;
         if let Some(error) = value.get("error") {

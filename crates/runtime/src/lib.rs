@@ -504,7 +504,9 @@ fn start_shards<D: Device + Send + 'static>(
                 stack.set_capture(factory(index, stack.epoch())?);
             }
             let endpoint = control_endpoint(&mut stack, index, &options2);
-            Shard::new(stack, link2, commands, pool2, options2.busy_poll, published2, siblings, endpoint).run()
+            Shard::new(stack, link2, commands, pool2, options2.busy_poll, published2, siblings)
+                .with_endpoint(endpoint)
+                .run()
         })?;
         links_out.push(link);
         threads.push(thread);

@@ -66,7 +66,6 @@ impl<D: Device> Shard<D> {
         busy_poll: bool,
         published: Arc<Mutex<Counters>>,
         siblings: Vec<Arc<ShardLink>>,
-        endpoint: Option<bypass_control::Server>,
     ) -> Self {
         Shard {
             stack,
@@ -80,8 +79,15 @@ impl<D: Device> Shard<D> {
             connecting: HashMap::new(),
             published,
             siblings,
-            endpoint,
+            endpoint: None,
         }
+    }
+
+    /// Answer `endpoint`'s requests (`bypass ss`, `bypass stat`, `bypass capture`) once per
+    /// turn of the loop.
+    pub(crate) fn with_endpoint(mut self, endpoint: Option<bypass_control::Server>) -> Self {
+        self.endpoint = endpoint;
+        self
     }
 
     /// Run until [`Command::Stop`] or every application handle is gone; return the
