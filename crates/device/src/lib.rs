@@ -14,7 +14,7 @@
 //!   use);
 //! - recording and reading captures (feature `pcap`): `PcapNgCapture`, `read_capture`,
 //!   `parse_capture`; live capture to a reader on a Unix socket (`live::LiveCapture`, with
-//!   its `CaptureFilter`, and `Tee`, which feeds a recording and several readers).
+//!   its `CaptureFilter`).
 //!
 //! Both features are on by default. `bypass-tcp` turns them off, so that the TCP core builds
 //! with neither `rand` nor `pcap-file`, and asks for `sim` only with its own `sim` feature.
@@ -85,7 +85,7 @@ pub use impair::{DirectionStats, ImpairStats, Impaired, Impairment};
 #[cfg(feature = "sim")]
 pub use link::{AckCoalescing, Framing, Link, LinkConfig, LinkStats, Packet};
 #[cfg(feature = "pcap")]
-pub use live::{CaptureFilter, LiveCapture, Tee};
+pub use live::{CaptureFilter, LiveCapture};
 #[cfg(feature = "sim")]
 pub use memory::{Clock, MAC_A, MAC_B, MemoryDevice, MemoryLink};
 #[cfg(feature = "pcap")]

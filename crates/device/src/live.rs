@@ -11,8 +11,8 @@
 //! shows as dropped packets. The statistics block written every second is also how a capture
 //! with no traffic learns that its reader went away (the write fails with `EPIPE`).
 //!
-//! A [`Tee`] feeds one stream of frames to several captures: a `--pcap` file and any number
-//! of live readers, each with its own filter and buffer, dropping readers that went away.
+//! Several readers at once each get their own `LiveCapture`, with its own filter and buffer:
+//! the stack's tee (`bypass-stack`) feeds them all, beside a `--pcap` recording.
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
@@ -255,74 +255,6 @@ impl Drop for LiveCapture {
     }
 }
 
-/// Several captures fed the same frames: a recording (`--pcap`) and any number of live
-/// readers. Readers that went away are dropped at the end of the batch that saw them go.
-#[derive(Default)]
-pub struct Tee {
-    recording: Option<Box<dyn Capture>>,
-    live: Vec<LiveCapture>,
-}
-
-impl Tee {
-    /// Return a tee with no capture.
-    pub fn new() -> Tee {
-        Tee::default()
-    }
-
-    /// Record to `capture` too (replacing an earlier recording).
-    pub fn set_recording(&mut self, capture: Box<dyn Capture>) {
-        self.recording = Some(capture);
-    }
-
-    /// Feed `capture` too, until its reader goes away.
-    pub fn attach(&mut self, capture: LiveCapture) {
-        self.live.push(capture);
-    }
-
-    /// Return the live readers attached.
-    pub fn readers(&self) -> usize {
-        self.live.len()
-    }
-
-    /// Return whether nothing is fed: no recording and no live reader (the host may stop
-    /// recording altogether).
-    pub fn is_empty(&self) -> bool {
-        self.recording.is_none() && self.live.is_empty()
-    }
-
-    /// Drop the readers that went away.
-    fn prune(&mut self) {
-        self.live.retain(|l| !l.closed());
-    }
-}
-
-impl Capture for Tee {
-    fn frame(&mut self, now: Instant, dir: Direction, frame: &[u8], note: &str) {
-        if let Some(r) = self.recording.as_mut() {
-            r.frame(now, dir, frame, note);
-        }
-        for l in &mut self.live {
-            l.frame(now, dir, frame, note);
-        }
-    }
-
-    fn batch(&mut self) {
-        if let Some(r) = self.recording.as_mut() {
-            r.batch();
-        }
-        self.live.iter_mut().for_each(Capture::batch);
-        self.prune();
-    }
-
-    fn flush(&mut self) {
-        if let Some(r) = self.recording.as_mut() {
-            r.flush();
-        }
-        self.live.iter_mut().for_each(Capture::flush);
-        self.prune();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -525,17 +457,15 @@ mod tests {
         cap.batch();
         assert!(cap.closed());
 
-        // A tee lets it go and keeps the others.
-        let mut tee = Tee::new();
-        let (gone, reader) = capture(CaptureFilter::default());
-        let (kept, mut kept_reader) = capture(CaptureFilter::default());
-        tee.attach(gone);
-        tee.attach(kept);
+        // Another reader of the same frames is not affected.
+        let (mut gone, reader) = capture(CaptureFilter::default());
+        let (mut kept, mut kept_reader) = capture(CaptureFilter::default());
         drop(reader);
-        tee.frame(Instant::ZERO, Direction::In, &udp4(1, 2), "in");
-        tee.batch();
-        assert_eq!(tee.readers(), 1);
-        assert!(!tee.is_empty());
+        for c in [&mut gone, &mut kept] {
+            c.frame(Instant::ZERO, Direction::In, &udp4(1, 2), "in");
+            c.batch();
+        }
+        assert!(gone.closed() && !kept.closed());
         let mut bytes = Vec::new();
         read_available(&mut kept_reader, &mut bytes);
         assert_eq!(parse(&bytes).packets, vec![(udp4(1, 2).len(), Some("in".to_string()))]);
@@ -543,14 +473,13 @@ mod tests {
 
     #[test]
     fn each_reader_gets_what_its_filter_takes_in_real_time() {
-        let mut tee = Tee::new();
-        let (web, mut web_reader) = capture(CaptureFilter { port: Some(80), host: None });
-        let (all, mut all_reader) = capture(CaptureFilter::default());
-        tee.attach(web);
-        tee.attach(all);
-        tee.frame(Instant::from_millis(1), Direction::In, &tcp4(A4, B4, 5000, 80, b"GET"), "web");
-        tee.frame(Instant::from_millis(2), Direction::In, &tcp4(A4, B4, 5000, 22, b"ssh"), "ssh");
-        tee.batch();
+        let (mut web, mut web_reader) = capture(CaptureFilter { port: Some(80), host: None });
+        let (mut all, mut all_reader) = capture(CaptureFilter::default());
+        for c in [&mut web, &mut all] {
+            c.frame(Instant::from_millis(1), Direction::In, &tcp4(A4, B4, 5000, 80, b"GET"), "web");
+            c.frame(Instant::from_millis(2), Direction::In, &tcp4(A4, B4, 5000, 22, b"ssh"), "ssh");
+            c.batch();
+        }
         // No flush on idle needed: the batch put them on the socket.
         let (mut web_bytes, mut all_bytes) = (Vec::new(), Vec::new());
         read_available(&mut web_reader, &mut web_bytes);
