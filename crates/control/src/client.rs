@@ -6,7 +6,7 @@
 //! the connected socket to read the answer from; [`Endpoint::query`] reads a one-document
 //! answer and turns an `{"error": ...}` reply into [`ClientError::Refused`].
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -215,18 +215,6 @@ impl Endpoint {
             return Err(ClientError::Refused(error.as_str().unwrap_or("unknown error").to_string()));
         }
         Ok(value)
-    }
-
-    /// Send `req` and return the first line answered (a capture's error comes as one JSON
-    /// line before any pcapng; this is for callers that peek).
-    pub fn first_line(&self, req: &serde_json::Value) -> Result<String, ClientError> {
-        let stream = self.request(req)?;
-        let mut line = String::new();
-        BufReader::new(stream).read_line(&mut line).map_err(|e| ClientError::Io {
-            what: format!("read the answer from {}", self.path.display()),
-            source: e,
-        })?;
-        Ok(line)
     }
 
     fn connect_error(&self, e: io::Error) -> ClientError {

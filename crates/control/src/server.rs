@@ -5,8 +5,8 @@
 //! and replaced) and starts an accept thread. The thread reads one request line per client
 //! (at most 4 KiB, within 1 s), parses it, and hands it to the stack's thread over a
 //! channel, raising a flag. The stack's loop calls [`Server::poll`] once per batch: while
-//! nobody is attached that is one relaxed load of the flag (and a check that no live
-//! capture is attached), nothing else.
+//! nobody is attached that is one relaxed load of the flag and a check that the list of
+//! live captures is empty, nothing else.
 //!
 //! Answers are written from the stack's thread: a snapshot is a few hundred bytes per
 //! connection, written with a short timeout so that a client that does not read cannot hold
@@ -263,7 +263,8 @@ impl Server {
     }
 
     /// Answer the requests waiting, from `stack`, and look after the live captures: call once
-    /// per batch of the stack's loop. Costs one relaxed load while nobody is attached.
+    /// per batch of the stack's loop. Costs one relaxed load (and an empty-list check) while
+    /// nobody is attached.
     #[inline]
     pub fn poll<D: Device>(&mut self, stack: &mut Stack<D>) {
         if !self.live.is_empty() {
