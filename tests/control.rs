@@ -197,20 +197,26 @@ fn ss_and_stat_see_a_running_echo() {
             Err(e) => panic!("write to C: {e}"),
         }
     }
-    // Let the last segments and window probes settle: the snapshot must hold still.
-    let mut snap = ss(&run.0, pid);
-    for _ in 0..20 {
-        std::thread::sleep(Duration::from_millis(100));
-        let again = ss(&run.0, pid);
-        let key = |s: &Value| {
-            let c = conn(s, c.local_addr().unwrap());
-            (c["recv_q"].clone(), c["send_q"].clone(), c["bytes_received"].clone())
-        };
-        let stable = key(&again) == key(&snap);
-        snap = again;
-        if stable {
+    // Let the last segments, ACKs and window probes settle: our snapshot and the kernel
+    // client's queues must hold still together (read on both sides of the snapshot).
+    let key = |s: &Value, k: (u64, u64)| {
+        let x = conn(s, c.local_addr().unwrap());
+        (u(&x["recv_q"]), u(&x["send_q"]), u(&x["bytes_received"]), u(&x["bytes_acked"]), k)
+    };
+    let mut last = None;
+    let (mut snap, mut k_in, mut k_out) = (Value::Null, 0, 0);
+    for _ in 0..30 {
+        let before = kernel_queues(&c);
+        let s = ss(&run.0, pid);
+        let after = kernel_queues(&c);
+        let now = key(&s, after);
+        let settled = before == after && last.as_ref() == Some(&now);
+        (snap, k_in, k_out) = (s, after.0, after.1);
+        if settled {
             break;
         }
+        last = Some(now);
+        std::thread::sleep(Duration::from_millis(100));
     }
     let conns = snap["connections"].as_array().unwrap();
     let peers: Vec<String> = {
@@ -241,7 +247,6 @@ fn ss_and_stat_see_a_running_echo() {
     let (recv_q, send_q, received) = (u(&x["recv_q"]), u(&x["send_q"]), u(&x["bytes_received"]));
     assert!(recv_q > 0, "echo stopped reading: unread data waits (Recv-Q): {x:#}");
     assert!(send_q > 0, "the client does not read: our Send-Q holds the echo: {x:#}");
-    let (k_in, k_out) = kernel_queues(&c);
     assert_eq!(received, written - k_out, "what we received is what the client wrote less its Send-Q: {x:#}");
     // What we received is unread (Recv-Q), in echo's hands (at most one 64 KiB read), in our
     // send buffer (Send-Q), or acknowledged by the client and unread there.
