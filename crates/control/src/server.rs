@@ -555,7 +555,12 @@ mod tests {
         c.write_all(b"{\"cmd\":\"stat\"}\n").unwrap();
         let p = a.requests.recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!(p.request, Ok(Request::Stat));
-        assert!(a.pending.load(Ordering::Acquire));
+        // The flag goes up just after the hand-over.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !a.pending.load(Ordering::Acquire) {
+            assert!(std::time::Instant::now() < deadline, "the flag is raised");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         // One that never ends its line gets a sentence after the timeout.
         let mut c = UnixStream::connect(a.path()).unwrap();
         c.write_all(b"{\"cmd\"").unwrap();
