@@ -199,48 +199,45 @@ pub fn copy(capture: Prefixed, out: &mut dyn Write, stop: &AtomicBool) -> Result
     let Prefixed { first, mut stream } = capture;
     let mut blocks = BlockCounter::default();
     let mut copied = Copied { bytes: 0, frames: 0, dropped: 0, end: End::Stopped };
-    let mut buf = vec![0u8; 256 << 10];
-    let mut chunk = first;
-    loop {
-        if !chunk.is_empty() {
-            blocks.feed(&chunk);
-            let written = out.write_all(&chunk).and_then(|()| out.flush());
-            match written {
-                Ok(()) => copied.bytes += chunk.len() as u64,
-                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
-                    copied.end = End::ReaderGone;
-                    break;
-                }
-                Err(e) => return Err(format!("cannot write the capture: {e}")),
+    // Write `data` on; false when the reader went away.
+    let mut put = |data: &[u8], copied: &mut Copied| -> Result<bool, String> {
+        blocks.feed(data);
+        match out.write_all(data).and_then(|()| out.flush()) {
+            Ok(()) => {
+                copied.bytes += data.len() as u64;
+                copied.frames = blocks.packets;
+                copied.dropped = blocks.dropped;
+                Ok(true)
             }
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
+            Err(e) => Err(format!("cannot write the capture: {e}")),
         }
+    };
+    if !put(&first, &mut copied)? {
+        copied.end = End::ReaderGone;
+        return Ok(copied);
+    }
+    let mut buf = vec![0u8; 256 << 10];
+    copied.end = loop {
         if stop.load(Ordering::SeqCst) {
-            copied.end = End::Stopped;
-            break;
+            break End::Stopped;
         }
         match stream.read(&mut buf) {
-            Ok(0) => {
-                copied.end = End::StackGone;
-                break;
+            Ok(0) => break End::StackGone,
+            Ok(n) => {
+                if !put(&buf[..n], &mut copied)? {
+                    break End::ReaderGone;
+                }
             }
-            Ok(n) => chunk = buf[..n].to_vec(),
             Err(e)
                 if matches!(
                     e.kind(),
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-                ) =>
-            {
-                chunk.clear()
-            }
-            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
-                copied.end = End::StackGone;
-                break;
-            }
+                ) => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break End::StackGone,
             Err(e) => return Err(format!("cannot read the capture from the stack: {e}")),
         }
-    }
-    copied.frames = blocks.packets;
-    copied.dropped = blocks.dropped;
+    };
     Ok(copied)
 }
 
