@@ -1,8 +1,12 @@
 //! `bypass`: run the userspace TCP/IP stack on a network interface, and the lab around it.
 #![deny(unsafe_code)]
 
+mod capture;
+mod extcap;
 mod inspect;
 mod run;
+mod ss;
+mod stat;
 
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -44,6 +48,23 @@ enum Command {
     /// Write a conformance script (packetdrill's language, see the bypass-script crate) from a
     /// TCP conversation in a capture, to commit as a regression test.
     Script(ScriptArgs),
+    /// Show the connections and listeners of running stacks, as `ss -tin` shows the kernel's.
+    Ss(ss::SsArgs),
+    /// Show the counters of running stacks (drops by reason, retransmissions, SYN cookies,
+    /// device rings), or with `-i SECS` what moved each interval, as `nstat` does.
+    Stat(stat::StatArgs),
+    /// Attach a live capture to a running stack and write it as pcapng (to a file, or to
+    /// standard output for `tshark -r -` or `wireshark -k -i -`), until interrupted.
+    Capture(capture::CaptureArgs),
+    /// Wireshark's extcap protocol (Wireshark runs this): each running stack is a capture
+    /// interface. `bypass extcap --install [DIR]` installs it into your extcap folder.
+    #[command(disable_help_flag = true)]
+    Extcap {
+        /// Wireshark's arguments (--extcap-interfaces, --extcap-dlts, --extcap-config,
+        /// --capture, --extcap-interface, --fifo, --extcap-capture-filter) or --install [DIR].
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Measure kernel sockets against our stack on AF_PACKET and AF_XDP, side by side, in a
     /// two-namespace lab the demo builds and removes itself (needs root).
     Demo(DemoArgs),
@@ -297,6 +318,10 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay(args),
         Command::Script(args) => script(args),
         Command::Demo(args) => bypass_bench::run(args.into()),
+        Command::Ss(args) => ss::run(args),
+        Command::Stat(args) => stat::run(args),
+        Command::Capture(args) => capture::run(args),
+        Command::Extcap { args } => extcap::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -395,7 +420,7 @@ fn echo(args: EchoArgs) -> Result<(), String> {
             let device = PacketDevice::open_with(&args.stack.iface, &packet).map_err(|e| e.to_string())?;
             println!("serving echo on {addrs} port {} over {} ({})", args.port, args.stack.iface, device.info().mode);
             let pcap = args.pcap.clone();
-            vec![serve(device, config, args.port, idle, args.busy_poll, pcap.as_deref(), &stop)?]
+            vec![serve(device, config, 0, args.port, idle, args.busy_poll, pcap.as_deref(), &stop)?]
         }
         Backend::Xdp => {
             let mut xdp = XdpConfig::new(&args.stack.iface, first);
@@ -425,7 +450,7 @@ fn echo(args: EchoArgs) -> Result<(), String> {
                         let (config, stop) = (config.clone(), &stop);
                         let pcap = args.pcap.as_ref().map(|p| capture_path(p, queue));
                         scope.spawn(move || {
-                            serve(device, config, args.port, idle, args.busy_poll, pcap.as_deref(), stop)
+                            serve(device, config, queue as u32, args.port, idle, args.busy_poll, pcap.as_deref(), stop)
                         })
                     })
                     .collect();
@@ -566,10 +591,14 @@ fn xdp_error(e: XdpError, iface: &str) -> String {
     }
 }
 
-/// Run one shard until `stop`; then close connections, let the FINs go, and return the counters.
+/// Run shard `shard` until `stop`; then close connections, let the FINs go, and return the
+/// counters. Its control endpoint answers `bypass ss`, `bypass stat` and `bypass capture`
+/// meanwhile.
+#[allow(clippy::too_many_arguments)]
 fn serve<D: Device>(
     device: D,
     config: StackConfig,
+    shard: u32,
     port: u16,
     idle: Option<Duration>,
     busy_poll: bool,
@@ -586,11 +615,21 @@ fn serve<D: Device>(
         println!("recording to {}", path.display());
     }
     let mut server = EchoServer::new(&mut stack, port, idle).map_err(|e| e.to_string())?;
+    let mut endpoint = match bypass_control::Server::for_stack(&mut stack, shard) {
+        Ok(endpoint) => Some(endpoint),
+        Err(e) => {
+            eprintln!("warning: {e}; serving without a control endpoint (no `bypass ss` for this stack)");
+            None
+        }
+    };
     let io = |e: std::io::Error| format!("packet I/O failed: {e}");
     while !stop.load(Ordering::Relaxed) {
         // Receive, answer, then transmit: the echoed data carries the ACK.
         let received = stack.poll_rx().map_err(io)?;
         server.service(&mut stack);
+        if let Some(endpoint) = &mut endpoint {
+            endpoint.poll(&mut stack);
+        }
         let sent = stack.poll_tx().map_err(io)?;
         if !busy_poll && received == 0 && sent == 0 {
             stack.wait(Some(Duration::from_millis(100))).map_err(io)?;

@@ -100,6 +100,53 @@ fn python_socket_echo() {
     server.stop();
 }
 
+/// A program under `bypass run` has a control endpoint like `bypass echo` (issue 30):
+/// `bypass ss` lists its stack's connection to a kernel client, established, and its
+/// listeners; `bypass stat` counts what the client sent. The program dies of SIGTERM (Python's
+/// default), which runs no destructor: its endpoint is left behind, and the next `bypass ss`
+/// recognises it as stale, says so in one sentence and removes it.
+#[test]
+fn bypass_ss_sees_a_program_under_bypass_run() {
+    let Some(lab) = setup("run_ss", &[PYTHON3]) else { return };
+    let run_dir = TempDir::new("run-ss");
+    let mut cmd = bypass_run(&lab, &["python3", "-u", "-c", SOCKET_ECHO]);
+    cmd.env("BYPASS_RUN_DIR", &run_dir.0);
+    let mut server = Program::spawn("python3 socket echo", cmd, Some((lab.bypass_ns.clone(), lab.bypass_if.clone())));
+    server.wait_ready(&lab, &[lab.v4(7)]);
+    let pid = server.child.as_ref().expect("running").id();
+    let client = lab.in_peer(|| TcpStream::connect_timeout(&lab.v4(7), Duration::from_secs(5))).expect("connect");
+    common::echo_with_reader(&client, &common::data(3, 10_000), CLIENT).expect("echo");
+    let ss =
+        |args: &[&str]| Command::new(BYPASS).args(args).env("BYPASS_RUN_DIR", &run_dir.0).output().expect("run bypass");
+    let out = ss(&["ss", &pid.to_string(), "--json", "-a"]);
+    assert!(out.status.success(), "bypass ss: {}", String::from_utf8_lossy(&out.stderr));
+    let docs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let docs = docs.as_array().expect("an array");
+    assert!(!docs.is_empty(), "the program's stacks answer");
+    let peer = client.local_addr().unwrap().to_string();
+    let conns: Vec<&serde_json::Value> =
+        docs.iter().flat_map(|d| d["connections"].as_array().unwrap()).filter(|c| c["peer"] == peer.as_str()).collect();
+    assert_eq!(conns.len(), 1, "the client's connection, once: {docs:?}");
+    assert_eq!(conns[0]["state"], "ESTAB");
+    assert_eq!(conns[0]["bytes_received"], 10_000);
+    assert!(docs.iter().any(|d| d["listeners"].as_array().unwrap().iter().any(|l| l["port"] == 7)), "{docs:?}");
+    let out = ss(&["stat", &pid.to_string(), "--json"]);
+    let bytes_in: u64 = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["total"]["tcp.bytes_in"].as_u64().unwrap())
+        .sum();
+    assert_eq!(bytes_in, 10_000, "stat counts what the client sent");
+    drop(client);
+    server.stop();
+    let out = ss(&["ss", &pid.to_string()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("is not a running bypass stack") && err.trim_end().lines().count() == 1, "{err}");
+    let left: Vec<_> = std::fs::read_dir(&run_dir.0).unwrap().collect();
+    assert!(left.is_empty(), "stale endpoints removed: {left:?}");
+}
+
 /// An asyncio echo server (`asyncio.start_server` on every address, which listens on one
 /// socket per family; epoll underneath).
 const ASYNCIO_ECHO: &str = r#"

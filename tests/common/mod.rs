@@ -151,6 +151,20 @@ impl EchoServer {
     /// Start `bypass echo` in namespace `ns` on `iface` with `backend` and `args` (its
     /// addresses among them), and wait until every queue says it is serving.
     pub fn start_in(ns: &str, iface: &str, backend: Backend, args: &[&str]) -> EchoServer {
+        EchoServer::start_in_env(ns, iface, backend, args, &[])
+    }
+
+    /// [`EchoServer::start`] with environment variables `env` set for the server (such as
+    /// `BYPASS_RUN_DIR`, where its control endpoint goes).
+    pub fn start_with_env(lab: &Lab, backend: Backend, extra: &[&str], env: &[(&str, &str)]) -> EchoServer {
+        let cidr = format!("{}/{}", lab.bypass_ip, lab.prefix_len);
+        let mut args = vec!["--ip", &cidr];
+        args.extend_from_slice(extra);
+        EchoServer::start_in_env(&lab.bypass_ns, &lab.bypass_if, backend, &args, env)
+    }
+
+    /// [`EchoServer::start_in`] with environment variables `env` set for the server.
+    pub fn start_in_env(ns: &str, iface: &str, backend: Backend, args: &[&str], env: &[(&str, &str)]) -> EchoServer {
         let extra = args;
         let queues = extra
             .iter()
@@ -162,6 +176,7 @@ impl EchoServer {
         cmd.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_bypass")]);
         cmd.args(["echo", "--iface", iface, "--port", &port, "--backend", backend.arg()])
             .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -130,6 +130,11 @@ pub fn server_with<D: Device>(
         Service::Echo(EchoServer::new(&mut stack, port, None).map_err(listen_err)?)
     };
     let io = |e: std::io::Error| format!("our stack: packet I/O failed: {e}");
+    // A running stack like any other: `bypass ss`, `bypass stat` and `bypass capture` reach
+    // it (and the demo's figures include the endpoint's cost, a flag check per turn).
+    let mut endpoint = bypass_control::Server::for_stack(&mut stack, 0)
+        .map_err(|e| log::warn!("{e}; the demo's server runs without a control endpoint"))
+        .ok();
     shared.ready.store(true, Ordering::SeqCst);
     let mut window = Window::default();
     while !shared.stop.load(Ordering::Relaxed) {
@@ -138,6 +143,9 @@ pub fn server_with<D: Device>(
         match &mut service {
             Service::Echo(echo) => echo.service(&mut stack),
             Service::Bulk(bulk) => bulk.service(&mut stack),
+        }
+        if let Some(endpoint) = &mut endpoint {
+            endpoint.poll(&mut stack);
         }
         stack.poll_tx().map_err(io)?;
     }

@@ -13,7 +13,8 @@
 //!   inbox, the host's frames kept with their time; what tests, replay and the script runner
 //!   use);
 //! - recording and reading captures (feature `pcap`): `PcapNgCapture`, `read_capture`,
-//!   `parse_capture`.
+//!   `parse_capture`; live capture to a reader on a Unix socket (`live::LiveCapture`, with
+//!   its `CaptureFilter`).
 //!
 //! Both features are on by default. `bypass-tcp` turns them off, so that the TCP core builds
 //! with neither `rand` nor `pcap-file`, and asks for `sim` only with its own `sim` feature.
@@ -22,8 +23,8 @@
 //! here, `bypass-stack` its [`Device`] and [`Capture`], and `bypass-io` adds the kernel-bypass
 //! devices (AF_XDP, AF_PACKET) beside the ones here.
 //!
-//! Everything is re-exported at the crate root; `capture`, `device`, `link`, `seed` and `time`
-//! are public as modules too, for the crates that name them by path.
+//! Everything is re-exported at the crate root; `capture`, `device`, `link`, `live`, `seed`
+//! and `time` are public as modules too, for the crates that name them by path.
 //!
 //! | file | concern |
 //! |---|---|
@@ -36,6 +37,7 @@
 //! | `impair.rs` | impairment as middleware around any device |
 //! | `scripted.rs` | the device driven by hand |
 //! | `pcap.rs` | pcapng writing, pcap and pcapng reading |
+//! | `live.rs` | live capture to a slow or vanishing reader, never blocking |
 //!
 //! # Example: two devices over a lossless 5 ms link, on virtual time
 //!
@@ -65,6 +67,8 @@ pub mod capture;
 pub mod device;
 #[cfg(feature = "sim")]
 pub mod link;
+#[cfg(feature = "pcap")]
+pub mod live;
 pub mod seed;
 pub mod time;
 
@@ -80,6 +84,8 @@ pub use device::{ChecksumCaps, Device, DeviceInfo, Sleeper, Waker};
 pub use impair::{DirectionStats, ImpairStats, Impaired, Impairment};
 #[cfg(feature = "sim")]
 pub use link::{AckCoalescing, Framing, Link, LinkConfig, LinkStats, Packet};
+#[cfg(feature = "pcap")]
+pub use live::{CaptureFilter, LiveCapture};
 #[cfg(feature = "sim")]
 pub use memory::{Clock, MAC_A, MAC_B, MemoryDevice, MemoryLink};
 #[cfg(feature = "pcap")]

@@ -19,29 +19,28 @@ use pcap_file::DataLink;
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
 use pcap_file::pcapng::blocks::interface_description::{InterfaceDescriptionBlock, InterfaceDescriptionOption};
+use pcap_file::pcapng::blocks::interface_statistics::{InterfaceStatisticsBlock, InterfaceStatisticsOption};
 
 /// `epb_flags` direction bits (pcapng section 4.3.1).
 pub const INBOUND: u32 = 0b01;
 /// `epb_flags` direction bits (pcapng section 4.3.1).
 pub const OUTBOUND: u32 = 0b10;
 
-/// A pcapng file being written.
-pub struct PcapNgCapture {
-    writer: Option<PcapNgWriter<BufWriter<File>>>,
+/// The pcapng blocks of one capture written to `W`: a section header and one Ethernet
+/// interface with nanosecond timestamps, then enhanced packet blocks and interface
+/// statistics blocks. What a file recording ([`PcapNgCapture`]) and a live capture
+/// (`LiveCapture`, which writes into a bounded buffer it drains into a socket) share.
+pub(crate) struct BlockWriter<W: Write> {
+    writer: PcapNgWriter<W>,
+    /// Wall-clock time of the stack's `Instant::ZERO`, since the Unix epoch.
     epoch: Duration,
-    frames: u64,
-    /// Stack time of the last flush: the file is pushed to disk at least every 100 ms of
-    /// traffic, so a killed process loses little.
-    flushed_at: Instant,
 }
 
-impl PcapNgCapture {
-    /// Create `path` for frames of interface `iface` (described as `description`), with the
-    /// stack's `Instant::ZERO` at wall-clock time `epoch`.
-    pub fn create(path: &Path, iface: &str, description: &str, epoch: SystemTime) -> io::Result<Self> {
-        let file = File::create(path)
-            .map_err(|e| io::Error::new(e.kind(), format!("create capture file {}: {e}", path.display())))?;
-        let mut writer = PcapNgWriter::new(BufWriter::new(file)).map_err(io::Error::other)?;
+impl<W: Write> BlockWriter<W> {
+    /// Write the section header and the description of interface `iface` (described as
+    /// `description`) to `out`, with the stack's `Instant::ZERO` at wall-clock time `epoch`.
+    pub(crate) fn new(out: W, iface: &str, description: &str, epoch: SystemTime) -> io::Result<Self> {
+        let mut writer = PcapNgWriter::new(out).map_err(io::Error::other)?;
         let idb = InterfaceDescriptionBlock {
             linktype: DataLink::ETHERNET,
             snaplen: 0,
@@ -54,30 +53,11 @@ impl PcapNgCapture {
         };
         writer.write_pcapng_block(idb).map_err(io::Error::other)?;
         let epoch = epoch.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-        Ok(PcapNgCapture { writer: Some(writer), epoch, frames: 0, flushed_at: Instant::ZERO })
+        Ok(BlockWriter { writer, epoch })
     }
 
-    /// Return how many frames were written.
-    pub fn frames(&self) -> u64 {
-        self.frames
-    }
-
-    /// Push what is buffered to the file.
-    pub fn flush(&mut self) -> io::Result<()> {
-        match self.writer.as_mut() {
-            Some(w) => w.get_mut().flush(),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Capture for PcapNgCapture {
-    fn flush(&mut self) {
-        let _ = PcapNgCapture::flush(self);
-    }
-
-    fn frame(&mut self, now: Instant, dir: Direction, frame: &[u8], note: &str) {
-        let Some(w) = self.writer.as_mut() else { return };
+    /// Write `frame`, which went `dir` at `now`, with `note` as its comment (none when empty).
+    pub(crate) fn packet(&mut self, now: Instant, dir: Direction, frame: &[u8], note: &str) -> io::Result<()> {
         let flags = match dir {
             Direction::In => INBOUND,
             Direction::Out => OUTBOUND,
@@ -93,18 +73,88 @@ impl Capture for PcapNgCapture {
             data: Cow::Borrowed(frame),
             options,
         };
-        match w.write_pcapng_block(block) {
-            Ok(_) => {
+        self.writer.write_pcapng_block(block).map(drop).map_err(io::Error::other)
+    }
+
+    /// Write an interface statistics block (pcapng section 4.6) at wall-clock time `at`: the
+    /// frames the capture was offered since it began (`isb_ifrecv`) and those it dropped
+    /// for want of room (`isb_ifdrop`).
+    pub(crate) fn statistics(&mut self, at: SystemTime, received: u64, dropped: u64) -> io::Result<()> {
+        let at = at.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+        let block = InterfaceStatisticsBlock {
+            interface_id: 0,
+            timestamp: at.as_nanos().min(u128::from(u64::MAX)) as u64,
+            options: vec![
+                InterfaceStatisticsOption::IsbIfRecv(received),
+                InterfaceStatisticsOption::IsbIfDrop(dropped),
+            ],
+        };
+        self.writer.write_pcapng_block(block).map(drop).map_err(io::Error::other)
+    }
+
+    /// Return the sink.
+    pub(crate) fn get_ref(&self) -> &W {
+        self.writer.get_ref()
+    }
+
+    /// Return the sink, mutably.
+    pub(crate) fn get_mut(&mut self) -> &mut W {
+        self.writer.get_mut()
+    }
+}
+
+/// A pcapng file being written.
+pub struct PcapNgCapture {
+    blocks: Option<BlockWriter<BufWriter<File>>>,
+    frames: u64,
+    /// Stack time of the last flush: the file is pushed to disk at least every 100 ms of
+    /// traffic, so a killed process loses little.
+    flushed_at: Instant,
+}
+
+impl PcapNgCapture {
+    /// Create `path` for frames of interface `iface` (described as `description`), with the
+    /// stack's `Instant::ZERO` at wall-clock time `epoch`.
+    pub fn create(path: &Path, iface: &str, description: &str, epoch: SystemTime) -> io::Result<Self> {
+        let file = File::create(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("create capture file {}: {e}", path.display())))?;
+        let blocks = BlockWriter::new(BufWriter::new(file), iface, description, epoch)?;
+        Ok(PcapNgCapture { blocks: Some(blocks), frames: 0, flushed_at: Instant::ZERO })
+    }
+
+    /// Return how many frames were written.
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// Push what is buffered to the file.
+    pub fn flush(&mut self) -> io::Result<()> {
+        match self.blocks.as_mut() {
+            Some(b) => b.get_mut().flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Capture for PcapNgCapture {
+    fn flush(&mut self) {
+        let _ = PcapNgCapture::flush(self);
+    }
+
+    fn frame(&mut self, now: Instant, dir: Direction, frame: &[u8], note: &str) {
+        let Some(b) = self.blocks.as_mut() else { return };
+        match b.packet(now, dir, frame, note) {
+            Ok(()) => {
                 self.frames += 1;
                 if now.saturating_duration_since(self.flushed_at) >= Duration::from_millis(100) {
                     self.flushed_at = now;
-                    let _ = w.get_mut().flush();
+                    let _ = b.get_mut().flush();
                 }
             }
             Err(e) => {
                 // The traffic matters more than the recording: stop recording, keep serving.
                 log::error!("capture stopped: cannot write to the capture file: {e}");
-                self.writer = None;
+                self.blocks = None;
             }
         }
     }

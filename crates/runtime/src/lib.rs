@@ -160,6 +160,10 @@ pub struct RuntimeOptions {
     pub defer_transmit: bool,
     /// Record each stack's frames (`--pcap`).
     pub capture: Option<CaptureFactory>,
+    /// Give each stack a control endpoint (`/run/bypass/<pid>.<shard>.sock`, see
+    /// `bypass-control`) for `bypass ss`, `bypass stat` and `bypass capture`: on by default.
+    /// While nobody is attached it costs one relaxed load per turn of the stack's loop.
+    pub control_endpoint: bool,
 }
 
 impl Default for RuntimeOptions {
@@ -171,6 +175,7 @@ impl Default for RuntimeOptions {
             driver_spin: Duration::from_micros(50),
             defer_transmit: false,
             capture: None,
+            control_endpoint: true,
         }
     }
 }
@@ -457,6 +462,21 @@ pub(crate) enum Connecting {
     Local(Arc<Core>, bypass_stack::SocketId),
 }
 
+/// Bind stack `index`'s control endpoint if `options` want one; a stack that cannot have one
+/// (not root and no `BYPASS_RUN_DIR`) serves without, with a warning.
+fn control_endpoint<D: Device>(
+    stack: &mut Stack<D>,
+    index: usize,
+    options: &RuntimeOptions,
+) -> Option<bypass_control::Server> {
+    if !options.control_endpoint {
+        return None;
+    }
+    bypass_control::Server::for_stack(stack, index as u32)
+        .map_err(|e| log::warn!("{e}; stack {index} serves without a control endpoint"))
+        .ok()
+}
+
 /// Start one shard thread per device.
 fn start_shards<D: Device + Send + 'static>(
     devices: Vec<D>,
@@ -483,7 +503,10 @@ fn start_shards<D: Device + Send + 'static>(
             if let Some(factory) = &options2.capture {
                 stack.set_capture(factory(index, stack.epoch())?);
             }
-            Shard::new(stack, link2, commands, pool2, options2.busy_poll, published2, siblings).run()
+            let endpoint = control_endpoint(&mut stack, index, &options2);
+            Shard::new(stack, link2, commands, pool2, options2.busy_poll, published2, siblings)
+                .with_endpoint(endpoint)
+                .run()
         })?;
         links_out.push(link);
         threads.push(thread);
@@ -511,7 +534,8 @@ fn start_cores<D: Device + Send + 'static>(
         if let Some(factory) = &options.capture {
             stack.set_capture(factory(index, stack.epoch())?);
         }
-        cores.push(Arc::new(Core::new(index, stack, waker, &options)));
+        let endpoint = control_endpoint(&mut stack, index, &options);
+        cores.push(Arc::new(Core::new(index, stack, waker, &options, endpoint)));
     }
     for core in &cores {
         core.set_siblings(cores.iter().filter(|c| c.index != core.index).map(Arc::downgrade).collect());

@@ -130,6 +130,9 @@ pub(crate) struct State {
     woken: Vec<Waiter>,
     /// The counters as the stack stopped.
     final_counters: Option<Counters>,
+    /// The stack's control endpoint (`bypass ss`, `bypass stat`, `bypass capture`); gone
+    /// with the stack.
+    endpoint: Option<bypass_control::Server>,
 }
 
 impl State {
@@ -207,6 +210,7 @@ impl Core {
         stack: Stack<Box<dyn Device + Send>>,
         device_waker: Option<bypass_device::Waker>,
         options: &crate::RuntimeOptions,
+        endpoint: Option<bypass_control::Server>,
     ) -> Core {
         Core {
             index,
@@ -216,6 +220,7 @@ impl Core {
                 listeners: HashMap::new(),
                 woken: Vec::new(),
                 final_counters: None,
+                endpoint,
             }),
             origin: Instant::now(),
             last_app_poll: AtomicU64::new(0),
@@ -304,7 +309,7 @@ impl Core {
         if app {
             self.last_app_poll.store(self.micros(), Ordering::Relaxed);
         }
-        let State { stack, socks, listeners, woken, .. } = st;
+        let State { stack, socks, listeners, woken, endpoint, .. } = st;
         let stack = stack.as_mut().ok_or_else(stopped)?;
         // This turn transmits whatever was left for it.
         self.tx_pending.store(false, Ordering::SeqCst);
@@ -341,6 +346,9 @@ impl Core {
                     sock.writers.take_into(woken);
                 }
             }
+        }
+        if let Some(endpoint) = endpoint {
+            endpoint.poll(stack);
         }
         for listen in listeners.values_mut() {
             let before = listen.ready.len();
@@ -529,6 +537,7 @@ impl Core {
                 None => Ok(()),
             };
             st.stack = None;
+            st.endpoint = None;
             let State { socks, listeners, woken, .. } = st;
             for sock in socks.values_mut() {
                 sock.readers.take_into(woken);

@@ -53,6 +53,8 @@ pub(crate) struct Shard<D: Device> {
     published: Arc<Mutex<Counters>>,
     /// The other shards, told of every neighbour this one learns.
     siblings: Vec<Arc<ShardLink>>,
+    /// The control endpoint (`bypass ss`, `bypass stat`, `bypass capture`).
+    endpoint: Option<bypass_control::Server>,
 }
 
 impl<D: Device> Shard<D> {
@@ -77,7 +79,15 @@ impl<D: Device> Shard<D> {
             connecting: HashMap::new(),
             published,
             siblings,
+            endpoint: None,
         }
+    }
+
+    /// Answer `endpoint`'s requests (`bypass ss`, `bypass stat`, `bypass capture`) once per
+    /// turn of the loop.
+    pub(crate) fn with_endpoint(mut self, endpoint: Option<bypass_control::Server>) -> Self {
+        self.endpoint = endpoint;
+        self
     }
 
     /// Run until [`Command::Stop`] or every application handle is gone; return the
@@ -113,6 +123,9 @@ impl<D: Device> Shard<D> {
                 self.on_event(id, event);
             }
             self.accept_all();
+            if let Some(endpoint) = &mut self.endpoint {
+                endpoint.poll(&mut self.stack);
+            }
             busy |= self.stack.poll_tx()? > 0;
             if last_publish.elapsed() >= PUBLISH_EVERY {
                 *self.published.lock().unwrap_or_else(PoisonError::into_inner) = self.stack.counters().clone();

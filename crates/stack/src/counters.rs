@@ -237,9 +237,10 @@ impl Counters {
     }
 }
 
-impl fmt::Display for Counters {
-    /// Write one `name value` line per non-zero counter.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Counters {
+    /// Return every counter as `(name, value)`, zeros too, in display order: the plain
+    /// counters, then one `drop.<reason>` per [`Drop`] reason.
+    pub fn iter(&self) -> impl Iterator<Item = (String, u64)> + '_ {
         let plain = [
             ("rx_frames", self.rx_frames),
             ("rx_bytes", self.rx_bytes),
@@ -272,15 +273,17 @@ impl fmt::Display for Counters {
             ("bytes_in_place", self.bytes_in_place),
             ("frames_handed_over", self.frames_handed_over),
         ];
-        for (name, value) in plain {
+        let plain = plain.into_iter().map(|(name, value)| (name.to_string(), value));
+        plain.chain(Drop::ALL.into_iter().map(|reason| (format!("drop.{}", reason.name()), self.drops(reason))))
+    }
+}
+
+impl fmt::Display for Counters {
+    /// Write one `name value` line per non-zero counter.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (name, value) in self.iter() {
             if value != 0 {
                 writeln!(f, "{name:<24} {value}")?;
-            }
-        }
-        for reason in Drop::ALL {
-            let n = self.drops(reason);
-            if n != 0 {
-                writeln!(f, "drop.{:<19} {n}", reason.name())?;
             }
         }
         Ok(())

@@ -18,6 +18,7 @@
 //! | the host without a device | [`Interface`] | `interface/mod.rs`, one file per layer |
 //! | its settings, names and errors | [`StackConfig`], [`SocketId`], [`ListenerId`], [`ListenError`], [`ConnectError`] | `interface/{config,ids,errors}.rs` |
 //! | the connection table | (internal) | `interface/{connections,table}.rs` |
+//! | snapshots for operators (`bypass ss`, `bypass stat`) | [`ConnectionInfo`], [`ListenerInfo`], [`TcpTotals`] | `interface/snapshot.rs` |
 //! | our addresses | [`Addresses`], [`Cidr`] | `addr.rs` |
 //! | counters and drop reasons | [`Counters`], [`Drop`] | `counters.rs` |
 //! | wire formats: Ethernet/IP header writers, ARP, NDP, ICMP | [`wire`] | `wire/` |
@@ -42,5 +43,7 @@ pub mod wire;
 
 pub use addr::{Addresses, Cidr};
 pub use counters::{Counters, Drop};
-pub use interface::{ConnectError, Interface, ListenError, ListenerId, SocketId, StackConfig};
-pub use stack::{Readiness, Stack, Stream, Time};
+pub use interface::{
+    ConnectError, ConnectionInfo, Interface, ListenError, ListenerId, ListenerInfo, SocketId, StackConfig, TcpTotals,
+};
+pub use stack::{CaptureId, Readiness, Stack, Stream, Time};

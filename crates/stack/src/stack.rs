@@ -69,9 +69,40 @@ pub struct Stack<D: Device> {
     device: D,
     iface: Interface,
     time: Time,
-    /// The capture and the board the host leaves its notes on: while set, the device is
-    /// wrapped in a [`Recorder`] for each turn of the loop.
-    capture: Option<(Box<dyn Capture>, NoteBoard)>,
+    /// The captures and the board the host leaves its notes on: while there is one, the
+    /// device is wrapped in a [`Recorder`] for each turn of the loop.
+    capture: Option<(Tee, NoteBoard)>,
+}
+
+/// Names a capture added with [`Stack::add_capture`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CaptureId(u64);
+
+/// Several captures fed the same frames: a `--pcap` file and live readers at once.
+#[derive(Default)]
+struct Tee {
+    sinks: Vec<(CaptureId, Box<dyn Capture>)>,
+    next: u64,
+}
+
+impl Capture for Tee {
+    fn frame(&mut self, now: Instant, dir: bypass_device::capture::Direction, frame: &[u8], note: &str) {
+        for (_, sink) in &mut self.sinks {
+            sink.frame(now, dir, frame, note);
+        }
+    }
+
+    fn flush(&mut self) {
+        for (_, sink) in &mut self.sinks {
+            sink.flush();
+        }
+    }
+
+    fn batch(&mut self) {
+        for (_, sink) in &mut self.sinks {
+            sink.batch();
+        }
+    }
 }
 
 impl<D: Device> Stack<D> {
@@ -100,17 +131,56 @@ impl<D: Device> Stack<D> {
 
     /// Report every frame received and sent, annotated, to `capture`: the device is recorded
     /// by a [`Recorder`] (a middleware device), and the host leaves its note about each frame
-    /// for it.
+    /// for it. Captures added before go on recording too (see [`add_capture`](Stack::add_capture)).
     pub fn set_capture(&mut self, capture: Box<dyn Capture>) {
-        let board = NoteBoard::default();
-        self.iface.set_notes(Some(board.clone()));
-        self.capture = Some((capture, board));
+        self.add_capture(capture);
+    }
+
+    /// Add `capture` beside any others (a `--pcap` file and live readers at once: each gets
+    /// every frame); return its name for [`remove_capture`](Stack::remove_capture).
+    pub fn add_capture(&mut self, capture: Box<dyn Capture>) -> CaptureId {
+        let (tee, _) = self.capture.get_or_insert_with(|| {
+            let board = NoteBoard::default();
+            self.iface.set_notes(Some(board.clone()));
+            (Tee::default(), board)
+        });
+        let id = CaptureId(tee.next);
+        tee.next += 1;
+        tee.sinks.push((id, capture));
+        id
+    }
+
+    /// Stop recording to capture `id` and return it (flushed); when it was the last, the
+    /// host stops formatting notes. `None` if `id` is not recording.
+    pub fn remove_capture(&mut self, id: CaptureId) -> Option<Box<dyn Capture>> {
+        let (tee, _) = self.capture.as_mut()?;
+        let at = tee.sinks.iter().position(|(i, _)| *i == id)?;
+        let (_, mut capture) = tee.sinks.remove(at);
+        capture.flush();
+        if tee.sinks.is_empty() {
+            self.capture = None;
+            self.iface.set_notes(None);
+        }
+        Some(capture)
+    }
+
+    /// Return how many captures are recording.
+    pub fn capture_count(&self) -> usize {
+        self.capture.as_ref().map_or(0, |(tee, _)| tee.sinks.len())
+    }
+
+    /// Push every capture's buffered frames out (a live reader gets them per batch rather
+    /// than when the stack next goes idle).
+    pub fn flush_captures(&mut self) {
+        if let Some((tee, _)) = &mut self.capture {
+            tee.flush();
+        }
     }
 
     /// Run `f` with the device, wrapped in its recorder while capturing.
     fn with_device<T>(&mut self, f: impl FnOnce(&mut Interface, &mut dyn Device) -> T) -> T {
         match &mut self.capture {
-            Some((capture, board)) => f(&mut self.iface, &mut Recorder::new(&mut self.device, capture.as_mut(), board)),
+            Some((tee, board)) => f(&mut self.iface, &mut Recorder::new(&mut self.device, tee, board)),
             None => f(&mut self.iface, &mut self.device),
         }
     }

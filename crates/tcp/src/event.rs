@@ -184,4 +184,10 @@ pub struct Stats {
     /// Effective send MSS: the data of a full segment, within the peer's MSS and the path
     /// MTU (less the IP and TCP headers and the timestamps, where in use).
     pub mss: u16,
+    /// Bytes acknowledged per second over about the latest round trip (Linux's
+    /// `tcpi_delivery_rate`); 0 before the first sample.
+    pub delivery_rate: u64,
+    /// The rate the pacer lets data out at, bytes per second (Linux's `tcpi_pacing_rate`);
+    /// 0 while unpaced (slow start, no RTT estimate yet, or pacing off).
+    pub pacing_rate: u64,
 }

@@ -74,6 +74,7 @@ mod congestion;
 mod connection;
 mod controller;
 mod cubic;
+mod delivery;
 mod ecn;
 mod event;
 mod hystart;

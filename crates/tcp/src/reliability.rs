@@ -196,15 +196,18 @@ impl Reliability {
         self.last_rtt_sample = sample;
     }
 
+    /// Return the rate the pacer sends at, bytes per second: `None` without an RTT estimate
+    /// and in slow start, which go unpaced (see [`pacing`]).
+    pub(crate) fn pacing_rate(&self) -> Option<u64> {
+        let srtt = self.rtt.srtt()?;
+        (self.cc.cwnd() >= self.cc.ssthresh()).then(|| pacing::rate(self.cc.cwnd(), srtt))
+    }
+
     /// Return when the pacer lets `len` bytes of data out (see [`pacing`]): `now` without
     /// an RTT estimate yet, and in slow start.
     pub(crate) fn pace(&mut self, now: Instant, len: u32, mss: u32) -> Instant {
-        let Some(srtt) = self.rtt.srtt() else { return now };
         // Slow start goes unpaced: see the module docs of `pacing`.
-        if self.cc.cwnd() < self.cc.ssthresh() {
-            return now;
-        }
-        let rate = pacing::rate(self.cc.cwnd(), srtt);
+        let Some(rate) = self.pacing_rate() else { return now };
         self.pacer.when(now, len, rate, mss)
     }
 

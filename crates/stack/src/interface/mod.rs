@@ -12,7 +12,8 @@
 //! `errors.rs` ([`ListenError`], [`ConnectError`]), `connections.rs` (the connection table:
 //! slots, listeners, dirty list, buffer pool, timer wheel, orphans and budgets), `table.rs`
 //! (inserting, settling and removing connections), `user.rs` (the socket calls), `egress.rs`
-//! (a connection's segments into the device) and `notes.rs` (capture notes). The headers and
+//! (a connection's segments into the device), `notes.rs` (capture notes) and `snapshot.rs`
+//! (connections, listeners and TCP totals for operators). The headers and
 //! messages themselves are read and written by [`crate::wire`].
 
 use std::collections::{HashMap, VecDeque};
@@ -72,6 +73,8 @@ pub struct Interface {
     note: String,
     events: VecDeque<(SocketId, Event)>,
     counters: Counters,
+    /// The TCP counters of the connections removed from the table (see `tcp_totals`).
+    ended: TcpTotals,
     ports: EphemeralPorts,
     /// The device verifies IPv4 header, TCP and ICMP checksums itself and delivers no frame
     /// that fails ([`ChecksumCaps::rx_verified`](bypass_device::ChecksumCaps)): skip verifying them.
@@ -90,6 +93,7 @@ mod ipv6;
 mod neighbour;
 mod notes;
 mod reassembly;
+mod snapshot;
 mod table;
 mod tcp;
 mod user;
@@ -100,6 +104,7 @@ pub use errors::{ConnectError, ListenError};
 use ethernet::mac_string;
 pub use ids::{ListenerId, SocketId};
 use notes::{note_segment, note_send};
+pub use snapshot::{ConnectionInfo, ListenerInfo, TcpTotals};
 
 impl Interface {
     /// Return a host with MAC `mac` and IP MTU `mtu`.
@@ -140,6 +145,7 @@ impl Interface {
             note: String::new(),
             events: VecDeque::new(),
             counters: Counters::default(),
+            ended: TcpTotals::default(),
             ports,
             rx_verified: false,
         }

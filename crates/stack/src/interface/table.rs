@@ -84,7 +84,9 @@ impl Interface {
 
     pub(super) fn remove(&mut self, index: u32) {
         if let Some(sock) = self.conns.remove(index) {
-            self.counters.resets_for_lost_data += sock.conn.stats().resets_for_lost_data;
+            let stats = sock.conn.stats();
+            self.counters.resets_for_lost_data += stats.resets_for_lost_data;
+            self.ended.add(&stats);
             // Buffers autotuning grew go back to the allocator: the pool keeps the configured
             // sizes, what short connections (the ones a pool is for) use.
             let (send, recv) = sock.conn.into_buffers().into_parts();

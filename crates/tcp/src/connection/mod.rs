@@ -28,6 +28,7 @@ use timeouts::{Due, TimerTable};
 use crate::buffer::{RingBuffer, Storage};
 use crate::config::{Config, Keepalive};
 use crate::controller::Controller;
+use crate::delivery::DeliveryRate;
 use crate::ecn::EcnState;
 use crate::event::{Cause, Event, Stats, Transition, UserCall};
 use crate::isn::IsnGenerator;
@@ -260,6 +261,8 @@ pub struct Connection {
     ts: Timestamping,
     rel: Reliability,
     timers: TimerTable,
+    /// The delivery rate reported in [`Stats::delivery_rate`].
+    delivery: DeliveryRate,
     due: Due,
     path: Path,
     ecn: EcnState,
@@ -320,6 +323,7 @@ impl Connection {
             ts: Timestamping::default(),
             rel: Reliability::new(config, mss),
             timers: TimerTable::default(),
+            delivery: DeliveryRate::default(),
             due: Due::default(),
             path: Path::new(local.is_ipv6(), config.mss),
             ecn: EcnState::default(),
@@ -780,6 +784,8 @@ impl Connection {
             peer_window: self.snd.wnd(),
             bytes_in_flight: self.snd.in_flight(),
             mss: self.snd.mss(),
+            delivery_rate: self.delivery.rate(),
+            pacing_rate: self.rel.pacing_rate().filter(|_| self.config.pacing).unwrap_or(0),
             ..self.stats
         }
     }

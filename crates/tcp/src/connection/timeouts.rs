@@ -113,6 +113,12 @@ impl Connection {
         self.timers.next()
     }
 
+    /// Return the timer that fires next and when (the first in [`Timer::ALL`]'s order of
+    /// those due at the same instant), as `ss -o` shows a kernel socket's.
+    pub fn next_timer(&self) -> Option<(Timer, Instant)> {
+        Timer::ALL.into_iter().filter_map(|t| self.timers.get(t).map(|at| (t, at))).min_by_key(|&(_, at)| at)
+    }
+
     /// Fire the timers due at `now`; then call `poll_transmit` and `poll_event`.
     pub fn handle_timeout(&mut self, now: Instant) {
         for timer in Timer::ALL {
