@@ -581,9 +581,8 @@ fn measure_bulk_floor(
 fn bulk_floor_keys(transports: &[Transport], workloads: &[Workload]) -> Vec<(Workload, bool)> {
     let mut keys = Vec::new();
     for &w in workloads.iter().filter(|w| w.is_bulk()) {
-        let runs = |jumbo: bool| {
-            transports.iter().any(|t| *t != Transport::StackMemory && t.jumbo() == jumbo && t.runs(w))
-        };
+        let runs =
+            |jumbo: bool| transports.iter().any(|t| *t != Transport::StackMemory && t.jumbo() == jumbo && t.runs(w));
         for jumbo in [false, true] {
             if runs(jumbo) {
                 keys.push((w, jumbo));
@@ -1305,7 +1304,12 @@ mod tests {
         let keys = bulk_floor_keys(&[Transport::StackXdp, Transport::StackXdpJumbo], &all);
         assert_eq!(
             keys,
-            [(Workload::BulkUp, false), (Workload::BulkUp, true), (Workload::BulkDown, false), (Workload::BulkDown, true)]
+            [
+                (Workload::BulkUp, false),
+                (Workload::BulkUp, true),
+                (Workload::BulkDown, false),
+                (Workload::BulkDown, true)
+            ]
         );
         // Kernel rows are read against it too; the in-memory row has no veth.
         assert_eq!(bulk_floor_keys(&[Transport::KernelBusy], &[Workload::BulkDown]), [(Workload::BulkDown, false)]);
