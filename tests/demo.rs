@@ -203,6 +203,15 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
         }
     }
     assert!(md.contains("| vs 2 | vs 2d |"), "the bulk tables have both ratio columns:\n{md}");
+    // The bulk floors: each bulk direction at both MTUs, and every lab bulk row read against one.
+    assert!(md.contains("| vs 2 | vs 2d | vs floor |"), "the bulk tables have the floor's column:\n{md}");
+    for (path, mtu) in [("px0 -> bx0", 1500), ("px0 -> bx0", 65000), ("bx0 -> px0", 1500), ("bx0 -> px0", 65000)] {
+        assert!(md.contains(&format!("streamed {path}, MTU {mtu}, no TCP")), "no bulk floor {path} at {mtu}:\n{md}");
+    }
+    for line in json.lines().filter(|l| l.contains("\"workload\": \"bulk-") && l.contains("\"rate\": ")) {
+        let ratio = number_after(line, "vs_floor").unwrap_or_else(|| panic!("no vs_floor ratio:\n{line}"));
+        assert!(ratio > 0.0, "vs_floor {ratio}:\n{line}");
+    }
     assert!(md.contains("row 2d on bk0/pk0 with the kernel's default offloads"), "the conditions say so:\n{md}");
     assert!(md.contains("AF_XDP mode: AF_XDP"), "the AF_XDP mode is stated:\n{md}");
     assert!(

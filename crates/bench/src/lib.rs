@@ -44,7 +44,8 @@
 //! stack's 10.77.0.2 stays unknown to the kernel; our client's 10.77.0.4 is unknown to the
 //! peer's kernel too (AF_XDP takes every frame of px0 away from it while the row runs).
 //! Transports run one after the other (at most two spinning threads on a 2-core machine).
-//! Each repetition measures the floor, every row and the HTTP row once, in an order rotated
+//! Each repetition measures the floor, the bulk floors (raw AF_XDP frames streamed one way,
+//! per bulk direction and MTU: the `vs floor` column), every row and the HTTP row once, in an order rotated
 //! from one repetition to the next (see `rotation`), so a slow phase of the machine lands on
 //! all rows alike; every figure is the median of the repetitions, and every ratio the median
 //! of per-repetition ratios, shown with its range and marked unsettled past a 20% spread.
@@ -477,6 +478,9 @@ pub(crate) struct Conditions {
     pub floor: Option<Floor>,
     /// Row 0 in each repetition that measured it, by repetition (counted from 0).
     pub floor_runs: Vec<(usize, Floor)>,
+    /// The bulk floors (raw AF_XDP frames streamed one way), each measurement of each
+    /// repetition, in the order measured.
+    pub bulk_floors: Vec<BulkFloor>,
     /// The application row: the HTTP server on kernel sockets and on our stack.
     pub app: Option<app::AppSection>,
     /// Unmodified programs on kernel sockets and under `bypass run`.
@@ -515,6 +519,77 @@ impl Floor {
             mode: first.mode.clone(),
         })
     }
+}
+
+/// A bulk floor of one repetition: MTU-sized raw AF_XDP frames streamed one way, the
+/// direction of a bulk workload's stream (see [`bypass_lab::bulk_floor`]).
+#[derive(Clone, Debug)]
+pub(crate) struct BulkFloor {
+    /// The repetition (counted from 0).
+    pub rep: usize,
+    /// The bulk workload whose direction the frames go: [`Workload::BulkUp`] peer -> bypass
+    /// side (px0 -> bx0, client -> server), [`Workload::BulkDown`] the other way.
+    pub workload: Workload,
+    /// At [`JUMBO_MTU`] (multi-buffer), else at [`MTU`].
+    pub jumbo: bool,
+    /// Payload received, Gbit/s.
+    pub gbit: f64,
+    /// Frames sent and frames of those that never arrived, over the whole run.
+    pub sent: u64,
+    pub lost: u64,
+    /// The receiving socket's mode.
+    pub mode: String,
+}
+
+impl BulkFloor {
+    /// Return the MTU it ran at.
+    pub fn mtu(&self) -> u32 {
+        if self.jumbo { JUMBO_MTU } else { MTU }
+    }
+
+    /// Return which way the frames went, by interface.
+    pub fn path(&self) -> &'static str {
+        if self.workload == Workload::BulkDown { "bx0 -> px0" } else { "px0 -> bx0" }
+    }
+}
+
+/// Measure the bulk floor of `workload` (bulk) in `lab` at the jumbo MTU or at [`MTU`]:
+/// `warmup`, then `duration` timed.
+fn measure_bulk_floor(
+    lab: &Lab,
+    rep: usize,
+    workload: Workload,
+    jumbo: bool,
+    warmup: Duration,
+    duration: Duration,
+) -> Result<BulkFloor, String> {
+    use bypass_lab::bulk_floor::{Direction, xdp_stream};
+    // Bulk up is client -> server: the peer's px0 sends, our server's bx0 receives.
+    let direction = if workload == Workload::BulkDown { Direction::BypassToPeer } else { Direction::PeerToBypass };
+    let mtu = if jumbo { JUMBO_MTU } else { MTU };
+    let r = xdp_stream(lab, direction, mtu, warmup, duration).map_err(|e| e.to_string())?;
+    if r.frames == 0 {
+        return Err("no frame arrived".into());
+    }
+    Ok(BulkFloor { rep, workload, jumbo, gbit: r.gbit_per_s(), sent: r.sent, lost: r.lost(), mode: r.mode })
+}
+
+/// Return the bulk floors a run of `transports` under `workloads` reads its bulk rows
+/// against: (bulk workload, jumbo MTU) for each bulk workload, at [`MTU`] if a row of it runs
+/// on bx0/px0 at that MTU (every lab row but the jumbo ones; row 2d's pair has the same MTU),
+/// at [`JUMBO_MTU`] if a jumbo row runs it.
+fn bulk_floor_keys(transports: &[Transport], workloads: &[Workload]) -> Vec<(Workload, bool)> {
+    let mut keys = Vec::new();
+    for &w in workloads.iter().filter(|w| w.is_bulk()) {
+        let runs =
+            |jumbo: bool| transports.iter().any(|t| *t != Transport::StackMemory && t.jumbo() == jumbo && t.runs(w));
+        for jumbo in [false, true] {
+            if runs(jumbo) {
+                keys.push((w, jumbo));
+            }
+        }
+    }
+    keys
 }
 
 /// Measure the floor in `lab` (both programs are gone when it returns).
@@ -711,6 +786,10 @@ pub fn run(args: Options) -> Result<(), String> {
     if floor_wanted && lab_up {
         slots.push(Slot::Floor);
     }
+    // The bulk floors, measured in every repetition too, as the bulk rows they bound.
+    let bulk_keys = if lab_up { bulk_floor_keys(&transports, &workloads) } else { Vec::new() };
+    let mut bulk_failed = vec![false; bulk_keys.len()];
+    slots.extend((0..bulk_keys.len()).map(Slot::BulkFloor));
     slots.extend((0..results.len()).map(Slot::Row));
     if app_bench.is_some() {
         slots.push(Slot::App);
@@ -733,6 +812,28 @@ pub fn run(args: Options) -> Result<(), String> {
                         Err(e) => {
                             eprintln!("bypass demo: the raw AF_XDP floor could not be measured: {e}");
                             floor_failed = true;
+                        }
+                    }
+                }
+                (Slot::BulkFloor(k), Net::Lab(lab)) if !bulk_failed[k] => {
+                    let (workload, jumbo) = bulk_keys[k];
+                    if progress {
+                        eprint!(
+                            "\r\x1b[K[floor] raw AF_XDP frames, {}{}, run {}/{runs}",
+                            workload.key(),
+                            if jumbo { ", jumbo MTU" } else { "" },
+                            rep + 1
+                        );
+                    }
+                    match measure_bulk_floor(lab, rep, workload, jumbo, warmup, duration) {
+                        Ok(floor) => conditions.bulk_floors.push(floor),
+                        Err(e) => {
+                            eprintln!(
+                                "bypass demo: the bulk floor ({}, MTU {}) could not be measured: {e}",
+                                workload.key(),
+                                if jumbo { JUMBO_MTU } else { MTU }
+                            );
+                            bulk_failed[k] = true;
                         }
                     }
                 }
@@ -888,6 +989,8 @@ type RowResults = (Transport, Workload, Vec<(usize, report::Measured)>, Option<S
 enum Slot {
     /// Row 0, the raw AF_XDP floor.
     Floor,
+    /// The bulk floor `bulk_keys[i]`: raw AF_XDP frames one way, for a bulk workload at an MTU.
+    BulkFloor(usize),
     /// The row `results[i]`: a transport under a workload.
     Row(usize),
     /// The application row's three servers.
@@ -1192,5 +1295,27 @@ mod tests {
         // One repetition runs in table order; no slots, no order.
         assert_eq!(rotation(&slots, 0, 1).collect::<Vec<_>>(), slots);
         assert_eq!(rotation(&[], 2, 3).count(), 0);
+    }
+
+    #[test]
+    fn bulk_floors_follow_the_bulk_rows_selected() {
+        let all = [Workload::BulkUp, Workload::BulkDown, Workload::Connect];
+        // A 1500 row and a jumbo row: both MTUs, both directions; no floor for connect.
+        let keys = bulk_floor_keys(&[Transport::StackXdp, Transport::StackXdpJumbo], &all);
+        assert_eq!(
+            keys,
+            [
+                (Workload::BulkUp, false),
+                (Workload::BulkUp, true),
+                (Workload::BulkDown, false),
+                (Workload::BulkDown, true)
+            ]
+        );
+        // Kernel rows are read against it too; the in-memory row has no veth.
+        assert_eq!(bulk_floor_keys(&[Transport::KernelBusy], &[Workload::BulkDown]), [(Workload::BulkDown, false)]);
+        assert!(bulk_floor_keys(&[Transport::StackMemory], &all).is_empty());
+        assert!(bulk_floor_keys(&[Transport::StackXdp], &[Workload::Connect]).is_empty());
+        // The sendfile row sends only: no bulk-up floor for it.
+        assert_eq!(bulk_floor_keys(&[Transport::KernelZerocopy], &all), [(Workload::BulkDown, false)]);
     }
 }

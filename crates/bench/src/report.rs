@@ -5,7 +5,7 @@ use std::fmt::Write;
 use hdrhistogram::Histogram;
 
 use super::kernel::{ClientResult, ServerResult};
-use super::{Conditions, Transport, Workload};
+use super::{BulkFloor, Conditions, Transport, Workload};
 
 /// The figures of one measurement. Costs are per unit of work: per request, per connection,
 /// or (bulk) per MiB, except CPU for bulk, which is seconds per GiB.
@@ -243,7 +243,17 @@ fn header(workload: Workload) -> Vec<&'static str> {
             "copies/byte",
         ],
         Workload::BulkUp | Workload::BulkDown => {
-            vec!["transport", "Gbit/s", "vs 2", "vs 2d", "CPU s/GiB", "syscalls/MiB", "ctx sw/MiB", "copies/byte"]
+            vec![
+                "transport",
+                "Gbit/s",
+                "vs 2",
+                "vs 2d",
+                "vs floor",
+                "CPU s/GiB",
+                "syscalls/MiB",
+                "ctx sw/MiB",
+                "copies/byte",
+            ]
         }
     }
 }
@@ -275,8 +285,51 @@ pub fn ratios(rows: &[Row], row: &Row) -> [Option<Spread>; 2] {
     })
 }
 
+/// Return the bulk floors of `workload` at the MTU of `transport`'s rows, one per repetition
+/// that measured it: none for a non-bulk workload or the in-memory row (no veth).
+fn floors_for(c: &Conditions, workload: Workload, transport: Transport) -> impl Iterator<Item = &BulkFloor> {
+    let applies = workload.is_bulk() && transport != Transport::StackMemory;
+    c.bulk_floors.iter().filter(move |f| applies && f.workload == workload && f.jumbo == transport.jumbo())
+}
+
+/// Return `row`'s Gbit/s as a ratio to the bulk floor of its direction and MTU: one per
+/// repetition where both measured, taken between the figures of that repetition.
+pub fn vs_floor(c: &Conditions, row: &Row) -> Option<Spread> {
+    let per_run: Vec<f64> = row
+        .per_run
+        .iter()
+        .filter_map(|(rep, run)| {
+            let floor = floors_for(c, row.workload, row.transport).find(|f| f.rep == *rep)?;
+            Some(run.rate / floor.gbit)
+        })
+        .collect();
+    Spread::of(&per_run)
+}
+
+/// Return the lines that state the bulk floors of `workload`, one per MTU measured.
+fn bulk_floor_lines(c: &Conditions, workload: Workload) -> Vec<String> {
+    let mut lines = Vec::new();
+    for jumbo in [false, true] {
+        let floors: Vec<&BulkFloor> =
+            c.bulk_floors.iter().filter(|f| f.workload == workload && f.jumbo == jumbo).collect();
+        let Some(first) = floors.first() else { continue };
+        let gbit: Vec<f64> = floors.iter().map(|f| f.gbit).collect();
+        let Some(s) = Spread::of(&gbit) else { continue };
+        let (sent, lost) = floors.iter().fold((0, 0), |(s, l), f| (s + f.sent, l + f.lost));
+        let range = if floors.len() > 1 { format!(" ({:.2}-{:.2})", s.min, s.max) } else { String::new() };
+        lines.push(format!(
+            "floor: raw AF_XDP frames streamed {}, MTU {}, no TCP, AF_XDP copy mode at both ends (the bound for a stack on copy-mode AF_XDP at both ends): {:.2} Gbit/s{range} of UDP payload received; {lost} of {sent} frames sent were lost ({})",
+            first.path(),
+            first.mtu(),
+            s.median,
+            first.mode
+        ));
+    }
+    lines
+}
+
 /// Return the cells of each row of `workload`.
-fn cells(rows: &[Row], workload: Workload) -> Vec<Vec<String>> {
+fn cells(rows: &[Row], conditions: &Conditions, workload: Workload) -> Vec<Vec<String>> {
     let ratio_cells = |r: &Row| ratios(rows, r).map(|x| x.map_or("-".into(), |x| x.cell()));
     rows.iter()
         .filter(|r| r.workload == workload)
@@ -287,6 +340,7 @@ fn cells(rows: &[Row], workload: Workload) -> Vec<Vec<String>> {
                     if workload.is_bulk() {
                         c.push(format!("{:.2}", f.rate));
                         c.extend(ratio_cells(r));
+                        c.push(vs_floor(conditions, r).map_or("-".into(), |x| x.cell()));
                         c.push(format!("{:.2}", f.cpu_per_unit));
                     } else {
                         c.push(format!("{:.1}", f.p50_us));
@@ -342,7 +396,7 @@ pub fn conditions_line(c: &Conditions) -> String {
     s
 }
 
-const LEGEND: &str = "latency measured by the client (round trip; for the connection rate: connect + exchange + close); `vs 2` and `vs 2d`: ratio to row 2 (busy-polling kernel TCP, offloads off: the same frames on the wire as the userspace stacks) and to row 2d (the same with the kernel's default offloads: what a user gets out of the box, and the one to compare with) in the same run (p50: lower is better; Gbit/s: higher is better); `<- kernel`: a kernel client against our server (the mixed case); `<-> ours`: our stack at both ends; CPU, syscalls (syscr+syscw of /proc/thread-self/io: read/write-family calls, every call of the kernel ends, including those a busy-polling loop makes in vain; plus the socket, connect, poll, accept4, setsockopt, ioctl and close calls the kernel ends make, counted where the demo makes them; plus, for our stack and smoltcp, the calls their packet device made, counted by the device: AF_XDP sendto/recvfrom/poll, AF_PACKET sendmmsg/ppoll) and context switches (voluntary + involuntary, getrusage RUSAGE_THREAD) are client + server threads per unit of work; copies/byte = CPU copies per byte per direction, end to end: ours (measured by the stack at our ends; for smoltcp, counted by its server) + k by the kernel";
+const LEGEND: &str = "latency measured by the client (round trip; for the connection rate: connect + exchange + close); `vs 2` and `vs 2d`: ratio to row 2 (busy-polling kernel TCP, offloads off: the same frames on the wire as the userspace stacks) and to row 2d (the same with the kernel's default offloads: what a user gets out of the box, and the one to compare with) in the same run (p50: lower is better; Gbit/s: higher is better); `vs floor` (bulk): ratio to the bulk floor of the same direction and MTU in the same run, MTU-sized raw AF_XDP frames streamed one way in copy mode through our AF_XDP device with no TCP and no payload written (the bound for a stack on copy-mode AF_XDP at both ends, as row 5b; a row with a kernel socket at one end does not pay AF_XDP's cost there and may pass it; the floor's UDP payload is 12 bytes per frame more than a TCP segment's with timestamps); `<- kernel`: a kernel client against our server (the mixed case); `<-> ours`: our stack at both ends; CPU, syscalls (syscr+syscw of /proc/thread-self/io: read/write-family calls, every call of the kernel ends, including those a busy-polling loop makes in vain; plus the socket, connect, poll, accept4, setsockopt, ioctl and close calls the kernel ends make, counted where the demo makes them; plus, for our stack and smoltcp, the calls their packet device made, counted by the device: AF_XDP sendto/recvfrom/poll, AF_PACKET sendmmsg/ppoll) and context switches (voluntary + involuntary, getrusage RUSAGE_THREAD) are client + server threads per unit of work; copies/byte = CPU copies per byte per direction, end to end: ours (measured by the stack at our ends; for smoltcp, counted by its server) + k by the kernel";
 
 fn failures(rows: &[Row]) -> Vec<String> {
     rows.iter()
@@ -374,7 +428,7 @@ pub fn table(rows: &[Row], c: &Conditions) -> String {
         let _ = writeln!(out, "\n{line}");
     }
     for workload in workloads(rows) {
-        let body = cells(rows, workload);
+        let body = cells(rows, c, workload);
         let head = header(workload);
         let mut widths: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
         for row in &body {
@@ -383,6 +437,9 @@ pub fn table(rows: &[Row], c: &Conditions) -> String {
             }
         }
         let _ = writeln!(out, "\n{}", workload.title());
+        for l in bulk_floor_lines(c, workload) {
+            let _ = writeln!(out, "{l}");
+        }
         let line = |cells: &[String]| {
             let mut l = String::new();
             for (i, cell) in cells.iter().enumerate() {
@@ -419,9 +476,12 @@ pub fn markdown(rows: &[Row], c: &Conditions, charts: &str) -> String {
     for workload in workloads(rows) {
         let head = header(workload);
         let _ = writeln!(out, "\n## {}\n", workload.title());
+        for l in bulk_floor_lines(c, workload) {
+            let _ = writeln!(out, "{l}.\n");
+        }
         let _ = writeln!(out, "| {} |", head.join(" | "));
         let _ = writeln!(out, "|{}", "---|".repeat(head.len()));
-        for row in cells(rows, workload) {
+        for row in cells(rows, c, workload) {
             let mut row = row;
             row.resize(head.len(), String::new());
             let _ = writeln!(out, "| {} |", row.join(" | "));
@@ -547,6 +607,24 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
         }
         None => out.push_str("  \"floor\": null,\n"),
     }
+    let bulk: Vec<String> = c
+        .bulk_floors
+        .iter()
+        .map(|f| {
+            format!(
+                "{{\"repetition\": {}, \"workload\": {}, \"path\": {}, \"mtu\": {}, \"gbit_s\": {}, \"frames_sent\": {}, \"frames_lost\": {}, \"mode\": {}}}",
+                f.rep + 1,
+                js(&f.workload.key()),
+                js(f.path()),
+                f.mtu(),
+                jn(f.gbit),
+                f.sent,
+                f.lost,
+                js(&f.mode)
+            )
+        })
+        .collect();
+    let _ = writeln!(out, "  \"bulk_floor\": [{}],", bulk.join(", "));
     match &c.app {
         Some(app) => {
             let _ = writeln!(out, "  \"application\": {},", super::app::json(app, js));
@@ -612,6 +690,10 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
             spread(&vs_2),
             spread(&vs_2d)
         );
+        if r.workload.is_bulk() {
+            let floor = vs_floor(c, r);
+            let _ = write!(o, ", \"vs_floor\": {}, \"vs_floor_spread\": {}", ratio(&floor), spread(&floor));
+        }
         if let Some(f) = &r.figures {
             let _ = write!(
                 o,
@@ -704,5 +786,63 @@ mod tests {
         assert_eq!(line.matches("\"repetition\": ").count(), 3, "{line}");
         // The median comes first in the line, where readers look for a key.
         assert!(line.find("\"p50_us\": ").unwrap() < line.find("\"repetitions\"").unwrap());
+    }
+
+    fn bulk_row(transport: Transport, workload: Workload, rates: &[(usize, f64)]) -> Row {
+        let per_run: Vec<(usize, Run)> = rates.iter().map(|&(k, rate)| (k, Run { rate, ..Run::default() })).collect();
+        let runs: Vec<Run> = per_run.iter().map(|(_, r)| *r).collect();
+        Row {
+            transport,
+            workload,
+            figures: Some(Run::median(&runs)),
+            failure: None,
+            runs: runs.len(),
+            per_run,
+            cdf: Vec::new(),
+        }
+    }
+
+    fn floor(rep: usize, workload: Workload, jumbo: bool, gbit: f64) -> BulkFloor {
+        BulkFloor { rep, workload, jumbo, gbit, sent: 100, lost: 3, mode: "AF_XDP, copy mode".into() }
+    }
+
+    #[test]
+    fn the_bulk_floor_ratio_pairs_direction_mtu_and_repetition() {
+        let c = Conditions {
+            bulk_floors: vec![
+                floor(0, Workload::BulkUp, false, 4.0),
+                floor(0, Workload::BulkDown, false, 8.0),
+                floor(0, Workload::BulkUp, true, 20.0),
+                // The machine is twice as fast in repetition 1.
+                floor(1, Workload::BulkUp, false, 8.0),
+                floor(1, Workload::BulkUp, true, 40.0),
+            ],
+            ..Conditions::default()
+        };
+        let ours = bulk_row(Transport::StackXdp, Workload::BulkUp, &[(0, 2.0), (1, 4.0), (2, 9.0)]);
+        let s = vs_floor(&c, &ours).unwrap();
+        // Repetition 2 has no floor: left out; 2/4 and 4/8.
+        assert_eq!(s.per_run, vec![0.5, 0.5]);
+        let jumbo = bulk_row(Transport::StackXdpJumbo, Workload::BulkUp, &[(0, 10.0), (1, 30.0)]);
+        assert_eq!(vs_floor(&c, &jumbo).unwrap().per_run, vec![0.5, 0.75], "the jumbo floor");
+        let down = bulk_row(Transport::StackXdp, Workload::BulkDown, &[(0, 2.0), (1, 2.0)]);
+        assert_eq!(vs_floor(&c, &down).unwrap().per_run, vec![0.25], "the other direction's floor");
+        // No veth, no floor.
+        let memory = bulk_row(Transport::StackMemory, Workload::BulkUp, &[(0, 2.0)]);
+        assert_eq!(vs_floor(&c, &memory), None);
+
+        // The column, the floor's line and the JSON keys.
+        let rows = [ours, jumbo, down];
+        let md = markdown(&rows, &c, "");
+        assert!(md.contains("| vs 2 | vs 2d | vs floor | CPU s/GiB |"), "{md}");
+        assert!(md.contains("| 5 ours/AF_XDP <- kernel | 4.00 | - | - | 0.50x (0.50-0.50) |"), "{md}");
+        assert!(md.contains("streamed px0 -> bx0, MTU 1500, no TCP"), "{md}");
+        assert!(md.contains("streamed bx0 -> px0, MTU 1500"), "{md}");
+        assert!(md.contains("MTU 65000") && md.contains("6 of 200 frames sent were lost"), "{md}");
+        let json = json(&rows, &c);
+        let line = json.lines().find(|l| l.contains("\"transport\": \"stack-afxdp-jumbo\"")).unwrap();
+        assert!(line.contains("\"vs_floor\": 0.625, \"vs_floor_spread\": {\"median\": 0.625"), "{line}");
+        assert!(line.contains("\"vs_row_2d\": null"), "the old keys stay: {line}");
+        assert!(json.contains("\"bulk_floor\": [{\"repetition\": 1, \"workload\": \"bulk-up\", \"path\": \"px0 -> bx0\", \"mtu\": 1500, \"gbit_s\": 4.0000"), "{json}");
     }
 }

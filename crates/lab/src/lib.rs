@@ -6,6 +6,8 @@
 //!   ([`testlab::RoutedLab`]); ICMP echo from code; running code inside a namespace;
 //! - [`floor`]: raw AF_XDP frames bounced between a lab's two namespaces, the latency floor
 //!   every other figure is read against;
+//! - [`bulk_floor`]: MTU-sized raw AF_XDP frames streamed one way, the throughput floor the
+//!   bulk figures are read against;
 //! - [`replay`]: one side of a recorded TCP conversation played against our stack on virtual
 //!   time, its replies compared with the recording's; and any capture played into a stack.
 //!
@@ -13,6 +15,7 @@
 //! |---|---|
 //! | `testlab/` | [`testlab`]: [`Lab`](testlab::Lab) and [`RoutedLab`](testlab::RoutedLab) (`topology.rs`), [`in_namespace`](testlab::in_namespace) (`netns.rs`), [`ping`](testlab::ping) and its kin (`ping.rs`), the system calls (`sys.rs`) |
 //! | `floor.rs` | [`floor`]: the AF_XDP latency floor |
+//! | `bulk_floor.rs` | [`bulk_floor`]: the AF_XDP throughput floor, one way, at any MTU |
 //! | `replay.rs` | [`replay`]: recorded conversations and captures played into the stack |
 //!
 //! Labs need root and `ip` (iproute2); [`testlab::lab_available`] says whether a test can run
@@ -31,6 +34,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bulk_floor;
 pub mod floor;
 pub mod replay;
 pub mod testlab;
