@@ -37,23 +37,8 @@ const TCPI_OPT_ECN: u8 = 8;
 const TCPI_OPT_ECN_SEEN: u8 = 16;
 
 /// Return the kernel socket's `tcpi_options` (`TCP_INFO`, Linux's `tcp_get_info`).
-#[allow(unsafe_code)]
 fn tcpi_options(socket: &impl AsRawFd) -> u8 {
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: getsockopt(2) on a socket we hold open, into a `tcp_info` we own, with its
-    // size; the kernel writes at most `len` bytes. The result is checked.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    assert_eq!(rc, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
-    info.tcpi_options
+    common::tcp_info(socket).tcpi_options
 }
 
 fn config(ip: std::net::Ipv4Addr, ecn: Ecn) -> StackConfig {
@@ -272,10 +257,10 @@ fn ce_marks_from_the_path_reach_our_tcp_and_the_kernel_sender_answers_the_echo()
         std::thread::sleep(Duration::from_millis(100));
         let mut conn = common::peer_connect(&lab, addr);
         // Reno reduces on ECE (BBR, this kernel's default here, does not use it).
-        set_congestion(&conn, b"reno");
+        common::set_congestion_control(&conn, "reno");
         conn.set_write_timeout(Some(DEADLINE)).unwrap();
         conn.write_all(&common::data(0xec6, BULK)).expect("kernel client write");
-        let info = tcp_info(&conn);
+        let info = common::tcp_info(&conn);
         conn.shutdown(std::net::Shutdown::Write).unwrap();
         let _ = common::read_to_eof(&conn, DEADLINE);
         (server.join().expect("our server thread"), (info.tcpi_total_retrans, info.tcpi_snd_ssthresh))
@@ -295,40 +280,7 @@ fn ce_marks_from_the_path_reach_our_tcp_and_the_kernel_sender_answers_the_echo()
     assert!(ssthresh < 0x7fff_ffff, "the kernel never reduced (ssthresh {ssthresh})");
 }
 
-/// Set the kernel socket's congestion control (`TCP_CONGESTION`).
-#[allow(unsafe_code)]
-fn set_congestion(socket: &impl AsRawFd, name: &[u8]) {
-    // SAFETY: setsockopt(2) on a socket we hold open, reading `name.len()` bytes of `name`.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_ptr().cast(),
-            name.len() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "TCP_CONGESTION: {}", std::io::Error::last_os_error());
-}
 
-/// Return the kernel socket's `TCP_INFO`.
-#[allow(unsafe_code)]
-fn tcp_info(socket: &impl AsRawFd) -> libc::tcp_info {
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: as in `tcpi_options`.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    assert_eq!(rc, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
-    info
-}
 
 #[test]
 fn ce_marks_on_our_data_draw_the_kernels_ece_and_we_reduce_once_per_window() {

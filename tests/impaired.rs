@@ -325,25 +325,9 @@ fn server_congestion_control() -> String {
 
 /// Make `socket` use [`congestion_control`] (`setsockopt(TCP_CONGESTION)`, before any data).
 fn set_congestion_control(socket: &impl AsRawFd) {
-    set_congestion_control_to(socket, &congestion_control());
+    common::set_congestion_control(socket, &congestion_control());
 }
 
-/// Make `socket` use `cc` (`setsockopt(TCP_CONGESTION)`, before any data).
-#[allow(unsafe_code)]
-fn set_congestion_control_to(socket: &impl AsRawFd, cc: &str) {
-    // SAFETY: setsockopt reads `cc.len()` bytes from a live string; the descriptor is open for
-    // the borrow of `socket`.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            cc.as_ptr().cast(),
-            cc.len() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "setsockopt(TCP_CONGESTION, {cc}): {}", std::io::Error::last_os_error());
-}
 
 /// Echo `len()` bytes each way between the kernel client and our stack on `backend`,
 /// impaired by `impairment` in both directions; judge and print the figures.
@@ -605,7 +589,7 @@ fn bridge(mut near: Impaired<XdpDevice>, mut far: XdpDevice, stop: &AtomicBool) 
 /// A kernel echo server for one connection on `listener`: echo until EOF, then close.
 fn kernel_echo(listener: TcpListener) -> Result<usize, String> {
     let (mut conn, _) = listener.accept().map_err(|e| format!("accept: {e}"))?;
-    set_congestion_control_to(&conn, &server_congestion_control());
+    common::set_congestion_control(&conn, &server_congestion_control());
     conn.set_read_timeout(Some(DEADLINE)).unwrap();
     conn.set_write_timeout(Some(DEADLINE)).unwrap();
     let mut buf = vec![0u8; 256 << 10];

@@ -219,26 +219,6 @@ fn send_ours(
 /// `TCP_INFINITE_SSTHRESH` (include/net/tcp.h): slow start has not ended.
 const TCP_INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 
-/// Return the kernel socket's `TCP_INFO` (Linux's `tcp_get_info`).
-#[allow(unsafe_code)]
-fn tcp_info(socket: &impl AsRawFd) -> libc::tcp_info {
-    // SAFETY: `tcp_info` is plain integers, for which all zeroes is a valid value.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: getsockopt(2) on a socket we hold open, into a `tcp_info` we own, with its
-    // size; the kernel writes at most `len` bytes. The result is checked.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    assert_eq!(rc, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
-    info
-}
 
 fn micros(us: u32) -> Duration {
     Duration::from_micros(u64::from(us))
@@ -258,7 +238,7 @@ fn send_linux<T>(
         let poller = s.spawn(|| {
             let (mut polls, mut exit) = (SrttPolls::default(), None);
             while !done.load(Ordering::Relaxed) {
-                let info = tcp_info(stream);
+                let info = common::tcp_info(stream);
                 if info.tcpi_rtt > 0 {
                     polls.add(micros(info.tcpi_rtt));
                 }
@@ -275,31 +255,10 @@ fn send_linux<T>(
         let received = receiver.join().expect("the receiver in B");
         done.store(true, Ordering::Relaxed);
         let (polls, exit) = poller.join().expect("the TCP_INFO poller");
-        (tcp_info(stream), polls, exit, received)
+        (common::tcp_info(stream), polls, exit, received)
     })
 }
 
-/// Give the kernel socket `algorithm` (`TCP_CONGESTION`). A namespace other than the first
-/// may not make a restricted algorithm its default (`tcp_set_default_congestion_control`:
-/// EPERM unless it is in `net.ipv4.tcp_allowed_congestion_control`, which here lists only
-/// reno and bbr), but a socket of a process with CAP_NET_ADMIN may take one
-/// (`tcp_set_congestion_control`). Called before any data is sent: the controller starts
-/// afresh (`tcp_reinit_congestion_control`) with ssthresh still infinite.
-#[allow(unsafe_code)]
-fn set_congestion_control(socket: &impl AsRawFd, algorithm: &str) {
-    // SAFETY: setsockopt(2) on a socket we hold open, reading `algorithm.len()` bytes of a
-    // live string. The result is checked.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            algorithm.as_ptr().cast(),
-            algorithm.len() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "TCP_CONGESTION {algorithm}: {}", std::io::Error::last_os_error());
-}
 
 /// Return the kernel socket's congestion control (`TCP_CONGESTION`).
 #[allow(unsafe_code)]
@@ -409,7 +368,7 @@ fn our_slow_start_against_linux_through_a_tbf_bottleneck() {
     let stream = lab
         .in_k(|| TcpStream::connect_timeout(&server, Duration::from_secs(5)))
         .unwrap_or_else(|e| panic!("connect from A' to {server}: {e}"));
-    set_congestion_control(&stream, "cubic");
+    common::set_congestion_control(&stream, "cubic");
     let linux_cc = congestion_control_of(&stream);
     assert_eq!(linux_cc, "cubic");
     let (info, polls, exit, (got, elapsed)) = std::thread::scope(|s| {

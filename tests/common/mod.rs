@@ -836,6 +836,49 @@ pub fn abort(stream: TcpStream) {
     drop(stream);
 }
 
+/// Give the kernel socket `algorithm` (`setsockopt(TCP_CONGESTION)`), before any data: the
+/// controller then starts afresh (`tcp_reinit_congestion_control`) with ssthresh still
+/// infinite. A namespace other than the first may not make a restricted algorithm its
+/// default (`tcp_set_default_congestion_control`: EPERM unless it is in
+/// `net.ipv4.tcp_allowed_congestion_control`), but a socket of a process with CAP_NET_ADMIN
+/// may take any the kernel has (`tcp_set_congestion_control`).
+#[allow(unsafe_code)]
+pub fn set_congestion_control(socket: &impl std::os::fd::AsRawFd, algorithm: &str) {
+    // SAFETY: setsockopt(2) on a socket held open for the borrow, reading `algorithm.len()`
+    // bytes of a live string. The result is checked.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            algorithm.as_ptr().cast(),
+            algorithm.len() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "setsockopt(TCP_CONGESTION, {algorithm}): {}", io::Error::last_os_error());
+}
+
+/// Return the kernel socket's `TCP_INFO` (Linux's `tcp_get_info`, what `ss -ti` shows).
+#[allow(unsafe_code)]
+pub fn tcp_info(socket: &impl std::os::fd::AsRawFd) -> libc::tcp_info {
+    // SAFETY: `tcp_info` is plain integers, for which all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt(2) on a socket held open for the borrow, into a `tcp_info` we own,
+    // with its size; the kernel writes at most `len` bytes. The result is checked.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "TCP_INFO: {}", io::Error::last_os_error());
+    info
+}
+
 // ---------------------------------------------------------------------------------------------
 // Hand-made frames, injected from the peer side
 // ---------------------------------------------------------------------------------------------
