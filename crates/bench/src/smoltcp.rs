@@ -1021,19 +1021,21 @@ mod tests {
     /// The smoltcp client's connection-rate run keeps a small pool of sockets however many
     /// connections it makes (smoltcp scans the whole set for every segment and every poll,
     /// so one socket per connection held through TIME-WAIT slowed the run down as it went),
-    /// yet no port comes back within smoltcp's TIME-WAIT: each connection's port is held.
+    /// yet no port comes back within smoltcp's TIME-WAIT: each connection's port is held. And
+    /// no socket is reused before its ACK of the server's FIN has gone out: each connection
+    /// costs the client at least its five segments (SYN, ACK, request, FIN, that last ACK).
     #[test]
     fn smoltcp_client_reuses_its_sockets_but_not_their_ports() {
         use std::collections::HashSet;
 
         let plan = memory_plan(Workload::Connect);
         let interrupted = AtomicBool::new(false);
-        let (server, (result, sockets, held)) = run(Workload::Connect, |device, shared| {
+        let (server, (result, sockets, held, sent)) = run(Workload::Connect, |device, shared| {
             let mut client = Client::new(device, CLIENT_IP, 24, SocketAddrV4::new(SERVER_IP, PORT)).expect("client");
             let result = super::super::client::run(&mut client, &plan, shared, &interrupted);
             let held: HashSet<u16> = client.time_wait.iter().map(|&(_, port)| port).collect();
             assert_eq!(held.len(), client.time_wait.len(), "a port came back within TIME-WAIT");
-            (result, client.sockets.iter().count(), held.len())
+            (result, client.sockets.iter().count(), held.len(), client.adapter.device.tx_stats().sent)
         });
         server.expect("the server returns Ok after stop");
         let result = result.expect("the connection-rate run");
@@ -1041,6 +1043,8 @@ mod tests {
         assert!(result.units >= 20, "only {} connections measured", result.units);
         assert!(sockets <= 8, "{sockets} sockets held for {} connections", result.units);
         assert!(held as u64 + 8 >= result.units, "{held} ports held in TIME-WAIT for {} connections", result.units);
+        // `held` counts every connection reused out of TIME-WAIT, the warm-up's included.
+        assert!(sent >= 5 * held as u64, "{sent} frames sent for {held} connections: a last ACK went missing");
     }
 
     /// Every workload against the kernel's client, smoltcp on our AF_XDP device in a
