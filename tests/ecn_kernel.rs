@@ -8,7 +8,9 @@
 //!
 //! And CE marks reaching our TCP: a tc BPF program on the kernel's side of the link
 //! (`tests/bpf/ce_mark.ll`, built with `llc`) marks CE on about one ECT packet in 16 of a
-//! kernel client's upload; our server echoes ECE and the kernel (Reno) answers it.
+//! kernel client's upload; our server echoes ECE and the kernel (Reno) answers it. And the
+//! same across a routed path: router R1 of a `RoutedLab` marks what it forwards to our
+//! server from a kernel client two routers away.
 
 mod common;
 
@@ -137,8 +139,13 @@ fn send_all(iface: &str, ip: Ipv4Addr, server: SocketAddr, message: &[u8], poll:
 /// connection on `port`, read it to the end polling every `poll`, close it; return its
 /// statistics and the bytes read.
 fn serve_one(iface: &str, ip: Ipv4Addr, port: u16, poll: Duration) -> (Stats, usize) {
+    serve_one_via(iface, ip, None, port, poll)
+}
+
+/// [`serve_one`], with `gateway` as the stack's IPv4 gateway (clients beyond the subnet).
+fn serve_one_via(iface: &str, ip: Ipv4Addr, gateway: Option<Ipv4Addr>, port: u16, poll: Duration) -> (Stats, usize) {
     let device = PacketDevice::open(iface).expect("open AF_PACKET");
-    let mut stack = Stack::new(device, config(ip, Ecn::Accept));
+    let mut stack = Stack::new(device, StackConfig { gateway, ..config(ip, Ecn::Accept) });
     let listener = stack.listen(port).expect("listen");
     let deadline = Instant::now() + DEADLINE;
     let id = loop {
@@ -208,15 +215,20 @@ fn a_kernel_client_negotiates_ecn_with_our_server() {
 /// Mark CE on about one ECT packet in 16 crossing the kernel's end of the link in
 /// `direction` (`egress`: the kernel's packets to us; `ingress`: ours to the kernel).
 fn attach_ce_marker(lab: &Lab, direction: &str) {
-    let dir = std::env::temp_dir().join(format!("bypass-ecn-ce-{}-{direction}", std::process::id()));
+    attach_ce_marker_with(|| lab.peer_cmd("tc"), &lab.peer_if, direction);
+}
+
+/// Mark CE on about one ECT packet in 16 crossing `iface` in `direction`, with `tc` run by
+/// `tc` (in the interface's namespace).
+fn attach_ce_marker_with(tc: impl Fn() -> std::process::Command, iface: &str, direction: &str) {
+    let dir = std::env::temp_dir().join(format!("bypass-ecn-ce-{}-{iface}-{direction}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let obj = build_ce_marker(&dir);
-    let peer_if = lab.peer_if.clone();
     for args in [
-        vec!["qdisc", "add", "dev", &peer_if, "clsact"],
-        vec!["filter", "add", "dev", &peer_if, direction, "bpf", "da", "obj", obj.to_str().unwrap(), "sec", "tc"],
+        vec!["qdisc", "add", "dev", iface, "clsact"],
+        vec!["filter", "add", "dev", iface, direction, "bpf", "da", "obj", obj.to_str().unwrap(), "sec", "tc"],
     ] {
-        let out = lab.peer_cmd("tc").args(&args).output().expect("run tc");
+        let out = tc().args(&args).output().expect("run tc");
         assert!(out.status.success(), "tc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -280,8 +292,6 @@ fn ce_marks_from_the_path_reach_our_tcp_and_the_kernel_sender_answers_the_echo()
     assert!(ssthresh < 0x7fff_ffff, "the kernel never reduced (ssthresh {ssthresh})");
 }
 
-
-
 #[test]
 fn ce_marks_on_our_data_draw_the_kernels_ece_and_we_reduce_once_per_window() {
     let test = "ecn_ece";
@@ -335,4 +345,52 @@ fn ce_marks_on_our_data_draw_the_kernels_ece_and_we_reduce_once_per_window() {
     assert!(ours.ecn);
     assert!(ours.ece_reductions > 0, "the kernel's ECE never reduced our window");
     assert_eq!(ours.retransmits, 0, "an ECN reduction resends nothing");
+}
+
+#[test]
+fn ce_marks_from_a_router_namespace_reach_our_tcp() {
+    // The path of a real network: our server in A behind router R1, a kernel client in B
+    // two routers away, and R1 marking CE (about one ECT packet in 16) on what it forwards
+    // to A, as an AQM router would instead of dropping.
+    use bypass_lab::testlab::RoutedLab;
+    let test = "ecn_router";
+    if !lab_available(test) {
+        return;
+    }
+    common::init_log();
+    let lab = RoutedLab::create(test).expect("create the routed lab");
+    let status = lab.b_cmd("sysctl").args(["-q", "-w", "net.ipv4.tcp_ecn=1"]).status().expect("run sysctl");
+    assert!(status.success(), "sysctl net.ipv4.tcp_ecn=1 in B: {status}");
+    attach_ce_marker_with(|| lab.r1_cmd("tc"), &lab.r1_a_if, "egress");
+    const BULK: usize = 4 << 20;
+    const PORT: u16 = 7010;
+    let addr: SocketAddr = SocketAddrV4::new(lab.a_ip, PORT).into();
+    let (iface, ip, gateway) = (lab.a_if.clone(), lab.a_ip, lab.r1_ip);
+    let lab_ref = &lab;
+    let ((stats, received), (retrans, ssthresh)) = std::thread::scope(|s| {
+        let server =
+            s.spawn(move || lab_ref.in_a(|| serve_one_via(&iface, ip, Some(gateway), PORT, Duration::from_millis(1))));
+        std::thread::sleep(Duration::from_millis(100));
+        lab.in_b(|| {
+            let mut conn = std::net::TcpStream::connect_timeout(&addr, DEADLINE).expect("B connects to A");
+            // Reno reduces on ECE (BBR, this kernel's default here, does not use it).
+            common::set_congestion_control(&conn, "reno");
+            conn.set_write_timeout(Some(DEADLINE)).unwrap();
+            conn.write_all(&common::data(0xec7, BULK)).expect("kernel client write");
+            let info = common::tcp_info(&conn);
+            conn.shutdown(std::net::Shutdown::Write).unwrap();
+            let _ = common::read_to_eof(&conn, DEADLINE);
+            let server = server.join().expect("our server thread");
+            (server, (info.tcpi_total_retrans, info.tcpi_snd_ssthresh))
+        })
+    });
+    eprintln!(
+        "4 MiB from B through R2 and R1, R1 marking ~1/16 ECT packets CE towards A: we received {received} \
+         bytes, {} CE, ECN {}; the kernel sender's ssthresh {ssthresh}, {retrans} retransmissions",
+        stats.ce_received, stats.ecn
+    );
+    assert_eq!(received, BULK);
+    assert!(stats.ecn, "ECN negotiated across the routers");
+    assert!(stats.ce_received > 0, "no CE mark from R1 reached our TCP");
+    assert!(ssthresh < 0x7fff_ffff, "the kernel sender never reduced for our echo (ssthresh {ssthresh})");
 }
