@@ -146,6 +146,76 @@
 //!
 //! Every packet load is preceded by a comparison of its end against `data_end`: the verifier
 //! refuses the program otherwise.
+//!
+//! # The SYN shield
+//!
+//! With a [`SynShield`], the lines that redirect a frame to one of our unicast addresses
+//! (20 and 32 above) jump to a test instead, and bare TCP SYNs (SYN set, ACK clear) go
+//! through a token bucket per receive queue first; every other frame goes on to `redirect`
+//! as before. The bucket is the first `u64` of the queue's value in the shield's array map:
+//! the theoretical arrival time `tat` of the next SYN (the generic cell rate algorithm,
+//! ITU-T I.371), which [`SynShield::admit`] mirrors. `COST` is `10^9 / rate` nanoseconds,
+//! `LIMIT` is `(burst - 1) * COST`.
+//!
+//! ```text
+//!         ; ipv4_ours: [if we own IPv4]
+//!         r4 = *(u8 *)(r2 + 23)      ; protocol
+//!         if w4 != 6 goto redirect   ; not TCP
+//!         r4 = *(u16 *)(r2 + 20)     ; flags and fragment offset
+//!         r4 &= 0x1fff               ; (in wire order)
+//!         if w4 != 0 goto redirect   ; a later fragment: no TCP header
+//!         r4 = *(u8 *)(r2 + 14)      ; version and header length
+//!         r4 &= 0x0f
+//!         r4 <<= 2                   ; header length in bytes, 0-60
+//!         r5 = r2
+//!         r5 += r4                   ; r5 + 14: the TCP header
+//!         r4 = r5
+//!         r4 += 28
+//!         if r4 > r3 goto redirect   ; too short for the flags: the stack decides
+//!         r4 = *(u8 *)(r5 + 27)      ; TCP flags
+//!         r4 &= 0x12
+//!         if w4 == 0x02 goto syn     ; SYN without ACK
+//!         goto redirect
+//!         ; ipv6_ours: [if we own IPv6]
+//!         r4 = *(u8 *)(r2 + 20)      ; next header
+//!         if w4 != 6 goto redirect   ; not TCP right after the fixed header
+//!         r4 = r2
+//!         r4 += 68
+//!         if r4 > r3 goto redirect
+//!         r4 = *(u8 *)(r2 + 67)      ; TCP flags
+//!         r4 &= 0x12
+//!         if w4 != 0x02 goto redirect
+//!         ; syn:
+//!         call bpf_ktime_get_ns      ; helper 5
+//!         r7 = r0                    ; now
+//!         *(u32 *)(r10 - 4) = w6     ; key: the receiving queue
+//!         r1 = map_fd(shield)
+//!         r2 = r10
+//!         r2 += -4
+//!         call bpf_map_lookup_elem   ; helper 1
+//!         if r0 == 0 goto redirect   ; a queue beyond the map: not shielded
+//!         r8 = *(u64 *)(r0 + 0)      ; tat
+//!         if r8 > r7 goto ahead
+//!         r8 = r7                    ; tat = max(tat, now)
+//!         ; ahead:
+//!         r9 = r8
+//!         r9 -= r7                   ; how far the schedule runs ahead of the clock
+//!         r1 = LIMIT                 ; 16-byte immediate load
+//!         if r9 > r1 goto shed
+//!         r8 += COST
+//!         *(u64 *)(r0 + 0) = r8
+//!         goto redirect
+//!         ; shed:
+//!         r1 = 1
+//!         lock *(u64 *)(r0 + 8) += r1 ; the count of SYNs shed
+//!         r0 = XDP_DROP
+//!         exit
+//! ```
+//!
+//! The schedule's read and write are not atomic: two CPUs running the program for one queue
+//! at once may both take the last token, so the shield errs towards letting a SYN through.
+//! A SYN behind IPv6 extension headers, or an IPv4 one too short to show its flags, is not
+//! tested: it reaches the stack, which drops or answers it as any other segment.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -629,7 +699,7 @@ fn jump_if_ipv6(a: &mut Asm, addrs: &[Ipv6Addr], target: Label) {
 /// `fallback` is the action `bpf_redirect_map` returns when no socket is bound on the queue:
 /// [`XDP_PASS`] in production; tests use [`XDP_DROP`] to tell "redirect" from "pass".
 ///
-/// With `shield`, the SYN shield's settings and its map (one [`sys::SHIELD_VALUE_SIZE`]-byte
+/// With `shield`, the SYN shield's settings and its map (one 16-byte
 /// value per queue: the bucket's schedule, then the count of SYNs shed), bare TCP SYNs to our
 /// addresses go through the bucket first (see the module docs).
 pub fn steering_program(
