@@ -1590,12 +1590,12 @@ mod tests {
         if !bypass_lab::testlab::lab_available("kernel_refills_the_bucket_at_the_rate") {
             return;
         }
-        let shield = SynShield { rate: 20, burst: 1 }; // one SYN every 50 ms
+        let shield = SynShield { rate: 4, burst: 1 }; // one SYN every 250 ms
         let (prog, map, _xsks) = load_shielded(&[US4.into()], shield);
         let syn = tcp4(US4.octets(), SYN, 0);
         assert_eq!(verdict(&prog, &syn), XDP_TX, "the first SYN");
         assert_eq!(verdict(&prog, &syn), XDP_DROP, "a second SYN at once");
-        std::thread::sleep(std::time::Duration::from_millis(60));
+        std::thread::sleep(std::time::Duration::from_millis(300));
         assert_eq!(verdict(&prog, &syn), XDP_TX, "a SYN one refill later");
         assert_eq!(shed(&map), 1);
     }
