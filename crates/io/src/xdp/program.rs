@@ -1618,6 +1618,52 @@ mod tests {
         assert_eq!(SynShield::new(5).burst, 1);
     }
 
+    /// The shield changes only where frames to our unicast addresses go: the listing's lines
+    /// up to the redirect are the same, but for the jumps of lines 20 and 32.
+    #[test]
+    fn the_shield_leaves_the_rest_of_the_listing_alone() {
+        let file = std::fs::File::open("/dev/null").unwrap();
+        let addrs = [US4.into(), US6.into()];
+        let plain = steering_program(&addrs, file.as_fd(), None, XDP_PASS).unwrap();
+        let shield = SynShield { rate: 1000, burst: 10 };
+        let shielded = steering_program(&addrs, file.as_fd(), Some((shield, file.as_fd())), XDP_PASS).unwrap();
+        let calls = |insns: &[BpfInsn]| {
+            insns.iter().filter(|i| i.code == op::JMP | op::CALL).map(|i| i.imm).collect::<Vec<_>>()
+        };
+        assert_eq!(calls(&plain), [BPF_FUNC_REDIRECT_MAP]);
+        assert_eq!(calls(&shielded), [BPF_FUNC_KTIME_GET_NS, BPF_FUNC_MAP_LOOKUP_ELEM, BPF_FUNC_REDIRECT_MAP]);
+        let target = |insns: &[BpfInsn], at: usize| (at as isize + 1 + insns[at].off as isize) as usize;
+        for at in 0..63 {
+            if at == 20 || at == 32 {
+                // Our unicast addresses: to the SYN tests, placed before the redirect.
+                let first = shielded[target(&shielded, at)];
+                let want = if at == 20 { at::IPV4_PROTOCOL } else { at::IPV6_NEXT_HEADER };
+                assert_eq!((first.code, first.off), (op::LDX | op::MEM | op::B, want), "line {at}");
+                continue;
+            }
+            let (p, s) = (plain[at], shielded[at]);
+            assert_eq!((p.code, p.regs, p.imm), (s.code, s.regs, s.imm), "line {at}");
+            let (pass, redirect) = (plain.len() - 2, plain.len() - 8);
+            let is_jump = p.code & 0x07 == op::JMP || p.code & 0x07 == op::JMP32;
+            if is_jump && p.code != op::JMP | op::EXIT {
+                let (tp, ts) = (target(&plain, at), target(&shielded, at));
+                let same = if tp == pass {
+                    ts == shielded.len() - 2
+                } else if tp == redirect {
+                    ts == shielded.len() - 8
+                } else {
+                    ts == tp
+                };
+                assert!(same, "line {at}: jumps to {ts}, not as the plain program's {tp}");
+            }
+        }
+        // The shield's block ends by returning XDP_DROP.
+        let exits: Vec<usize> = (0..shielded.len()).filter(|&i| shielded[i].code == op::JMP | op::EXIT).collect();
+        assert_eq!(exits.len(), 3);
+        let drop = shielded[exits[0] - 1];
+        assert_eq!((drop.code, drop.imm), (op::ALU64 | op::MOV | op::K, XDP_DROP as i32));
+    }
+
     #[test]
     fn shield_settings_are_checked() {
         let map = std::fs::File::open("/dev/null").unwrap();
