@@ -280,6 +280,8 @@ fn ce_marks_from_the_path_reach_our_tcp_and_the_kernel_sender_answers_the_echo()
     assert!(ssthresh < 0x7fff_ffff, "the kernel never reduced (ssthresh {ssthresh})");
 }
 
+
+
 #[test]
 fn ce_marks_on_our_data_draw_the_kernels_ece_and_we_reduce_once_per_window() {
     let test = "ecn_ece";

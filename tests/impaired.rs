@@ -328,6 +328,7 @@ fn set_congestion_control(socket: &impl AsRawFd) {
     common::set_congestion_control(socket, &congestion_control());
 }
 
+
 /// Echo `len()` bytes each way between the kernel client and our stack on `backend`,
 /// impaired by `impairment` in both directions; judge and print the figures.
 fn echo_through(test: &str, backend: Backend, impairment: Impairment) {

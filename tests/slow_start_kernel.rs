@@ -219,6 +219,7 @@ fn send_ours(
 /// `TCP_INFINITE_SSTHRESH` (include/net/tcp.h): slow start has not ended.
 const TCP_INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 
+
 fn micros(us: u32) -> Duration {
     Duration::from_micros(u64::from(us))
 }
@@ -257,6 +258,7 @@ fn send_linux<T>(
         (common::tcp_info(stream), polls, exit, received)
     })
 }
+
 
 /// Return the kernel socket's congestion control (`TCP_CONGESTION`).
 #[allow(unsafe_code)]
