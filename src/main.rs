@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bypass_bench::EchoServer;
 use bypass_device::{Device, PcapNgCapture};
-use bypass_io::xdp::{XdpConfig, XdpDevice, XdpError, XdpMode};
+use bypass_io::xdp::{SynShield, XdpConfig, XdpDevice, XdpError, XdpMode};
 use bypass_io::{PacketConfig, PacketDevice, netdev};
 use bypass_lab::testlab::{Lab, LabConfig};
 use bypass_stack::{Stack, StackConfig};
@@ -246,6 +246,17 @@ struct EchoArgs {
     /// FILE, FILE.q1, ...), for Wireshark.
     #[arg(long)]
     pcap: Option<std::path::PathBuf>,
+    /// Shed SYNs beyond this many per second per queue in the XDP program, before they
+    /// take a receive frame (AF_XDP only; `device.syn_shed` counts them). Off (0) by
+    /// default: every SYN reaches the stack, whose SYN cookies answer a flood without
+    /// state. Set it to what one queue should answer at most, well above the connection
+    /// bursts you expect (e.g. 50000), to keep frames for established connections.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1_000_000_000))]
+    syn_rate: u32,
+    /// SYNs a queue lets through at once after a quiet spell (with --syn-rate; default a
+    /// tenth of a second's worth of the rate).
+    #[arg(long, value_name = "N", requires = "syn_rate", value_parser = clap::value_parser!(u32).range(1..))]
+    syn_burst: Option<u32>,
 }
 
 #[derive(clap::Args)]
@@ -391,6 +402,9 @@ fn echo(args: EchoArgs) -> Result<(), String> {
     if args.queues > 1 && args.backend == Backend::Packet {
         return Err("--queues needs the xdp backend (AF_PACKET runs one shard)".into());
     }
+    if args.syn_rate > 0 && args.backend == Backend::Packet {
+        return Err("--syn-rate needs the xdp backend (the shield runs in its XDP program)".into());
+    }
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -437,6 +451,10 @@ fn echo(args: EchoArgs) -> Result<(), String> {
             xdp.fill_size = args.rx_ring;
             xdp.rx_size = args.rx_ring;
             xdp.frame_count = xdp.frame_count.max(2 * args.rx_ring);
+            xdp.syn_shield = (args.syn_rate > 0).then(|| {
+                let shield = SynShield::new(args.syn_rate);
+                SynShield { burst: args.syn_burst.unwrap_or(shield.burst), ..shield }
+            });
             let queues: Vec<u32> = (0..args.queues).collect();
             let devices = XdpDevice::open_queues(xdp, &queues).map_err(|e| xdp_error(e, &args.stack.iface))?;
             for d in &devices {

@@ -43,7 +43,7 @@ use bypass_device::{Device, DeviceInfo};
 use crate::ifreq;
 
 pub use error::XdpError;
-pub use program::{AttachMode, MAX_ADDRS_PER_FAMILY, XdpProgram};
+pub use program::{AttachMode, MAX_ADDRS_PER_FAMILY, SynShield, XdpProgram};
 pub use socket::XskSocket;
 pub use sys::{RxTaken, TxChecksum, XdpStatistics};
 pub use umem::{Frame, Span, SpanLayout, Umem};
@@ -125,6 +125,10 @@ pub struct XdpConfig {
     /// its socket buffer, so the spans in flight follow the peer's receive queue; while all
     /// are, packets are copied into frames as below the threshold. 0: no spans.
     pub tx_spans: u32,
+    /// The SYN shield in the XDP program: bare SYNs to our addresses beyond a token bucket
+    /// per queue are dropped before they take a UMEM frame, and counted as the device
+    /// counter `syn_shed` (see [`SynShield`]). `None` (the default) lets every SYN through.
+    pub syn_shield: Option<SynShield>,
 }
 
 impl XdpConfig {
@@ -148,6 +152,7 @@ impl XdpConfig {
             busy_poll: false,
             tx_checksum_offload: false,
             tx_spans: 64,
+            syn_shield: None,
         }
     }
 
@@ -159,6 +164,9 @@ impl XdpConfig {
 
     fn validate(&self) -> Result<(), XdpError> {
         program::check_addrs(&self.addrs)?;
+        if let Some(shield) = self.syn_shield {
+            shield.check()?;
+        }
         let bad = |msg: String| Err(XdpError::InvalidConfig(msg));
         for (name, n) in [
             ("fill_size", self.fill_size),
@@ -421,7 +429,8 @@ impl XdpDevice {
             log::debug!("setrlimit(RLIMIT_MEMLOCK) failed ({e}); continuing");
         }
 
-        let program = Arc::new(XdpProgram::attach(iface, ifindex, &config.addrs, config.mode, max_queue + 1)?);
+        let program =
+            Arc::new(XdpProgram::attach(iface, ifindex, &config.addrs, config.mode, max_queue + 1, config.syn_shield)?);
         let want_zero_copy = match config.zero_copy {
             ZeroCopy::Off => false,
             ZeroCopy::Required => true,
@@ -731,6 +740,9 @@ impl Device for XdpDevice {
             ("tx_checksum_offloaded", c.tx_checksum_offloaded),
             ("tx_in_place", c.tx_in_place),
         ]);
+        if let Some(shed) = self.program.syn_shed(self.socket.queue()) {
+            counters.push(("syn_shed", shed));
+        }
         counters
     }
 }

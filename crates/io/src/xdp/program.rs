@@ -146,6 +146,76 @@
 //!
 //! Every packet load is preceded by a comparison of its end against `data_end`: the verifier
 //! refuses the program otherwise.
+//!
+//! # The SYN shield
+//!
+//! With a [`SynShield`], the lines that redirect a frame to one of our unicast addresses
+//! (20 and 32 above) jump to a test instead, and bare TCP SYNs (SYN set, ACK clear) go
+//! through a token bucket per receive queue first; every other frame goes on to `redirect`
+//! as before. The bucket is the first `u64` of the queue's value in the shield's array map:
+//! the theoretical arrival time `tat` of the next SYN (the generic cell rate algorithm,
+//! ITU-T I.371), which [`SynShield::admit`] mirrors. `COST` is `10^9 / rate` nanoseconds,
+//! `LIMIT` is `(burst - 1) * COST`.
+//!
+//! ```text
+//!         ; ipv4_ours: [if we own IPv4]
+//!         r4 = *(u8 *)(r2 + 23)      ; protocol
+//!         if w4 != 6 goto redirect   ; not TCP
+//!         r4 = *(u16 *)(r2 + 20)     ; flags and fragment offset
+//!         r4 &= 0x1fff               ; (in wire order)
+//!         if w4 != 0 goto redirect   ; a later fragment: no TCP header
+//!         r4 = *(u8 *)(r2 + 14)      ; version and header length
+//!         r4 &= 0x0f
+//!         r4 <<= 2                   ; header length in bytes, 0-60
+//!         r5 = r2
+//!         r5 += r4                   ; r5 + 14: the TCP header
+//!         r4 = r5
+//!         r4 += 28
+//!         if r4 > r3 goto redirect   ; too short for the flags: the stack decides
+//!         r4 = *(u8 *)(r5 + 27)      ; TCP flags
+//!         r4 &= 0x12
+//!         if w4 == 0x02 goto syn     ; SYN without ACK
+//!         goto redirect
+//!         ; ipv6_ours: [if we own IPv6]
+//!         r4 = *(u8 *)(r2 + 20)      ; next header
+//!         if w4 != 6 goto redirect   ; not TCP right after the fixed header
+//!         r4 = r2
+//!         r4 += 68
+//!         if r4 > r3 goto redirect
+//!         r4 = *(u8 *)(r2 + 67)      ; TCP flags
+//!         r4 &= 0x12
+//!         if w4 != 0x02 goto redirect
+//!         ; syn:
+//!         call bpf_ktime_get_ns      ; helper 5
+//!         r7 = r0                    ; now
+//!         *(u32 *)(r10 - 4) = w6     ; key: the receiving queue
+//!         r1 = map_fd(shield)
+//!         r2 = r10
+//!         r2 += -4
+//!         call bpf_map_lookup_elem   ; helper 1
+//!         if r0 == 0 goto redirect   ; a queue beyond the map: not shielded
+//!         r8 = *(u64 *)(r0 + 0)      ; tat
+//!         if r8 > r7 goto ahead
+//!         r8 = r7                    ; tat = max(tat, now)
+//!         ; ahead:
+//!         r9 = r8
+//!         r9 -= r7                   ; how far the schedule runs ahead of the clock
+//!         r1 = LIMIT                 ; 16-byte immediate load
+//!         if r9 > r1 goto shed
+//!         r8 += COST
+//!         *(u64 *)(r0 + 0) = r8
+//!         goto redirect
+//!         ; shed:
+//!         r1 = 1
+//!         lock *(u64 *)(r0 + 8) += r1 ; the count of SYNs shed
+//!         r0 = XDP_DROP
+//!         exit
+//! ```
+//!
+//! The schedule's read and write are not atomic: two CPUs running the program for one queue
+//! at once may both take the last token, so the shield errs towards letting a SYN through.
+//! A SYN behind IPv6 extension headers, or an IPv4 one too short to show its flags, is not
+//! tested: it reaches the stack, which drops or answers it as any other segment.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -162,7 +232,9 @@ pub const XDP_PASS: u32 = 2;
 /// XDP action: the frame was redirected (to an AF_XDP socket, here).
 pub const XDP_REDIRECT: u32 = 4;
 
-/// Helper function number of `bpf_redirect_map` (`enum bpf_func_id`).
+/// Helper function numbers (`enum bpf_func_id`).
+const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
+const BPF_FUNC_KTIME_GET_NS: i32 = 5;
 const BPF_FUNC_REDIRECT_MAP: i32 = 51;
 
 /// Offsets of the fields of `struct xdp_md`, the program's context.
@@ -176,6 +248,7 @@ mod op {
     // Instruction classes (low three bits).
     pub const LD: u8 = 0x00;
     pub const LDX: u8 = 0x01;
+    pub const STX: u8 = 0x03;
     pub const JMP: u8 = 0x05;
     pub const JMP32: u8 = 0x06;
     pub const ALU64: u8 = 0x07;
@@ -187,8 +260,12 @@ mod op {
     // Load modes.
     pub const IMM: u8 = 0x00;
     pub const MEM: u8 = 0x60;
+    pub const ATOMIC: u8 = 0xc0;
     // ALU operations.
     pub const ADD: u8 = 0x00;
+    pub const SUB: u8 = 0x10;
+    pub const AND: u8 = 0x50;
+    pub const LSH: u8 = 0x60;
     pub const MOV: u8 = 0xb0;
     // Jump operations.
     pub const JA: u8 = 0x00;
@@ -242,6 +319,8 @@ pub enum Size {
     U16,
     /// 32 bits.
     U32,
+    /// 64 bits.
+    U64,
 }
 
 /// A jump condition.
@@ -310,8 +389,31 @@ impl Asm {
             Size::U8 => op::B,
             Size::U16 => op::H,
             Size::U32 => op::W,
+            Size::U64 => op::DW,
         };
         self.emit(op::LDX | op::MEM | size, dst, src, off, 0);
+    }
+
+    /// `*(size *)(dst + off) = src`
+    pub fn store(&mut self, size: Size, dst: Reg, off: i16, src: Reg) {
+        let size = match size {
+            Size::U8 => op::B,
+            Size::U16 => op::H,
+            Size::U32 => op::W,
+            Size::U64 => op::DW,
+        };
+        self.emit(op::STX | op::MEM | size, dst, src, off, 0);
+    }
+
+    /// `lock *(u64 *)(dst + off) += src` (an atomic add, `BPF_ATOMIC | BPF_ADD`)
+    pub fn atomic_add64(&mut self, dst: Reg, off: i16, src: Reg) {
+        self.emit(op::STX | op::ATOMIC | op::DW, dst, src, off, i32::from(op::ADD));
+    }
+
+    /// `dst = imm` (a two-slot 64-bit immediate load)
+    pub fn load_imm64(&mut self, dst: Reg, imm: u64) {
+        self.emit(op::LD | op::IMM | op::DW, dst, Reg::R0, 0, imm as u32 as i32);
+        self.emit(0, Reg::R0, Reg::R0, 0, (imm >> 32) as u32 as i32);
     }
 
     /// `dst = imm` (64-bit register, immediate sign-extended)
@@ -329,9 +431,34 @@ impl Asm {
         self.emit(op::ALU64 | op::ADD | op::K, dst, Reg::R0, 0, imm);
     }
 
+    /// `dst += src`
+    pub fn add(&mut self, dst: Reg, src: Reg) {
+        self.emit(op::ALU64 | op::ADD | op::X, dst, src, 0, 0);
+    }
+
+    /// `dst -= src`
+    pub fn sub(&mut self, dst: Reg, src: Reg) {
+        self.emit(op::ALU64 | op::SUB | op::X, dst, src, 0, 0);
+    }
+
+    /// `dst &= imm`
+    pub fn and_imm(&mut self, dst: Reg, imm: i32) {
+        self.emit(op::ALU64 | op::AND | op::K, dst, Reg::R0, 0, imm);
+    }
+
+    /// `dst <<= imm`
+    pub fn lsh_imm(&mut self, dst: Reg, imm: i32) {
+        self.emit(op::ALU64 | op::LSH | op::K, dst, Reg::R0, 0, imm);
+    }
+
     /// `if dst <cond> src goto target` (64-bit comparison)
     pub fn jump_reg(&mut self, cond: Cond, dst: Reg, src: Reg, target: Label) {
         self.emit_jump(op::JMP | cond.op() | op::X, dst, src, 0, target);
+    }
+
+    /// `if dst <cond> imm goto target` (64-bit comparison, immediate sign-extended)
+    pub fn jump_imm(&mut self, cond: Cond, dst: Reg, imm: i32, target: Label) {
+        self.emit_jump(op::JMP | cond.op() | op::K, dst, Reg::R0, imm, target);
     }
 
     /// `if wDST <cond> imm goto target` (32-bit comparison of the low halves)
@@ -456,6 +583,12 @@ mod at {
     pub const ICMPV6_TYPE: i16 = IPV6_END;
     pub const NS_TARGET: i16 = IPV6_END + 8;
     pub const NS_END: i16 = NS_TARGET + 16;
+    pub const IPV4_VERSION_IHL: i16 = 14;
+    pub const IPV4_FRAGMENT: i16 = 14 + 6;
+    pub const IPV4_PROTOCOL: i16 = 14 + 9;
+    /// The TCP flags byte, from the start of the TCP header.
+    pub const TCP_FLAGS: i16 = 13;
+    pub const IPV6_TCP_FLAGS: i16 = IPV6_END + TCP_FLAGS;
 }
 
 const ETHERTYPE_IPV4: u32 = wire16(0x0800);
@@ -465,6 +598,71 @@ const IPPROTO_ICMPV6: u32 = 58;
 const ICMPV6_ROUTER_ADVERT: u32 = 134;
 const ICMPV6_NEIGHBOUR_SOLICIT: u32 = 135;
 const ICMPV6_NEIGHBOUR_ADVERT: u32 = 136;
+const IPPROTO_TCP: u32 = 6;
+/// The IPv4 fragment offset (the low 13 bits of the flags-and-offset field).
+const IPV4_FRAGMENT_OFFSET: u32 = wire16(0x1fff);
+/// TCP's SYN and ACK flags in the flags byte (RFC 9293 3.1): a bare SYN has SYN without ACK.
+const TCP_SYN: u32 = 0x02;
+const TCP_SYN_ACK: i32 = 0x12;
+
+/// The SYN shield: a token bucket per receive queue, through which the XDP program lets the
+/// bare SYNs (SYN set, ACK clear) to our addresses pass. A SYN finding the bucket empty is
+/// dropped before it costs a UMEM frame and a copy, and counted (see [`XdpProgram::syn_shed`]).
+/// Every other frame is left alone, so established connections keep their place in the
+/// rings under a flood.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SynShield {
+    /// SYNs per second each queue lets through in the long run (1 to 1,000,000,000).
+    pub rate: u32,
+    /// SYNs a queue lets through at once after a quiet spell (at least 1).
+    pub burst: u32,
+}
+
+impl SynShield {
+    /// Return the shield for `rate` SYNs per second per queue, with a burst of a tenth of a
+    /// second's worth (at least 1).
+    pub fn new(rate: u32) -> SynShield {
+        SynShield { rate, burst: (rate / 10).max(1) }
+    }
+
+    /// Return nanoseconds of credit one SYN costs: the bucket refills one token every this often.
+    pub fn cost_ns(self) -> u64 {
+        1_000_000_000 / u64::from(self.rate.max(1))
+    }
+
+    /// Return the most nanoseconds a queue's schedule may run ahead of the clock and still let a
+    /// SYN through: `burst - 1` tokens' worth.
+    pub fn limit_ns(self) -> u64 {
+        u64::from(self.burst.max(1) - 1) * self.cost_ns()
+    }
+
+    pub(crate) fn check(self) -> Result<(), XdpError> {
+        if self.rate == 0 || self.rate > 1_000_000_000 {
+            return Err(XdpError::InvalidConfig(format!(
+                "the SYN shield's rate must be 1 to 1000000000 SYNs per second, not {}; leave the shield off to let every SYN through",
+                self.rate
+            )));
+        }
+        if self.burst == 0 {
+            return Err(XdpError::InvalidConfig("the SYN shield's burst must be at least 1 SYN".into()));
+        }
+        Ok(())
+    }
+
+    /// Mirror the program's bucket: at `now_ns`, with the queue's schedule at `*tat_ns`,
+    /// return whether a SYN passes, and advance the schedule if it does.
+    ///
+    /// The bucket is kept as the theoretical arrival time of the next SYN (the generic cell
+    /// rate algorithm, ITU-T I.371): one number per queue, no division on the data path.
+    pub fn admit(self, tat_ns: &mut u64, now_ns: u64) -> bool {
+        let tat = (*tat_ns).max(now_ns);
+        if tat - now_ns > self.limit_ns() {
+            return false;
+        }
+        *tat_ns = tat + self.cost_ns();
+        true
+    }
+}
 
 /// `if r2 + end > r3 goto pass`: the bounds check before loads below `end` (3 instructions).
 fn check_end(a: &mut Asm, end: i16, pass: Label) {
@@ -500,9 +698,21 @@ fn jump_if_ipv6(a: &mut Asm, addrs: &[Ipv6Addr], target: Label) {
 ///
 /// `fallback` is the action `bpf_redirect_map` returns when no socket is bound on the queue:
 /// [`XDP_PASS`] in production; tests use [`XDP_DROP`] to tell "redirect" from "pass".
-pub fn steering_program(addrs: &[IpAddr], xskmap: BorrowedFd<'_>, fallback: u32) -> Result<Vec<BpfInsn>, XdpError> {
+///
+/// With `shield`, the SYN shield's settings and its map (one 16-byte
+/// value per queue: the bucket's schedule, then the count of SYNs shed), bare TCP SYNs to our
+/// addresses go through the bucket first (see the module docs).
+pub fn steering_program(
+    addrs: &[IpAddr],
+    xskmap: BorrowedFd<'_>,
+    shield: Option<(SynShield, BorrowedFd<'_>)>,
+    fallback: u32,
+) -> Result<Vec<BpfInsn>, XdpError> {
     use Reg::*;
     let (v4, v6) = check_addrs(addrs)?;
+    if let Some((settings, _)) = shield {
+        settings.check()?;
+    }
     let mut groups = Vec::new();
     for group in v6.iter().map(solicited_node_word) {
         if !groups.contains(&group) {
@@ -513,6 +723,11 @@ pub fn steering_program(addrs: &[IpAddr], xskmap: BorrowedFd<'_>, fallback: u32)
     let mut a = Asm::new();
     let (ipv4, ipv6, solicited, ns, redirect, pass) =
         (a.label(), a.label(), a.label(), a.label(), a.label(), a.label());
+    // Where a frame to one of our unicast addresses goes: through the SYN test, with a shield.
+    let (ipv4_ours, ipv6_ours) = match shield {
+        Some(_) => (a.label(), a.label()),
+        None => (redirect, redirect),
+    };
 
     a.load(Size::U32, R6, R1, XDP_MD_RX_QUEUE_INDEX);
     a.load(Size::U32, R2, R1, XDP_MD_DATA);
@@ -542,7 +757,7 @@ pub fn steering_program(addrs: &[IpAddr], xskmap: BorrowedFd<'_>, fallback: u32)
         check_end(&mut a, at::IPV4_END, pass);
         a.load(Size::U32, R5, R2, at::IPV4_DST);
         for ip in &v4 {
-            a.jump32_imm(Cond::Eq, R5, u32::from_ne_bytes(ip.octets()), redirect);
+            a.jump32_imm(Cond::Eq, R5, u32::from_ne_bytes(ip.octets()), ipv4_ours);
         }
         a.goto(pass);
     }
@@ -551,7 +766,7 @@ pub fn steering_program(addrs: &[IpAddr], xskmap: BorrowedFd<'_>, fallback: u32)
         a.bind(ipv6);
         check_end(&mut a, at::IPV6_END, pass);
         load_ipv6(&mut a, at::IPV6_DST);
-        jump_if_ipv6(&mut a, &v6, redirect);
+        jump_if_ipv6(&mut a, &v6, ipv6_ours);
         // Multicast: only ICMPv6 straight after the fixed header, to ff02::1 or ff02::1:ffXX:XXXX.
         a.load(Size::U8, R4, R2, at::IPV6_NEXT_HEADER);
         a.jump32_imm(Cond::Ne, R4, IPPROTO_ICMPV6, pass);
@@ -581,6 +796,70 @@ pub fn steering_program(addrs: &[IpAddr], xskmap: BorrowedFd<'_>, fallback: u32)
         load_ipv6(&mut a, at::NS_TARGET);
         jump_if_ipv6(&mut a, &v6, redirect);
         a.goto(pass);
+    }
+
+    if let Some((settings, map)) = shield {
+        let (syn, shed) = (a.label(), a.label());
+        if !v4.is_empty() {
+            // ipv4_ours: a TCP segment, the first fragment, flags SYN without ACK?
+            a.bind(ipv4_ours);
+            a.load(Size::U8, R4, R2, at::IPV4_PROTOCOL);
+            a.jump32_imm(Cond::Ne, R4, IPPROTO_TCP, redirect);
+            a.load(Size::U16, R4, R2, at::IPV4_FRAGMENT);
+            a.and_imm(R4, IPV4_FRAGMENT_OFFSET as i32);
+            a.jump32_imm(Cond::Ne, R4, 0, redirect);
+            a.load(Size::U8, R4, R2, at::IPV4_VERSION_IHL);
+            a.and_imm(R4, 0x0f);
+            a.lsh_imm(R4, 2); // header length in bytes, at most 60
+            a.mov(R5, R2);
+            a.add(R5, R4); // r5 + 14: the TCP header
+            a.mov(R4, R5);
+            a.add_imm(R4, i32::from(at::ETH_END + at::TCP_FLAGS + 1));
+            a.jump_reg(Cond::Gt, R4, R3, redirect); // too short for TCP flags: the stack decides
+            a.load(Size::U8, R4, R5, at::ETH_END + at::TCP_FLAGS);
+            a.and_imm(R4, TCP_SYN_ACK);
+            a.jump32_imm(Cond::Eq, R4, TCP_SYN, syn);
+            a.goto(redirect);
+        }
+        if !v6.is_empty() {
+            // ipv6_ours: TCP right after the fixed header, flags SYN without ACK?
+            a.bind(ipv6_ours);
+            a.load(Size::U8, R4, R2, at::IPV6_NEXT_HEADER);
+            a.jump32_imm(Cond::Ne, R4, IPPROTO_TCP, redirect);
+            check_end(&mut a, at::IPV6_TCP_FLAGS + 1, redirect);
+            a.load(Size::U8, R4, R2, at::IPV6_TCP_FLAGS);
+            a.and_imm(R4, TCP_SYN_ACK);
+            a.jump32_imm(Cond::Ne, R4, TCP_SYN, redirect);
+        }
+
+        // syn: take a token from the queue's bucket, or shed the SYN.
+        a.bind(syn);
+        a.call(BPF_FUNC_KTIME_GET_NS);
+        a.mov(R7, R0); // now
+        a.store(Size::U32, R10, -4, R6); // key: the receiving queue
+        a.load_map_fd(R1, map);
+        a.mov(R2, R10);
+        a.add_imm(R2, -4);
+        a.call(BPF_FUNC_MAP_LOOKUP_ELEM);
+        a.jump_imm(Cond::Eq, R0, 0, redirect); // a queue beyond the map: not shielded
+        a.load(Size::U64, R8, R0, 0); // the theoretical arrival time of the next SYN
+        let ahead = a.label();
+        a.jump_reg(Cond::Gt, R8, R7, ahead);
+        a.mov(R8, R7);
+        a.bind(ahead);
+        a.mov(R9, R8);
+        a.sub(R9, R7); // how far the schedule runs ahead of the clock
+        a.load_imm64(R1, settings.limit_ns());
+        a.jump_reg(Cond::Gt, R9, R1, shed);
+        a.add_imm(R8, settings.cost_ns() as i32);
+        a.store(Size::U64, R0, 0, R8);
+        a.goto(redirect);
+
+        a.bind(shed);
+        a.mov_imm(R1, 1);
+        a.atomic_add64(R0, 8, R1);
+        a.mov_imm(R0, XDP_DROP as i32);
+        a.exit();
     }
 
     a.bind(redirect);
@@ -633,6 +912,9 @@ pub struct XdpProgram {
     link: OwnedFd,
     _prog: OwnedFd,
     map: OwnedFd,
+    /// The SYN shield's map, one value per queue (see [`steering_program`]), if shielded.
+    shield_map: Option<OwnedFd>,
+    shield: Option<SynShield>,
     iface: String,
     ifindex: u32,
     mode: AttachMode,
@@ -661,11 +943,22 @@ impl XdpProgram {
         addrs: &[IpAddr],
         mode: XdpMode,
         slots: u32,
+        shield: Option<SynShield>,
     ) -> Result<XdpProgram, XdpError> {
         check_addrs(addrs)?; // before anything is created
+        if let Some(settings) = shield {
+            settings.check()?;
+        }
         let map = sys::xskmap_create(slots, "bypass_xsks")
             .map_err(|e| XdpError::from_io(format!("create an XSKMAP for {iface}"), e))?;
-        let (prog, frags) = load(addrs, map.as_fd(), XDP_PASS)?;
+        let shield_map = match shield {
+            Some(_) => Some(
+                sys::shield_map_create(slots, "bypass_shield")
+                    .map_err(|e| XdpError::from_io(format!("create the SYN shield's map for {iface}"), e))?,
+            ),
+            None => None,
+        };
+        let (prog, frags) = load(addrs, map.as_fd(), shield.zip(shield_map.as_ref().map(AsFd::as_fd)), XDP_PASS)?;
         let attach = |m: AttachMode| {
             super::retry_busy(|| sys::xdp_link_create(prog.as_fd(), ifindex, m.flags()))
                 .map(|link| (link, m))
@@ -689,7 +982,19 @@ impl XdpProgram {
         let list = addrs.iter().map(IpAddr::to_string).collect::<Vec<_>>().join(", ");
         log::debug!("attached XDP program for {list} to {iface} (index {ifindex}) in {}", mode.describe());
         let addrs = addrs.to_vec();
-        Ok(XdpProgram { link, _prog: prog, map, iface: iface.to_string(), ifindex, mode, addrs, slots, frags })
+        Ok(XdpProgram {
+            link,
+            _prog: prog,
+            map,
+            shield_map,
+            shield,
+            iface: iface.to_string(),
+            ifindex,
+            mode,
+            addrs,
+            slots,
+            frags,
+        })
     }
 
     /// Return where the program runs.
@@ -718,6 +1023,24 @@ impl XdpProgram {
         &self.addrs
     }
 
+    /// Return the SYN shield's settings, if the program has one.
+    pub fn shield(&self) -> Option<SynShield> {
+        self.shield
+    }
+
+    /// Return the SYNs the shield has dropped on `queue` (see [`SynShield`]), or `None`
+    /// without a shield or if the map cannot be read.
+    pub fn syn_shed(&self, queue: u32) -> Option<u64> {
+        let map = self.shield_map.as_ref()?;
+        match sys::shield_map_get(map.as_fd(), queue) {
+            Ok(value) => Some(shed_count(&value)),
+            Err(e) => {
+                log::debug!("read the SYN shield's map of {} queue {queue}: {e}", self.iface);
+                None
+            }
+        }
+    }
+
     /// Return the number of queue slots in the XSKMAP.
     pub fn slots(&self) -> u32 {
         self.slots
@@ -734,16 +1057,28 @@ impl XdpProgram {
     }
 }
 
-/// Load the steering program for our addresses `addrs` using `xskmap`, with `fallback` as
-/// the redirect's fallback action. Return it and whether it is multi-buffer aware.
+/// Return the count of SYNs shed in a value of the shield's map: its second `u64`, written
+/// by the program in host byte order.
+fn shed_count(value: &[u8; sys::SHIELD_VALUE_SIZE]) -> u64 {
+    u64::from_ne_bytes(value[8..16].try_into().expect("8 bytes"))
+}
+
+/// Load the steering program for our addresses `addrs` using `xskmap` (and the SYN shield
+/// `shield` with its map), with `fallback` as the redirect's fallback action. Return it and
+/// whether it is multi-buffer aware.
 ///
 /// The program is loaded with `BPF_F_XDP_HAS_FRAGS`: it reads headers only between `data` and
 /// `data_end`, the first buffer of a packet, which is all a multi-buffer packet guarantees.
 /// Without the flag, veth's driver mode refuses a peer MTU above about 3500 bytes (ERANGE,
 /// `veth_xdp_set`), and other drivers one above a page. A kernel older than the flag (5.18)
 /// refuses the load; the program is then loaded without it.
-pub(crate) fn load(addrs: &[IpAddr], xskmap: BorrowedFd<'_>, fallback: u32) -> Result<(OwnedFd, bool), XdpError> {
-    let insns = steering_program(addrs, xskmap, fallback)?;
+pub(crate) fn load(
+    addrs: &[IpAddr],
+    xskmap: BorrowedFd<'_>,
+    shield: Option<(SynShield, BorrowedFd<'_>)>,
+    fallback: u32,
+) -> Result<(OwnedFd, bool), XdpError> {
+    let insns = steering_program(addrs, xskmap, shield, fallback)?;
     let error = |(source, log): (std::io::Error, String)| match source.raw_os_error() {
         Some(libc::EPERM) => XdpError::NotPermitted { what: "loading the XDP program".into(), source },
         _ => XdpError::ProgramRejected { log, source },
@@ -845,7 +1180,7 @@ mod tests {
     #[test]
     fn jumps_land_where_the_listing_says() {
         let file = std::fs::File::open("/dev/null").unwrap();
-        let insns = steering_program(&[US4.into(), US6.into()], file.as_fd(), XDP_PASS).unwrap();
+        let insns = steering_program(&[US4.into(), US6.into()], file.as_fd(), None, XDP_PASS).unwrap();
         assert_eq!(insns.len(), 71, "the module docs list 71 instruction slots");
         let target = |at: usize| (at as isize + 1 + insns[at].off as isize) as usize;
         let (redirect, pass) = (63, 69);
@@ -874,9 +1209,9 @@ mod tests {
     #[test]
     fn one_family_leaves_out_the_other() {
         let file = std::fs::File::open("/dev/null").unwrap();
-        let v4 = steering_program(&[US4.into()], file.as_fd(), XDP_PASS).unwrap();
+        let v4 = steering_program(&[US4.into()], file.as_fd(), None, XDP_PASS).unwrap();
         assert_eq!(v4.len(), 71 - 1 - 41, "no IPv6 dispatch (8) and no IPv6 blocks (22-62)");
-        let v6 = steering_program(&[US6.into()], file.as_fd(), XDP_PASS).unwrap();
+        let v6 = steering_program(&[US6.into()], file.as_fd(), None, XDP_PASS).unwrap();
         assert_eq!(v6.len(), 71 - 1 - 12, "no IPv4 dispatch (7) and no ARP or IPv4 blocks (10-21)");
     }
 
@@ -995,7 +1330,7 @@ mod tests {
     /// Load the program for `addrs` with an empty XSKMAP and `XDP_DROP` as the redirect's
     /// fallback, so that "redirect" shows as `XDP_DROP`.
     fn load_for_test(map: &OwnedFd, addrs: &[IpAddr]) -> OwnedFd {
-        let (prog, frags) = load(addrs, map.as_fd(), XDP_DROP).unwrap_or_else(|e| panic!("{addrs:?}: {e}"));
+        let (prog, frags) = load(addrs, map.as_fd(), None, XDP_DROP).unwrap_or_else(|e| panic!("{addrs:?}: {e}"));
         assert!(frags, "{addrs:?}: this kernel (6.x) loads the program multi-buffer aware");
         prog
     }
@@ -1145,5 +1480,204 @@ mod tests {
                 ("largest: NS for another address", ns(OTHER6), XDP_PASS),
             ],
         );
+    }
+
+    /// A TCP segment with `flags` from port 40000 to 7, IPv4 to `dst`, with `options` bytes
+    /// of IPv4 options (a multiple of 4). Checksums are left zero: the program reads none.
+    fn tcp4(dst: [u8; 4], flags: u8, options: usize) -> Vec<u8> {
+        let ihl = 5 + options as u8 / 4;
+        let mut p = vec![0x40 | ihl, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 77, 0, 1];
+        p.extend_from_slice(&dst);
+        p.extend(std::iter::repeat_n(1u8, options)); // NOP options
+        p.extend_from_slice(&[0x9c, 0x40, 0, 7, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+        let len = p.len() as u16;
+        p[2..4].copy_from_slice(&len.to_be_bytes());
+        ether([0x08, 0x00], &p)
+    }
+
+    /// The same segment over IPv6 to `dst`.
+    fn tcp6(dst: Ipv6Addr, flags: u8) -> Vec<u8> {
+        ipv6(dst, 6, &[0x9c, 0x40, 0, 7, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0])
+    }
+
+    const SYN: u8 = 0x02;
+    const SYN_ACK: u8 = 0x12;
+    const ACK: u8 = 0x10;
+
+    /// Load the program for `addrs` shielded by `shield` with a fresh map of one queue, and
+    /// `XDP_TX` as the redirect's fallback: "redirect" shows as `XDP_TX`, a shed SYN as `XDP_DROP`.
+    fn load_shielded(addrs: &[IpAddr], shield: SynShield) -> (OwnedFd, OwnedFd, OwnedFd) {
+        let xsks = sys::xskmap_create(1, "bypass_test").expect("create XSKMAP");
+        let map = sys::shield_map_create(1, "bypass_test").expect("create the shield map");
+        let (prog, _) =
+            load(addrs, xsks.as_fd(), Some((shield, map.as_fd())), XDP_TX).unwrap_or_else(|e| panic!("{addrs:?}: {e}"));
+        (prog, map, xsks)
+    }
+
+    const XDP_TX: u32 = 3;
+
+    fn shed(map: &OwnedFd) -> u64 {
+        shed_count(&sys::shield_map_get(map.as_fd(), 0).expect("read the shield map"))
+    }
+
+    /// The shield lets `burst` SYNs through at once, then sheds and counts the rest, and
+    /// never touches anything but a bare TCP SYN to our addresses.
+    #[test]
+    fn kernel_sheds_syns_beyond_the_burst() {
+        if !bypass_lab::testlab::lab_available("kernel_sheds_syns_beyond_the_burst") {
+            return;
+        }
+        // One SYN a minute in the long run: nothing refills during the test.
+        let shield = SynShield { rate: 1, burst: 3 };
+        let (prog, map, _xsks) = load_shielded(&[US4.into(), US6.into()], shield);
+        let us = US4.octets();
+        for i in 0..3 {
+            assert_eq!(verdict(&prog, &tcp4(us, SYN, 0)), XDP_TX, "SYN {i} within the burst");
+        }
+        assert_eq!(shed(&map), 0);
+        #[rustfmt::skip]
+        run_cases(&prog, &[
+            ("IPv4 SYN beyond the burst", tcp4(us, SYN, 0), XDP_DROP),
+            ("IPv4 SYN with IP options beyond the burst", tcp4(us, SYN, 8), XDP_DROP),
+            ("IPv6 SYN beyond the burst", tcp6(US6, SYN), XDP_DROP),
+            ("IPv4 SYN-ACK", tcp4(us, SYN_ACK, 0), XDP_TX),
+            ("IPv4 ACK", tcp4(us, ACK, 0), XDP_TX),
+            ("IPv4 ACK with IP options", tcp4(us, ACK, 40), XDP_TX),
+            ("IPv6 SYN-ACK", tcp6(US6, SYN_ACK), XDP_TX),
+            ("IPv6 ACK", tcp6(US6, ACK), XDP_TX),
+            ("IPv4 UDP to us", ipv4(us), XDP_TX),
+            ("IPv6 UDP to us", udp6(US6), XDP_TX),
+            ("ARP for us", arp(us), XDP_TX),
+            ("NS for us", ns(US6), XDP_TX),
+            ("IPv4 SYN to another host", tcp4([10, 77, 0, 3], SYN, 0), XDP_PASS),
+            ("IPv6 SYN to another host", tcp6(OTHER6, SYN), XDP_PASS),
+            ("IPv4 SYN cut before its flags", tcp4(us, SYN, 0)[..47].to_vec(), XDP_TX),
+            ("IPv6 SYN cut before its flags", tcp6(US6, SYN)[..67].to_vec(), XDP_TX),
+        ]);
+        assert_eq!(shed(&map), 3, "the three SYNs beyond the burst are counted");
+        // A later fragment of a datagram whose bytes look like a SYN is no SYN.
+        let mut fragment = tcp4(us, SYN, 0);
+        fragment[20] = 0x00;
+        fragment[21] = 0x10; // fragment offset 16 (128 bytes)
+        assert_eq!(verdict(&prog, &fragment), XDP_TX, "a non-first fragment");
+        assert_eq!(shed(&map), 3);
+        // The IPv6-only program, shielded, loads and sheds too.
+        let (prog6, map6, _xsks6) = load_shielded(&[US6.into()], SynShield { rate: 1, burst: 1 });
+        assert_eq!(verdict(&prog6, &tcp6(US6, SYN)), XDP_TX, "IPv6-only: the first SYN");
+        assert_eq!(verdict(&prog6, &tcp6(US6, SYN)), XDP_DROP, "IPv6-only: the second SYN");
+        assert_eq!(verdict(&prog6, &tcp4(us, SYN, 0)), XDP_PASS, "IPv6-only: an IPv4 SYN");
+        assert_eq!(shed(&map6), 1);
+    }
+
+    /// Without a shield, a flood of SYNs all goes to the socket.
+    #[test]
+    fn kernel_passes_every_syn_without_a_shield() {
+        if !bypass_lab::testlab::lab_available("kernel_passes_every_syn_without_a_shield") {
+            return;
+        }
+        let map = sys::xskmap_create(1, "bypass_test").expect("create XSKMAP");
+        let (prog, _) = load(&[US4.into(), US6.into()], map.as_fd(), None, XDP_TX).unwrap();
+        for i in 0..1000 {
+            assert_eq!(verdict(&prog, &tcp4(US4.octets(), SYN, 0)), XDP_TX, "IPv4 SYN {i}");
+            assert_eq!(verdict(&prog, &tcp6(US6, SYN)), XDP_TX, "IPv6 SYN {i}");
+        }
+    }
+
+    /// The bucket refills at the configured rate: after a burst is spent, one SYN passes per
+    /// `cost_ns`, as the Rust mirror of the bucket says.
+    #[test]
+    fn kernel_refills_the_bucket_at_the_rate() {
+        if !bypass_lab::testlab::lab_available("kernel_refills_the_bucket_at_the_rate") {
+            return;
+        }
+        let shield = SynShield { rate: 4, burst: 1 }; // one SYN every 250 ms
+        let (prog, map, _xsks) = load_shielded(&[US4.into()], shield);
+        let syn = tcp4(US4.octets(), SYN, 0);
+        assert_eq!(verdict(&prog, &syn), XDP_TX, "the first SYN");
+        assert_eq!(verdict(&prog, &syn), XDP_DROP, "a second SYN at once");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(verdict(&prog, &syn), XDP_TX, "a SYN one refill later");
+        assert_eq!(shed(&map), 1);
+    }
+
+    #[test]
+    fn bucket_mirror_admits_the_burst_then_the_rate() {
+        let shield = SynShield { rate: 1000, burst: 4 }; // 1 ms a token
+        assert_eq!((shield.cost_ns(), shield.limit_ns()), (1_000_000, 3_000_000));
+        let mut tat = 0;
+        let now = 5_000_000_000;
+        let admitted: Vec<bool> = (0..6).map(|_| shield.admit(&mut tat, now)).collect();
+        assert_eq!(admitted, [true, true, true, true, false, false]);
+        assert!(!shield.admit(&mut tat, now + 999_999), "less than one refill later");
+        assert!(shield.admit(&mut tat, now + 1_000_000), "one refill later");
+        assert!(!shield.admit(&mut tat, now + 1_000_000));
+        // After a quiet spell the bucket holds the burst again, no more.
+        let later = now + 1_000_000_000;
+        assert_eq!((0..5).filter(|_| shield.admit(&mut tat, later)).count(), 4);
+        assert_eq!(SynShield::new(10_000), SynShield { rate: 10_000, burst: 1000 });
+        assert_eq!(SynShield::new(5).burst, 1);
+    }
+
+    /// The shield changes only where frames to our unicast addresses go: the listing's lines
+    /// up to the redirect are the same, but for the jumps of lines 20 and 32.
+    #[test]
+    fn the_shield_leaves_the_rest_of_the_listing_alone() {
+        let file = std::fs::File::open("/dev/null").unwrap();
+        let addrs = [US4.into(), US6.into()];
+        let plain = steering_program(&addrs, file.as_fd(), None, XDP_PASS).unwrap();
+        let shield = SynShield { rate: 1000, burst: 10 };
+        let shielded = steering_program(&addrs, file.as_fd(), Some((shield, file.as_fd())), XDP_PASS).unwrap();
+        let calls = |insns: &[BpfInsn]| {
+            insns.iter().filter(|i| i.code == op::JMP | op::CALL).map(|i| i.imm).collect::<Vec<_>>()
+        };
+        assert_eq!(calls(&plain), [BPF_FUNC_REDIRECT_MAP]);
+        assert_eq!(calls(&shielded), [BPF_FUNC_KTIME_GET_NS, BPF_FUNC_MAP_LOOKUP_ELEM, BPF_FUNC_REDIRECT_MAP]);
+        let target = |insns: &[BpfInsn], at: usize| (at as isize + 1 + insns[at].off as isize) as usize;
+        for at in 0..63 {
+            if at == 20 || at == 32 {
+                // Our unicast addresses: to the SYN tests, placed before the redirect.
+                let first = shielded[target(&shielded, at)];
+                let want = if at == 20 { at::IPV4_PROTOCOL } else { at::IPV6_NEXT_HEADER };
+                assert_eq!((first.code, first.off), (op::LDX | op::MEM | op::B, want), "line {at}");
+                continue;
+            }
+            let (p, s) = (plain[at], shielded[at]);
+            assert_eq!((p.code, p.regs, p.imm), (s.code, s.regs, s.imm), "line {at}");
+            let (pass, redirect) = (plain.len() - 2, plain.len() - 8);
+            let is_jump = p.code & 0x07 == op::JMP || p.code & 0x07 == op::JMP32;
+            if is_jump && p.code != op::JMP | op::EXIT {
+                let (tp, ts) = (target(&plain, at), target(&shielded, at));
+                let same = if tp == pass {
+                    ts == shielded.len() - 2
+                } else if tp == redirect {
+                    ts == shielded.len() - 8
+                } else {
+                    ts == tp
+                };
+                assert!(same, "line {at}: jumps to {ts}, not as the plain program's {tp}");
+            }
+        }
+        // The shield's block ends by returning XDP_DROP.
+        let exits: Vec<usize> = (0..shielded.len()).filter(|&i| shielded[i].code == op::JMP | op::EXIT).collect();
+        assert_eq!(exits.len(), 3);
+        let drop = shielded[exits[0] - 1];
+        assert_eq!((drop.code, drop.imm), (op::ALU64 | op::MOV | op::K, XDP_DROP as i32));
+    }
+
+    #[test]
+    fn shield_settings_are_checked() {
+        let map = std::fs::File::open("/dev/null").unwrap();
+        for bad in [
+            SynShield { rate: 0, burst: 1 },
+            SynShield { rate: 1, burst: 0 },
+            SynShield { rate: 1_000_000_001, burst: 1 },
+        ] {
+            let err = steering_program(&[US4.into()], map.as_fd(), Some((bad, map.as_fd())), XDP_PASS).unwrap_err();
+            assert!(matches!(err, XdpError::InvalidConfig(_)), "{bad:?}: {err}");
+        }
+        let ok = SynShield { rate: 1_000_000_000, burst: u32::MAX };
+        let insns = steering_program(&[US4.into()], map.as_fd(), Some((ok, map.as_fd())), XDP_PASS).unwrap();
+        let plain = steering_program(&[US4.into()], map.as_fd(), None, XDP_PASS).unwrap();
+        assert!(insns.len() > plain.len());
     }
 }

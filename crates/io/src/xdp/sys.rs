@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// `enum bpf_cmd` values.
 const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_PROG_LOAD: libc::c_long = 5;
 #[cfg(test)]
@@ -33,6 +34,8 @@ const BPF_PROG_TEST_RUN: libc::c_long = 10;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_LINK_DETACH: libc::c_long = 34;
 
+/// `BPF_MAP_TYPE_ARRAY`: fixed-size values indexed by a 32-bit key, zeroed at creation.
+const BPF_MAP_TYPE_ARRAY: u32 = 2;
 /// `BPF_MAP_TYPE_XSKMAP`: an array of AF_XDP sockets indexed by queue.
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 /// `BPF_PROG_TYPE_XDP`.
@@ -182,6 +185,41 @@ pub fn xskmap_create(max_entries: u32, name: &str) -> io::Result<OwnedFd> {
     // SAFETY: `MapCreateAttr` is the `BPF_MAP_CREATE` member and holds no pointers.
     let fd = unsafe { bpf(BPF_MAP_CREATE, &mut attr)? };
     Ok(owned_fd(fd))
+}
+
+/// Bytes of a value of the SYN shield's array map: two `u64`s (see `program`).
+pub const SHIELD_VALUE_SIZE: usize = 16;
+
+/// Create an array map of `max_entries` zeroed values of [`SHIELD_VALUE_SIZE`] bytes (keys
+/// are 32-bit indices).
+pub fn shield_map_create(max_entries: u32, name: &str) -> io::Result<OwnedFd> {
+    let mut attr = MapCreateAttr {
+        map_type: BPF_MAP_TYPE_ARRAY,
+        key_size: 4,
+        value_size: SHIELD_VALUE_SIZE as u32,
+        max_entries,
+        map_name: object_name(name),
+        ..Default::default()
+    };
+    // SAFETY: `MapCreateAttr` is the `BPF_MAP_CREATE` member and holds no pointers.
+    let fd = unsafe { bpf(BPF_MAP_CREATE, &mut attr)? };
+    Ok(owned_fd(fd))
+}
+
+/// Read the value at index `key` of `map`, a map made by [`shield_map_create`].
+pub fn shield_map_get(map: BorrowedFd<'_>, key: u32) -> io::Result<[u8; SHIELD_VALUE_SIZE]> {
+    let mut value = [0u8; SHIELD_VALUE_SIZE];
+    let mut attr = MapUpdateAttr {
+        map_fd: map.as_raw_fd() as u32,
+        key: &key as *const u32 as u64,
+        value: value.as_mut_ptr() as u64,
+        ..Default::default()
+    };
+    // SAFETY: `MapUpdateAttr` has the layout of the `BPF_MAP_LOOKUP_ELEM` member too; `key`
+    // points to a live 4-byte key and `value` to `SHIELD_VALUE_SIZE` writable bytes, the
+    // value size `shield_map_create` gives the map (the only kind of map callers pass).
+    unsafe { bpf(BPF_MAP_LOOKUP_ELEM, &mut attr)? };
+    Ok(value)
 }
 
 /// Store the socket `sock` in the XSKMAP `map` at index `key`.

@@ -1,0 +1,255 @@
+//! A SYN flood against `bypass echo` over AF_XDP, with the SYN shield of its XDP program
+//! (`--syn-rate`): raw SYNs from the peer namespace, from a spoofed address and random source
+//! ports, at a paced rate above the shield's, while established connections echo and a
+//! legitimate kernel client connects.
+//!
+//! What it proves:
+//! - the shield sheds SYNs beyond its bucket and counts them (`device.syn_shed`, in `bypass
+//!   stat` during the flood and in the counters at exit), about as many as the bucket's rate
+//!   and burst imply, and never more than were sent;
+//! - connections established before the flood keep echoing byte-exact during it;
+//! - the SYNs let through meet the SYN cookies (`syn_cookies_sent`), and a kernel client still
+//!   connects and echoes during the flood: its SYN passes when a token is free;
+//! - without `--syn-rate`, nothing is shed.
+//!
+//! It prints the fill-ring drops (`device.rx_fill_ring_empty`) of both runs, for
+//! docs/performance.md; `BYPASS_SYN_FLOOD_RATE` and `BYPASS_SYN_FLOOD_RING` change the flood's
+//! rate and the server's receive ring, to measure.
+//!
+//! Needs root: without it the test says why it skips, except under `CI=true`, where it fails.
+
+mod common;
+
+use std::net::{Ipv4Addr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bypass_lab::testlab::{Lab, lab_available};
+use common::{Backend, Counters, EchoServer, Rng, SYN, Tcp};
+
+/// SYNs per second the flood sends (`BYPASS_SYN_FLOOD_RATE` overrides it, to measure).
+const FLOOD_RATE: u64 = 40_000;
+
+fn flood_rate() -> u64 {
+    std::env::var("BYPASS_SYN_FLOOD_RATE").ok().and_then(|v| v.parse().ok()).unwrap_or(FLOOD_RATE)
+}
+
+/// The servers' receive ring (`--rx-ring`; `BYPASS_SYN_FLOOD_RING` overrides it, to measure).
+fn rx_ring() -> String {
+    std::env::var("BYPASS_SYN_FLOOD_RING").unwrap_or_else(|_| "4096".into())
+}
+/// The shield's rate, SYNs per second (a quarter of the flood's), and its burst.
+const SHIELD_RATE: u64 = 10_000;
+const SHIELD_BURST: u64 = 1_000;
+/// The host part of the flood's spoofed source address.
+const SPOOFED_HOST: u8 = 250;
+/// How long the established connections echo under the flood, at least.
+const FLOOD_TIME: Duration = Duration::from_secs(3);
+/// Connections established before the flood, echoing during it.
+const ESTABLISHED: usize = 16;
+
+/// Sum the counters whose names end with `name` (the device's are `device.<name>`).
+fn counter(c: &Counters, name: &str) -> u64 {
+    c.0.iter().filter(|(k, _)| k.ends_with(name)).map(|(_, v)| v).sum()
+}
+
+/// Send SYNs from a spoofed address of the lab's subnet that nobody holds (host
+/// [`SPOOFED_HOST`]), from random source ports, paced at [`FLOOD_RATE`], until `stop`. Return
+/// the SYNs sent and for how long.
+///
+/// Nobody answers the stack's SYN-ACKs (nor its ARP requests for the address), as in a flood
+/// from spoofed sources: the half-open connections stay until the stack's SYN queue is full,
+/// and the stack answers the rest with SYN cookies. (From the peer's own address, the peer's
+/// kernel would reset every SYN-ACK and free the queue.)
+fn flood(lab: &Lab, stop: &AtomicBool, seed: u64) -> (u64, Duration) {
+    let [a, b, c, _] = lab.peer_ip.octets();
+    let src = Ipv4Addr::new(a, b, c, SPOOFED_HOST);
+    let (dst, port) = (lab.bypass_ip, common::server_addr(lab).port());
+    let (src_mac, dst_mac) = (lab.peer_mac, lab.bypass_mac);
+    common::with_peer_injector(lab, |inj| {
+        let mut rng = Rng::new(seed);
+        let rate = flood_rate();
+        let started = Instant::now();
+        let mut sent = 0u64;
+        while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(60) {
+            // Send what the pace allows by now, in batches of at most 64.
+            let due = (started.elapsed().as_secs_f64() * rate as f64) as u64;
+            if due <= sent {
+                std::thread::sleep(Duration::from_micros(200));
+                continue;
+            }
+            for _ in 0..(due - sent).min(64) {
+                let t = Tcp {
+                    src_port: 1024 + rng.below(30_000) as u16,
+                    dst_port: port,
+                    seq: rng.next_u64() as u32,
+                    ack: 0,
+                    flags: SYN,
+                    window: 64240,
+                };
+                let segment = common::tcp(src, dst, t, &[]);
+                inj.send(&common::ethernet(dst_mac, src_mac, 0x0800, &common::ipv4(src, dst, 6, 0x4000, &segment)));
+                sent += 1;
+            }
+            inj.flush();
+        }
+        (sent, started.elapsed())
+    })
+}
+
+/// Connect from the peer namespace, retrying with a short timeout: under a flood a SYN passes
+/// the shield when it finds a token, and the kernel's own retransmission waits a second.
+fn connect_during_flood(lab: &Lab) -> Option<(TcpStream, u32)> {
+    let addr = common::server_addr(lab);
+    lab.in_peer(|| {
+        (1..=100).find_map(|attempt| {
+            TcpStream::connect_timeout(&addr, Duration::from_millis(100)).ok().map(|s| (s, attempt))
+        })
+    })
+}
+
+/// What one run under the flood saw.
+struct Outcome {
+    counters: Counters,
+    /// SYNs the flood sent, and for how long.
+    sent: u64,
+    lasted: Duration,
+    /// Echo rounds over all established connections completed, and the attempts the new
+    /// client took; or the first failure.
+    result: Result<(u64, u32), String>,
+    /// What `bypass stat` printed during the flood.
+    stat: String,
+}
+
+/// A temporary run directory for the server's control endpoint, removed on drop.
+struct RunDir(std::path::PathBuf);
+
+impl RunDir {
+    fn new(name: &str) -> RunDir {
+        let dir = std::env::temp_dir().join(format!("bypass-syn-flood-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create a run directory");
+        RunDir(dir)
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Return what `bypass stat PID` prints, with the server's run directory `dir`.
+fn stat(dir: &RunDir, pid: u32) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bypass"))
+        .args(["stat", &pid.to_string()])
+        .env("BYPASS_RUN_DIR", &dir.0)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run bypass stat");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Return the value of counter `name` in `bypass stat`'s text (columns: name, value).
+fn stat_value(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let mut words = l.split_whitespace();
+        (words.next() == Some(name)).then(|| words.next()?.parse().ok()).flatten()
+    })
+}
+
+/// Run the flood against a server started with `extra`, with established connections echoing
+/// and a new client connecting meanwhile.
+fn run(lab: &Lab, extra: &[&str], seed: u64) -> Outcome {
+    let ring = rx_ring();
+    let args: Vec<&str> = ["--rx-ring", ring.as_str()].into_iter().chain(extra.iter().copied()).collect();
+    let dir = RunDir::new(&seed.to_string());
+    let dir_str = dir.0.to_str().expect("a UTF-8 temporary directory");
+    let server = EchoServer::start_with_env(lab, Backend::Xdp, &args, &[("BYPASS_RUN_DIR", dir_str)]);
+    let addr = common::server_addr(lab);
+    let established = common::peer_connect_many(lab, addr, ESTABLISHED);
+    let stop = AtomicBool::new(false);
+    let (sent, lasted, result, stat) = std::thread::scope(|s| {
+        let flooder = s.spawn(|| flood(lab, &stop, seed));
+        let result = (|| {
+            let started = Instant::now();
+            std::thread::sleep(Duration::from_millis(500)); // the flood under way
+            // Echo rounds for [`FLOOD_TIME`] (at least five).
+            let mut rounds = 0;
+            while rounds < 5 || started.elapsed() < FLOOD_TIME {
+                for (i, stream) in established.iter().enumerate() {
+                    let data = common::data(seed + rounds * 100 + i as u64, 4096);
+                    common::echo_with_reader(stream, &data, Duration::from_secs(10))
+                        .map_err(|e| format!("established connection {i}, round {rounds}, during the flood: {e}"))?;
+                }
+                rounds += 1;
+            }
+            let (client, attempts) =
+                connect_during_flood(lab).ok_or("no kernel client connected during the flood in 100 attempts")?;
+            common::echo_with_reader(&client, &common::data(seed + 7, 4096), Duration::from_secs(10))
+                .map_err(|e| format!("the new client during the flood: {e}"))?;
+            Ok((rounds, attempts))
+        })();
+        let stat = stat(&dir, server.pid()); // still during the flood
+        stop.store(true, Ordering::Relaxed);
+        let (sent, lasted) = flooder.join().expect("the flood thread");
+        (sent, lasted, result, stat)
+    });
+    drop(established);
+    let finished = server.stop();
+    Outcome { counters: finished.counters, sent, lasted, result, stat }
+}
+
+/// Print what a run saw.
+fn report(what: &str, o: &Outcome) {
+    let c = &o.counters;
+    println!(
+        "{what}: {} SYNs in {:.1?}; echo rounds and new client's attempts {:?}; syn_shed {}, rx_fill_ring_empty {}, rx_dropped {}, syn_cookies_sent {}",
+        o.sent,
+        o.lasted,
+        o.result,
+        counter(c, "syn_shed"),
+        counter(c, "rx_fill_ring_empty"),
+        counter(c, "rx_dropped"),
+        counter(c, "syn_cookies_sent"),
+    );
+}
+
+#[test]
+fn syn_flood_is_shed_while_connections_echo_and_clients_connect() {
+    let test = "syn_flood";
+    if !lab_available(test) {
+        return;
+    }
+    common::init_log();
+    let lab = common::create_lab(test, 1);
+
+    // The same flood against a server without a shield, for the figures: it must shed nothing;
+    // whether it keeps echoing depends on the flood's rate.
+    let plain = run(&lab, &[], 1);
+    report("no shield", &plain);
+    assert_eq!(counter(&plain.counters, "syn_shed"), 0, "without --syn-rate nothing is shed: {}", plain.counters);
+
+    let (rate, burst) = (SHIELD_RATE.to_string(), SHIELD_BURST.to_string());
+    let shielded = run(&lab, &["--syn-rate", &rate, "--syn-burst", &burst], 2);
+    report(&format!("shield {SHIELD_RATE}/s, burst {SHIELD_BURST}"), &shielded);
+    let Outcome { counters: c, sent, lasted, result, stat } = shielded;
+    let during = stat_value(&stat, "device.syn_shed");
+    assert!(during.is_some_and(|n| n > 0), "bypass stat shows SYNs shed during the flood: {stat}");
+    let (_, attempts) = result.unwrap_or_else(|e| panic!("with the shield: {e}"));
+    let shed = counter(&c, "syn_shed");
+    assert!(c.0.keys().any(|k| k.ends_with("syn_shed")), "the shielded server reports syn_shed: {c}");
+    // The new client's SYNs may be shed too, one per attempt.
+    assert!(shed <= sent + u64::from(attempts), "{shed} SYNs shed of {sent} sent: {c}");
+    // The bucket lets through at most its burst and its rate over the flood (with a margin
+    // for the time the server ran before and after); the rest of the flood is shed.
+    let admitted_at_most = SHIELD_BURST + (SHIELD_RATE as f64 * (lasted.as_secs_f64() + 1.0) * 1.1) as u64;
+    assert!(
+        shed + admitted_at_most >= sent,
+        "only {shed} of {sent} SYNs shed; the bucket admits at most {admitted_at_most}: {c}"
+    );
+    // The SYNs let through filled the SYN queue; the rest, the new client's among them,
+    // were answered with SYN cookies.
+    assert!(counter(&c, "syn_cookies_sent") > 0, "the SYNs let through meet the SYN cookies: {c}");
+    assert!(shed > 0, "a flood at {}/s against {SHIELD_RATE}/s sheds SYNs: {c}", flood_rate());
+}
