@@ -18,6 +18,8 @@
 //!    1 kernel echo, blocking     on 10.77.0.3        kernel TCP socket, blocking (row 1) or
 //!    2 kernel echo, busy polling on 10.77.0.3        non-blocking, busy polling (rows 2, 2d,
 //!   2d kernel echo, busy polling on 10.77.1.3 (bk0)  3, 3s, 3z, 4, 5, 6; row 2d over pk0)
+//!   2u kernel echo on io_uring   on 10.77.0.3        kernel TCP on io_uring, busy polling
+//!  2ud kernel echo on io_uring   on 10.77.1.3 (bk0)  (rows 2u, 2ud; row 2ud over pk0)
 //!    3 kernel sendfile(2) source on 10.77.0.3
 //!   3s kernel splice(2) source   on 10.77.0.3
 //!   3z kernel MSG_ZEROCOPY source on 10.77.0.3
