@@ -41,6 +41,8 @@ pub const BUF_ENTRIES: u16 = 256;
 pub const BUF_SIZE: usize = 32 * 1024;
 /// Bytes per bulk `SEND_ZC` (as the kernel rows' 64 KiB writes).
 const BULK_CHUNK: usize = 64 * 1024;
+/// Bytes of [`Uring`]'s scratch page.
+const SCRATCH: usize = 4096;
 /// Slots in the registered file table.
 const FILES: u32 = 1024;
 /// The buffer group of the provided-buffer ring.
@@ -121,6 +123,9 @@ struct Uring {
     tail: u16,
     /// A registered buffer for `SEND_ZC` (constant bytes).
     zc: Mapping,
+    /// A page the single-shot receives write into: owned by the ring, so a receive still in
+    /// flight when a run ends in an error never writes into memory that is gone.
+    scratch: Mapping,
 }
 
 impl Uring {
@@ -143,7 +148,8 @@ impl Uring {
         let iov = libc::iovec { iov_base: zc.ptr, iov_len: BULK_CHUNK };
         // SAFETY: `iov` describes the live mapping `zc`, which outlives the ring.
         unsafe { ring.submitter().register_buffers(&[iov])? };
-        let mut u = Uring { ring, ring_map, bufs, tail: 0, zc };
+        let scratch = Mapping::new(SCRATCH)?;
+        let mut u = Uring { ring, ring_map, bufs, tail: 0, zc, scratch };
         for bid in 0..BUF_ENTRIES {
             u.give_back(bid);
         }
@@ -171,6 +177,19 @@ impl Uring {
         // SAFETY: `bid` < BUF_ENTRIES names a buffer inside `bufs`, filled by the kernel
         // with `len` bytes before it posted the completion we are handling.
         unsafe { std::slice::from_raw_parts(self.bufs.ptr.cast::<u8>().add(usize::from(bid) * BUF_SIZE), len) }
+    }
+
+    /// Return a pointer to byte `offset` (< [`SCRATCH`]) of the scratch page.
+    fn scratch_ptr(&mut self, offset: usize) -> *mut u8 {
+        // SAFETY: callers pass offsets below SCRATCH, inside the mapping.
+        unsafe { self.scratch.ptr.cast::<u8>().add(offset.min(SCRATCH - 1)) }
+    }
+
+    /// Return the first `len` (<= [`SCRATCH`]) bytes of the scratch page.
+    fn scratch(&self, len: usize) -> &[u8] {
+        // SAFETY: the mapping holds SCRATCH bytes; the kernel wrote them before the
+        // completion we are handling.
+        unsafe { std::slice::from_raw_parts(self.scratch.ptr.cast::<u8>(), len.min(SCRATCH)) }
     }
 
     /// Queue `entry`, submitting first if the queue is full.
@@ -630,8 +649,8 @@ fn bulk_up(
     }
     u.push(opcode::Shutdown::new(Fixed(0), libc::SHUT_WR).build().user_data(tag(OP_SHUTDOWN, 0)))
         .map_err(|e| io("shutdown", e))?;
-    let mut probe = [0u8; 64];
-    u.push(opcode::Recv::new(Fixed(0), probe.as_mut_ptr(), 64).build().user_data(tag(OP_RECV, 0)))
+    let probe = u.scratch_ptr(0);
+    u.push(opcode::Recv::new(Fixed(0), probe, 64).build().user_data(tag(OP_RECV, 0)))
         .map_err(|e| io("wait for the close", e))?;
     let (res, _) = wait_for(u, OP_RECV, Duration::from_secs(10), |_, c| {
         count_notif(&mut notifs, c);
@@ -727,7 +746,6 @@ fn connect_rate(
         sin_zero: [0; 8],
     };
     let msg = [0x42u8; 64];
-    let mut buf = [0u8; 64];
     let slot = DestinationSlot::try_from_slot_target(0).map_err(|_| "io_uring client: no file slot 0")?;
     let once = |u: &mut Uring| -> Result<(), String> {
         let fail = |what: &str, res: i32| format!("io_uring client: {what} ({}): {}", plan.server, errno(res));
@@ -742,7 +760,7 @@ fn connect_rate(
         let mut got = 0usize;
         let mut failed: Option<String> = None;
         while got < 64 {
-            let recv = opcode::Recv::new(Fixed(0), buf[got..].as_mut_ptr(), (64 - got) as u32);
+            let recv = opcode::Recv::new(Fixed(0), u.scratch_ptr(got), (64 - got) as u32);
             push(u, recv.build().user_data(tag(OP_RECV, 0)))?;
             let (res, _) = wait_for(u, OP_RECV, Duration::from_secs(2), |_, c| {
                 let what = match op_of(c.user_data()) {
@@ -765,7 +783,7 @@ fn connect_rate(
                 r => return Err(fail("receive the echo", r)),
             }
         }
-        if buf != msg {
+        if u.scratch(64) != msg {
             return Err("io_uring client: the echo differs from what was sent".into());
         }
         u.close(0).map_err(|e| format!("io_uring client: close: {e}"))?;
