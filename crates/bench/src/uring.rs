@@ -64,14 +64,17 @@ const OP_SOCKET: u64 = 7;
 const OP_CONNECT: u64 = 8;
 const OP_SHUTDOWN: u64 = 9;
 
+/// Return the `user_data` of operation `op` on file slot `slot`.
 fn tag(op: u64, slot: u32) -> u64 {
     (op << 56) | (u64::from(slot) << 32)
 }
 
+/// Return the operation a completion answers.
 fn op_of(user_data: u64) -> u64 {
     user_data >> 56
 }
 
+/// Return the file slot a completion answers for.
 fn slot_of(user_data: u64) -> u32 {
     ((user_data >> 32) & 0xff_ffff) as u32
 }
@@ -86,6 +89,7 @@ struct Mapping {
 }
 
 impl Mapping {
+    /// Map `len` bytes, zeroed.
     fn new(len: usize) -> io::Result<Mapping> {
         // SAFETY: an anonymous private mapping with no address hint; the result is checked.
         let ptr = unsafe {
@@ -217,21 +221,24 @@ impl Uring {
         }
     }
 
-    /// Take the completions posted so far.
+    /// Take the completions posted so far into `out`.
     fn reap(&mut self, out: &mut Vec<cqueue::Entry>) {
         out.clear();
         out.extend(self.ring.completion());
     }
 
+    /// Queue a multishot receive on `slot` into the provided-buffer ring.
     fn recv_multi(&mut self, slot: u32) -> io::Result<()> {
         self.push(opcode::RecvMulti::new(Fixed(slot), BGID).build().user_data(tag(OP_RECV, slot)))
     }
 
+    /// Queue a send of `data` on `slot`; `data` must outlive its completion.
     fn send(&mut self, slot: u32, data: &[u8]) -> io::Result<()> {
         let e = opcode::Send::new(Fixed(slot), data.as_ptr(), data.len() as u32).flags(libc::MSG_NOSIGNAL);
         self.push(e.build().user_data(tag(OP_SEND, slot)))
     }
 
+    /// Queue a zero-copy send of the registered 64 KiB buffer on `slot`.
     fn send_zc(&mut self, slot: u32) -> io::Result<()> {
         let e = opcode::SendZc::new(Fixed(slot), self.zc.ptr.cast::<u8>(), BULK_CHUNK as u32)
             .buf_index(Some(0))
@@ -239,10 +246,12 @@ impl Uring {
         self.push(e.build().user_data(tag(OP_SEND_ZC, slot)))
     }
 
+    /// Queue the close of the socket in `slot`, which frees the slot.
     fn close(&mut self, slot: u32) -> io::Result<()> {
         self.push(opcode::Close::new(Fixed(slot)).build().user_data(tag(OP_CLOSE, slot)))
     }
 
+    /// Queue `setsockopt(TCP_NODELAY)` on `slot`, through the ring.
     fn nodelay(&mut self, slot: u32) -> io::Result<()> {
         let e = opcode::SetSockOpt::new(
             Fixed(slot),
@@ -282,6 +291,7 @@ struct Conn {
     closed: bool,
 }
 
+/// Return the error of a negative completion result.
 fn errno(res: i32) -> io::Error {
     io::Error::from_raw_os_error(-res)
 }
@@ -463,6 +473,8 @@ pub fn client(plan: &ClientPlan, shared: &Shared, interrupted: &AtomicBool) -> R
     }
 }
 
+/// Measure over `conns` connections, each with one `size`-byte request in flight at a time,
+/// every echo checked byte for byte.
 fn request_response(
     u: &mut Uring,
     plan: &ClientPlan,
@@ -583,7 +595,7 @@ fn request_response(
     Ok(ClientResult { latency, units: requests, elapsed, usage, copied: None })
 }
 
-/// Spin until the completion of `op` on `slot` arrives; return its result and flags. Other
+/// Spin until a completion of `op` arrives (not a zero-copy notification); return its result and flags. Other
 /// completions are handed to `other`.
 fn wait_for(
     u: &mut Uring,
