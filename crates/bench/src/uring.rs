@@ -319,6 +319,8 @@ pub fn server(listener: TcpListener, workload: Workload, shared: &Shared) -> Res
     u.push(accept()).map_err(|e| io("accept", e))?;
     shared.ready.store(true, Ordering::SeqCst);
     let mut conns: Vec<Option<Conn>> = (0..FILES).map(|_| None).collect();
+    // The slots with a connection, so a turn of the loop visits those only.
+    let mut active: Vec<u32> = Vec::new();
     let (mut accepted, mut open) = (0usize, 0usize);
     let mut window = Window::default();
     let mut cqes = Vec::new();
@@ -339,6 +341,7 @@ pub fn server(listener: TcpListener, workload: Workload, shared: &Shared) -> Res
                     }
                     let s = res as u32;
                     conns[s as usize] = Some(Conn::default());
+                    active.push(s);
                     accepted += 1;
                     open += 1;
                     u.nodelay(s).map_err(|e| io("set TCP_NODELAY", e))?;
@@ -409,15 +412,15 @@ pub fn server(listener: TcpListener, workload: Workload, shared: &Shared) -> Res
                 }
                 OP_CLOSE => {
                     conns[slot as usize] = None;
+                    active.retain(|&a| a != slot);
                     open -= 1;
                 }
                 _ => {}
             }
         }
         // Start the next send of each connection, or close it once nothing is in flight.
-        for (s, c) in conns.iter_mut().enumerate() {
-            let Some(c) = c else { continue };
-            let s = s as u32;
+        for &s in &active {
+            let Some(c) = conns[s as usize].as_mut() else { continue };
             if c.sending || c.closed {
                 continue;
             }
