@@ -76,7 +76,8 @@ struct DemoArgs {
     #[arg(long)]
     quick: bool,
     /// Run only these transports, comma-separated: kernel-blocking, kernel-busy,
-    /// kernel-busy-defaults, kernel-sendfile, kernel-splice, kernel-msg-zerocopy, stack-afpacket,
+    /// kernel-busy-defaults, kernel-uring, kernel-uring-defaults (rows 2u, 2ud: io_uring at
+    /// both ends), kernel-sendfile, kernel-splice, kernel-msg-zerocopy, stack-afpacket,
     /// stack-afpacket-both, stack-afxdp, stack-afxdp-ipv6, stack-afxdp-in-place,
     /// stack-afxdp-both, smoltcp-afxdp, smoltcp-afxdp-both, kernel-busy-jumbo,
     /// stack-afxdp-jumbo, smoltcp-afxdp-jumbo (rows 2j, 5j, 6j: bulk at a 65,000-byte MTU),

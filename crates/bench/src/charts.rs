@@ -35,6 +35,8 @@ fn colour(transport: Transport) -> &'static str {
         Transport::KernelBlocking => "#7a7a7a",
         Transport::KernelBusy => "#1f5fbf",
         Transport::KernelDefaults => "#0d2f66",
+        Transport::KernelUring => "#6a3d9a",
+        Transport::KernelUringDefaults => "#3b1f5c",
         Transport::KernelZerocopy => "#17a2b8",
         Transport::KernelSplice => "#b8860b",
         Transport::KernelMsgZerocopy => "#6c757d",

@@ -18,6 +18,8 @@
 //!    1 kernel echo, blocking     on 10.77.0.3        kernel TCP socket, blocking (row 1) or
 //!    2 kernel echo, busy polling on 10.77.0.3        non-blocking, busy polling (rows 2, 2d,
 //!   2d kernel echo, busy polling on 10.77.1.3 (bk0)  3, 3s, 3z, 4, 5, 6; row 2d over pk0)
+//!   2u kernel echo on io_uring   on 10.77.0.3        kernel TCP on io_uring, busy polling
+//!  2ud kernel echo on io_uring   on 10.77.1.3 (bk0)  (rows 2u, 2ud; row 2ud over pk0)
 //!    3 kernel sendfile(2) source on 10.77.0.3
 //!   3s kernel splice(2) source   on 10.77.0.3
 //!   3z kernel MSG_ZEROCOPY source on 10.77.0.3
@@ -67,6 +69,7 @@ mod report;
 mod smoltcp;
 mod stack;
 pub mod svg;
+mod uring;
 mod zerocopy;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
@@ -164,6 +167,11 @@ pub(crate) enum Transport {
     KernelBusy,
     /// Kernel TCP busy polling, as row 2, over a veth pair with the kernel's default offloads.
     KernelDefaults,
+    /// Kernel TCP on io_uring at both ends (multishot accept and receive, provided buffers,
+    /// registered files, SEND_ZC), busy polling, on bx0/px0 as row 2.
+    KernelUring,
+    /// As [`Transport::KernelUring`] over the default-offloads pair, as row 2d.
+    KernelUringDefaults,
     /// Kernel TCP, the server sending with `sendfile(2)` (bulk server -> client only).
     KernelZerocopy,
     /// Kernel TCP, the server sending with `splice(2)` file -> pipe -> socket (bulk server ->
@@ -200,10 +208,12 @@ pub(crate) enum Transport {
 }
 
 impl Transport {
-    pub const ALL: [Transport; 18] = [
+    pub const ALL: [Transport; 20] = [
         Transport::KernelBlocking,
         Transport::KernelBusy,
         Transport::KernelDefaults,
+        Transport::KernelUring,
+        Transport::KernelUringDefaults,
         Transport::KernelZerocopy,
         Transport::KernelSplice,
         Transport::KernelMsgZerocopy,
@@ -227,6 +237,8 @@ impl Transport {
             Transport::KernelBlocking => "kernel-blocking",
             Transport::KernelBusy => "kernel-busy",
             Transport::KernelDefaults => "kernel-busy-defaults",
+            Transport::KernelUring => "kernel-uring",
+            Transport::KernelUringDefaults => "kernel-uring-defaults",
             Transport::KernelZerocopy => "kernel-sendfile",
             Transport::KernelSplice => "kernel-splice",
             Transport::KernelMsgZerocopy => "kernel-msg-zerocopy",
@@ -251,6 +263,8 @@ impl Transport {
             Transport::KernelBlocking => "1 kernel TCP, blocking",
             Transport::KernelBusy => "2 kernel TCP, busy-poll",
             Transport::KernelDefaults => "2d kernel TCP, default offloads, busy-poll",
+            Transport::KernelUring => "2u kernel TCP, io_uring, busy-poll",
+            Transport::KernelUringDefaults => "2ud kernel TCP, io_uring, default offloads, busy-poll",
             Transport::KernelZerocopy => "3 kernel TCP, sendfile",
             Transport::KernelSplice => "3s kernel TCP, splice",
             Transport::KernelMsgZerocopy => "3z kernel TCP, MSG_ZEROCOPY",
@@ -280,6 +294,12 @@ impl Transport {
             }
             Transport::KernelDefaults => {
                 "server: kernel echo, non-blocking read/write spinning, 10.77.1.3 on bk0; client: kernel socket, non-blocking, spinning, peer namespace, over pk0: the lab's second veth pair, which keeps the kernel's default offloads (tx checksum, scatter-gather, TSO and GSO on at both ends), so TCP hands the veth super-packets of up to 64 KiB that cross it whole with their checksums left to an offload that never runs; everything else as row 2"
+            }
+            Transport::KernelUring => {
+                "server and client: kernel TCP on io_uring (SINGLE_ISSUER, DEFER_TASKRUN; multishot accept into the registered file table, multishot receive into a provided-buffer ring of 256 x 32 KiB, echo by IORING_OP_SEND from the received buffer, bulk sending by SEND_ZC of 64 KiB from a registered buffer; the connection-rate client links socket -> connect -> send -> receive on a registered slot), each busy polling with io_uring_enter(GETEVENTS, waiting for none), no SQPOLL; server 10.77.0.3 on bx0, client in the peer namespace, as row 2"
+            }
+            Transport::KernelUringDefaults => {
+                "as row 2u over bk0/pk0, the veth pair with the kernel's default offloads (as row 2d)"
             }
             Transport::KernelZerocopy => {
                 "server: kernel TCP, sendfile(2) from a 64 MiB memfd (sent again and again, the offset wraps), non-blocking, spinning, 10.77.0.3 on bx0; client: kernel socket, non-blocking read(2), spinning (busy polling, as row 2), peer namespace; bulk server -> client only (splice(2): row 3s; MSG_ZEROCOPY: row 3z)"
@@ -332,10 +352,10 @@ impl Transport {
     /// Where the CPU copies each byte, per direction, end to end.
     pub fn copies(self) -> &'static str {
         match self {
-            Transport::KernelBlocking | Transport::KernelBusy | Transport::KernelBusyJumbo => {
+            Transport::KernelBlocking | Transport::KernelBusy | Transport::KernelBusyJumbo | Transport::KernelUring => {
                 "2 per byte per direction, both by the kernel: write(2) copies user -> skb, read(2) copies skb -> user (veth passes the skb on without copying)"
             }
-            Transport::KernelDefaults => {
+            Transport::KernelDefaults | Transport::KernelUringDefaults => {
                 "2 per byte per direction, both by the kernel, as row 2, but with checksums left partial (tx checksum offload) and one skb per 64 KiB super-packet instead of one per 1448-byte segment"
             }
             Transport::KernelZerocopy => {
@@ -452,7 +472,9 @@ impl Net {
     /// Return the address the kernel server of `transport` listens on.
     fn kernel_server_ip(&self, transport: Transport) -> Ipv4Addr {
         match self {
-            Net::Lab(lab) if transport == Transport::KernelDefaults => lab.kernel_pair().bypass_ip,
+            Net::Lab(lab) if matches!(transport, Transport::KernelDefaults | Transport::KernelUringDefaults) => {
+                lab.kernel_pair().bypass_ip
+            }
             Net::Lab(_) => KERNEL_SERVER_IP,
             Net::Loopback => Ipv4Addr::LOCALHOST,
         }
@@ -743,9 +765,11 @@ pub fn run(args: Options) -> Result<(), String> {
             for t in transports.iter().filter(|t| t.needs_lab()) {
                 unavailable.push((*t, "needs root and the namespace lab".into()));
             }
-            if transports.contains(&Transport::KernelDefaults) {
-                let why = "needs the namespace lab (over loopback, row 2 already has the kernel's default offloads)";
-                unavailable.push((Transport::KernelDefaults, why.into()));
+            for t in [Transport::KernelDefaults, Transport::KernelUringDefaults] {
+                if transports.contains(&t) {
+                    let why = "needs the namespace lab (over loopback, rows 2 and 2u already have the kernel's default offloads)";
+                    unavailable.push((t, why.into()));
+                }
             }
             Net::Loopback
         }
@@ -1054,6 +1078,7 @@ fn measure(
             (Transport::StackPacketBoth | Transport::StackXdpBoth | Transport::SmoltcpXdpBoth, Net::Lab(lab)) => {
                 userspace_client(lab, transport, &plan, shared, interrupted)
             }
+            (Transport::KernelUring | Transport::KernelUringDefaults, _) => uring::client(&plan, shared, interrupted),
             _ => kernel::client(&plan, shared, interrupted),
         });
         drop(stop);
@@ -1221,6 +1246,11 @@ fn serve(
             let listener =
                 TcpListener::bind((ip, port)).map_err(|e| format!("kernel echo server: bind {ip}:{port}: {e}"))?;
             kernel::server(listener, transport.busy(), workload, shared)
+        }
+        Transport::KernelUring | Transport::KernelUringDefaults => {
+            let listener =
+                TcpListener::bind((ip, port)).map_err(|e| format!("io_uring echo server: bind {ip}:{port}: {e}"))?;
+            uring::server(listener, workload, shared)
         }
         Transport::KernelZerocopy => {
             let listener =
