@@ -1035,7 +1035,10 @@ mod tests {
     fn smoltcp_client_reuses_its_sockets_but_not_their_ports() {
         use std::collections::HashSet;
 
-        let plan = memory_plan(Workload::Connect);
+        // A whole second: the counts below need twenty connections or so, which a loaded
+        // two-core machine (every test's busy-polling threads at once) may not finish in the
+        // short window of the other tests.
+        let plan = ClientPlan { duration: Duration::from_secs(1), ..memory_plan(Workload::Connect) };
         let interrupted = AtomicBool::new(false);
         let (server, (result, sockets, held, sent)) = run(Workload::Connect, |device, shared| {
             let mut client = Client::new(device, CLIENT_IP, 24, SocketAddrV4::new(SERVER_IP, PORT)).expect("client");
