@@ -6,41 +6,16 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::{Backend, EchoServer, create_lab, data, echo_with_reader, init_log, peer_connect_many, server_addr};
 
-/// Return whether tshark is there; under CI=true its absence fails the test.
-fn tshark_available() -> bool {
-    let ok = Command::new("tshark").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "tshark is not installed (CI installs it: apt-get install -y --no-install-recommends tshark)"
-        );
-        eprintln!("skipping: tshark is not installed");
-    }
-    ok
-}
-
-/// Run tshark on `file` with checksum validation on, with `args`; return its output.
-fn tshark(file: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(file)
-        .args(["-o", "tcp.check_checksum:TRUE", "-o", "ip.check_checksum:TRUE"])
-        .args(args)
-        .output()
-        .expect("run tshark");
-    assert!(out.status.success(), "tshark {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
 #[test]
 fn offloaded_checksums_are_complete_in_the_recording() {
     init_log();
-    if !bypass_lab::testlab::lab_available("offloaded_checksums_are_complete_in_the_recording") || !tshark_available() {
+    if !bypass_lab::testlab::lab_available("offloaded_checksums_are_complete_in_the_recording")
+        || !common::tshark_available()
+    {
         return;
     }
     let lab = create_lab("bpcsum", 1);
@@ -60,11 +35,12 @@ fn offloaded_checksums_are_complete_in_the_recording() {
     let offloaded = finished.counters.get("device.tx_checksum_offloaded");
     assert!(offloaded >= 15, "only {offloaded} frames went out with offloaded checksums: {}", finished.stdout);
 
-    let all = tshark(&path, &["-T", "fields", "-e", "frame.number"]).lines().count();
-    let ours = tshark(&path, &["-Y", &format!("ip.src == {}", lab.bypass_ip), "-T", "fields", "-e", "frame.number"])
-        .lines()
-        .count();
-    let bad = tshark(
+    let all = common::tshark(&path, &["-T", "fields", "-e", "frame.number"]).lines().count();
+    let ours =
+        common::tshark(&path, &["-Y", &format!("ip.src == {}", lab.bypass_ip), "-T", "fields", "-e", "frame.number"])
+            .lines()
+            .count();
+    let bad = common::tshark(
         &path,
         &[
             "-Y",
@@ -75,7 +51,7 @@ fn offloaded_checksums_are_complete_in_the_recording() {
             "frame.number",
         ],
     );
-    let good = tshark(&path, &["-Y", "tcp.checksum.status == \"Good\"", "-T", "fields", "-e", "frame.number"]);
+    let good = common::tshark(&path, &["-Y", "tcp.checksum.status == \"Good\"", "-T", "fields", "-e", "frame.number"]);
     assert!(ours as u64 >= offloaded, "{ours} frames of ours recorded, {offloaded} offloaded");
     assert_eq!(bad.lines().count(), 0, "frames with bad checksums: {bad}");
     assert!(good.lines().count() >= ours, "{} good of {all}", good.lines().count());

@@ -2,9 +2,10 @@
 //! the handshake complete, every checksum valid, no `tcp.analysis` warnings in a clean run,
 //! and a comment on every packet. These are the commands docs/captures.md tells users to run.
 
+mod common;
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, UNIX_EPOCH};
 
 use bypass_device::{MemoryLink, PcapNgCapture};
@@ -16,31 +17,6 @@ const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 6, 0, 1);
 const SERVER: Ipv4Addr = Ipv4Addr::new(10, 6, 0, 2);
 const CLIENT6: Ipv6Addr = Ipv6Addr::new(0xfd00, 6, 0, 0, 0, 0, 0, 1);
 const SERVER6: Ipv6Addr = Ipv6Addr::new(0xfd00, 6, 0, 0, 0, 0, 0, 2);
-
-/// Return whether tshark is there; under CI=true its absence fails the test.
-fn tshark_available() -> bool {
-    let ok = Command::new("tshark").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "tshark is not installed (CI installs it: apt-get install -y --no-install-recommends tshark)"
-        );
-        eprintln!("skipping: tshark is not installed");
-    }
-    ok
-}
-
-fn tshark(file: &Path, args: &[&str]) -> String {
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(file)
-        .args(["-o", "tcp.check_checksum:TRUE", "-o", "ip.check_checksum:TRUE"])
-        .args(args)
-        .output()
-        .expect("run tshark");
-    assert!(out.status.success(), "tshark {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// An echo conversation between two of our stacks at `client` and `server`, recorded on the
 /// server.
@@ -99,35 +75,36 @@ fn tshark_finds_a_clean_annotated_ipv6_conversation() {
 }
 
 fn check_conversation(client: IpAddr, server: IpAddr) -> Option<()> {
-    if !tshark_available() {
+    if !common::tshark_available() {
         return None;
     }
     let family = if server.is_ipv4() { "v4" } else { "v6" };
     let path = std::env::temp_dir().join(format!("bypass-tshark-{family}-{}.pcapng", std::process::id()));
     record(&path, client, server);
     if server.is_ipv6() {
-        let ndp = tshark(&path, &["-Y", "icmpv6.type == 135 || icmpv6.type == 136"]);
+        let ndp = common::tshark(&path, &["-Y", "icmpv6.type == 135 || icmpv6.type == 136"]);
         assert!(ndp.lines().count() >= 2, "no Neighbour Discovery recorded:\n{ndp}");
-        let bad = tshark(&path, &["-Y", r#"icmpv6.checksum.status == "Bad""#]);
+        let bad = common::tshark(&path, &["-Y", r#"icmpv6.checksum.status == "Bad""#]);
         assert!(bad.is_empty(), "bad ICMPv6 checksums:\n{bad}");
-        let tcp6 = tshark(&path, &["-Y", "ipv6 && tcp"]);
+        let tcp6 = common::tshark(&path, &["-Y", "ipv6 && tcp"]);
         assert!(tcp6.lines().count() >= 10, "{tcp6}");
     }
-    let all = tshark(&path, &[]);
+    let all = common::tshark(&path, &[]);
     let packets = all.lines().count();
     assert!(packets >= 10, "{all}");
     // Every checksum valid.
-    let bad = tshark(&path, &["-Y", r#"tcp.checksum.status == "Bad" || ip.checksum.status == "Bad""#]);
+    let bad = common::tshark(&path, &["-Y", r#"tcp.checksum.status == "Bad" || ip.checksum.status == "Bad""#]);
     assert!(bad.is_empty(), "bad checksums:\n{bad}");
     // The handshake complete: SYN, SYN-ACK, ACK, data and FIN seen (two-pass analysis).
-    let completeness = tshark(&path, &["-2", "-T", "fields", "-e", "tcp.completeness", "-Y", "tcp.flags.syn == 1"]);
+    let completeness =
+        common::tshark(&path, &["-2", "-T", "fields", "-e", "tcp.completeness", "-Y", "tcp.flags.syn == 1"]);
     assert!(completeness.lines().all(|l| l.trim() == "31" || l.trim() == "63"), "completeness: {completeness}");
     assert!(!completeness.is_empty());
     // No analysis warnings (retransmissions, out-of-order, zero window, ...) in a clean run.
-    let warnings = tshark(&path, &["-2", "-Y", "tcp.analysis.flags && !tcp.analysis.window_update"]);
+    let warnings = common::tshark(&path, &["-2", "-Y", "tcp.analysis.flags && !tcp.analysis.window_update"]);
     assert!(warnings.is_empty(), "tcp.analysis warnings:\n{warnings}");
     // Every packet carries its comment.
-    let comments = tshark(&path, &["-T", "fields", "-e", "frame.comment"]);
+    let comments = common::tshark(&path, &["-T", "fields", "-e", "frame.comment"]);
     assert_eq!(comments.lines().filter(|l| !l.trim().is_empty()).count(), packets, "{comments}");
     assert!(comments.contains("LISTEN -> SYN-RECEIVED") && comments.contains("cwnd="), "{comments}");
     let _ = std::fs::remove_file(&path);

@@ -27,18 +27,7 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// Return whether the test can run: root for the lab, and tshark (under CI=true its absence
 /// fails the test).
 fn available(test: &str) -> bool {
-    if !bypass_lab::testlab::lab_available(test) {
-        return false;
-    }
-    let ok = Command::new("tshark").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "tshark is not installed (CI installs it: apt-get install -y --no-install-recommends tshark)"
-        );
-        eprintln!("skipping: tshark is not installed");
-    }
-    ok
+    bypass_lab::testlab::lab_available(test) && common::tshark_available()
 }
 
 /// A temporary directory, removed on drop.

@@ -879,6 +879,32 @@ pub fn tcp_info(socket: &impl std::os::fd::AsRawFd) -> libc::tcp_info {
     info
 }
 
+/// Return whether tshark is there; under `CI=true` its absence fails the test.
+pub fn tshark_available() -> bool {
+    let ok = Command::new("tshark").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "tshark is not installed (CI installs it: apt-get install -y --no-install-recommends tshark)"
+        );
+        eprintln!("skipping: tshark is not installed");
+    }
+    ok
+}
+
+/// Run tshark on `file` with IP and TCP checksum validation on, with `args`; return its output.
+pub fn tshark(file: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(file)
+        .args(["-o", "tcp.check_checksum:TRUE", "-o", "ip.check_checksum:TRUE"])
+        .args(args)
+        .output()
+        .expect("run tshark");
+    assert!(out.status.success(), "tshark {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
 // ---------------------------------------------------------------------------------------------
 // Hand-made frames, injected from the peer side
 // ---------------------------------------------------------------------------------------------
