@@ -600,6 +600,9 @@ fn bypass_run(lab: &Lab, program: &[&str]) -> Command {
     let v6 = format!("{}/{}", lab.bypass_ip6, lab.prefix6_len);
     let mut cmd = lab.bypass_cmd(BYPASS);
     cmd.args(["run", "--iface", &lab.bypass_if, "--ip", &v4, "--ip", &v6, "--"]).args(program);
+    // The programs die of SIGTERM, which leaves their control endpoints behind: keep them out
+    // of /run/bypass (a test that reads them sets its own directory over this one).
+    cmd.env("BYPASS_RUN_DIR", common::TEST_RUN_DIR);
     cmd
 }
 

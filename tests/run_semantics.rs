@@ -304,6 +304,7 @@ fn a_python_program_sees_linux_socket_semantics() {
     common::peer_without_tail_loss_probes(&lab);
     let _peer = peer_echo(&lab);
     let mut cmd = lab.bypass_cmd(env!("CARGO_BIN_EXE_bypass"));
+    cmd.env("BYPASS_RUN_DIR", common::TEST_RUN_DIR);
     cmd.args(["run", "--iface", &lab.bypass_if])
         .args(["--ip", &format!("{}/{}", lab.bypass_ip, lab.prefix_len)])
         .args(["--ip", &format!("{}/{}", lab.bypass_ip6, lab.prefix6_len)])
@@ -428,6 +429,7 @@ fn a_busy_polling_program_is_interrupted_by_signals_and_its_writes_leave() {
     let lab = common::create_lab(test, 1);
     let _peer = peer_echo(&lab);
     let mut cmd = lab.bypass_cmd(env!("CARGO_BIN_EXE_bypass"));
+    cmd.env("BYPASS_RUN_DIR", common::TEST_RUN_DIR);
     cmd.args(["run", "--busy-poll", "--iface", &lab.bypass_if])
         .args(["--ip", &format!("{}/{}", lab.bypass_ip, lab.prefix_len)])
         .args(["--", "timeout", "30", "python3", "-c", BUSY_PROGRAM, &lab.peer_ip.to_string()]);

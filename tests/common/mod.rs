@@ -879,6 +879,11 @@ pub fn tcp_info(socket: &impl std::os::fd::AsRawFd) -> libc::tcp_info {
     info
 }
 
+/// Where programs the tests run keep their control endpoints (`BYPASS_RUN_DIR`), instead of
+/// `/run/bypass`: under the target directory, out of the machine's way. A program that dies of
+/// a signal leaves its socket behind; the next stack to start there removes it.
+pub const TEST_RUN_DIR: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/bypass-run");
+
 /// Return whether tshark is there; under `CI=true` its absence fails the test.
 pub fn tshark_available() -> bool {
     let ok = Command::new("tshark").arg("--version").output().is_ok_and(|o| o.status.success());

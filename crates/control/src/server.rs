@@ -211,6 +211,10 @@ impl Server {
                 .create(dir)
                 .map_err(|e| BindError::Directory { dir: dir.to_path_buf(), source: e })?;
         }
+        // Endpoints left by processes that are gone (killed, or a program under `bypass run`
+        // that died of a signal, which runs no destructor) go whenever a stack starts, as
+        // they go whenever a client lists the stacks.
+        let _ = crate::client::endpoints_in(dir, None);
         let pid = std::process::id();
         let (shard, path) = {
             let mut bound = BOUND.lock().unwrap_or_else(PoisonError::into_inner);
@@ -521,6 +525,20 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("bypass-control-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
+    }
+
+    #[test]
+    fn a_starting_stack_removes_the_endpoints_of_processes_that_are_gone() {
+        let dir = temp_dir("sweep");
+        std::fs::create_dir_all(&dir).unwrap();
+        // No process can have this pid (Linux's pid_max is at most 2^22).
+        let dead = dir.join("4294967.0.sock");
+        drop(std::os::unix::net::UnixListener::bind(&dead).expect("bind the dead process's socket"));
+        assert!(dead.exists());
+        let server = Server::bind_in(&dir, 0).expect("bind");
+        assert!(!dead.exists(), "the dead process's endpoint is gone");
+        drop(server);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
