@@ -566,10 +566,15 @@ fn jn(x: f64) -> String {
 
 /// Return one repetition's figures as a JSON object.
 fn run_json(rep: usize, f: &Run, bulk: bool) -> String {
+    format!("{{\"repetition\": {}, {}}}", rep + 1, figure_fields(f, bulk))
+}
+
+/// Return a run's figures as JSON members (`"p50_us": .., .., "units": ..`), latencies null
+/// for a bulk stream: the keys of a row's medians and of each of its repetitions.
+fn figure_fields(f: &Run, bulk: bool) -> String {
     let lat = |x: f64| if bulk { "null".into() } else { jn(x) };
     format!(
-        "{{\"repetition\": {}, \"p50_us\": {}, \"p99_us\": {}, \"p99_9_us\": {}, \"rate\": {}, \"cpu\": {}, \"client_cpu\": {}, \"server_cpu\": {}, \"syscalls\": {}, \"ctx_switches\": {}, \"voluntary_ctx\": {}, \"involuntary_ctx\": {}, \"copies_ours_per_byte\": {}, \"units\": {}}}",
-        rep + 1,
+        "\"p50_us\": {}, \"p99_us\": {}, \"p99_9_us\": {}, \"rate\": {}, \"cpu\": {}, \"client_cpu\": {}, \"server_cpu\": {}, \"syscalls\": {}, \"ctx_switches\": {}, \"voluntary_ctx\": {}, \"involuntary_ctx\": {}, \"copies_ours_per_byte\": {}, \"units\": {}",
         lat(f.p50_us),
         lat(f.p99_us),
         lat(f.p999_us),
@@ -728,23 +733,7 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
             let _ = write!(o, ", \"vs_floor\": {}, \"vs_floor_spread\": {}", ratio(&floor), spread(&floor));
         }
         if let Some(f) = &r.figures {
-            let _ = write!(
-                o,
-                ", \"p50_us\": {}, \"p99_us\": {}, \"p99_9_us\": {}, \"rate\": {}, \"cpu\": {}, \"client_cpu\": {}, \"server_cpu\": {}, \"syscalls\": {}, \"ctx_switches\": {}, \"voluntary_ctx\": {}, \"involuntary_ctx\": {}, \"copies_ours_per_byte\": {}, \"units\": {}",
-                if r.workload.is_bulk() { "null".into() } else { jn(f.p50_us) },
-                if r.workload.is_bulk() { "null".into() } else { jn(f.p99_us) },
-                if r.workload.is_bulk() { "null".into() } else { jn(f.p999_us) },
-                jn(f.rate),
-                jn(f.cpu_per_unit),
-                jn(f.client_cpu_per_unit),
-                jn(f.server_cpu_per_unit),
-                jn(f.syscalls_per_unit),
-                jn(f.ctx_per_unit),
-                jn(f.voluntary_per_unit),
-                jn(f.involuntary_per_unit),
-                f.copies_ours.map_or("null".into(), jn),
-                jn(f.units),
-            );
+            let _ = write!(o, ", {}", figure_fields(f, r.workload.is_bulk()));
         }
         let _ = write!(o, ", \"failure\": {}", opt(&r.failure));
         // Every figure of every repetition, after the medians (readers that take a key's

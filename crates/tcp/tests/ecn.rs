@@ -5,31 +5,23 @@
 //! |---|---|
 //! | 100 Mbit/s x 20 ms, CE above 100 packets of queue | cwnd reduced at most once per window of data, no drop and no retransmission, at least 90 Mbit/s |
 
+#[path = "common/config.rs"]
+mod config;
+
 use std::time::Duration;
 
 use bypass_tcp::sim::{LinkConfig, Pair, Side};
 use bypass_tcp::{Config, Ecn, Instant};
 
-const MIB: usize = 1 << 20;
 const MS: Duration = Duration::from_millis(1);
 
 fn init_log() {
     let _ = env_logger::builder().is_test(true).try_init();
 }
 
-/// A config whose buffers never bind the window on this path.
+/// A config whose buffers never bind the window on this path, with `ecn`.
 fn config(seed: u64, ecn: Ecn) -> Config {
-    let mut secret = [0u8; 16];
-    secret[..8].copy_from_slice(&seed.to_le_bytes());
-    Config {
-        isn_secret: secret,
-        send_buffer: 16 * MIB,
-        recv_buffer: 16 * MIB,
-        send_buffer_max: 32 * MIB,
-        recv_buffer_max: 32 * MIB,
-        ecn,
-        ..Config::default()
-    }
+    Config { ecn, ..config::roomy(seed) }
 }
 
 #[test]

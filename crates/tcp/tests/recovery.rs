@@ -8,6 +8,9 @@
 //! | 2% random loss, 20 ms RTT, 100 Mbit/s | 3.5 Mbit/s, 11 RTOs | no RTO for isolated losses; >= Mathis |
 //! | 30 s idle, then send | 153 segments back to back | cwnd restarted (RFC 5681 4.1) |
 
+#[path = "common/config.rs"]
+mod config;
+
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
@@ -23,9 +26,7 @@ fn init_log() {
 }
 
 fn config(seed: u64) -> Config {
-    let mut secret = [0u8; 16];
-    secret[..8].copy_from_slice(&seed.to_le_bytes());
-    Config { isn_secret: secret, ..Config::default() }
+    config::seeded(seed)
 }
 
 /// Run a one-way transfer of `bytes` from the client and return the virtual time it took,

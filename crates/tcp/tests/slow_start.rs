@@ -6,12 +6,14 @@
 //! | 100 Mbit/s x 20 ms, 1000-packet queue | exit by loss: cwnd 2,363 segments against a BDP of 172, 1,185 drops (1,668 a second later); with HyStart++'s delay signal alone (RFC 9406), exit at 4 BDP and 297 drops in CSS | HyStart's ACK train (Linux's `tcp_cubic.c`) ends slow start at 263 segments, 1.5 BDP: 0 drops (fewer than 100) |
 //! | 1 Gbit/s x 50 ms, ACKs merged per 0.25 ms | 52 Mbit/s over the first 2 s (L = 2 SMSS per ACK) | at least 600 Mbit/s (Linux credits every byte an ACK covers): 774 |
 
+#[path = "common/config.rs"]
+mod config;
+
 use std::time::Duration;
 
 use bypass_tcp::sim::{Framing, LinkConfig, Pair, Side};
 use bypass_tcp::{Config, Instant};
 
-const MIB: usize = 1 << 20;
 const MS: Duration = Duration::from_millis(1);
 
 fn init_log() {
@@ -20,16 +22,7 @@ fn init_log() {
 
 /// A config whose buffers never bind the window on these paths.
 fn config(seed: u64) -> Config {
-    let mut secret = [0u8; 16];
-    secret[..8].copy_from_slice(&seed.to_le_bytes());
-    Config {
-        isn_secret: secret,
-        send_buffer: 16 * MIB,
-        recv_buffer: 16 * MIB,
-        send_buffer_max: 32 * MIB,
-        recv_buffer_max: 32 * MIB,
-        ..Config::default()
-    }
+    config::roomy(seed)
 }
 
 /// What one bulk transfer over the 100 Mbit/s x 20 ms path with a 1000-packet queue shows:
