@@ -75,12 +75,7 @@ fn run_client<D: Device>(device: D, lab_ip: std::net::Ipv4Addr, server: SocketAd
     let mut stack = Stack::new(device, StackConfig::new(lab_ip, 24, secret));
     let start = Instant::now();
     let deadline = start + DEADLINE;
-    let id = stack.connect(server).expect("connect");
-    while matches!(stack.state(id), State::SynSent | State::SynReceived) {
-        assert!(Instant::now() < deadline, "no handshake with {server} within {DEADLINE:?}: {}", stack.counters());
-        stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
-    }
-    assert_eq!(stack.state(id), State::Established, "connect to {server} failed: {}", stack.counters());
+    let id = common::connect_established(&mut stack, server, deadline);
 
     let mut got = vec![0u8; message.len()];
     let (mut sent, mut received, mut shut) = (0, 0, false);

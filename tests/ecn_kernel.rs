@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use bypass_io::PacketDevice;
 use bypass_lab::testlab::{Lab, lab_available};
 use bypass_stack::{Stack, StackConfig};
-use bypass_tcp::{Ecn, State, Stats};
+use bypass_tcp::{Ecn, Stats};
 
 const LEN: usize = 256 * 1024;
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -107,12 +107,7 @@ fn send_all(iface: &str, ip: Ipv4Addr, server: SocketAddr, message: &[u8], poll:
     let device = PacketDevice::open(iface).expect("open AF_PACKET");
     let mut stack = Stack::new(device, config(ip, Ecn::Request));
     let deadline = Instant::now() + DEADLINE;
-    let id = stack.connect(server).expect("connect");
-    while matches!(stack.state(id), State::SynSent | State::SynReceived) {
-        assert!(Instant::now() < deadline, "no handshake with {server}");
-        stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
-    }
-    assert_eq!(stack.state(id), State::Established);
+    let id = common::connect_established(&mut stack, server, deadline);
     let mut sent = 0;
     while sent < message.len() || stack.tcp_stats(id).is_some_and(|s| s.bytes_in_flight > 0) {
         assert!(Instant::now() < deadline, "stalled after {sent} bytes");

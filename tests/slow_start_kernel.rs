@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use bypass_io::PacketDevice;
 use bypass_lab::testlab::{RoutedConfig, RoutedLab, lab_available};
 use bypass_stack::{Stack, StackConfig};
-use bypass_tcp::{State, Stats};
+use bypass_tcp::Stats;
 
 /// Bytes each sender sends.
 const LEN: usize = 8 << 20;
@@ -169,12 +169,7 @@ fn send_ours(
     let device = PacketDevice::open(iface).expect("open AF_PACKET on A");
     let mut stack = Stack::new(device, config);
     let deadline = Instant::now() + DEADLINE;
-    let id = stack.connect(server).expect("connect");
-    while matches!(stack.state(id), State::SynSent | State::SynReceived) {
-        assert!(Instant::now() < deadline, "no handshake with {server}");
-        stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
-    }
-    assert_eq!(stack.state(id), State::Established);
+    let id = common::connect_established(&mut stack, server, deadline);
     let initial_ssthresh = stack.tcp_stats(id).expect("open").ssthresh;
     let (mut polls, mut exit, mut last_poll) = (SrttPolls::default(), None, Instant::now());
     let (mut sent, mut shut) = (0, false);

@@ -879,6 +879,23 @@ pub fn tcp_info(socket: &impl std::os::fd::AsRawFd) -> libc::tcp_info {
     info
 }
 
+/// Connect `stack` to `server` and poll until the handshake ends, failing the test after
+/// `deadline` or if it ends anywhere but ESTABLISHED; return the connection.
+pub fn connect_established<D: Device>(
+    stack: &mut bypass_stack::Stack<D>,
+    server: impl Into<SocketAddr> + std::fmt::Display + Copy,
+    deadline: Instant,
+) -> bypass_stack::SocketId {
+    use bypass_tcp::State;
+    let id = stack.connect(server.into()).expect("connect");
+    while matches!(stack.state(id), State::SynSent | State::SynReceived) {
+        assert!(Instant::now() < deadline, "no handshake with {server}: {}", stack.counters());
+        stack.poll_wait(Some(Duration::from_millis(10))).expect("poll");
+    }
+    assert_eq!(stack.state(id), State::Established, "connect to {server} failed: {}", stack.counters());
+    id
+}
+
 /// Where programs the tests run keep their control endpoints (`BYPASS_RUN_DIR`), instead of
 /// `/run/bypass`: under the target directory, out of the machine's way. A program that dies of
 /// a signal leaves its socket behind; the next stack to start there removes it.
