@@ -116,6 +116,25 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
     let kernel = number_after(&json, "kernel_bytes_per_connection")
         .unwrap_or_else(|| panic!("no kernel memory figure:\n{json}"));
     assert!(kernel > 0.0, "{kernel} bytes of kernel memory per connection");
+    // The SYN-flood figure: every server measured calm and flooded, the flood sent SYNs, and
+    // the shield shed some of them.
+    for text in [&stdout[..], &md[..]] {
+        assert!(text.contains("## SYN flood: an established connection"), "no SYN-flood section:\n{text}");
+    }
+    for server in ["kernel", "ours", "ours-shielded"] {
+        let at = json
+            .find(&format!("\"server\": \"{server}\""))
+            .unwrap_or_else(|| panic!("no {server} row in the SYN-flood figure:\n{json}"));
+        let row = &json[at..];
+        let calm = &row[row.find("\"calm\": ").unwrap_or_else(|| panic!("{server}: no calm phase:\n{row}"))..];
+        assert!(number_after(calm, "round_trips").unwrap_or(0.0) > 0.0, "{server}: no round trips calm:\n{row}");
+        let flooded = &row[row.find("\"flooded\": ").expect("a flooded phase")..];
+        assert!(number_after(flooded, "round_trips").unwrap_or(0.0) > 0.0, "{server}: no round trips flooded");
+        assert!(number_after(flooded, "flood_sent").unwrap_or(0.0) > 0.0, "{server}: the flood sent nothing:\n{row}");
+        if server == "ours-shielded" {
+            assert!(number_after(flooded, "syn_shed").unwrap_or(0.0) > 0.0, "the shield shed nothing:\n{row}");
+        }
+    }
     for (name, label) in TRANSPORTS {
         for workload in WORKLOADS {
             let row = json_row(&json, name, workload);

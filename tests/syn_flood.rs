@@ -20,12 +20,12 @@
 
 mod common;
 
-use std::net::{Ipv4Addr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use bypass_lab::syn_flood::{FloodConfig, SynFlood};
 use bypass_lab::testlab::{Lab, lab_available};
-use common::{Backend, Counters, EchoServer, Rng, SYN, Tcp};
+use common::{Backend, Counters, EchoServer};
 
 /// SYNs per second the flood sends (`BYPASS_SYN_FLOOD_RATE` overrides it, to measure).
 const FLOOD_RATE: u64 = 40_000;
@@ -41,8 +41,6 @@ fn rx_ring() -> String {
 /// The shield's rate, SYNs per second (a quarter of the flood's), and its burst.
 const SHIELD_RATE: u64 = 10_000;
 const SHIELD_BURST: u64 = 1_000;
-/// The host part of the flood's spoofed source address.
-const SPOOFED_HOST: u8 = 250;
 /// How long the established connections echo under the flood, at least.
 const FLOOD_TIME: Duration = Duration::from_secs(3);
 /// Connections established before the flood, echoing during it.
@@ -53,48 +51,15 @@ fn counter(c: &Counters, name: &str) -> u64 {
     c.0.iter().filter(|(k, _)| k.ends_with(name)).map(|(_, v)| v).sum()
 }
 
-/// Send SYNs from a spoofed address of the lab's subnet that nobody holds (host
-/// [`SPOOFED_HOST`]), from random source ports, paced at [`FLOOD_RATE`], until `stop`. Return
-/// the SYNs sent and for how long.
-///
-/// Nobody answers the stack's SYN-ACKs (nor its ARP requests for the address), as in a flood
-/// from spoofed sources: the half-open connections stay until the stack's SYN queue is full,
-/// and the stack answers the rest with SYN cookies. (From the peer's own address, the peer's
-/// kernel would reset every SYN-ACK and free the queue.)
-fn flood(lab: &Lab, stop: &AtomicBool, seed: u64) -> (u64, Duration) {
-    let [a, b, c, _] = lab.peer_ip.octets();
-    let src = Ipv4Addr::new(a, b, c, SPOOFED_HOST);
-    let (dst, port) = (lab.bypass_ip, common::server_addr(lab).port());
-    let (src_mac, dst_mac) = (lab.peer_mac, lab.bypass_mac);
-    common::with_peer_injector(lab, |inj| {
-        let mut rng = Rng::new(seed);
-        let rate = flood_rate();
-        let started = Instant::now();
-        let mut sent = 0u64;
-        while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(60) {
-            // Send what the pace allows by now, in batches of at most 64.
-            let due = (started.elapsed().as_secs_f64() * rate as f64) as u64;
-            if due <= sent {
-                std::thread::sleep(Duration::from_micros(200));
-                continue;
-            }
-            for _ in 0..(due - sent).min(64) {
-                let t = Tcp {
-                    src_port: 1024 + rng.below(30_000) as u16,
-                    dst_port: port,
-                    seq: rng.next_u64() as u32,
-                    ack: 0,
-                    flags: SYN,
-                    window: 64240,
-                };
-                let segment = common::tcp(src, dst, t, &[]);
-                inj.send(&common::ethernet(dst_mac, src_mac, 0x0800, &common::ipv4(src, dst, 6, 0x4000, &segment)));
-                sent += 1;
-            }
-            inj.flush();
-        }
-        (sent, started.elapsed())
-    })
+/// Flood the server from a spoofed address of the lab's subnet that nobody holds, from
+/// random source ports, paced at [`flood_rate`] ([`bypass_lab::syn_flood`]).
+fn flood(lab: &Lab, seed: u64) -> SynFlood {
+    let config = FloodConfig {
+        rate: Some(flood_rate()),
+        seed,
+        ..FloodConfig::new(lab, lab.bypass_ip, common::server_addr(lab).port())
+    };
+    SynFlood::start(lab, config).expect("start the SYN flood")
 }
 
 /// Connect from the peer namespace, retrying with a short timeout: under a flood a SYN passes
@@ -168,9 +133,8 @@ fn run(lab: &Lab, extra: &[&str], seed: u64) -> Outcome {
     let server = EchoServer::start_with_env(lab, Backend::Xdp, &args, &[("BYPASS_RUN_DIR", dir_str)]);
     let addr = common::server_addr(lab);
     let established = common::peer_connect_many(lab, addr, ESTABLISHED);
-    let stop = AtomicBool::new(false);
-    let (sent, lasted, result, stat) = std::thread::scope(|s| {
-        let flooder = s.spawn(|| flood(lab, &stop, seed));
+    let (sent, lasted, result, stat) = {
+        let flooder = flood(lab, seed);
         let result = (|| {
             let started = Instant::now();
             std::thread::sleep(Duration::from_millis(500)); // the flood under way
@@ -191,10 +155,9 @@ fn run(lab: &Lab, extra: &[&str], seed: u64) -> Outcome {
             Ok((rounds, attempts))
         })();
         let stat = stat(&dir, server.pid()); // still during the flood
-        stop.store(true, Ordering::Relaxed);
-        let (sent, lasted) = flooder.join().expect("the flood thread");
-        (sent, lasted, result, stat)
-    });
+        let report = flooder.stop().expect("the SYN flood");
+        (report.sent, report.elapsed, result, stat)
+    };
     drop(established);
     let finished = server.stop();
     Outcome { counters: finished.counters, sent, lasted, result, stat }

@@ -59,6 +59,7 @@ mod app;
 mod charts;
 mod client;
 mod echo;
+mod flood;
 mod http_load;
 mod kernel;
 mod measure;
@@ -509,6 +510,8 @@ pub(crate) struct Conditions {
     pub programs: Option<programs::ProgramsSection>,
     /// Resident memory per idle established connection of ours.
     pub memory: Option<memory::MemorySection>,
+    /// An established connection and new clients under a SYN flood.
+    pub flood: Option<flood::FloodSection>,
 }
 
 /// Row 0, the floor: what any bypass stack could reach on this veth pair.
@@ -674,11 +677,11 @@ pub fn run(args: Options) -> Result<(), String> {
     // And the programs rows (nginx, redis, iperf3 under `bypass run`), with `programs`.
     let programs_wanted = (args.only.is_empty() || args.only.iter().any(|n| n.trim() == programs::NAME))
         && (args.workload.is_empty() || args.workload.iter().any(|n| n.trim() == programs::NAME));
-    let only: Vec<&String> = args
-        .only
-        .iter()
-        .filter(|n| n.trim() != app::NAME && n.trim() != memory::NAME && n.trim() != programs::NAME)
-        .collect();
+    // And the SYN-flood figure, with `flood`.
+    let flood_wanted = (args.only.is_empty() || args.only.iter().any(|n| n.trim() == flood::NAME))
+        && (args.workload.is_empty() || args.workload.iter().any(|n| n.trim() == flood::NAME));
+    let special = [app::NAME, memory::NAME, programs::NAME, flood::NAME];
+    let only: Vec<&String> = args.only.iter().filter(|n| !special.contains(&n.trim())).collect();
     let app_only = !args.only.is_empty() && only.is_empty();
     if app_only {
         // Only the application row.
@@ -700,7 +703,6 @@ pub fn run(args: Options) -> Result<(), String> {
     let mut workloads: Vec<Workload> = WORKLOADS.to_vec();
     if !args.workload.is_empty() {
         for name in &args.workload {
-            let special = [app::NAME, memory::NAME, programs::NAME];
             if !special.contains(&name.trim()) && !WORKLOADS.iter().any(|w| w.key() == name.trim()) {
                 let keys: Vec<_> =
                     WORKLOADS.iter().map(|w| w.key()).chain(special.iter().map(|s| s.to_string())).collect();
@@ -938,6 +940,24 @@ pub fn run(args: Options) -> Result<(), String> {
             },
         });
     }
+    if flood_wanted && !interrupted.load(Ordering::Relaxed) {
+        conditions.flood = Some(match &net {
+            Net::Lab(lab) => {
+                if progress {
+                    eprint!("\r\x1b[K[flood] an established connection and new clients under a SYN flood, {runs} runs");
+                }
+                let section = flood::measure(lab, KERNEL_SERVER_IP, runs, duration, &mut port);
+                if progress {
+                    eprint!("\r\x1b[K");
+                }
+                section
+            }
+            Net::Loopback => flood::FloodSection {
+                failure: Some("needs root and the namespace lab".into()),
+                ..flood::FloodSection::default()
+            },
+        });
+    }
     conditions.floor = Floor::median(&floors.iter().map(|(_, f)| f.clone()).collect::<Vec<_>>());
     conditions.floor_runs = floors;
     let net_was_lab = matches!(net, Net::Lab(_));
@@ -979,6 +999,10 @@ pub fn run(args: Options) -> Result<(), String> {
     if let Some(memory) = &conditions.memory {
         text.push_str(&memory::markdown(memory));
         markdown.push_str(&memory::markdown(memory));
+    }
+    if let Some(flood) = &conditions.flood {
+        text.push_str(&flood::markdown(flood));
+        markdown.push_str(&flood::markdown(flood));
     }
     let json = report::json(&rows, &conditions);
     if args.json {

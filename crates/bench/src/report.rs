@@ -679,6 +679,12 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
         }
         None => out.push_str("  \"memory\": null,\n"),
     }
+    match &c.flood {
+        Some(flood) => {
+            let _ = writeln!(out, "  \"flood\": {},", super::flood::json(flood, js));
+        }
+        None => out.push_str("  \"flood\": null,\n"),
+    }
     out.push_str("  \"rows\": [\n");
     for (i, r) in rows.iter().enumerate() {
         let mut o = format!(

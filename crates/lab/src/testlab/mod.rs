@@ -44,10 +44,10 @@
 //! | file | what |
 //! |---|---|
 //! | `topology.rs` | [`Lab`] (with [`LabConfig`], [`KernelPair`]) and [`RoutedLab`] (with [`RoutedConfig`], [`KernelSender`]) |
-//! | `netns.rs` | [`lab_available`], [`check_preconditions`], [`in_namespace`], and the sysctls and `ip` commands a lab runs in a namespace |
+//! | `netns.rs` | [`lab_available`], [`check_preconditions`], [`in_namespace`], [`spawn_in_namespace`], and the sysctls and `ip` commands a lab runs in a namespace |
 //! | `error.rs` | [`LabError`] |
 //! | `ping.rs` | [`ping`], [`ping6`], [`ping_sized`], [`ping_dont_fragment`] |
-//! | `sys.rs` | the system calls: the effective user id, `setns`, the raw ICMP socket |
+//! | `sys.rs` | the system calls: the effective user id, `setns`, [`pin_to_cpu`], the raw ICMP socket |
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -68,6 +68,7 @@ mod sys;
 mod topology;
 
 pub use error::LabError;
-pub use netns::{check_preconditions, in_namespace, lab_available};
+pub use netns::{check_preconditions, in_namespace, lab_available, spawn_in_namespace};
 pub use ping::{ping, ping_dont_fragment, ping_sized, ping6};
+pub use sys::pin_to_cpu;
 pub use topology::{KernelPair, KernelSender, Lab, LabConfig, RoutedConfig, RoutedLab};

@@ -51,6 +51,26 @@ pub fn in_namespace<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T
     })
 }
 
+/// Start `f` on a new thread inside the network namespace `ns` (a name under
+/// `/var/run/netns`) and return its handle, for work that goes on beside the caller's (a load
+/// or a flood) until the caller stops it. The thread's result is `Err` when it could not enter
+/// the namespace.
+pub fn spawn_in_namespace<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<std::thread::JoinHandle<Result<T, LabError>>, LabError> {
+    let path = format!("/var/run/netns/{ns}");
+    let file = File::open(&path).map_err(|source| LabError::Io { what: format!("open {path}"), source })?;
+    let ns = ns.to_owned();
+    std::thread::Builder::new()
+        .name(format!("in-{ns}"))
+        .spawn(move || {
+            sys::enter_netns(&file).map_err(|source| LabError::Io { what: format!("enter namespace {ns}"), source })?;
+            Ok(f())
+        })
+        .map_err(|source| LabError::Io { what: "start a thread".into(), source })
+}
+
 /// Disable IPv6 in the calling thread's namespace (for interfaces present and future).
 pub(super) fn disable_ipv6() -> Result<(), LabError> {
     for path in ["/proc/sys/net/ipv6/conf/all/disable_ipv6", "/proc/sys/net/ipv6/conf/default/disable_ipv6"] {

@@ -23,6 +23,20 @@ pub fn enter_netns(ns: &File) -> io::Result<()> {
     if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
+/// Keep the calling thread on CPU `cpu` alone (`sched_setaffinity(2)`).
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("no CPU {cpu}")));
+    }
+    // SAFETY: `cpu_set_t` is a plain bit array, for which all zeroes (the empty set) is valid.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes one bit of `set`, and `cpu` is below CPU_SETSIZE (checked above).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: pid 0 is the calling thread; `set` is a valid cpu_set_t of the size given.
+    let ret = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
 /// A raw ICMP socket: `socket(AF_INET, SOCK_RAW, IPPROTO_ICMP)` or `socket(AF_INET6,
 /// SOCK_RAW, IPPROTO_ICMPV6)`.
 pub struct IcmpSocket(OwnedFd);
