@@ -130,6 +130,9 @@ struct Uring {
     /// A page the single-shot receives write into: owned by the ring, so a receive still in
     /// flight when a run ends in an error never writes into memory that is gone.
     scratch: Mapping,
+    /// A page the sends of requests (and connect's address) read from: owned by the ring for
+    /// the same reason, so a send still in flight never reads memory that is gone.
+    out: Mapping,
 }
 
 impl Uring {
@@ -153,7 +156,8 @@ impl Uring {
         // SAFETY: `iov` describes the live mapping `zc`, which outlives the ring.
         unsafe { ring.submitter().register_buffers(&[iov])? };
         let scratch = Mapping::new(SCRATCH)?;
-        let mut u = Uring { ring, ring_map, bufs, tail: 0, zc, scratch };
+        let out = Mapping::new(SCRATCH)?;
+        let mut u = Uring { ring, ring_map, bufs, tail: 0, zc, scratch, out };
         for bid in 0..BUF_ENTRIES {
             u.give_back(bid);
         }
@@ -196,12 +200,39 @@ impl Uring {
         unsafe { std::slice::from_raw_parts(self.scratch.ptr.cast::<u8>(), len.min(SCRATCH)) }
     }
 
+    /// Copy `bytes` to byte `at` of the out page and return where they are. Sends and
+    /// connects point there, not into the caller's memory, which an error may free while
+    /// the kernel still reads it.
+    fn out(&mut self, at: usize, bytes: &[u8]) -> *const u8 {
+        assert!(at + bytes.len() <= SCRATCH, "{} bytes at {at} do not fit the out page", bytes.len());
+        // SAFETY: the range is inside the mapping (asserted) and nothing else writes it while
+        // this borrow of the ring is held; the kernel only reads it, for sends queued later.
+        unsafe {
+            let to = self.out.ptr.cast::<u8>().add(at);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), to, bytes.len());
+            to
+        }
+    }
+
+    /// Return a pointer to byte `at` (< [`SCRATCH`]) of the out page.
+    fn out_ptr(&self, at: usize) -> *const u8 {
+        // SAFETY: the offset is clamped inside the mapping.
+        unsafe { self.out.ptr.cast::<u8>().add(at.min(SCRATCH - 1)) }
+    }
+
+    /// Queue a send of the `len` bytes at byte `at` of the out page on `slot`.
+    fn send_out(&mut self, slot: u32, at: usize, len: usize) -> io::Result<()> {
+        let len = len.min(SCRATCH - at.min(SCRATCH - 1));
+        let e = opcode::Send::new(Fixed(slot), self.out_ptr(at), len as u32).flags(libc::MSG_NOSIGNAL);
+        self.push(e.build().user_data(tag(OP_SEND, slot)))
+    }
+
     /// Queue `entry`, submitting first if the queue is full.
     fn push(&mut self, entry: squeue::Entry) -> io::Result<()> {
         loop {
-            // SAFETY: every buffer an entry points at (messages, the registered buffer,
-            // `ONE`, socket addresses) outlives its completion: the callers keep them for
-            // the whole run, and the ring is dropped before them.
+            // SAFETY: every buffer an entry points at (the out page, the scratch page, the
+            // provided and registered buffers, `ONE`) is a mapping the ring owns and drops
+            // after itself, or a static; the bulk server's chunks are kept for the whole run.
             if unsafe { self.ring.submission().push(&entry) }.is_ok() {
                 return Ok(());
             }
@@ -230,12 +261,6 @@ impl Uring {
     /// Queue a multishot receive on `slot` into the provided-buffer ring.
     fn recv_multi(&mut self, slot: u32) -> io::Result<()> {
         self.push(opcode::RecvMulti::new(Fixed(slot), BGID).build().user_data(tag(OP_RECV, slot)))
-    }
-
-    /// Queue a send of `data` on `slot`; `data` must outlive its completion.
-    fn send(&mut self, slot: u32, data: &[u8]) -> io::Result<()> {
-        let e = opcode::Send::new(Fixed(slot), data.as_ptr(), data.len() as u32).flags(libc::MSG_NOSIGNAL);
-        self.push(e.build().user_data(tag(OP_SEND, slot)))
     }
 
     /// Queue a zero-copy send of the registered 64 KiB buffer on `slot`.
@@ -492,6 +517,11 @@ fn request_response(
         streams.push(connect_registered(u, plan, i as u32)?);
     }
     let msg: Vec<u8> = (0..size).map(|i| (i * 7 + 1) as u8).collect();
+    // Sent from the ring's out page (request sizes are at most a page).
+    if size > SCRATCH {
+        return Err(format!("io_uring client: requests of {size} bytes do not fit a page"));
+    }
+    u.out(0, &msg);
     let mut got = vec![Vec::with_capacity(size); conns];
     let mut sent_at = vec![Instant::now(); conns];
     // Bytes of the request in flight not yet sent (a short send is sent on).
@@ -499,7 +529,7 @@ fn request_response(
     for i in 0..conns {
         u.recv_multi(i as u32).map_err(|e| io("receive", e))?;
         sent_at[i] = Instant::now();
-        u.send(i as u32, &msg).map_err(|e| io("send", e))?;
+        u.send_out(i as u32, 0, size).map_err(|e| io("send", e))?;
         unsent[i] = size;
     }
     let mut latency = histogram();
@@ -572,7 +602,7 @@ fn request_response(
                     }
                     if !draining {
                         sent_at[i] = Instant::now();
-                        u.send(i as u32, &msg).map_err(|e| io("send", e))?;
+                        u.send_out(i as u32, 0, size).map_err(|e| io("send", e))?;
                         unsent[i] = size;
                         outstanding += 1;
                     }
@@ -583,7 +613,7 @@ fn request_response(
                     }
                     unsent[i] -= (res as usize).min(unsent[i]);
                     if unsent[i] > 0 {
-                        u.send(i as u32, &msg[size - unsent[i]..]).map_err(|e| io("send", e))?;
+                        u.send_out(i as u32, size - unsent[i], unsent[i]).map_err(|e| io("send", e))?;
                     }
                 }
                 _ => {}
@@ -761,16 +791,22 @@ fn connect_rate(
         sin_zero: [0; 8],
     };
     let msg = [0x42u8; 64];
+    // Both in the ring's out page, the address 8-aligned after the message.
+    u.out(0, &msg);
+    // SAFETY: a sockaddr_in is plain integers; its bytes are what connect(2) reads.
+    let sin_bytes =
+        unsafe { std::slice::from_raw_parts((&raw const sin).cast::<u8>(), size_of::<libc::sockaddr_in>()) };
+    let sin_at = u.out(64, sin_bytes);
     let slot = DestinationSlot::try_from_slot_target(0).map_err(|_| "io_uring client: no file slot 0")?;
     let once = |u: &mut Uring| -> Result<(), String> {
         let fail = |what: &str, res: i32| format!("io_uring client: {what} ({}): {}", plan.server, errno(res));
         let link = squeue::Flags::IO_LINK;
         let socket = opcode::Socket::new(libc::AF_INET, libc::SOCK_STREAM, 0).file_index(Some(slot));
-        let connect = opcode::Connect::new(Fixed(0), (&raw const sin).cast(), size_of::<libc::sockaddr_in>() as u32);
-        let send = opcode::Send::new(Fixed(0), msg.as_ptr(), 64).flags(libc::MSG_NOSIGNAL);
+        let connect = opcode::Connect::new(Fixed(0), sin_at.cast(), size_of::<libc::sockaddr_in>() as u32);
         let push = |u: &mut Uring, e: squeue::Entry| u.push(e).map_err(|e| format!("io_uring client: submit: {e}"));
         push(u, socket.build().flags(link).user_data(tag(OP_SOCKET, 0)))?;
         push(u, connect.build().flags(link).user_data(tag(OP_CONNECT, 0)))?;
+        let send = opcode::Send::new(Fixed(0), u.out_ptr(0), 64).flags(libc::MSG_NOSIGNAL);
         push(u, send.build().flags(link).user_data(tag(OP_SEND, 0)))?;
         let mut got = 0usize;
         let mut failed: Option<String> = None;
