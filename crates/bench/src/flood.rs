@@ -50,12 +50,15 @@ pub const NAME: &str = "flood";
 /// spare, and the burst is a quarter of the receive ring).
 pub const SHIELD: SynShield = SynShield { rate: 10_000, burst: 1_000 };
 
-/// The shield of the shielded row: [`SHIELD`], or `BYPASS_DEMO_SYN_RATE` SYNs a second (with
-/// a burst of a tenth of a second's worth), to measure others.
+/// The shield of the shielded row: [`SHIELD`], or `BYPASS_DEMO_SYN_RATE` (`RATE` SYNs a
+/// second with a burst of a tenth of a second's worth, or `RATE/BURST`), to measure others.
 fn shield() -> SynShield {
-    match std::env::var("BYPASS_DEMO_SYN_RATE").ok().and_then(|v| v.parse().ok()) {
-        Some(rate) => SynShield::new(rate),
-        None => SHIELD,
+    let Ok(v) = std::env::var("BYPASS_DEMO_SYN_RATE") else { return SHIELD };
+    let (rate, burst) = v.split_once('/').map_or((v.as_str(), None), |(r, b)| (r, Some(b)));
+    match (rate.trim().parse::<u32>(), burst.map(|b| b.trim().parse::<u32>())) {
+        (Ok(rate), None) => SynShield::new(rate),
+        (Ok(rate), Some(Ok(burst))) => SynShield { rate, burst },
+        _ => SHIELD,
     }
 }
 
