@@ -56,6 +56,12 @@ pub trait Host {
     fn send(&mut self, data: &[u8]) -> usize;
     /// Read into `buf`.
     fn recv(&mut self, buf: &mut [u8]) -> Read;
+    /// Queue as much as the send buffer takes, in place: the bytes already in the buffer
+    /// are sent again (a bulk source whose own work costs nothing); return how much.
+    fn source(&mut self) -> usize;
+    /// Consume everything received, in place (a bulk sink that costs nothing); return how
+    /// much.
+    fn sink(&mut self) -> usize;
     /// Close the connection (FIN after the queued data).
     fn close(&mut self);
     /// Return whether the closed connection is done: gone, or in TIME-WAIT (the active
@@ -134,6 +140,20 @@ impl Host for Ours {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Read::Nothing,
             Err(e) => panic!("ours: read: {e}"),
         }
+    }
+
+    fn source(&mut self) -> usize {
+        let id = self.conn.expect("a connection");
+        self.stack.send_with(id, |buf| (buf.len(), buf.len())).unwrap_or(0)
+    }
+
+    fn sink(&mut self) -> usize {
+        let id = self.conn.expect("a connection");
+        let mut total = 0;
+        while let Ok(n @ 1..) = self.stack.recv_with(id, |buf| (buf.len(), buf.len())) {
+            total += n;
+        }
+        total
     }
 
     fn close(&mut self) {
@@ -223,6 +243,18 @@ impl Host for Smol {
             Err(tcp::RecvError::Finished) => Read::Eof,
             Err(e) => panic!("smoltcp: read: {e}"),
         }
+    }
+
+    fn source(&mut self) -> usize {
+        self.socket().send(|buf| (buf.len(), buf.len())).unwrap_or(0)
+    }
+
+    fn sink(&mut self) -> usize {
+        let mut total = 0;
+        while let Ok(n @ 1..) = self.socket().recv(|buf| (buf.len(), buf.len())) {
+            total += n;
+        }
+        total
     }
 
     fn close(&mut self) {

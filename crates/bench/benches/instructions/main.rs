@@ -110,7 +110,6 @@ pub struct Net<H: Host> {
     /// The client's next local port.
     next_port: u16,
     buf: Vec<u8>,
-    chunk: Vec<u8>,
     request: [u8; MESSAGE],
     /// Units of work the benchmark runs.
     n: u64,
@@ -126,7 +125,6 @@ impl<H: Host> Net<H> {
             now: Instant::ZERO,
             next_port: 40_000,
             buf: vec![0; 64 * 1024],
-            chunk: (0..64 * 1024).map(|i| (i % 251) as u8).collect(),
             request: [0x5a; MESSAGE],
             n,
         };
@@ -223,7 +221,7 @@ impl<H: Host> Net<H> {
         for _ in 0..segments * 10 {
             let now = self.now;
             count.part(Side::Client, || {
-                while self.client.send(&self.chunk) > 0 {}
+                self.client.source();
                 self.client.poll(now);
             });
             let (frames, data) = carry_data(self.client.port(), self.server.port());
@@ -231,7 +229,7 @@ impl<H: Host> Net<H> {
             crossed += frames as u64;
             count.part(Side::Server, || {
                 self.server.poll(now);
-                while let Read::Data(_) = self.server.recv(&mut self.buf) {}
+                self.server.sink();
             });
             carry(self.server.port(), self.client.port());
             self.tick();
