@@ -8,11 +8,11 @@
 //! state in a setup that is not counted, then runs `N` units of work; Callgrind counts the
 //! instructions of [`measured`] only, so a figure divided by `N` is the cost of one unit:
 //!
-//! | group | unit | counted |
+//! | benchmark (`_ours`, `_smoltcp`) | unit | counted (the benchmark's id) |
 //! |---|---|---|
-//! | `request_response` | one 64-byte request and its 64-byte echo | `both` ends, or the `client`'s or the `server`'s part |
-//! | `bulk_receive` | one full-sized (1460-byte) data segment received | the receiver: its polls (the segment, the ACKs it sends) and its application's reads |
-//! | `bulk_send` | one full-sized data segment sent | the sender: its polls (the segment, the ACKs it takes in) and its application's writes |
+//! | `rr` | one 64-byte request and its 64-byte echo | `both` ends, or the `client`'s or the `server`'s part |
+//! | `bulk`, id `receive` | one data segment (1460 bytes) received | the receiver: its polls (the segment, the ACKs it sends) and its application's calls |
+//! | `bulk`, id `send` | one data segment sent | the sender: its polls (the segment, the ACKs it takes in) and its application's calls |
 //! | `connection` | one connection opened and closed, no data | `both` ends, or the `client`'s or the `server`'s part |
 //!
 //! `cargo bench -p bypass-bench --bench instructions` measures (it needs `valgrind` and
