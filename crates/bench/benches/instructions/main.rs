@@ -20,6 +20,8 @@
 //! `cargo test --workspace --release`, the binary runs itself under Valgrind in a reduced
 //! form (a tenth of each `N`), so that the benchmarks cannot rot, and prints the figures.
 
+#![deny(unsafe_code)]
+
 mod hosts;
 mod report;
 mod wire;
@@ -48,7 +50,7 @@ const MESSAGE: usize = 64;
 
 /// Requests and responses counted.
 pub const RR: u64 = 1000;
-/// Full-sized segments counted in the bulk benchmarks.
+/// Data segments counted in the bulk benchmarks.
 pub const SEGMENTS: u64 = 2000;
 /// Connections counted.
 pub const CONNECTIONS: u64 = 200;
