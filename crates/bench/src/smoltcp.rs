@@ -90,7 +90,7 @@ pub fn server<D: Device>(
         Workload::Rr { conns, .. } => (Role::Echo, conns),
         Workload::Connect => (Role::Echo, 1),
         Workload::BulkUp => (Role::Sink, 1),
-        Workload::BulkDown => (Role::Source, 1),
+        Workload::BulkDown | Workload::File => (Role::Source, 1),
     };
     let mut sockets = SocketSet::new(Vec::with_capacity(busy + SPARE_LISTENERS));
     let mut server = Server { role, port, handles: Vec::new(), buf: vec![0; BUFFER], chunk: vec![0x5a; CHUNK] };
@@ -141,7 +141,7 @@ pub fn server<D: Device>(
     }
 
     let (usage, copied) = window.delta().ok_or("smoltcp: the client's measurement window was not seen")?;
-    Ok(ServerResult { usage, copied: Some(copied), mode })
+    Ok(ServerResult { usage, copied: Some(copied), mode, file: None })
 }
 
 /// Return a smoltcp interface at `ip`/`prefix` on the adapter's device (its MAC), seeded
