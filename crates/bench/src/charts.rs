@@ -429,70 +429,6 @@ fn cpu(rows: &[Row], c: &Conditions) -> String {
     document(WIDTH, height, FONT, title, &svg)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::svg::escape;
-
-    #[test]
-    fn nice_steps_are_1_2_5() {
-        assert_eq!(nice_step(10.0, 5.0), 2.0);
-        assert_eq!(nice_step(23.0, 5.0), 5.0);
-        assert_eq!(nice_step(0.7, 5.0), 0.2);
-    }
-
-    /// Return a row of `transport` and `workload` with figures scaled by `k`.
-    fn row(transport: Transport, workload: Workload, k: f64) -> Row {
-        let figures = crate::report::Figures {
-            p50_us: 10.0 * k,
-            p99_us: 20.0 * k,
-            rate: if workload.is_bulk() { 2.5 * k } else { 50_000.0 / k },
-            cpu_per_unit: 3.0 * k,
-            client_cpu_per_unit: k,
-            server_cpu_per_unit: 2.0 * k,
-            ..Default::default()
-        };
-        let cdf = if workload.is_bulk() {
-            Vec::new()
-        } else {
-            (0..=10).map(|i| (k * (5.0 + i as f64), i as f64 / 10.0)).collect()
-        };
-        Row { transport, workload, figures: Some(figures), failure: None, runs: 1, per_run: vec![(0, figures)], cdf }
-    }
-
-    #[test]
-    fn charts_from_fixed_rows_draw_every_transport_and_the_floor() {
-        let ts = [Transport::KernelBusy, Transport::StackXdp, Transport::SmoltcpXdp];
-        let mut rows = Vec::new();
-        for (i, &t) in ts.iter().enumerate() {
-            for w in [RR, Workload::BulkUp, Workload::BulkDown] {
-                rows.push(row(t, w, 1.0 + i as f64));
-            }
-        }
-        let c = Conditions { floor: Some(crate::Floor { p50_us: 3.2, ..Default::default() }), ..Conditions::default() };
-        let charts = render(&rows, &c);
-        let [(_, cdf), (_, throughput), (_, cpu)] = &charts[..] else { panic!("three charts") };
-        assert_eq!(cdf.matches("<polyline").count(), ts.len(), "one CDF line per transport");
-        assert!(cdf.contains(r#"stroke-dasharray="6 4""#) && cdf.contains("floor: raw AF_XDP frames"));
-        for t in ts {
-            let label = escape(t.label());
-            for (name, svg) in &charts {
-                assert!(svg.contains(&label), "{name} names {label}");
-            }
-        }
-        assert!(throughput.contains(">2.50 Gbit/s<") && throughput.contains(">7.50 Gbit/s<"));
-        assert!(cpu.contains(">3.00 µs<") && cpu.contains(">16667<"));
-    }
-
-    #[test]
-    fn charts_without_rows_are_documents() {
-        for (name, svg) in render(&[], &Conditions::default()) {
-            assert!(svg.starts_with("<svg"), "{name}");
-            assert!(svg.trim_end().ends_with("</svg>"), "{name}");
-        }
-    }
-}
-
 /// The buffers of the file picture, left to right: the server's, the wire, the client's.
 const BUFFERS: [&str; 7] =
     ["page cache", "user buffer", "socket buffer", "UMEM frame", "wire (veth)", "socket buffer", "user buffer"];
@@ -666,4 +602,68 @@ fn file_copies(rows: &[Row], c: &Conditions) -> String {
     }
     let height = footer(&mut svg, y + 4.0, c) + MARGIN;
     document(width, height, FONT, title, &svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::svg::escape;
+
+    #[test]
+    fn nice_steps_are_1_2_5() {
+        assert_eq!(nice_step(10.0, 5.0), 2.0);
+        assert_eq!(nice_step(23.0, 5.0), 5.0);
+        assert_eq!(nice_step(0.7, 5.0), 0.2);
+    }
+
+    /// Return a row of `transport` and `workload` with figures scaled by `k`.
+    fn row(transport: Transport, workload: Workload, k: f64) -> Row {
+        let figures = crate::report::Figures {
+            p50_us: 10.0 * k,
+            p99_us: 20.0 * k,
+            rate: if workload.is_bulk() { 2.5 * k } else { 50_000.0 / k },
+            cpu_per_unit: 3.0 * k,
+            client_cpu_per_unit: k,
+            server_cpu_per_unit: 2.0 * k,
+            ..Default::default()
+        };
+        let cdf = if workload.is_bulk() {
+            Vec::new()
+        } else {
+            (0..=10).map(|i| (k * (5.0 + i as f64), i as f64 / 10.0)).collect()
+        };
+        Row { transport, workload, figures: Some(figures), failure: None, runs: 1, per_run: vec![(0, figures)], cdf }
+    }
+
+    #[test]
+    fn charts_from_fixed_rows_draw_every_transport_and_the_floor() {
+        let ts = [Transport::KernelBusy, Transport::StackXdp, Transport::SmoltcpXdp];
+        let mut rows = Vec::new();
+        for (i, &t) in ts.iter().enumerate() {
+            for w in [RR, Workload::BulkUp, Workload::BulkDown] {
+                rows.push(row(t, w, 1.0 + i as f64));
+            }
+        }
+        let c = Conditions { floor: Some(crate::Floor { p50_us: 3.2, ..Default::default() }), ..Conditions::default() };
+        let charts = render(&rows, &c);
+        let [(_, cdf), (_, throughput), (_, cpu)] = &charts[..] else { panic!("three charts") };
+        assert_eq!(cdf.matches("<polyline").count(), ts.len(), "one CDF line per transport");
+        assert!(cdf.contains(r#"stroke-dasharray="6 4""#) && cdf.contains("floor: raw AF_XDP frames"));
+        for t in ts {
+            let label = escape(t.label());
+            for (name, svg) in &charts {
+                assert!(svg.contains(&label), "{name} names {label}");
+            }
+        }
+        assert!(throughput.contains(">2.50 Gbit/s<") && throughput.contains(">7.50 Gbit/s<"));
+        assert!(cpu.contains(">3.00 µs<") && cpu.contains(">16667<"));
+    }
+
+    #[test]
+    fn charts_without_rows_are_documents() {
+        for (name, svg) in render(&[], &Conditions::default()) {
+            assert!(svg.starts_with("<svg"), "{name}");
+            assert!(svg.trim_end().ends_with("</svg>"), "{name}");
+        }
+    }
 }

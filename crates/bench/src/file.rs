@@ -892,7 +892,10 @@ mod sys {
             return "an unknown filesystem";
         }
         // SAFETY: fstatfs returned 0 and filled it.
-        match unsafe { st.assume_init() }.f_type as i64 {
+        let f_type = unsafe { st.assume_init() }.f_type;
+        // The field's type differs between targets (`__fsword_t`): i64 on x86-64 and arm64.
+        #[allow(clippy::unnecessary_cast)]
+        match f_type as i64 {
             0xEF53 => "ext4",
             0x0102_1994 => "tmpfs",
             0x5846_5342 => "xfs",
