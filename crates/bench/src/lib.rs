@@ -1246,7 +1246,12 @@ fn measure(
     });
     let (client, server) = both(client, server)?;
     match transport {
-        Transport::StackXdp | Transport::StackXdpV6 | Transport::StackXdpInPlace | Transport::StackXdpBoth => {
+        Transport::StackXdp
+        | Transport::StackXdpV6
+        | Transport::StackXdpInPlace
+        | Transport::StackXdpBoth
+        | Transport::FileStackSendWith
+        | Transport::FileStackWrite => {
             conditions.xdp_mode = Some(server.mode.clone())
         }
         Transport::StackPacket | Transport::StackPacketBoth => conditions.packet_mode = Some(server.mode.clone()),
