@@ -935,6 +935,65 @@ mod tests {
         }
     }
 
+    /// Serve `source` over loopback by `path` to the file client for a short window.
+    fn serve_once(
+        source: &Source,
+        check: &Source,
+        path: Path,
+    ) -> (Result<ServerResult, String>, Result<ClientResult, String>) {
+        use std::sync::atomic::AtomicBool;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let plan = ClientPlan {
+            server: listener.local_addr().unwrap(),
+            workload: super::super::Workload::File,
+            busy: true,
+            warmup: Duration::ZERO,
+            duration: Duration::from_millis(50),
+        };
+        let shared = Shared::default();
+        std::thread::scope(|scope| {
+            let shared = &shared;
+            let server = scope.spawn(move || {
+                let r = server(listener, path, source, shared);
+                shared.stop.store(true, Ordering::SeqCst);
+                r
+            });
+            let client = client(&plan, check, shared, &AtomicBool::new(false));
+            shared.stop.store(true, Ordering::SeqCst);
+            (server.join().unwrap(), client)
+        })
+    }
+
+    #[test]
+    fn every_kernel_path_delivers_the_file_byte_exact_and_counts_its_copies() {
+        let dir = std::env::temp_dir().join(format!("bypass-file-paths-{}", std::process::id()));
+        let source = Source::create(&dir, 4 << 20).unwrap();
+        for path in [Path::ReadWrite, Path::MmapWrite, Path::Sendfile, Path::Splice, Path::MsgZerocopy] {
+            let (server, client) = serve_once(&source, &source, path);
+            let (server, client) = (server.unwrap(), client.unwrap());
+            assert!(client.units >= source.len && client.units % source.len == 0, "{path:?}: whole passes");
+            let c = server.file.unwrap();
+            let per = PerByte::new(&c, client.units, client.units);
+            let expect: (f64, f64) = match path {
+                Path::ReadWrite => (1.0, 1.0),
+                Path::MmapWrite => (0.0, 1.0),
+                _ => (0.0, 0.0),
+            };
+            assert!((per.cache_to_user - expect.0).abs() < 0.1, "{path:?}: {per:?}");
+            assert!((per.user_to_socket - expect.1).abs() < 0.1, "{path:?}: {per:?}");
+            if path == Path::MsgZerocopy {
+                // Loopback delivers to a local socket too: copied after all.
+                assert!(per.zerocopy_copied.is_some_and(|x| x > 0.9), "{path:?}: {per:?}");
+            }
+        }
+        // A client that expects other bytes fails the row.
+        let wrong = Source { file: source.file.try_clone().unwrap(), sum: source.sum ^ 1, ..source };
+        let (_, client) = serve_once(&wrong, &wrong, Path::Sendfile);
+        let err = client.err().expect("a pass that differs fails");
+        assert!(err.contains("pass 1 differs from the file"), "{err}");
+        let _ = std::fs::remove_dir(&dir);
+    }
+
     #[test]
     fn a_made_file_is_resident_and_gone_from_its_directory() {
         let dir = std::env::temp_dir().join(format!("bypass-file-test-{}", std::process::id()));

@@ -30,6 +30,11 @@
 //!   4b our stack over AF_PACKET  on 10.77.0.2        our stack over AF_PACKET on px0, 10.77.0.4
 //!   5b our stack over AF_XDP     on 10.77.0.2        our stack over AF_XDP on px0, 10.77.0.4
 //!   6b smoltcp over our AF_XDP   on 10.77.0.2        smoltcp over our AF_XDP on px0, 10.77.0.4
+//!  f1-f5 kernel, a file sent by     on 10.77.1.3 (bk0)  kernel TCP, non-blocking read(2), checksum
+//!        read+write, mmap+write,                      of every pass (file rows: `--workload file`)
+//!        sendfile, splice, MSG_ZEROCOPY
+//!  f6-f7 our stack over AF_XDP, a   on 10.77.0.2        as rows f1-f5, over px0
+//!        file by send_with or write
 //! ```
 //!
 //! Every row but 2d crosses bx0/px0, whose offloads (tx checksum, TSO, GSO) are off at both
@@ -528,7 +533,8 @@ impl Transport {
         }
     }
 
-    /// Kernel copies per byte per direction, end to end.
+    /// Kernel copies per byte per direction, end to end (the file rows count theirs, copy
+    /// by copy, in their own figures).
     pub fn kernel_copies(self) -> u32 {
         if self == Transport::StackMemory { 0 } else { 2 }
     }
@@ -1251,9 +1257,7 @@ fn measure(
         | Transport::StackXdpInPlace
         | Transport::StackXdpBoth
         | Transport::FileStackSendWith
-        | Transport::FileStackWrite => {
-            conditions.xdp_mode = Some(server.mode.clone())
-        }
+        | Transport::FileStackWrite => conditions.xdp_mode = Some(server.mode.clone()),
         Transport::StackPacket | Transport::StackPacketBoth => conditions.packet_mode = Some(server.mode.clone()),
         Transport::KernelMsgZerocopy => conditions.msg_zerocopy = Some(server.mode.clone()),
         _ => {}

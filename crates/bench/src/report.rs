@@ -789,7 +789,8 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
             r.runs,
             js(r.transport.placement()),
             js(r.transport.copies()),
-            r.transport.kernel_copies(),
+            // The file rows count each copy where it happens instead (`file_copies_per_byte`).
+            if r.workload == Workload::File { "null".into() } else { r.transport.kernel_copies().to_string() },
         );
         let [vs_2, vs_2d] = ratios(rows, r);
         // Ratios in full: a row far off the baseline must not print as 0.0000. The median
@@ -947,6 +948,53 @@ mod tests {
         assert!(line.contains("\"vs_floor\": 0.625, \"vs_floor_spread\": {\"median\": 0.625"), "{line}");
         assert!(line.contains("\"vs_row_2d\": null"), "the old keys stay: {line}");
         assert!(json.contains("\"bulk_floor\": [{\"repetition\": 1, \"workload\": \"bulk-up\", \"path\": \"px0 -> bx0\", \"mtu\": 1500, \"gbit_s\": 4.0000"), "{json}");
+    }
+
+    #[test]
+    fn the_copies_cell_says_whose_copies_it_counts() {
+        assert_eq!(copies_cell(Some(1.0249), 2), "1.02 ours + 2 kernel");
+        assert_eq!(copies_cell(None, 2), "2 kernel");
+        assert_eq!(copies_cell(Some(4.0), 0), "4.00 ours + 0 kernel");
+    }
+
+    #[test]
+    fn a_file_row_shows_each_copy_where_it_happens() {
+        use super::super::file::{Counts, PerByte};
+        let mib = 1u64 << 20;
+        // read + write over 100 MiB delivered: 100 MiB pread, 101 MiB written (1 MiB still
+        // unread at the client as the window ends).
+        let counts = Counts { cache_to_user: 100 * mib, user_to_socket: 101 * mib, resident: 1.0, ..Counts::default() };
+        let file = PerByte::new(&counts, 100 * mib, 100 * mib);
+        assert_eq!((file.cache_to_user, file.user_to_socket, file.client_to_user), (1.0, 1.01, 1.0));
+        assert_eq!(file.zerocopy_copied, None, "no MSG_ZEROCOPY on this path");
+        assert!((file.total() - 3.01).abs() < 1e-9);
+        let run = Run { rate: 10.0, cpu_per_unit: 1.5, units: 100.0, file: Some(file), ..Run::default() };
+        let row = Row {
+            transport: Transport::FileReadWrite,
+            workload: Workload::File,
+            figures: Some(run),
+            failure: None,
+            runs: 1,
+            per_run: vec![(0, run)],
+            cdf: Vec::new(),
+        };
+        let c = Conditions { file: Some("32 MiB, 100.0% resident".into()), ..Conditions::default() };
+        let md = markdown(std::slice::from_ref(&row), &c, "");
+        assert!(md.contains("| page cache -> user | user -> socket buffer | page cache -> socket buffer |"), "{md}");
+        assert!(
+            md.contains("| f1 kernel, read + write | 10.00 | 1.50 | 0.0 | 0.000 | 0.0 | 1.00 | 1.01 | 0.00 | - | - | none expected (veth hands the skb on) | 1.00 | 3.01 (2.01 sending + 1.00 client) |"),
+            "{md}"
+        );
+        assert!(md.contains("File: 32 MiB, 100.0% resident.") && md.contains("](file-copies.svg)"), "{md}");
+        let json = json(&[row], &c);
+        assert!(json.contains("\"kernel_copies_per_byte\": null"), "{json}");
+        assert!(
+            json.contains("\"file_copies_per_byte\": {\"page_cache_to_user\": 1.0000, \"user_to_socket\": 1.0100"),
+            "{json}"
+        );
+        // MSG_ZEROCOPY: the copied fraction is of the bytes completed.
+        let zc = Counts { zerocopy_completed: 200 * mib, zerocopy_copied: 150 * mib, ..Counts::default() };
+        assert_eq!(PerByte::new(&zc, 100 * mib, 100 * mib).zerocopy_copied, Some(0.75));
     }
 
     /// The best kernel row is chosen per repetition among 2, 2d, 2u and 2ud: the lowest p50,
