@@ -37,7 +37,7 @@ const ZEROCOPY: [(&str, &str); 3] = [
 ];
 
 /// The file-serving rows (`--workload file`): the same file, in the page cache, by each path.
-const FILE_ROWS: [(&str, &str); 7] = [
+const FILE_ROWS: [(&str, &str); 8] = [
     ("file-read-write", "f1 kernel, read + write"),
     ("file-mmap-write", "f2 kernel, mmap + write"),
     ("file-sendfile", "f3 kernel, sendfile"),
@@ -45,6 +45,7 @@ const FILE_ROWS: [(&str, &str); 7] = [
     ("file-msg-zerocopy", "f5 kernel, MSG_ZEROCOPY from mmap"),
     ("file-stack-send-with", "f6 ours/AF_XDP, send_with + pread"),
     ("file-stack-write", "f7 ours/AF_XDP, pread + write"),
+    ("file-stack-send-with-mmap", "f8 ours/AF_XDP, send_with + mmap"),
 ];
 
 /// The workloads, as results.json names them (the file rows apart).
@@ -312,7 +313,11 @@ fn assert_file_rows(json: &str, md: &str, stdout: &str, out: &std::path::Path) {
     assert!(copies("file-stack-send-with", "user_to_socket") == 0.0, "send_with: no user -> socket copy");
     assert!(copies("file-stack-send-with", "page_cache_to_socket") > 0.99, "send_with: pread into the send buffer");
     assert!(copies("file-stack-write", "page_cache_to_user") > 0.99, "write: pread into a user buffer");
-    for name in ["file-stack-send-with", "file-stack-write"] {
+    // Or from a mapping: the same one copy, page faults instead of a read.
+    assert!(copies("file-stack-send-with-mmap", "page_cache_to_socket") > 0.99, "send_with: mmap copy");
+    assert!(copies("file-stack-send-with-mmap", "page_cache_to_user") == 0.0, "send_with + mmap: no read");
+    assert!(copies("file-stack-send-with-mmap", "minor_faults_per_mib") > 0.0, "send_with + mmap: faults");
+    for name in ["file-stack-send-with", "file-stack-write", "file-stack-send-with-mmap"] {
         let frame = copies(name, "socket_to_frame");
         assert!((0.99..1.2).contains(&frame), "{name}: {frame} copies send buffer -> frame per byte");
     }

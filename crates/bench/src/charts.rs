@@ -60,6 +60,7 @@ fn colour(transport: Transport) -> &'static str {
         Transport::FileMsgZerocopy => "#c0392b",
         Transport::FileStackSendWith => "#1e8449",
         Transport::FileStackWrite => "#58d68d",
+        Transport::FileStackSendWithMmap => "#117a65",
     }
 }
 
@@ -491,10 +492,13 @@ fn file_hops(t: Transport, p: &super::file::PerByte) -> (Vec<usize>, Vec<Hop>) {
                 client,
             ],
         ),
-        Transport::FileStackSendWith => (
+        Transport::FileStackSendWith | Transport::FileStackSendWithMmap => (
             vec![0, 2, 3, 4, 5, 6],
             vec![
-                Hop::Cpu(p.cache_to_socket, "pread into send_with"),
+                Hop::Cpu(
+                    p.cache_to_socket,
+                    if t == Transport::FileStackSendWith { "pread into send_with" } else { "mmap copy into send_with" },
+                ),
                 Hop::Cpu(p.socket_to_frame, "our stack"),
                 Hop::Hidden("AF_XDP copy mode"),
                 wire_to_client(None),

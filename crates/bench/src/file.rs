@@ -18,6 +18,7 @@
 //! | `splice` | none | none: file -> pipe takes page references, pipe -> socket attaches them | |
 //! | `MSG_ZEROCOPY` (mmap) | none | none: the pages are pinned | bytes of sends completed with `SO_EE_CODE_ZEROCOPY_COPIED`: copied after all, when the veth delivered them to a local socket (`skb_orphan_frags_rx`) |
 //! | ours, `send_with` | bytes `pread(2)` wrote straight into the lent send buffer | (same copy) | send buffer -> UMEM frame: the stack's `bytes_copied` |
+//! | ours, `send_with` (mmap) | bytes the server copied from its mapping into the lent send buffer | (same copy) | as above; minor faults counted |
 //! | ours, `write` | bytes `pread(2)` returned | bytes `Stack::write` took | send buffer -> UMEM frame: `bytes_copied` less those |
 //!
 //! The client's `read(2)` copies every byte it returns (socket buffer -> user). What happens
@@ -61,6 +62,9 @@ pub enum Path {
     MsgZerocopy,
     /// Our stack: `Stack::send_with`, `pread(2)` straight into the lent send buffer.
     StackSendWith,
+    /// Our stack: `Stack::send_with`, the lent send buffer filled from one `mmap(2)` of the
+    /// file (a copy of the server's own, from the mapped page cache).
+    StackSendWithMmap,
     /// Our stack: `pread(2)` into a user buffer, then `Stack::write`.
     StackWrite,
 }
@@ -218,7 +222,7 @@ pub struct Counts {
     /// `Stack::write` on ours.
     pub user_to_socket: u64,
     /// Page cache -> our send buffer, in one copy: bytes `pread(2)` wrote into the space
-    /// `Stack::send_with` lent.
+    /// `Stack::send_with` lent, or that the server copied there from its mapping.
     pub cache_to_socket: u64,
     /// `MSG_ZEROCOPY`: bytes of sends completed, and of those completed with
     /// `SO_EE_CODE_ZEROCOPY_COPIED` (the kernel copied them after all).
@@ -568,7 +572,7 @@ impl<'a> Sender<'a> {
                 }
             }
             Path::MsgZerocopy => self.step_zerocopy(len, c),
-            Path::StackSendWith | Path::StackWrite => (0, Err(ErrorKind::Unsupported.into())),
+            Path::StackSendWith | Path::StackSendWithMmap | Path::StackWrite => (0, Err(ErrorKind::Unsupported.into())),
         }
     }
 
@@ -661,6 +665,13 @@ pub fn stack_server<D: Device>(
     let fd = &source.file;
     // StackWrite's user buffer and the part of it read and not yet written.
     let mut buf = vec![0u8; CHUNK];
+    // StackSendWithMmap's mapping of the whole file, for the connection.
+    let map = match path {
+        Path::StackSendWithMmap => {
+            Some(sys::Map::new(fd.as_raw_fd(), len as usize).map_err(|e| format!("our stack: mmap the file: {e}"))?)
+        }
+        _ => None,
+    };
     let (mut a, mut b) = (0usize, 0usize);
     while !shared.stop.load(Ordering::Relaxed) {
         window.observe(&shared.phase, || super::stack::own(&stack));
@@ -681,6 +692,13 @@ pub fn stack_server<D: Device>(
                             Err(e) => (0, Err(e)),
                         }
                     }),
+                    Path::StackSendWithMmap => stack.send_with(id, |space| {
+                        let want = space.len().min((len - offset) as usize);
+                        let at = offset as usize;
+                        let bytes = map.as_ref().map_or(&[][..], |m| &m.bytes()[at..at + want]);
+                        space[..bytes.len()].copy_from_slice(bytes);
+                        (bytes.len(), Ok(bytes.len()))
+                    }),
                     _ => {
                         if a == b {
                             let want = CHUNK.min((len - offset) as usize);
@@ -698,7 +716,7 @@ pub fn stack_server<D: Device>(
                 };
                 match sent {
                     Ok(Ok(n)) => {
-                        if path == Path::StackSendWith {
+                        if matches!(path, Path::StackSendWith | Path::StackSendWithMmap) {
                             counts.cache_to_socket += if measuring { n as u64 } else { 0 };
                             offset += n as u64;
                         } else if a == b {

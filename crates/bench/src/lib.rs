@@ -239,10 +239,12 @@ pub(crate) enum Transport {
     FileStackSendWith,
     /// As [`Transport::FileStackSendWith`], by `pread` into a user buffer and `Stack::write`.
     FileStackWrite,
+    /// As [`Transport::FileStackSendWith`], the lent space filled from an mmap of the file.
+    FileStackSendWithMmap,
 }
 
 impl Transport {
-    pub const ALL: [Transport; 27] = [
+    pub const ALL: [Transport; 28] = [
         Transport::KernelBlocking,
         Transport::KernelBusy,
         Transport::KernelDefaults,
@@ -270,6 +272,7 @@ impl Transport {
         Transport::FileMsgZerocopy,
         Transport::FileStackSendWith,
         Transport::FileStackWrite,
+        Transport::FileStackSendWithMmap,
     ];
 
     /// The name `--only` takes.
@@ -302,6 +305,7 @@ impl Transport {
             Transport::FileMsgZerocopy => "file-msg-zerocopy",
             Transport::FileStackSendWith => "file-stack-send-with",
             Transport::FileStackWrite => "file-stack-write",
+            Transport::FileStackSendWithMmap => "file-stack-send-with-mmap",
         }
     }
 
@@ -335,6 +339,7 @@ impl Transport {
             Transport::FileMsgZerocopy => "f5 kernel, MSG_ZEROCOPY from mmap",
             Transport::FileStackSendWith => "f6 ours/AF_XDP, send_with + pread",
             Transport::FileStackWrite => "f7 ours/AF_XDP, pread + write",
+            Transport::FileStackSendWithMmap => "f8 ours/AF_XDP, send_with + mmap",
         }
     }
 
@@ -420,6 +425,9 @@ impl Transport {
             Transport::FileStackWrite => {
                 "as row f6, the server reading the file into a 64 KiB user buffer with pread(2), then Stack::write"
             }
+            Transport::FileStackSendWithMmap => {
+                "as row f6, the server filling the space Stack::send_with lends by copying from one mmap(2) of the file (for the connection)"
+            }
         }
     }
 
@@ -481,6 +489,9 @@ impl Transport {
             Transport::FileStackWrite => {
                 "page cache -> user (pread), user -> our send buffer (Stack::write), send buffer -> UMEM frame, then the kernel as row f6"
             }
+            Transport::FileStackSendWithMmap => {
+                "mapped page cache -> our send buffer (the server's copy from its mapping into the lent space; the mapping costs page faults instead of a read), then as row f6"
+            }
         }
     }
 
@@ -493,6 +504,7 @@ impl Transport {
             self,
             Transport::FileStackSendWith
                 | Transport::FileStackWrite
+                | Transport::FileStackSendWithMmap
                 | Transport::StackPacket
                 | Transport::StackPacketBoth
                 | Transport::StackXdp
@@ -521,6 +533,7 @@ impl Transport {
             Transport::FileMsgZerocopy => file::Path::MsgZerocopy,
             Transport::FileStackSendWith => file::Path::StackSendWith,
             Transport::FileStackWrite => file::Path::StackWrite,
+            Transport::FileStackSendWithMmap => file::Path::StackSendWithMmap,
             _ => return None,
         })
     }
@@ -528,7 +541,9 @@ impl Transport {
     /// Return what the kernel does to a file row's bytes that user space cannot count.
     pub fn hidden_copies(self) -> &'static str {
         match self {
-            Transport::FileStackSendWith | Transport::FileStackWrite => "UMEM -> skb (AF_XDP copy mode)",
+            Transport::FileStackSendWith | Transport::FileStackWrite | Transport::FileStackSendWithMmap => {
+                "UMEM -> skb (AF_XDP copy mode)"
+            }
             _ => "none expected (veth hands the skb on)",
         }
     }
@@ -1257,7 +1272,8 @@ fn measure(
         | Transport::StackXdpInPlace
         | Transport::StackXdpBoth
         | Transport::FileStackSendWith
-        | Transport::FileStackWrite => conditions.xdp_mode = Some(server.mode.clone()),
+        | Transport::FileStackWrite
+        | Transport::FileStackSendWithMmap => conditions.xdp_mode = Some(server.mode.clone()),
         Transport::StackPacket | Transport::StackPacketBoth => conditions.packet_mode = Some(server.mode.clone()),
         Transport::KernelMsgZerocopy => conditions.msg_zerocopy = Some(server.mode.clone()),
         _ => {}
@@ -1480,7 +1496,8 @@ fn serve(
         | Transport::FileSplice
         | Transport::FileMsgZerocopy
         | Transport::FileStackSendWith
-        | Transport::FileStackWrite => Err("the file rows are served above".into()),
+        | Transport::FileStackWrite
+        | Transport::FileStackSendWithMmap => Err("the file rows are served above".into()),
     }
 }
 
