@@ -6,7 +6,7 @@
 //!
 //! | item | what it is |
 //! |---|---|
-//! | [`run`], [`Options`] | run the demo: measure, print the table, write `results.md`, `results.json` and three SVG charts |
+//! | [`run`], [`Options`] | run the demo: measure, print the table, write `results.md`, `results.json` and the SVG charts (three, and `file-copies.svg` with the file rows) |
 //! | [`EchoServer`] | the echo service (RFC 862) on a stack: what `bypass echo` serves and the demo measures |
 //! | [`svg`] | the SVG primitives the demo's charts and `bypass inspect`'s ladders draw with |
 //!
