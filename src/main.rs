@@ -86,11 +86,15 @@ struct DemoArgs {
     /// and on our stack under tokio, loaded by wrk or ab), memory (resident bytes per idle
     /// established connection of ours, with 10,000 of them, and the kernel's slab memory per
     /// connection for the same clients), programs (unmodified nginx, redis and iperf3 on
-    /// kernel sockets and under `bypass run`).
+    /// kernel sockets and under `bypass run`), and the file rows (workload `file`):
+    /// file-read-write, file-mmap-write, file-sendfile, file-splice, file-msg-zerocopy,
+    /// file-stack-send-with, file-stack-write.
     #[arg(long, value_delimiter = ',', value_name = "TRANSPORT,...")]
     only: Vec<String>,
     /// Run only these workloads, comma-separated: rr-64B-1c, rr-1024B-1c, rr-64B-100c,
-    /// bulk-up, bulk-down, connect, http (the application row), memory (the memory figure).
+    /// bulk-up, bulk-down, connect, file (a file in the page cache served by each copy path:
+    /// rows f1-f7, and results/file-copies.svg), http (the application row), memory (the
+    /// memory figure).
     #[arg(long, value_delimiter = ',', value_name = "WORKLOAD,...")]
     workload: Vec<String>,
     /// Seconds per measurement (default 2, 0.5 with --quick).

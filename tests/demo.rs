@@ -1,7 +1,7 @@
 //! `bypass demo --quick` end to end, as on a fresh machine: with `ip` the only program on
 //! `PATH` (no `ethtool`, `ping`, `tshark`, `wrk` or `ab`), it builds its own lab, measures
-//! every transport and the HTTP row (with its own load generator), writes `results.md`,
-//! `results.json` and three SVG charts, and removes the lab. And the HTTP row alone, over
+//! every transport, the file-serving rows and the HTTP row (with its own load generator),
+//! writes `results.md`, `results.json` and four SVG pictures, and removes the lab. And the HTTP row alone, over
 //! two repetitions, with the built-in load generator forced where `wrk` is installed.
 //!
 //! Needs root: without it the test says why it skips, except under `CI=true`, where it fails.
@@ -36,7 +36,19 @@ const ZEROCOPY: [(&str, &str); 3] = [
     ("kernel-msg-zerocopy", "3z kernel TCP, MSG_ZEROCOPY"),
 ];
 
-/// The workloads, as results.json names them.
+/// The file-serving rows (`--workload file`): the same file, in the page cache, by each path.
+const FILE_ROWS: [(&str, &str); 8] = [
+    ("file-read-write", "f1 kernel, read + write"),
+    ("file-mmap-write", "f2 kernel, mmap + write"),
+    ("file-sendfile", "f3 kernel, sendfile"),
+    ("file-splice", "f4 kernel, splice"),
+    ("file-msg-zerocopy", "f5 kernel, MSG_ZEROCOPY from mmap"),
+    ("file-stack-send-with", "f6 ours/AF_XDP, send_with + pread"),
+    ("file-stack-write", "f7 ours/AF_XDP, pread + write"),
+    ("file-stack-send-with-mmap", "f8 ours/AF_XDP, send_with + mmap"),
+];
+
+/// The workloads, as results.json names them (the file rows apart).
 const WORKLOADS: [&str; 6] = ["rr-64B-1c", "rr-1024B-1c", "rr-64B-100c", "bulk-up", "bulk-down", "connect"];
 
 /// Return the number after `"key": ` in `json`.
@@ -215,7 +227,7 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
     // Every measured row is read against both kernel rows: offloads off (2) and the kernel's
     // defaults (2d); row 2d is 1.00x of itself. And against the best kernel row of its
     // repetition (2, 2d, 2u, 2ud).
-    for line in json.lines().filter(|l| l.contains("\"rate\": ")) {
+    for line in json.lines().filter(|l| l.contains("\"rate\": ") && !l.contains("\"workload\": \"file\"")) {
         for key in ["vs_row_2", "vs_row_2d", "vs_best_kernel"] {
             let ratio = number_after(line, key).unwrap_or_else(|| panic!("no {key} ratio:\n{line}"));
             assert!(ratio > 0.0, "{key} {ratio}:\n{line}");
@@ -269,11 +281,88 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
     assert_eq!(cdf.matches("<polyline").count(), TRANSPORTS.len(), "one CDF line per transport");
     assert!(cdf.contains("floor: raw AF_XDP frames"), "the floor marker is drawn");
 
+    assert_file_rows(&json, &md, &stdout, &out);
+
     // No namespace of that process is left.
     let list = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
     let list = String::from_utf8_lossy(&list.stdout);
     assert!(!list.contains(&format!("bxt-{pid}-")), "the demo left a namespace behind:\n{list}");
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Check the file-serving rows: every path measured with no failed repetition (the client
+/// checksums each pass of the file and fails the row on a difference, so a measured row is
+/// byte-exact), its copies counted where they happen, in the order the paths promise; the
+/// picture drawn; and no file row for the other transports, nor a file left behind.
+fn assert_file_rows(json: &str, md: &str, stdout: &str, out: &std::path::Path) {
+    assert!(md.contains("100.0% resident in the page cache (mincore)"), "the file's residency:\n{md}");
+    let copies = |name: &str, key: &str| -> f64 {
+        let row = json_row(json, name, "file");
+        let at = row.find("\"file_copies_per_byte\": ").unwrap_or_else(|| panic!("{name}: no copies:\n{row}"));
+        number_after(&row[at..], key).unwrap_or_else(|| panic!("{name}: no {key}:\n{row}"))
+    };
+    for (name, label) in FILE_ROWS {
+        let row = json_row(json, name, "file");
+        assert!(row.contains("\"failure\": null"), "{name}: a repetition failed (a checksum differs?):\n{row}");
+        for key in ["rate", "cpu", "syscalls", "ctx_switches"] {
+            let x = number_after(row, key).unwrap_or_else(|| panic!("{name}: no {key}:\n{row}"));
+            assert!(x > 0.0 || key == "ctx_switches", "{name}: {key} {x}:\n{row}");
+        }
+        // The client's read(2) copies every byte it returns, once.
+        let client = copies(name, "client_socket_to_user");
+        assert!((0.99..1.01).contains(&client), "{name}: the client copied {client} per byte");
+        assert!(stdout.lines().any(|l| l.starts_with(label)), "no `{label}` row in the table:\n{stdout}");
+        assert!(md.contains(&format!("| {label} |")), "no `{label}` row in results.md:\n{md}");
+    }
+    // The ladder: read + write copies the file twice on the way out, mmap + write once,
+    // sendfile not at all (each counted from the bytes the calls returned).
+    let total = |name: &str| copies(name, "total");
+    let (rw, mmap, sendfile) = (total("file-read-write"), total("file-mmap-write"), total("file-sendfile"));
+    assert!(
+        rw > mmap + 0.5 && mmap > sendfile + 0.5,
+        "copies: read + write {rw}, mmap + write {mmap}, sendfile {sendfile}"
+    );
+    assert!((2.9..3.2).contains(&rw) && (0.99..1.05).contains(&sendfile), "read + write {rw}, sendfile {sendfile}");
+    assert!(copies("file-splice", "sending") < 0.01, "splice copies nothing it can show");
+    // MSG_ZEROCOPY over a veth to a local socket: the kernel copies after all, and says so.
+    let zc = copies("file-msg-zerocopy", "zerocopy_copied");
+    assert!(zc > 0.9, "MSG_ZEROCOPY: {zc} of the bytes completed as copied");
+    // Ours: send_with takes the file's bytes straight into the send buffer (one copy where
+    // pread + write make two); both copy send buffer -> frame once.
+    assert!(copies("file-stack-send-with", "user_to_socket") == 0.0, "send_with: no user -> socket copy");
+    assert!(copies("file-stack-send-with", "page_cache_to_socket") > 0.99, "send_with: pread into the send buffer");
+    assert!(copies("file-stack-write", "page_cache_to_user") > 0.99, "write: pread into a user buffer");
+    // Or from a mapping: the same one copy, page faults instead of a read.
+    assert!(copies("file-stack-send-with-mmap", "page_cache_to_socket") > 0.99, "send_with: mmap copy");
+    assert!(copies("file-stack-send-with-mmap", "page_cache_to_user") == 0.0, "send_with + mmap: no read");
+    assert!(copies("file-stack-send-with-mmap", "minor_faults_per_mib") > 0.0, "send_with + mmap: faults");
+    for name in ["file-stack-send-with", "file-stack-write", "file-stack-send-with-mmap"] {
+        let frame = copies(name, "socket_to_frame");
+        assert!((0.99..1.2).contains(&frame), "{name}: {frame} copies send buffer -> frame per byte");
+    }
+    assert!(total("file-stack-write") > total("file-stack-send-with") + 0.5, "send_with saves a copy over write");
+    // Only the file rows serve the file.
+    assert!(
+        !json.lines().any(|l| l.contains("\"workload\": \"file\"") && l.contains("\"transport\": \"kernel-busy\"")),
+        "a file row for kernel-busy:\n{json}"
+    );
+    // The picture: a row per path, linked from results.md.
+    let svg = std::fs::read_to_string(out.join("file-copies.svg")).expect("file-copies.svg written");
+    if let Err(e) = balanced(&svg) {
+        panic!("file-copies.svg is not balanced: {e}\n{svg}");
+    }
+    assert!(md.contains("](file-copies.svg)"), "results.md links file-copies.svg");
+    for (_, label) in FILE_ROWS {
+        assert!(svg.contains(label), "file-copies.svg names `{label}`");
+    }
+    assert!(svg.contains("not observable"), "file-copies.svg marks what cannot be observed");
+    // The file itself is gone (unlinked as soon as it was open).
+    let left: Vec<_> = std::fs::read_dir(out)
+        .expect("the output directory")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains("bypass-demo-file"))
+        .collect();
+    assert!(left.is_empty(), "the served file was left behind: {left:?}");
 }
 
 /// Check that results.json's application section has every server measured, `runs` times,

@@ -1,12 +1,13 @@
-//! Draw the results as three SVG pictures: the latency CDF of each transport for
+//! Draw the results as SVG pictures: the latency CDF of each transport for
 //! 64 B request/response over one connection, bulk throughput in both directions, and CPU
-//! per request with the request rate.
+//! per request with the request rate; and, with the file rows, where each copy happens on
+//! each path of serving a file.
 //!
 //! Drawn with the SVG primitives of [`crate::svg`], as `inspect`'s ladder picture is: every
 //! text is escaped, so any label makes well-formed XML.
 
 use super::report::{Row, conditions_line};
-use super::svg::{dashed_line, document, line, polyline, rect, text};
+use super::svg::{dashed_line, document, line, polygon, polyline, rect, text};
 use super::{Conditions, Transport, Workload};
 
 /// The workload of the latency CDF and the CPU chart.
@@ -52,12 +53,28 @@ fn colour(transport: Transport) -> &'static str {
         Transport::StackXdpJumbo => "#145a2e",
         Transport::SmoltcpXdpJumbo => "#e06050",
         Transport::StackMemory => "#8e44ad",
+        Transport::FileReadWrite => "#7a7a7a",
+        Transport::FileMmapWrite => "#1f5fbf",
+        Transport::FileSendfile => "#17a2b8",
+        Transport::FileSplice => "#b8860b",
+        Transport::FileMsgZerocopy => "#c0392b",
+        Transport::FileStackSendWith => "#1e8449",
+        Transport::FileStackWrite => "#58d68d",
+        Transport::FileStackSendWithMmap => "#117a65",
     }
 }
 
 /// Return the three charts as (file name, SVG text).
 pub fn render(rows: &[Row], c: &Conditions) -> Vec<(&'static str, String)> {
-    vec![("latency-cdf.svg", latency_cdf(rows, c)), ("throughput.svg", throughput(rows, c)), ("cpu.svg", cpu(rows, c))]
+    let mut charts = vec![
+        ("latency-cdf.svg", latency_cdf(rows, c)),
+        ("throughput.svg", throughput(rows, c)),
+        ("cpu.svg", cpu(rows, c)),
+    ];
+    if rows.iter().any(|r| r.workload == Workload::File) {
+        charts.push(("file-copies.svg", file_copies(rows, c)));
+    }
+    charts
 }
 
 /// Split `text` into lines of at most `width` characters, at spaces.
@@ -311,7 +328,8 @@ fn legend(svg: &mut String, mut x: f64, y: f64, entries: &[(&str, &str)]) {
 /// Return the transports of `rows`, in table order.
 fn transports(rows: &[Row]) -> Vec<Transport> {
     let mut seen = Vec::new();
-    for r in rows {
+    // The file rows have a picture of their own.
+    for r in rows.iter().filter(|r| r.workload != Workload::File) {
         if !seen.contains(&r.transport) {
             seen.push(r.transport);
         }
@@ -410,6 +428,184 @@ fn cpu(rows: &[Row], c: &Conditions) -> String {
     let b = bar_panel(&mut svg, 730.0, y, 190.0, &rate_groups, 1, false, "requests per second");
     let height = footer(&mut svg, a.max(b) + 8.0, c) + MARGIN;
     document(WIDTH, height, FONT, title, &svg)
+}
+
+/// The buffers of the file picture, left to right: the server's, the wire, the client's.
+const BUFFERS: [&str; 7] =
+    ["page cache", "user buffer", "socket buffer", "UMEM frame", "wire (veth)", "socket buffer", "user buffer"];
+
+/// How bytes cross from one buffer to the next in the file picture.
+enum Hop {
+    /// A CPU copy, counted: bytes copied per byte delivered.
+    Cpu(f64, &'static str),
+    /// No CPU copy: page references, pinned pages, the skb passed on (a NIC would DMA here).
+    HandOff(String),
+    /// A copy the kernel makes that user space cannot count.
+    Hidden(&'static str),
+}
+
+/// Return the buffers a file row's bytes pass through (indices into [`BUFFERS`]) and the hop
+/// into each after the first.
+fn file_hops(t: Transport, p: &super::file::PerByte) -> (Vec<usize>, Vec<Hop>) {
+    let wire_to_client = |copied: Option<f64>| match copied {
+        Some(x) => Hop::Cpu(x, "copied at delivery"),
+        None => Hop::HandOff("skb passed on".into()),
+    };
+    let client = Hop::Cpu(p.client_to_user, "read(2)");
+    match t {
+        Transport::FileReadWrite => (
+            vec![0, 1, 2, 4, 5, 6],
+            vec![
+                Hop::Cpu(p.cache_to_user, "pread(2)"),
+                Hop::Cpu(p.user_to_socket, "write(2)"),
+                Hop::HandOff("skb passed on".into()),
+                wire_to_client(None),
+                client,
+            ],
+        ),
+        Transport::FileMmapWrite => (
+            vec![0, 1, 2, 4, 5, 6],
+            vec![
+                Hop::HandOff(format!("mapped: {:.1} faults/MiB", p.faults_per_mib)),
+                Hop::Cpu(p.user_to_socket, "write(2)"),
+                Hop::HandOff("skb passed on".into()),
+                wire_to_client(None),
+                client,
+            ],
+        ),
+        Transport::FileSendfile | Transport::FileSplice => (
+            vec![0, 2, 4, 5, 6],
+            vec![
+                Hop::HandOff(if t == Transport::FileSplice { "page refs, via a pipe" } else { "page refs" }.into()),
+                Hop::HandOff("skb passed on".into()),
+                wire_to_client(None),
+                client,
+            ],
+        ),
+        Transport::FileMsgZerocopy => (
+            vec![0, 1, 2, 4, 5, 6],
+            vec![
+                Hop::HandOff("mapped once".into()),
+                Hop::HandOff("pages pinned".into()),
+                Hop::HandOff("skb passed on".into()),
+                wire_to_client(Some(p.zerocopy_copied.unwrap_or(0.0))),
+                client,
+            ],
+        ),
+        Transport::FileStackSendWith | Transport::FileStackSendWithMmap => (
+            vec![0, 2, 3, 4, 5, 6],
+            vec![
+                Hop::Cpu(
+                    p.cache_to_socket,
+                    if t == Transport::FileStackSendWith { "pread into send_with" } else { "mmap copy into send_with" },
+                ),
+                Hop::Cpu(p.socket_to_frame, "our stack"),
+                Hop::Hidden("AF_XDP copy mode"),
+                wire_to_client(None),
+                client,
+            ],
+        ),
+        _ => (
+            vec![0, 1, 2, 3, 4, 5, 6],
+            vec![
+                Hop::Cpu(p.cache_to_user, "pread(2)"),
+                Hop::Cpu(p.user_to_socket, "Stack::write"),
+                Hop::Cpu(p.socket_to_frame, "our stack"),
+                Hop::Hidden("AF_XDP copy mode"),
+                wire_to_client(None),
+                client,
+            ],
+        ),
+    }
+}
+
+/// The file rows as a ladder: a row per path, a box per buffer its bytes pass through, an
+/// arrow per hop (solid red: a CPU copy with its counted bytes per byte; dashed grey: a
+/// hand-off without a CPU copy; dotted orange: a copy the kernel makes out of our sight).
+fn file_copies(rows: &[Row], c: &Conditions) -> String {
+    const CPU: &str = "#c0392b";
+    const HAND: &str = "#8a8a8a";
+    const HIDDEN: &str = "#e08a1e";
+    let width = 1290.0;
+    let title = "Serving a file: where each byte is copied";
+    let mut svg = String::new();
+    let top = heading(
+        &mut svg,
+        title,
+        "a row per path, a box per buffer the bytes pass through, an arrow per hop labelled with CPU copies per byte delivered, counted by the mechanism",
+    );
+    legend(
+        &mut svg,
+        MARGIN,
+        top + 4.0,
+        &[("CPU copy (counted)", CPU), ("hand-off, no CPU copy", HAND), ("kernel copy, not observable here", HIDDEN)],
+    );
+    let (label_w, col_w, box_w, box_h, row_h) = (250.0, 126.0, 80.0, 30.0, 62.0);
+    let x0 = MARGIN + label_w;
+    let centre = |i: usize| x0 + col_w * i as f64 + col_w / 2.0;
+    // Column heads: the server's side, the wire, the client's side.
+    let mut y = top + 40.0;
+    for (i, name) in BUFFERS.iter().enumerate() {
+        text(centre(i), y, "middle").bold().size(11.0).write(&mut svg, name);
+    }
+    text(centre(1), y - 16.0, "middle").fill(MUTED).size(11.0).write(&mut svg, "server");
+    text(centre(5) + col_w / 2.0, y - 16.0, "middle").fill(MUTED).size(11.0).write(&mut svg, "client");
+    text(x0 + col_w * 7.0 + 8.0, y, "start").bold().size(11.0).write(&mut svg, "CPU copies/byte");
+    y += 14.0;
+    for r in rows.iter().filter(|r| r.workload == Workload::File) {
+        let mid = y + row_h / 2.0;
+        text(MARGIN, mid + 4.0, "start").size(12.0).write(&mut svg, r.transport.label());
+        let Some(f) = r.figures else {
+            let why = r.failure.as_deref().unwrap_or("no measurement");
+            text(x0, mid + 4.0, "start").fill(MUTED).size(11.0).write(&mut svg, &format!("not measured: {why}"));
+            y += row_h;
+            continue;
+        };
+        let p = f.file.unwrap_or_default();
+        let (boxes, hops) = file_hops(r.transport, &p);
+        for &b in &boxes {
+            rect(centre(b) - box_w / 2.0, mid - box_h / 2.0, box_w, box_h, "#f4f6f8")
+                .rounded(4.0)
+                .stroke(AXIS)
+                .write(&mut svg);
+            text(centre(b), mid + 4.0, "middle").size(10.0).write(&mut svg, BUFFERS[b]);
+        }
+        for (k, hop) in hops.iter().enumerate() {
+            let (from, to) = (centre(boxes[k]) + box_w / 2.0, centre(boxes[k + 1]) - box_w / 2.0);
+            let (stroke, label, note) = match hop {
+                Hop::Cpu(x, how) => (CPU, format!("{x:.2}"), *how),
+                Hop::HandOff(how) => (HAND, "0".to_string(), how.as_str()),
+                Hop::Hidden(how) => (HIDDEN, "n/o".to_string(), *how),
+            };
+            let tip = to - 1.0;
+            match hop {
+                Hop::Cpu(..) => line(&mut svg, (from + 2.0, mid), (tip - 6.0, mid), stroke, 2.5),
+                Hop::HandOff(_) => dashed_line(&mut svg, (from + 2.0, mid), (tip - 6.0, mid), stroke, 1.5, "5 3"),
+                Hop::Hidden(_) => dashed_line(&mut svg, (from + 2.0, mid), (tip - 6.0, mid), stroke, 2.5, "2 3"),
+            }
+            polygon(&mut svg, [(tip, mid), (tip - 8.0, mid - 4.5), (tip - 8.0, mid + 4.5)], stroke);
+            let cx = (from + to) / 2.0;
+            text(cx, mid - 7.0, "middle").bold().size(11.0).fill(stroke).write(&mut svg, &label);
+            text(cx, mid + box_h / 2.0 + 10.0, "middle").size(9.0).fill(MUTED).write(&mut svg, note);
+        }
+        let hidden = if boxes.contains(&3) { " + n/o" } else { "" };
+        text(x0 + col_w * 7.0 + 8.0, mid + 4.0, "start").bold().write(&mut svg, &format!("{:.2}{hidden}", p.total()));
+        text(x0 + col_w * 7.0 + 8.0, mid + 18.0, "start")
+            .size(9.0)
+            .fill(MUTED)
+            .write(&mut svg, &format!("{:.2} Gbit/s", f.rate));
+        y += row_h;
+    }
+    let mut y = y + 4.0;
+    for l in wrap(
+        "0 = no CPU copy: the bytes are handed on by reference (page references, pinned pages, the skb itself; on a NIC with scatter-gather DMA the device would read them there). n/o = not observable from user space: AF_XDP in copy mode copies each frame from the UMEM into an skb (xsk_build_skb); it is a CPU copy the kernel makes, not counted here. The veth has no DMA engine: a real NIC would DMA from the socket buffer or UMEM to the wire.",
+        215,
+    ) {
+        text(MARGIN, y + 10.0, "start").size(10.0).fill(MUTED).write(&mut svg, &l);
+        y += 13.0;
+    }
+    let height = footer(&mut svg, y + 4.0, c) + MARGIN;
+    document(width, height, FONT, title, &svg)
 }
 
 #[cfg(test)]

@@ -87,7 +87,7 @@ pub fn run<E: Endpoint>(
     match plan.workload {
         Workload::Rr { size, conns } => request_response(client, plan, size, conns, shared, interrupted),
         Workload::BulkUp => bulk_up(client, plan, shared, interrupted),
-        Workload::BulkDown => bulk_down(client, plan, shared, interrupted),
+        Workload::BulkDown | Workload::File => bulk_down(client, plan, shared, interrupted),
         Workload::Connect => connect_rate(client, plan, shared, interrupted),
     }
 }

@@ -33,6 +33,8 @@ pub struct ServerResult {
     pub copied: Option<u64>,
     /// How the server moved packets (the device's mode), for the conditions line.
     pub mode: String,
+    /// What a file-serving server counted, copy by copy (the file rows only).
+    pub file: Option<super::file::Counts>,
 }
 
 /// Turn a stream into a `File`, so reads and writes are `read(2)`/`write(2)`.
@@ -141,13 +143,13 @@ pub fn server(listener: TcpListener, busy: bool, workload: Workload, shared: &Sh
     listener.set_nonblocking(busy).map_err(|e| io("configure the listener", e))?;
     let role = match workload {
         Workload::BulkUp => Role::Sink,
-        Workload::BulkDown => Role::Source,
+        Workload::BulkDown | Workload::File => Role::Source,
         _ => Role::Echo,
     };
     // Connections to serve before returning; `None`: until told to stop (connection rate).
     let expected = match workload {
         Workload::Rr { conns, .. } => Some(conns),
-        Workload::BulkUp | Workload::BulkDown => Some(1),
+        Workload::BulkUp | Workload::BulkDown | Workload::File => Some(1),
         Workload::Connect => None,
     };
     let mode = if busy { "kernel TCP, non-blocking, busy polling" } else { "kernel TCP, blocking" };
@@ -185,7 +187,7 @@ pub fn server(listener: TcpListener, busy: bool, workload: Workload, shared: &Sh
         }
         window.finish(0);
         let (usage, _) = window.delta().ok_or("kernel server: the client's measurement window was not seen")?;
-        return Ok(ServerResult { usage, copied: None, mode: mode.into() });
+        return Ok(ServerResult { usage, copied: None, mode: mode.into(), file: None });
     }
     // Blocking: accept, then serve each connection to its end on a thread of its own.
     let serve = |s: TcpStream, window: &mut Window, buf: &mut [u8]| -> Result<(), String> {
@@ -218,7 +220,7 @@ pub fn server(listener: TcpListener, busy: bool, workload: Workload, shared: &Sh
                 let u = t.join().map_err(|_| "kernel server: a connection thread panicked".to_string())??;
                 total = total.plus(&u);
             }
-            Ok(ServerResult { usage: total, copied: None, mode: mode.into() })
+            Ok(ServerResult { usage: total, copied: None, mode: mode.into(), file: None })
         }),
         None => {
             loop {
@@ -231,7 +233,7 @@ pub fn server(listener: TcpListener, busy: bool, workload: Workload, shared: &Sh
             }
             window.finish(0);
             let (usage, _) = window.delta().ok_or("kernel server: the client's measurement window was not seen")?;
-            Ok(ServerResult { usage, copied: None, mode: mode.into() })
+            Ok(ServerResult { usage, copied: None, mode: mode.into(), file: None })
         }
     }
 }
@@ -279,7 +281,7 @@ pub fn client(plan: &ClientPlan, shared: &Shared, interrupted: &AtomicBool) -> R
     match plan.workload {
         Workload::Rr { size, conns } => request_response(plan, size, conns, shared, interrupted),
         Workload::BulkUp => bulk_up(plan, shared, interrupted),
-        Workload::BulkDown => bulk_down(plan, shared, interrupted),
+        Workload::BulkDown | Workload::File => bulk_down(plan, shared, interrupted),
         Workload::Connect => connect_rate(plan, shared, interrupted),
     }
 }
@@ -301,6 +303,11 @@ fn connect(plan: &ClientPlan) -> Result<TcpStream, String> {
         TcpStream::connect_timeout(&plan.server, Duration::from_secs(3))
     };
     result.map_err(|e| format!("client: connect to {}: {e}", plan.server))
+}
+
+/// Connect to the server as [`client`] does and return the socket as a `File`.
+pub fn connect_file(plan: &ClientPlan) -> Result<File, String> {
+    into_file(connect(plan)?, plan.busy).map_err(|e| format!("client: configure ({}): {e}", plan.server))
 }
 
 /// Measure over `conns` connections: each has one `size`-byte request outstanding at a time.

@@ -6,7 +6,7 @@
 //!
 //! | item | what it is |
 //! |---|---|
-//! | [`run`], [`Options`] | run the demo: measure, print the table, write `results.md`, `results.json` and three SVG charts |
+//! | [`run`], [`Options`] | run the demo: measure, print the table, write `results.md`, `results.json` and the SVG charts (three, and `file-copies.svg` with the file rows) |
 //! | [`EchoServer`] | the echo service (RFC 862) on a stack: what `bypass echo` serves and the demo measures |
 //! | [`svg`] | the SVG primitives the demo's charts and `bypass inspect`'s ladders draw with |
 //!
@@ -30,6 +30,11 @@
 //!   4b our stack over AF_PACKET  on 10.77.0.2        our stack over AF_PACKET on px0, 10.77.0.4
 //!   5b our stack over AF_XDP     on 10.77.0.2        our stack over AF_XDP on px0, 10.77.0.4
 //!   6b smoltcp over our AF_XDP   on 10.77.0.2        smoltcp over our AF_XDP on px0, 10.77.0.4
+//!  f1-f5 kernel, a file sent by     on 10.77.1.3 (bk0)  kernel TCP, non-blocking read(2), checksum
+//!        read+write, mmap+write,                      of every pass (file rows: `--workload file`)
+//!        sendfile, splice, MSG_ZEROCOPY
+//!  f6-f7 our stack over AF_XDP, a   on 10.77.0.2        as rows f1-f5, over px0
+//!        file by send_with or write
 //! ```
 //!
 //! Every row but 2d crosses bx0/px0, whose offloads (tx checksum, TSO, GSO) are off at both
@@ -59,6 +64,7 @@ mod app;
 mod charts;
 mod client;
 mod echo;
+mod file;
 mod flood;
 mod http_load;
 mod kernel;
@@ -91,13 +97,14 @@ use report::{Figures, Row};
 /// The kernel echo server's address on bx0 (the stack owns the lab's 10.77.0.2).
 const KERNEL_SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 3);
 /// The workloads, in table order.
-const WORKLOADS: [Workload; 6] = [
+const WORKLOADS: [Workload; 7] = [
     Workload::Rr { size: 64, conns: 1 },
     Workload::Rr { size: 1024, conns: 1 },
     Workload::Rr { size: 64, conns: 100 },
     Workload::BulkUp,
     Workload::BulkDown,
     Workload::Connect,
+    Workload::File,
 ];
 
 /// What the client asks of the server.
@@ -112,6 +119,8 @@ pub(crate) enum Workload {
     BulkDown,
     /// Connect, exchange 64 bytes, close; one connection at a time.
     Connect,
+    /// Serve a file from the page cache, server -> client, whole and again (the file rows).
+    File,
 }
 
 impl Workload {
@@ -127,6 +136,9 @@ impl Workload {
             Workload::BulkUp => "bulk: one stream, client -> server (the server receives and discards)".into(),
             Workload::BulkDown => "bulk: one stream, server -> client (the server sends, the client reads)".into(),
             Workload::Connect => "connection rate: connect, 64 B echoed, close; one at a time".into(),
+            Workload::File => {
+                "serving a file: one file in the page cache, sent whole again and again to a client that reads it and checks every byte (CPU copies per byte counted where each happens)".into()
+            }
         }
     }
 
@@ -137,12 +149,18 @@ impl Workload {
             Workload::BulkUp => "bulk-up".into(),
             Workload::BulkDown => "bulk-down".into(),
             Workload::Connect => "connect".into(),
+            Workload::File => "file".into(),
         }
     }
 
     /// Return whether this is a bulk stream (measured in Gbit/s, no latency).
     pub fn is_bulk(self) -> bool {
         matches!(self, Workload::BulkUp | Workload::BulkDown)
+    }
+
+    /// Return whether this is a stream measured in Gbit/s: bulk, or serving a file.
+    pub fn is_stream(self) -> bool {
+        self.is_bulk() || self == Workload::File
     }
 }
 
@@ -206,10 +224,28 @@ pub(crate) enum Transport {
     SmoltcpXdpJumbo,
     /// Our stack at both ends over the in-memory link (the fallback without root).
     StackMemory,
+    /// The file rows: kernel TCP on bk0/pk0 (the default offloads, as row 2d), the server
+    /// sending a file by `pread` + `write`.
+    FileReadWrite,
+    /// As [`Transport::FileReadWrite`], by `mmap` + `write`.
+    FileMmapWrite,
+    /// As [`Transport::FileReadWrite`], by `sendfile`.
+    FileSendfile,
+    /// As [`Transport::FileReadWrite`], by `splice` through a pipe.
+    FileSplice,
+    /// As [`Transport::FileReadWrite`], by `MSG_ZEROCOPY` from an mmap of the file.
+    FileMsgZerocopy,
+    /// Our server over AF_XDP on bx0 (as row 5), `pread` straight into the space
+    /// `Stack::send_with` lends; a kernel client.
+    FileStackSendWith,
+    /// As [`Transport::FileStackSendWith`], by `pread` into a user buffer and `Stack::write`.
+    FileStackWrite,
+    /// As [`Transport::FileStackSendWith`], the lent space filled from an mmap of the file.
+    FileStackSendWithMmap,
 }
 
 impl Transport {
-    pub const ALL: [Transport; 20] = [
+    pub const ALL: [Transport; 28] = [
         Transport::KernelBlocking,
         Transport::KernelBusy,
         Transport::KernelDefaults,
@@ -230,6 +266,14 @@ impl Transport {
         Transport::StackXdpJumbo,
         Transport::SmoltcpXdpJumbo,
         Transport::StackMemory,
+        Transport::FileReadWrite,
+        Transport::FileMmapWrite,
+        Transport::FileSendfile,
+        Transport::FileSplice,
+        Transport::FileMsgZerocopy,
+        Transport::FileStackSendWith,
+        Transport::FileStackWrite,
+        Transport::FileStackSendWithMmap,
     ];
 
     /// The name `--only` takes.
@@ -255,6 +299,14 @@ impl Transport {
             Transport::StackXdpJumbo => "stack-afxdp-jumbo",
             Transport::SmoltcpXdpJumbo => "smoltcp-afxdp-jumbo",
             Transport::StackMemory => "stack-memory",
+            Transport::FileReadWrite => "file-read-write",
+            Transport::FileMmapWrite => "file-mmap-write",
+            Transport::FileSendfile => "file-sendfile",
+            Transport::FileSplice => "file-splice",
+            Transport::FileMsgZerocopy => "file-msg-zerocopy",
+            Transport::FileStackSendWith => "file-stack-send-with",
+            Transport::FileStackWrite => "file-stack-write",
+            Transport::FileStackSendWithMmap => "file-stack-send-with-mmap",
         }
     }
 
@@ -281,6 +333,14 @@ impl Transport {
             Transport::StackXdpJumbo => "5j ours/AF_XDP <- kernel, jumbo MTU",
             Transport::SmoltcpXdpJumbo => "6j smoltcp/AF_XDP <- kernel, jumbo MTU",
             Transport::StackMemory => "M ours <-> ours, memory link",
+            Transport::FileReadWrite => "f1 kernel, read + write",
+            Transport::FileMmapWrite => "f2 kernel, mmap + write",
+            Transport::FileSendfile => "f3 kernel, sendfile",
+            Transport::FileSplice => "f4 kernel, splice",
+            Transport::FileMsgZerocopy => "f5 kernel, MSG_ZEROCOPY from mmap",
+            Transport::FileStackSendWith => "f6 ours/AF_XDP, send_with + pread",
+            Transport::FileStackWrite => "f7 ours/AF_XDP, pread + write",
+            Transport::FileStackSendWithMmap => "f8 ours/AF_XDP, send_with + mmap",
         }
     }
 
@@ -347,6 +407,28 @@ impl Transport {
             Transport::StackMemory => {
                 "server and client: our stack, each spinning on a thread of its own, joined by the in-memory link (bypass_device::MemoryLink, real time) inside the demo process; no kernel on the path"
             }
+            Transport::FileReadWrite => {
+                "server: kernel TCP on bk0 (10.77.1.3, the kernel's default offloads, as row 2d), pread(2) 64 KiB of the file into a user buffer, write(2) it, non-blocking, spinning; client: kernel socket in the peer namespace over pk0, non-blocking read(2) into 256 KiB, checksumming every pass of the file"
+            }
+            Transport::FileMmapWrite => {
+                "as row f1, the server mapping the file (mmap(2) per pass of the file, munmap(2) after it) and writing 64 KiB at a time from the mapping"
+            }
+            Transport::FileSendfile => "as row f1, the server sending the file with sendfile(2), 64 KiB per call",
+            Transport::FileSplice => {
+                "as row f1, the server moving the file with splice(2) file -> pipe, then splice(2) pipe -> socket, 64 KiB at a time"
+            }
+            Transport::FileMsgZerocopy => {
+                "as row f1, the server sending from one mmap(2) of the file with send(2) and MSG_ZEROCOPY on an SO_ZEROCOPY socket, 64 KiB per call, reading the completions off the error queue every 8 sends"
+            }
+            Transport::FileStackSendWith => {
+                "server: our stack over AF_XDP on bx0 (10.77.0.2, as row 5), filling the send buffer straight from the file: pread(2) into the space Stack::send_with lends; client: kernel socket in the peer namespace over px0, as row f1"
+            }
+            Transport::FileStackWrite => {
+                "as row f6, the server reading the file into a 64 KiB user buffer with pread(2), then Stack::write"
+            }
+            Transport::FileStackSendWithMmap => {
+                "as row f6, the server filling the space Stack::send_with lends by copying from one mmap(2) of the file (for the connection)"
+            }
         }
     }
 
@@ -390,6 +472,27 @@ impl Transport {
             Transport::StackMemory => {
                 "ours (measured, both ends): each end copies as in rows 4b and 5b, and the in-memory link copies each frame into its queue (not counted); no kernel copies"
             }
+            Transport::FileReadWrite => {
+                "page cache -> user (pread), user -> socket buffer (write), socket buffer -> user at the client (read): 3 CPU copies, each counted by the bytes its call returned; the veth hands the skb on without a copy (not observable here)"
+            }
+            Transport::FileMmapWrite => {
+                "user (the mapped page cache) -> socket buffer (write), socket buffer -> user at the client: 2 CPU copies; the mapping costs page faults instead of a copy (counted)"
+            }
+            Transport::FileSendfile | Transport::FileSplice => {
+                "socket buffer -> user at the client only: the socket buffer holds references to the page-cache pages, and with the default offloads (scatter-gather, checksum offload) nothing copies them on the way out (not observable here)"
+            }
+            Transport::FileMsgZerocopy => {
+                "the pages are pinned, not copied, at send(2); the veth delivers them to a local socket, which copies them after all (skb_orphan_frags_rx), as the completions flagged SO_EE_CODE_ZEROCOPY_COPIED count; then socket buffer -> user at the client"
+            }
+            Transport::FileStackSendWith => {
+                "page cache -> our send buffer (pread into the lent space), send buffer -> UMEM frame (the stack's counter), then the kernel: AF_XDP copy mode UMEM -> skb (not observable here), socket buffer -> user at the client"
+            }
+            Transport::FileStackWrite => {
+                "page cache -> user (pread), user -> our send buffer (Stack::write), send buffer -> UMEM frame, then the kernel as row f6"
+            }
+            Transport::FileStackSendWithMmap => {
+                "mapped page cache -> our send buffer (the server's copy from its mapping into the lent space; the mapping costs page faults instead of a read), then as row f6"
+            }
         }
     }
 
@@ -400,7 +503,10 @@ impl Transport {
     fn needs_lab(self) -> bool {
         matches!(
             self,
-            Transport::StackPacket
+            Transport::FileStackSendWith
+                | Transport::FileStackWrite
+                | Transport::FileStackSendWithMmap
+                | Transport::StackPacket
                 | Transport::StackPacketBoth
                 | Transport::StackXdp
                 | Transport::StackXdpV6
@@ -418,13 +524,42 @@ impl Transport {
         matches!(self, Transport::KernelBusyJumbo | Transport::StackXdpJumbo | Transport::SmoltcpXdpJumbo)
     }
 
-    /// Kernel copies per byte per direction, end to end.
+    /// Return how a file row's server sends the file; `None` for the other rows.
+    fn file_path(self) -> Option<file::Path> {
+        Some(match self {
+            Transport::FileReadWrite => file::Path::ReadWrite,
+            Transport::FileMmapWrite => file::Path::MmapWrite,
+            Transport::FileSendfile => file::Path::Sendfile,
+            Transport::FileSplice => file::Path::Splice,
+            Transport::FileMsgZerocopy => file::Path::MsgZerocopy,
+            Transport::FileStackSendWith => file::Path::StackSendWith,
+            Transport::FileStackWrite => file::Path::StackWrite,
+            Transport::FileStackSendWithMmap => file::Path::StackSendWithMmap,
+            _ => return None,
+        })
+    }
+
+    /// Return what the kernel does to a file row's bytes that user space cannot count.
+    pub fn hidden_copies(self) -> &'static str {
+        match self {
+            Transport::FileStackSendWith | Transport::FileStackWrite | Transport::FileStackSendWithMmap => {
+                "UMEM -> skb (AF_XDP copy mode)"
+            }
+            _ => "none expected (veth hands the skb on)",
+        }
+    }
+
+    /// Kernel copies per byte per direction, end to end (the file rows count theirs, copy
+    /// by copy, in their own figures).
     pub fn kernel_copies(self) -> u32 {
         if self == Transport::StackMemory { 0 } else { 2 }
     }
 
     /// Return whether this transport measures `workload`.
     fn runs(self, workload: Workload) -> bool {
+        if self.file_path().is_some() || workload == Workload::File {
+            return self.file_path().is_some() && workload == Workload::File;
+        }
         match self {
             Transport::KernelZerocopy | Transport::KernelSplice | Transport::KernelMsgZerocopy => {
                 workload == Workload::BulkDown
@@ -473,7 +608,10 @@ impl Net {
     /// Return the address the kernel server of `transport` listens on.
     fn kernel_server_ip(&self, transport: Transport) -> Ipv4Addr {
         match self {
-            Net::Lab(lab) if matches!(transport, Transport::KernelDefaults | Transport::KernelUringDefaults) => {
+            Net::Lab(lab)
+                if matches!(transport, Transport::KernelDefaults | Transport::KernelUringDefaults)
+                    || (transport.file_path().is_some() && !transport.needs_lab()) =>
+            {
                 lab.kernel_pair().bypass_ip
             }
             Net::Lab(_) => KERNEL_SERVER_IP,
@@ -512,6 +650,8 @@ pub(crate) struct Conditions {
     pub memory: Option<memory::MemorySection>,
     /// An established connection and new clients under a SYN flood.
     pub flood: Option<flood::FloodSection>,
+    /// The file the file rows serve: what, where, and its residency.
+    pub file: Option<String>,
 }
 
 /// Row 0, the floor: what any bypass stack could reach on this veth pair.
@@ -777,10 +917,34 @@ pub fn run(args: Options) -> Result<(), String> {
         }
     };
 
+    // The file the file rows serve, made once: gone with the process on every path out.
+    let file_rows = workloads.contains(&Workload::File) && transports.iter().any(|t| t.file_path().is_some());
+    let source = if file_rows {
+        let len: u64 = if args.quick { 32 << 20 } else { 256 << 20 };
+        match file::Source::create(&args.out, len) {
+            Ok(s) => {
+                conditions.file = Some(s.description.clone());
+                Some(s)
+            }
+            Err(e) => {
+                eprintln!("bypass demo: {e}");
+                for t in transports.iter().filter(|t| t.file_path().is_some()) {
+                    unavailable.push((*t, e.clone()));
+                }
+                None
+            }
+        }
+    } else {
+        None
+    };
     // Every (workload, transport): a row of the tables, measured once per repetition.
     let mut results: Vec<RowResults> = Vec::new();
     for &workload in &workloads {
         for &t in &transports {
+            // The file rows serve files only, and only they do: no row for the other pairs.
+            if t.file_path().is_some() != (workload == Workload::File) {
+                continue;
+            }
             let mut why = unavailable.iter().find(|(u, _)| *u == t).map(|(_, why)| why.clone());
             if !t.runs(workload) {
                 why = Some(t.not_run_reason().into());
@@ -794,16 +958,17 @@ pub fn run(args: Options) -> Result<(), String> {
     let mut done = 0;
     let mut port = 20000u16;
     // The floor is measured in every repetition too, beside the rows it is read against.
-    let floor_wanted = transports.iter().any(|t| {
-        matches!(
-            t,
-            Transport::StackXdp
-                | Transport::StackXdpV6
-                | Transport::StackXdpBoth
-                | Transport::SmoltcpXdp
-                | Transport::SmoltcpXdpBoth
-        )
-    });
+    let floor_wanted = workloads.iter().any(|w| *w != Workload::File)
+        && transports.iter().any(|t| {
+            matches!(
+                t,
+                Transport::StackXdp
+                    | Transport::StackXdpV6
+                    | Transport::StackXdpBoth
+                    | Transport::SmoltcpXdp
+                    | Transport::SmoltcpXdpBoth
+            )
+        });
     let lab_up = matches!(net, Net::Lab(_));
     let mut app_bench = (app_wanted && lab_up).then(|| app::AppBench::new(duration));
     // What one repetition measures, in table order: the floor, every row, the application
@@ -886,7 +1051,9 @@ pub fn run(args: Options) -> Result<(), String> {
                         );
                     }
                     port += 1;
-                    match measure(&net, *t, *workload, port, warmup, duration, &interrupted, &mut conditions) {
+                    let (t, workload) = (*t, *workload);
+                    let source = source.as_ref();
+                    match measure(&net, t, workload, port, warmup, duration, &interrupted, &mut conditions, source) {
                         Ok(run) => measured.push((rep, run)),
                         Err(e) => *failure = Some(e),
                     }
@@ -1015,15 +1182,15 @@ pub fn run(args: Options) -> Result<(), String> {
         let path = args.out.join(name);
         std::fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
+    let mut written = vec![args.out.join("results.md"), args.out.join("results.json")];
     for (name, body) in charts::render(&rows, &conditions) {
         let path = args.out.join(name);
         std::fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        written.push(path);
     }
     if !args.json {
-        let out = args.out.display();
-        println!(
-            "written: {out}/results.md, {out}/results.json, {out}/latency-cdf.svg, {out}/throughput.svg, {out}/cpu.svg"
-        );
+        let written: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+        println!("written: {}", written.join(", "));
     }
     Ok(())
 }
@@ -1069,6 +1236,7 @@ fn measure(
     duration: Duration,
     interrupted: &AtomicBool,
     conditions: &mut Conditions,
+    source: Option<&file::Source>,
 ) -> Result<report::Measured, String> {
     if transport == Transport::StackMemory {
         return measure_memory(workload, port, warmup, duration, interrupted);
@@ -1090,7 +1258,7 @@ fn measure(
     let (client, server) = std::thread::scope(|scope| {
         let shared = &shared;
         let server = scope.spawn(move || {
-            let result = net.in_server(|| serve(net, transport, workload, server_ip, port, shared));
+            let result = net.in_server(|| serve(net, transport, workload, server_ip, port, shared, source));
             if result.is_err() {
                 shared.stop.store(true, Ordering::SeqCst);
             }
@@ -1103,6 +1271,10 @@ fn measure(
                 userspace_client(lab, transport, &plan, shared, interrupted)
             }
             (Transport::KernelUring | Transport::KernelUringDefaults, _) => uring::client(&plan, shared, interrupted),
+            (t, _) if t.file_path().is_some() => match source {
+                Some(source) => file::client(&plan, source, shared, interrupted),
+                None => Err("the file rows need the file to serve".into()),
+            },
             _ => kernel::client(&plan, shared, interrupted),
         });
         drop(stop);
@@ -1119,14 +1291,21 @@ fn measure(
     });
     let (client, server) = both(client, server)?;
     match transport {
-        Transport::StackXdp | Transport::StackXdpV6 | Transport::StackXdpInPlace | Transport::StackXdpBoth => {
-            conditions.xdp_mode = Some(server.mode.clone())
-        }
+        Transport::StackXdp
+        | Transport::StackXdpV6
+        | Transport::StackXdpInPlace
+        | Transport::StackXdpBoth
+        | Transport::FileStackSendWith
+        | Transport::FileStackWrite
+        | Transport::FileStackSendWithMmap => conditions.xdp_mode = Some(server.mode.clone()),
         Transport::StackPacket | Transport::StackPacketBoth => conditions.packet_mode = Some(server.mode.clone()),
         Transport::KernelMsgZerocopy => conditions.msg_zerocopy = Some(server.mode.clone()),
         _ => {}
     }
-    Ok((report::Run::new(workload, &client, &server), report::cdf(&client.latency)))
+    let mut run = report::Run::new(workload, &client, &server);
+    // Every byte the client's read(2) returned, it copied out of its socket buffer.
+    run.file = server.file.map(|counts| file::PerByte::new(&counts, client.units, client.units));
+    Ok((run, report::cdf(&client.latency)))
 }
 
 /// Run the userspace client of rows 4b, 5b (ours) and 6b (smoltcp) on px0, in the calling
@@ -1264,7 +1443,20 @@ fn serve(
     ip: IpAddr,
     port: u16,
     shared: &Shared,
+    source: Option<&file::Source>,
 ) -> Result<kernel::ServerResult, String> {
+    if let Some(path) = transport.file_path() {
+        let source = source.ok_or("the file rows need the file to serve")?;
+        if let Net::Lab(lab) = net
+            && transport.needs_lab()
+        {
+            let config = XdpConfig { busy_poll: true, ..XdpConfig::new(&lab.bypass_if, ip) };
+            let device = XdpDevice::open(config).map_err(|e| format!("AF_XDP unavailable: {e}"))?;
+            return file::stack_server(device, ip, lab.prefix_len, port, path, source, shared);
+        }
+        let listener = TcpListener::bind((ip, port)).map_err(|e| format!("file server: bind {ip}:{port}: {e}"))?;
+        return file::server(listener, path, source, shared);
+    }
     match transport {
         Transport::KernelBlocking | Transport::KernelBusy | Transport::KernelDefaults | Transport::KernelBusyJumbo => {
             let listener =
@@ -1322,6 +1514,14 @@ fn serve(
             }
         }
         Transport::StackMemory => Err("the in-memory row is measured by measure_memory".into()),
+        Transport::FileReadWrite
+        | Transport::FileMmapWrite
+        | Transport::FileSendfile
+        | Transport::FileSplice
+        | Transport::FileMsgZerocopy
+        | Transport::FileStackSendWith
+        | Transport::FileStackWrite
+        | Transport::FileStackSendWithMmap => Err("the file rows are served above".into()),
     }
 }
 

@@ -31,6 +31,8 @@ pub struct Run {
     pub copies_ours: Option<f64>,
     /// Units of work measured (requests, connections, MiB).
     pub units: f64,
+    /// A file row's copies, where each happens, per byte delivered.
+    pub file: Option<super::file::PerByte>,
 }
 
 impl Run {
@@ -49,7 +51,7 @@ impl Run {
                 let n = client.units.max(1) as f64;
                 (n, client.units as f64 / secs, 1e6 / n, 2.0 * 64.0 * n)
             }
-            Workload::BulkUp | Workload::BulkDown => {
+            Workload::BulkUp | Workload::BulkDown | Workload::File => {
                 let bytes = client.units.max(1) as f64;
                 let mib = bytes / (1u64 << 20) as f64;
                 (mib, bytes * 8.0 / secs / 1e9, (1u64 << 30) as f64 / bytes, bytes)
@@ -73,6 +75,7 @@ impl Run {
                 (s, c) => Some((s.unwrap_or(0) + c.unwrap_or(0)) as f64 / bytes_through_server),
             },
             units,
+            file: None,
         }
     }
 }
@@ -119,6 +122,10 @@ impl Run {
             involuntary_per_unit: m(&|r| r.involuntary_per_unit),
             copies_ours: runs[0].copies_ours.map(|_| m(&|r| r.copies_ours.unwrap_or(0.0))),
             units: m(&|r| r.units),
+            file: runs[0].file.map(|_| {
+                let all: Vec<super::file::PerByte> = runs.iter().filter_map(|r| r.file).collect();
+                super::file::PerByte::median(&all)
+            }),
         }
     }
 }
@@ -244,6 +251,22 @@ fn header(workload: Workload) -> Vec<&'static str> {
             "ctx sw/conn",
             "copies/byte",
         ],
+        Workload::File => vec![
+            "transport",
+            "Gbit/s",
+            "CPU s/GiB",
+            "syscalls/MiB",
+            "ctx sw/MiB",
+            "minor faults/MiB",
+            "page cache -> user",
+            "user -> socket buffer",
+            "page cache -> socket buffer",
+            "pinned pages copied (ZEROCOPY_COPIED)",
+            "socket buffer -> UMEM frame",
+            "socket buffer -> wire, not observable here",
+            "client: socket buffer -> user",
+            "CPU copies/byte counted",
+        ],
         Workload::BulkUp | Workload::BulkDown => {
             vec![
                 "transport",
@@ -365,6 +388,7 @@ fn cells(rows: &[Row], conditions: &Conditions, workload: Workload) -> Vec<Vec<S
         .map(|r| {
             let mut c = vec![r.transport.label().to_string()];
             match &r.figures {
+                Some(f) if workload == Workload::File => c.extend(file_cells(r.transport, f)),
                 Some(f) => {
                     if workload.is_bulk() {
                         c.push(format!("{:.2}", f.rate));
@@ -383,10 +407,7 @@ fn cells(rows: &[Row], conditions: &Conditions, workload: Workload) -> Vec<Vec<S
                     }
                     c.push(format!("{:.1}", f.syscalls_per_unit));
                     c.push(format!("{:.3}", f.ctx_per_unit));
-                    c.push(match f.copies_ours {
-                        Some(x) => format!("{x:.2}+{}k", r.transport.kernel_copies()),
-                        None => format!("{}k", r.transport.kernel_copies()),
-                    });
+                    c.push(copies_cell(f.copies_ours, r.transport.kernel_copies()));
                 }
                 None => {
                     c.push(format!("skipped: {}", r.failure.as_deref().unwrap_or("?")));
@@ -396,6 +417,40 @@ fn cells(rows: &[Row], conditions: &Conditions, workload: Workload) -> Vec<Vec<S
         })
         .collect()
 }
+
+/// Return the copies cell: `1.02 ours + 2 kernel`, or `2 kernel` where no end is ours.
+fn copies_cell(ours: Option<f64>, kernel: u32) -> String {
+    match ours {
+        Some(x) => format!("{x:.2} ours + {kernel} kernel"),
+        None => format!("{kernel} kernel"),
+    }
+}
+
+/// Return a file row's cells after its label: the usual figures, then each copy per byte
+/// where it happens (`-` where the path has no such step).
+fn file_cells(t: Transport, f: &Figures) -> Vec<String> {
+    let p = f.file.unwrap_or_default();
+    let ours = t.needs_lab();
+    let x = |v: f64| format!("{v:.2}");
+    vec![
+        format!("{:.2}", f.rate),
+        format!("{:.2}", f.cpu_per_unit),
+        format!("{:.1}", f.syscalls_per_unit),
+        format!("{:.3}", f.ctx_per_unit),
+        format!("{:.1}", p.faults_per_mib),
+        x(p.cache_to_user),
+        x(p.user_to_socket),
+        x(p.cache_to_socket),
+        p.zerocopy_copied.map_or("-".into(), x),
+        if ours { x(p.socket_to_frame) } else { "-".into() },
+        t.hidden_copies().into(),
+        x(p.client_to_user),
+        format!("{:.2} ({:.2} sending + {:.2} client)", p.total(), p.sending(), p.client_to_user),
+    ]
+}
+
+/// What the file table's columns mean.
+pub const FILE_LEGEND: &str = "each copy column is bytes copied by a CPU per byte the client received, counted inside the window by the mechanism that copies (a little over 1 where bytes still in flight or unread in the client's socket buffer as the window ends were counted by the server): page cache -> user = bytes pread(2) returned into a buffer of the server's (filemap_read copies them out); user -> socket buffer = bytes write(2) took on a kernel socket (tcp_sendmsg copies them in) or Stack::write took on ours (an mmap'ed file is user memory here: write copies from the mapping); page cache -> socket buffer = bytes pread(2) wrote straight into the space Stack::send_with lent (one copy where read + write make two); pinned pages copied = bytes of MSG_ZEROCOPY sends whose completion carried SO_EE_CODE_ZEROCOPY_COPIED, per byte of the sends completed (the veth delivers to a local socket, which copies pinned pages: skb_orphan_frags_rx); socket buffer -> UMEM frame = our stack's bytes_copied less Stack::write's; client = bytes the client's read(2) returned (skb -> user); sendfile and splice copy nothing the system calls can show: the socket buffer holds page references; what the kernel does below the socket (the veth passing the skb on; AF_XDP copy mode copying each frame from the UMEM into an skb) is not observable from user space and not counted; minor faults: the server thread's (getrusage), the price of mapping instead of copying; every kernel row runs on bk0/pk0 with the kernel's default offloads (scatter-gather and checksum offload on, as shipped), our rows on bx0/px0 as row 5";
 
 fn workloads(rows: &[Row]) -> Vec<Workload> {
     let mut w: Vec<Workload> = Vec::new();
@@ -427,7 +482,7 @@ pub fn conditions_line(c: &Conditions) -> String {
     s
 }
 
-const LEGEND: &str = "latency measured by the client (round trip; for the connection rate: connect + exchange + close); `vs 2` and `vs 2d`: ratio to row 2 (busy-polling kernel TCP, offloads off: the same frames on the wire as the userspace stacks) and to row 2d (the same with the kernel's default offloads: what a user gets out of the box, and the one to compare with) in the same run (p50: lower is better; Gbit/s: higher is better); `vs best kernel`: ratio to the best kernel row of the workload in the same run, the best of rows 2, 2d, 2u and 2ud (kernel TCP with read/write or io_uring, offloads off or default) in that repetition; `vs floor` (bulk): ratio to the bulk floor of the same direction and MTU in the same run, MTU-sized raw AF_XDP frames streamed one way in copy mode through our AF_XDP device with no TCP and no payload written (the bound for a stack on copy-mode AF_XDP at both ends, as row 5b; a row with a kernel socket at one end does not pay AF_XDP's cost there and may pass it; the floor's UDP payload is 12 bytes per frame more than a TCP segment's with timestamps); `<- kernel`: a kernel client against our server (the mixed case); `<-> ours`: our stack at both ends; CPU, syscalls (syscr+syscw of /proc/thread-self/io: read/write-family calls, every call of the kernel ends, including those a busy-polling loop makes in vain; plus the socket, connect, poll, accept4, setsockopt, ioctl and close calls the kernel ends make, counted where the demo makes them; plus, for our stack and smoltcp, the calls their packet device made, counted by the device: AF_XDP sendto/recvfrom/poll, AF_PACKET sendmmsg/ppoll) and context switches (voluntary + involuntary, getrusage RUSAGE_THREAD) are client + server threads per unit of work; copies/byte = CPU copies per byte per direction, end to end: ours (measured by the stack at our ends; for smoltcp, counted by its server) + k by the kernel";
+const LEGEND: &str = "latency measured by the client (round trip; for the connection rate: connect + exchange + close); `vs 2` and `vs 2d`: ratio to row 2 (busy-polling kernel TCP, offloads off: the same frames on the wire as the userspace stacks) and to row 2d (the same with the kernel's default offloads: what a user gets out of the box, and the one to compare with) in the same run (p50: lower is better; Gbit/s: higher is better); `vs best kernel`: ratio to the best kernel row of the workload in the same run, the best of rows 2, 2d, 2u and 2ud (kernel TCP with read/write or io_uring, offloads off or default) in that repetition; `vs floor` (bulk): ratio to the bulk floor of the same direction and MTU in the same run, MTU-sized raw AF_XDP frames streamed one way in copy mode through our AF_XDP device with no TCP and no payload written (the bound for a stack on copy-mode AF_XDP at both ends, as row 5b; a row with a kernel socket at one end does not pay AF_XDP's cost there and may pass it; the floor's UDP payload is 12 bytes per frame more than a TCP segment's with timestamps); `<- kernel`: a kernel client against our server (the mixed case); `<-> ours`: our stack at both ends; CPU, syscalls (syscr+syscw of /proc/thread-self/io: read/write-family calls, every call of the kernel ends, including those a busy-polling loop makes in vain; plus the socket, connect, poll, accept4, setsockopt, ioctl and close calls the kernel ends make, counted where the demo makes them; plus, for our stack and smoltcp, the calls their packet device made, counted by the device: AF_XDP sendto/recvfrom/poll, AF_PACKET sendmmsg/ppoll) and context switches (voluntary + involuntary, getrusage RUSAGE_THREAD) are client + server threads per unit of work; copies/byte = CPU copies per byte per direction, end to end, as `X ours + N kernel`: X measured by our stack at our ends (for smoltcp, counted by its server), N made by the kernel (from its code path: see each row's copies below)";
 
 fn failures(rows: &[Row]) -> Vec<String> {
     rows.iter()
@@ -471,6 +526,9 @@ pub fn table(rows: &[Row], c: &Conditions) -> String {
         for l in bulk_floor_lines(c, workload) {
             let _ = writeln!(out, "{l}");
         }
+        if workload == Workload::File {
+            let _ = writeln!(out, "file: {}; {FILE_LEGEND}", c.file.as_deref().unwrap_or("not made"));
+        }
         let line = |cells: &[String]| {
             let mut l = String::new();
             for (i, cell) in cells.iter().enumerate() {
@@ -509,6 +567,10 @@ pub fn markdown(rows: &[Row], c: &Conditions, charts: &str) -> String {
         let _ = writeln!(out, "\n## {}\n", workload.title());
         for l in bulk_floor_lines(c, workload) {
             let _ = writeln!(out, "{l}.\n");
+        }
+        if workload == Workload::File {
+            let _ = writeln!(out, "File: {}. Columns: {FILE_LEGEND}.\n", c.file.as_deref().unwrap_or("not made"));
+            let _ = writeln!(out, "![where each copy happens](file-copies.svg)\n");
         }
         let _ = writeln!(out, "| {} |", head.join(" | "));
         let _ = writeln!(out, "|{}", "---|".repeat(head.len()));
@@ -569,6 +631,23 @@ fn run_json(rep: usize, f: &Run, bulk: bool) -> String {
     format!("{{\"repetition\": {}, {}}}", rep + 1, figure_fields(f, bulk))
 }
 
+/// Return a file row's copies per byte as a JSON object.
+fn file_json(p: &super::file::PerByte) -> String {
+    format!(
+        "{{\"page_cache_to_user\": {}, \"user_to_socket\": {}, \"page_cache_to_socket\": {}, \"zerocopy_copied\": {}, \"socket_to_frame\": {}, \"client_socket_to_user\": {}, \"sending\": {}, \"total\": {}, \"minor_faults_per_mib\": {}, \"resident\": {}}}",
+        jn(p.cache_to_user),
+        jn(p.user_to_socket),
+        jn(p.cache_to_socket),
+        p.zerocopy_copied.map_or("null".into(), jn),
+        jn(p.socket_to_frame),
+        jn(p.client_to_user),
+        jn(p.sending()),
+        jn(p.total()),
+        jn(p.faults_per_mib),
+        jn(p.resident),
+    )
+}
+
 /// Return a run's figures as JSON members (`"p50_us": .., .., "units": ..`), latencies null
 /// for a bulk stream: the keys of a row's medians and of each of its repetitions.
 fn figure_fields(f: &Run, bulk: bool) -> String {
@@ -588,7 +667,7 @@ fn figure_fields(f: &Run, bulk: bool) -> String {
         jn(f.involuntary_per_unit),
         f.copies_ours.map_or("null".into(), jn),
         jn(f.units),
-    )
+    ) + &f.file.map_or(String::new(), |p| format!(", \"file_copies_per_byte\": {}", file_json(&p)))
 }
 
 /// Return `results.json`.
@@ -596,6 +675,7 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
     let opt = |s: &Option<String>| s.as_deref().map_or("null".into(), js);
     let mut out = String::from("{\n");
     let _ = writeln!(out, "  \"date\": {},", js(&c.date));
+    let _ = writeln!(out, "  \"file\": {},", opt(&c.file));
     let _ = writeln!(out, "  \"legend\": {},", js(&format!("{LEGEND}; {LEGEND_SPREAD}")));
     let _ = writeln!(
         out,
@@ -700,22 +780,23 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
             match r.workload {
                 Workload::Rr { size, .. } => size.to_string(),
                 Workload::Connect => "64".into(),
-                Workload::BulkUp | Workload::BulkDown => "null".into(),
+                Workload::BulkUp | Workload::BulkDown | Workload::File => "null".into(),
             },
             js(match r.workload {
                 Workload::Rr { .. } => "requests/s",
                 Workload::Connect => "connections/s",
-                Workload::BulkUp | Workload::BulkDown => "Gbit/s",
+                Workload::BulkUp | Workload::BulkDown | Workload::File => "Gbit/s",
             }),
             js(match r.workload {
                 Workload::Rr { .. } => "per request (CPU in µs)",
                 Workload::Connect => "per connection (CPU in µs)",
-                Workload::BulkUp | Workload::BulkDown => "per MiB (CPU in s/GiB)",
+                Workload::BulkUp | Workload::BulkDown | Workload::File => "per MiB (CPU in s/GiB)",
             }),
             r.runs,
             js(r.transport.placement()),
             js(r.transport.copies()),
-            r.transport.kernel_copies(),
+            // The file rows count each copy where it happens instead (`file_copies_per_byte`).
+            if r.workload == Workload::File { "null".into() } else { r.transport.kernel_copies().to_string() },
         );
         let [vs_2, vs_2d] = ratios(rows, r);
         // Ratios in full: a row far off the baseline must not print as 0.0000. The median
@@ -739,12 +820,13 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
             let _ = write!(o, ", \"vs_floor\": {}, \"vs_floor_spread\": {}", ratio(&floor), spread(&floor));
         }
         if let Some(f) = &r.figures {
-            let _ = write!(o, ", {}", figure_fields(f, r.workload.is_bulk()));
+            let _ = write!(o, ", {}", figure_fields(f, r.workload.is_stream()));
         }
         let _ = write!(o, ", \"failure\": {}", opt(&r.failure));
         // Every figure of every repetition, after the medians (readers that take a key's
         // first occurrence in the line get the median).
-        let reps: Vec<String> = r.per_run.iter().map(|(rep, run)| run_json(*rep, run, r.workload.is_bulk())).collect();
+        let reps: Vec<String> =
+            r.per_run.iter().map(|(rep, run)| run_json(*rep, run, r.workload.is_stream())).collect();
         let _ = write!(o, ", \"repetitions\": [{}]}}", reps.join(", "));
         out.push_str(&o);
         out.push_str(if i + 1 < rows.len() { ",\n" } else { "\n" });
@@ -872,6 +954,53 @@ mod tests {
         assert!(line.contains("\"vs_floor\": 0.625, \"vs_floor_spread\": {\"median\": 0.625"), "{line}");
         assert!(line.contains("\"vs_row_2d\": null"), "the old keys stay: {line}");
         assert!(json.contains("\"bulk_floor\": [{\"repetition\": 1, \"workload\": \"bulk-up\", \"path\": \"px0 -> bx0\", \"mtu\": 1500, \"gbit_s\": 4.0000"), "{json}");
+    }
+
+    #[test]
+    fn the_copies_cell_says_whose_copies_it_counts() {
+        assert_eq!(copies_cell(Some(1.0249), 2), "1.02 ours + 2 kernel");
+        assert_eq!(copies_cell(None, 2), "2 kernel");
+        assert_eq!(copies_cell(Some(4.0), 0), "4.00 ours + 0 kernel");
+    }
+
+    #[test]
+    fn a_file_row_shows_each_copy_where_it_happens() {
+        use super::super::file::{Counts, PerByte};
+        let mib = 1u64 << 20;
+        // read + write over 100 MiB delivered: 100 MiB pread, 101 MiB written (1 MiB still
+        // unread at the client as the window ends).
+        let counts = Counts { cache_to_user: 100 * mib, user_to_socket: 101 * mib, resident: 1.0, ..Counts::default() };
+        let file = PerByte::new(&counts, 100 * mib, 100 * mib);
+        assert_eq!((file.cache_to_user, file.user_to_socket, file.client_to_user), (1.0, 1.01, 1.0));
+        assert_eq!(file.zerocopy_copied, None, "no MSG_ZEROCOPY on this path");
+        assert!((file.total() - 3.01).abs() < 1e-9);
+        let run = Run { rate: 10.0, cpu_per_unit: 1.5, units: 100.0, file: Some(file), ..Run::default() };
+        let row = Row {
+            transport: Transport::FileReadWrite,
+            workload: Workload::File,
+            figures: Some(run),
+            failure: None,
+            runs: 1,
+            per_run: vec![(0, run)],
+            cdf: Vec::new(),
+        };
+        let c = Conditions { file: Some("32 MiB, 100.0% resident".into()), ..Conditions::default() };
+        let md = markdown(std::slice::from_ref(&row), &c, "");
+        assert!(md.contains("| page cache -> user | user -> socket buffer | page cache -> socket buffer |"), "{md}");
+        assert!(
+            md.contains("| f1 kernel, read + write | 10.00 | 1.50 | 0.0 | 0.000 | 0.0 | 1.00 | 1.01 | 0.00 | - | - | none expected (veth hands the skb on) | 1.00 | 3.01 (2.01 sending + 1.00 client) |"),
+            "{md}"
+        );
+        assert!(md.contains("File: 32 MiB, 100.0% resident.") && md.contains("](file-copies.svg)"), "{md}");
+        let json = json(&[row], &c);
+        assert!(json.contains("\"kernel_copies_per_byte\": null"), "{json}");
+        assert!(
+            json.contains("\"file_copies_per_byte\": {\"page_cache_to_user\": 1.0000, \"user_to_socket\": 1.0100"),
+            "{json}"
+        );
+        // MSG_ZEROCOPY: the copied fraction is of the bytes completed.
+        let zc = Counts { zerocopy_completed: 200 * mib, zerocopy_copied: 150 * mib, ..Counts::default() };
+        assert_eq!(PerByte::new(&zc, 100 * mib, 100 * mib).zerocopy_copied, Some(0.75));
     }
 
     /// The best kernel row is chosen per repetition among 2, 2d, 2u and 2ud: the lowest p50,

@@ -163,11 +163,11 @@ pub fn server_with<D: Device>(
     stack.abort_all();
     stack.poll().map_err(io)?;
     let (usage, copied) = window.delta().ok_or("our stack: the client's measurement window was not seen")?;
-    Ok(ServerResult { usage, copied: Some(copied), mode })
+    Ok(ServerResult { usage, copied: Some(copied), mode, file: None })
 }
 
 /// Return the stack's bytes-copied counter and its device's system calls.
-fn own<D: Device>(stack: &Stack<D>) -> Own {
+pub(crate) fn own<D: Device>(stack: &Stack<D>) -> Own {
     Own { copied: stack.counters().bytes_copied, syscalls: stack.device().syscalls() }
 }
 

@@ -328,12 +328,12 @@ pub fn server(listener: TcpListener, workload: Workload, shared: &Shared) -> Res
     let mut u = Uring::new().map_err(|e| io("set up the ring", e))?;
     let role = match workload {
         Workload::BulkUp => Role::Sink,
-        Workload::BulkDown => Role::Source,
+        Workload::BulkDown | Workload::File => Role::Source,
         _ => Role::Echo,
     };
     let expected = match workload {
         Workload::Rr { conns, .. } => Some(conns),
-        Workload::BulkUp | Workload::BulkDown => Some(1),
+        Workload::BulkUp | Workload::BulkDown | Workload::File => Some(1),
         Workload::Connect => None,
     };
     // The listener takes the last slot; accepted sockets go to free ones below it.
@@ -475,7 +475,7 @@ pub fn server(listener: TcpListener, workload: Workload, shared: &Shared) -> Res
     }
     window.finish(0);
     let (usage, _) = window.delta().ok_or("io_uring server: the client's measurement window was not seen")?;
-    Ok(ServerResult { usage, copied: None, mode: "kernel TCP on io_uring, busy polling".into() })
+    Ok(ServerResult { usage, copied: None, mode: "kernel TCP on io_uring, busy polling".into(), file: None })
 }
 
 /// Connect a plain socket (setup, outside any measurement window) and register it in `slot`.
@@ -496,7 +496,7 @@ pub fn client(plan: &ClientPlan, shared: &Shared, interrupted: &AtomicBool) -> R
     match plan.workload {
         Workload::Rr { size, conns } => request_response(&mut u, plan, size, conns, shared, interrupted),
         Workload::BulkUp => bulk_up(&mut u, plan, shared, interrupted),
-        Workload::BulkDown => bulk_down(&mut u, plan, shared, interrupted),
+        Workload::BulkDown | Workload::File => bulk_down(&mut u, plan, shared, interrupted),
         Workload::Connect => connect_rate(&mut u, plan, shared, interrupted),
     }
 }
@@ -906,7 +906,7 @@ mod tests {
         if !uring_or_skip("io_uring_server_and_client_run_every_workload") {
             return;
         }
-        for workload in super::super::WORKLOADS {
+        for workload in super::super::WORKLOADS.into_iter().filter(|w| *w != Workload::File) {
             let key = workload.key();
             let (server, client) = run(workload);
             let client = client.unwrap_or_else(|e| panic!("{key}: io_uring client: {e}"));

@@ -158,7 +158,7 @@ pub fn server(listener: TcpListener, mode: Mode, shared: &Shared) -> Result<Serv
     // splice(2), send(2) and recvmsg(2) not at all. This thread makes no other call in the
     // window, so its own count of the calls made in the window replaces it.
     usage.syscalls = calls;
-    Ok(ServerResult { usage, copied: None, mode })
+    Ok(ServerResult { usage, copied: None, mode, file: None })
 }
 
 /// Send `file` round and round with `sendfile(2)` (or `splice(2)` for [`Mode::Splice`]) until the client closes (or
@@ -402,7 +402,7 @@ impl Counts {
 /// memfd_create(2), sendfile(2), pipe2(2), splice(2), and send(2) with `MSG_ZEROCOPY` and
 /// its error queue, which std does not wrap.
 #[allow(unsafe_code)]
-mod sys {
+pub(super) mod sys {
     use std::fs::File;
     use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
