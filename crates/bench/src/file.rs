@@ -997,8 +997,12 @@ mod tests {
                 Path::MmapWrite => (0.0, 1.0),
                 _ => (0.0, 0.0),
             };
-            assert!((per.cache_to_user - expect.0).abs() < 0.1, "{path:?}: {per:?}");
-            assert!((per.user_to_socket - expect.1).abs() < 0.1, "{path:?}: {per:?}");
+            // The server has copied what is still in the socket buffers when the window
+            // ends, beyond what the client read: at most their sizes over what was delivered.
+            let in_flight = (16u64 << 20) as f64 / client.units as f64;
+            let near = |got: f64, want: f64| got >= want - 0.02 && got <= want + want * in_flight + 0.02;
+            assert!(near(per.cache_to_user, expect.0), "{path:?}: {per:?}");
+            assert!(near(per.user_to_socket, expect.1), "{path:?}: {per:?}");
             if path == Path::MsgZerocopy {
                 // Loopback delivers to a local socket too: copied after all.
                 assert!(per.zerocopy_copied.is_some_and(|x| x > 0.9), "{path:?}: {per:?}");
