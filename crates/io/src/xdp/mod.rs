@@ -579,14 +579,19 @@ impl Device for XdpDevice {
     /// split between calls); their frames go back to the fill ring before returning. Return
     /// how many were handed to `on_frame` (dropped ones are counted in `device_counters`).
     fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        if self.busy_poll {
-            self.socket.wake_rx()?;
-        }
-        let taken = self.socket.receive(budget, &mut self.rx_batch);
+        // The ring first, the system call only when it is empty: a frame already delivered
+        // (copy mode on a veth delivers it inside the sender's `sendto`) is taken at once,
+        // not after a busy-poll pass of the device that would find nothing new.
+        let mut taken = self.socket.receive(budget, &mut self.rx_batch);
         if taken.descs == 0 {
-            if !self.busy_poll && self.socket.fill_needs_wakeup() {
+            if self.busy_poll {
+                self.socket.wake_rx()?;
+                taken = self.socket.receive(budget, &mut self.rx_batch);
+            } else if self.socket.fill_needs_wakeup() {
                 self.socket.wake_rx()?;
             }
+        }
+        if taken.descs == 0 {
             return Ok(0);
         }
         let XdpDevice { socket, info, rx_batch, rx_scratch, rx_discarding, counters, .. } = self;
