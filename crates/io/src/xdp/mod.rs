@@ -579,19 +579,19 @@ impl Device for XdpDevice {
     /// split between calls); their frames go back to the fill ring before returning. Return
     /// how many were handed to `on_frame` (dropped ones are counted in `device_counters`).
     fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        // The ring first, the system call only when it is empty: a frame already delivered
-        // (copy mode on a veth delivers it inside the sender's `sendto`) is taken at once,
-        // not after a busy-poll pass of the device that would find nothing new.
-        let mut taken = self.socket.receive(budget, &mut self.rx_batch);
+        // Busy-poll first, even when frames already wait in the ring: the pass lets a batch
+        // gather, and a stack acknowledges a batch at a time. Taking the ring first, and
+        // polling only when it was empty, made a bulk receiver over a veth take frames one
+        // to three at a time and acknowledge every 2.9 segments instead of every 10, and
+        // slowed its sender (docs/performance.md, "Row 5b against the floor").
+        if self.busy_poll {
+            self.socket.wake_rx()?;
+        }
+        let taken = self.socket.receive(budget, &mut self.rx_batch);
         if taken.descs == 0 {
-            if self.busy_poll {
-                self.socket.wake_rx()?;
-                taken = self.socket.receive(budget, &mut self.rx_batch);
-            } else if self.socket.fill_needs_wakeup() {
+            if !self.busy_poll && self.socket.fill_needs_wakeup() {
                 self.socket.wake_rx()?;
             }
-        }
-        if taken.descs == 0 {
             return Ok(0);
         }
         let XdpDevice { socket, info, rx_batch, rx_scratch, rx_discarding, counters, .. } = self;
