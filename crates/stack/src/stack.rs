@@ -352,6 +352,15 @@ impl<D: Device> Stack<D> {
 
     /// Read received data: `Ok(0)` at end of stream, `WouldBlock` when nothing is there yet.
     pub fn read(&mut self, id: SocketId, buf: &mut [u8]) -> io::Result<usize> {
+        // Nothing to read: answer without touching the connection. Taking it mutably marks
+        // it for the next transmit (a pass through its output and its settling) and lends
+        // it buffer storage; for a read that finds nothing, both are wasted, and an
+        // application that polls an idle connection would pay them on every call.
+        let conn = self.iface.connection(id).ok_or_else(stale)?;
+        if let Some(nothing) = conn.recv_nothing() {
+            let icmp = conn.error();
+            return nothing.map_err(|e| recv_io_error(e, icmp));
+        }
         let conn = self.iface.connection_mut(id).ok_or_else(stale)?;
         let icmp = conn.error();
         let n = conn.recv(buf).map_err(|e| recv_io_error(e, icmp))?;
@@ -379,6 +388,12 @@ impl<D: Device> Stack<D> {
     /// reads where they are (counted in [`Counters::bytes_in_place`]); `read` copies them
     /// out a second time.
     pub fn recv_with<R>(&mut self, id: SocketId, f: impl FnOnce(&[u8]) -> (usize, R)) -> io::Result<R> {
+        // Nothing to read: as in `read`, the connection is left untouched.
+        let conn = self.iface.connection(id).ok_or_else(stale)?;
+        if let Some(nothing) = conn.recv_nothing() {
+            let icmp = conn.error();
+            return nothing.map(|_| f(&[]).1).map_err(|e| recv_io_error(e, icmp));
+        }
         let conn = self.iface.connection_mut(id).ok_or_else(stale)?;
         let icmp = conn.error();
         let before = conn.recv_available();

@@ -123,6 +123,40 @@ fn connections_one_after_another_reuse_buffers_and_see_only_their_own_bytes() {
 }
 
 #[test]
+fn reading_an_idle_connection_leaves_it_untouched() {
+    // A read that finds nothing changes nothing: it neither lends the connection buffer
+    // storage from the pool nor sends it through the next transmit, so a loop that polls
+    // an idle connection pays for the call alone. Data that arrives later is still read.
+    let mut net = net(LinkConfig::default(), |_| {});
+    let listener = net.b.listen(7).unwrap();
+    let (client, server) = net.connect(SocketAddrV4::new(B, 7).into(), listener);
+    let mut buf = [0u8; 64];
+    // One exchange, so that both ends have held storage and given it back once idle.
+    net.a.write(client, b"ping").unwrap();
+    net.run_until(|n| n.b.read(server, &mut buf).is_ok_and(|k| k == 4));
+    net.b.write(server, b"pong").unwrap();
+    net.run_until(|n| n.a.read(client, &mut buf).is_ok_and(|k| k == 4));
+    let deadline = net.now + Duration::from_secs(1);
+    net.run_until(|n| n.now >= deadline);
+    assert_eq!(net.a.interface().connection(client).unwrap().storage_attached(), (false, false), "idle");
+    let before = net.a.counters().clone();
+    for _ in 0..100 {
+        let err = net.a.read(client, &mut buf).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);
+        net.a.poll().unwrap();
+    }
+    let after = net.a.counters();
+    assert_eq!(after.buffers_recycled, before.buffers_recycled, "no storage lent to a read of nothing: {after}");
+    assert_eq!(after.buffers_allocated, before.buffers_allocated, "{after}");
+    assert_eq!(after.tx_frames, before.tx_frames, "{after}");
+    assert_eq!(net.a.interface().connection(client).unwrap().storage_attached(), (false, false));
+    // Reading is unchanged once there is something to read.
+    net.b.write(server, b"late").unwrap();
+    net.run_until(|n| n.a.read(client, &mut buf).is_ok_and(|k| k == 4));
+    assert_eq!(&buf[..4], b"late");
+}
+
+#[test]
 fn connect_to_closed_port_is_refused_with_rst() {
     let mut net = net(LinkConfig::default(), |_| {});
     let client = net.a.connect(SocketAddrV4::new(B, 9999)).unwrap();

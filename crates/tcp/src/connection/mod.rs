@@ -525,13 +525,24 @@ impl Connection {
     /// Read received data; `Ok(0)` means the peer closed and everything was read
     /// (RFC 9293 3.10.3).
     pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize, RecvError> {
-        if !self.rcv.buf.is_empty() {
-            let n = self.rcv.read(buf);
-            self.note_read(n);
-            return Ok(n);
+        if let Some(nothing) = self.recv_nothing() {
+            return nothing;
         }
-        self.check_end_of_stream()?;
-        Ok(0)
+        let n = self.rcv.read(buf);
+        self.note_read(n);
+        Ok(n)
+    }
+
+    /// Return what [`recv`](Connection::recv) returns when the receive buffer is empty
+    /// (`Ok(0)` at the end of the stream, else its error: `WouldBlock`, `Reset`, ...), or
+    /// `None` when there is data to read. Reading nothing changes nothing, so a host can
+    /// answer such a read without treating the connection as touched (see
+    /// `bypass_stack::Stack::read`).
+    pub fn recv_nothing(&self) -> Option<Result<usize, RecvError>> {
+        if !self.rcv.buf.is_empty() {
+            return None;
+        }
+        Some(self.check_end_of_stream().map(|()| 0))
     }
 
     /// Read received data in place: call `f` with the received bytes that lie contiguous
