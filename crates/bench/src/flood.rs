@@ -6,7 +6,11 @@
 //! - **kernel**: a kernel TCP echo server on the kernel's address of bx0, a thread per
 //!   connection, with the kernel's SYN cookies (`tcp_syncookies` = 1, as it ships);
 //! - **ours**: our stack over AF_XDP, waiting on the socket when idle (`bypass echo`'s default);
-//! - **ours, shielded**: the same, with the XDP program shedding SYNs beyond [`SHIELD`].
+//! - **ours, shielded**: the same, with the XDP program shedding SYNs beyond [`SHIELD`];
+//! - **ours, every SYN shed**: a shield of one SYN a second, so that the stack sees none of the
+//!   flood: what is left is what the flood costs the veth and the XDP program, the floor of any
+//!   shield in XDP on this lab (a veth with an XDP program takes every frame through one ring,
+//!   the client's behind the flood's; new clients cannot connect there, by design).
 //!
 //! A kernel client in the peer namespace keeps one connection in request/response, 64 bytes
 //! at a time, for a calm phase and then for a flood phase. In both phases a second client
@@ -78,10 +82,14 @@ pub enum Server {
     Ours,
     /// Our stack over AF_XDP, with [`SHIELD`].
     Shielded,
+    /// Our stack over AF_XDP with a shield that lets one SYN a second through: every SYN of
+    /// the flood is dropped in the XDP program, and what is left of the flood's cost is the
+    /// veth's and the program's, the floor of any shield in XDP here.
+    ShedAll,
 }
 
 impl Server {
-    const ALL: [Server; 3] = [Server::Kernel, Server::Ours, Server::Shielded];
+    const ALL: [Server; 4] = [Server::Kernel, Server::Ours, Server::Shielded, Server::ShedAll];
 
     fn label(self) -> String {
         match self {
@@ -91,6 +99,7 @@ impl Server {
                 let s = shield();
                 format!("ours/AF_XDP, SYN cookies, shield {} SYN/s, burst {}", s.rate, s.burst)
             }
+            Server::ShedAll => "ours/AF_XDP, every SYN shed in XDP (1 SYN/s): the floor of a shield".into(),
         }
     }
 
@@ -99,6 +108,7 @@ impl Server {
             Server::Kernel => "kernel",
             Server::Ours => "ours",
             Server::Shielded => "ours-shielded",
+            Server::ShedAll => "ours-shed-all",
         }
     }
 }
@@ -184,6 +194,7 @@ pub fn measure(lab: &Lab, kernel_ip: Ipv4Addr, runs: usize, duration: Duration, 
                 Server::Kernel => kernel(&setup),
                 Server::Ours => ours(&setup, None),
                 Server::Shielded => ours(&setup, Some(shield())),
+                Server::ShedAll => ours(&setup, Some(SynShield { rate: 1, burst: 1 })),
             };
             match result {
                 Ok(run) => row.runs.push(run),
