@@ -46,6 +46,11 @@ pub(super) struct Sock {
     pub(super) scheduled: Option<Instant>,
     /// A listener's child waiting in its `ready` queue.
     pub(super) queued: bool,
+    /// When it last ran (`Interface::settle`): its empty buffers go back to the pool once
+    /// it has not run for `IDLE_RELEASE`.
+    pub(super) active_at: Instant,
+    /// Listed in `Connections::idle`.
+    pub(super) idle_listed: bool,
 }
 
 pub(super) struct Slot {
@@ -82,10 +87,16 @@ pub(super) struct Connections {
     /// connections in the order they were left, released or not.
     pub(super) tx_backlog: bool,
     /// Buffer storage of removed connections and of idle connections' empty buffers,
-    /// zeroed, for the next that need some (see `settle`, `remove`, `lend_storage`).
+    /// zeroed, for the next that need some (see `Interface::release_idle_storage`,
+    /// `remove`, `lend_storage`).
     /// Indexed by `table::pool_for`: send-buffer-sized storage, then receive-buffer-sized, so
     /// taking one is a pop.
     pub(super) storage_pool: [Vec<Storage>; 2],
+    /// Connections that ran holding buffer storage, keyed by slot and generation, for
+    /// `Interface::release_idle_storage` to give their empty buffers back once idle.
+    pub(super) idle: Vec<(u32, u32)>,
+    /// When `release_idle_storage` next looks at `idle` (`None`: it is empty).
+    pub(super) idle_sweep: Option<Instant>,
     /// Each connection's earliest timer, keyed by slot and generation (see `Sock::scheduled`).
     pub(super) timers: TimerWheel<(u32, u32)>,
     /// Entries `expire_timers` takes from `timers` (kept for its capacity).
@@ -116,6 +127,8 @@ impl Connections {
             tx_order: Vec::new(),
             tx_backlog: false,
             storage_pool: [Vec::new(), Vec::new()],
+            idle: Vec::new(),
+            idle_sweep: None,
             timers: TimerWheel::new(),
             fired: Vec::new(),
             listener_epoch: 0,

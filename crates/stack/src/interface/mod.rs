@@ -282,17 +282,20 @@ impl Interface {
     /// Return when `handle_timeouts` next has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let fragments = self.fragments.as_ref().and_then(|f| f.poll_timeout());
-        [self.conns.timers.next_deadline(), self.arp.next_timeout(), self.ndp.next_timeout(), fragments]
+        let (timers, idle) = (self.conns.timers.next_deadline(), self.conns.idle_sweep);
+        [timers, idle, self.arp.next_timeout(), self.ndp.next_timeout(), fragments]
             .into_iter()
             .flatten()
             .min()
     }
 
-    /// Fire the connection, ARP, Neighbour Discovery and reassembly timers due at `now`.
+    /// Fire the connection, ARP, Neighbour Discovery and reassembly timers due at `now`, and
+    /// give idle connections' empty buffers back to the pool.
     pub fn handle_timeouts(&mut self, now: Instant) {
         self.expire_fragments(now);
         self.solicit_neighbours(now);
         self.conns.expire_timers(now);
+        self.release_idle_storage(now);
         let hosts: &mut Vec<Ipv4Addr> = &mut Vec::new();
         let due = self.arp.due_requests(now, |ip| hosts.push(ip));
         for _ in 0..due.dropped {
