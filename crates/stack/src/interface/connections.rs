@@ -5,6 +5,7 @@
 //! The operations on it that need the rest of the host (inserting, settling and removing a
 //! connection) are `Interface`'s, in `table.rs`.
 
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 
 use bypass_tcp::Storage;
@@ -78,6 +79,11 @@ pub(super) struct Connections {
     pub(super) slots: Vec<Slot>,
     free: Vec<u32>,
     pub(super) table: HashMap<FourTuple, u32>,
+    /// The slot `find` last found: most segments in a row are for one connection (the
+    /// one exchanging requests, the one moving bulk), and checking this slot's tuple is
+    /// cheaper than hashing the tuple. Needs no upkeep: a slot holds the connection of a
+    /// tuple only while the table maps that tuple to it (tuples are fixed at `insert`).
+    last_found: Cell<u32>,
     pub(super) listeners: HashMap<u16, Listener>,
     pub(super) dirty: Vec<u32>,
     /// The dirty connections in the order `transmit` sends them (held, then released); kept
@@ -122,6 +128,7 @@ impl Connections {
             slots: Vec::new(),
             free: Vec::new(),
             table: HashMap::new(),
+            last_found: Cell::new(0),
             listeners: HashMap::new(),
             dirty: Vec::new(),
             tx_order: Vec::new(),
@@ -154,8 +161,20 @@ impl Connections {
         let slot = &mut self.slots[index as usize];
         slot.sock = Some(sock);
         let id = SocketId { index, generation: slot.generation };
-        self.table.insert(tuple, index);
+        let replaced = self.table.insert(tuple, index);
+        debug_assert!(replaced.is_none(), "{tuple} is in the table already");
         id
+    }
+
+    /// Return the slot of the connection of `tuple`, if any.
+    pub(super) fn find(&self, tuple: &FourTuple) -> Option<u32> {
+        let hint = self.last_found.get();
+        if self.slots.get(hint as usize).and_then(|s| s.sock.as_ref()).is_some_and(|s| s.tuple == *tuple) {
+            return Some(hint);
+        }
+        let index = *self.table.get(tuple)?;
+        self.last_found.set(index);
+        Some(index)
     }
 
     /// Take connection `index` out of the table, uncounting its buffers, window and orphan
