@@ -567,7 +567,7 @@ fn a_connection_keeps_its_buffers_while_busy_and_gives_them_back_once_idle() {
     let mut net = net(link, |_| {});
     let listener = net.b.listen(7).unwrap();
     let (client, server) = net.connect(SocketAddrV4::new(B, 7).into(), listener);
-    let mut exchange = |net: &mut Net| {
+    let exchange = |net: &mut Net| {
         net.a.write(client, &[7; 64]).unwrap();
         let mut buf = [0u8; 64];
         net.run_until(|n| n.b.read(server, &mut buf).ok() == Some(64));

@@ -283,10 +283,7 @@ impl Interface {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let fragments = self.fragments.as_ref().and_then(|f| f.poll_timeout());
         let (timers, idle) = (self.conns.timers.next_deadline(), self.conns.idle_sweep);
-        [timers, idle, self.arp.next_timeout(), self.ndp.next_timeout(), fragments]
-            .into_iter()
-            .flatten()
-            .min()
+        [timers, idle, self.arp.next_timeout(), self.ndp.next_timeout(), fragments].into_iter().flatten().min()
     }
 
     /// Fire the connection, ARP, Neighbour Discovery and reassembly timers due at `now`, and
