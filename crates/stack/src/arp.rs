@@ -255,7 +255,12 @@ impl ArpCache {
         due
     }
 
-    /// Return when `due_requests` next has work.
+    /// Return whether a resolution is in progress (`due_requests` may have work).
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Return when [`due_requests`](Self::due_requests) next has work (`None`: none pending).
     pub fn next_timeout(&self) -> Option<Instant> {
         self.pending.values().map(|p| p.next_request).min()
     }
