@@ -167,8 +167,20 @@ impl<K: Copy> TimerWheel<K> {
 
     /// Move every entry due at or before `now` into `fired` (with the deadline it was armed
     /// for), in no particular order.
+    ///
+    /// When the remembered [`next_deadline`](Self::next_deadline) falls in a later tick
+    /// than `now`, nothing can be due and no slot needs moving down (the first occupied
+    /// slot is due after `now`): only the clock advances, and the answer stays remembered.
+    /// A host polled far more often than its timers fire (every poll of a busy connection)
+    /// pays a comparison instead of a walk over the levels.
     pub(crate) fn expire(&mut self, now: Instant, fired: &mut Vec<(Instant, K)>) {
         let now_tick = tick_of(now);
+        if let Some(next) = self.next.get()
+            && next.is_none_or(|t| tick_of(t) > now_tick)
+        {
+            self.elapsed = self.elapsed.max(now_tick);
+            return;
+        }
         self.next.set(None);
         while let Some((level, slot, deadline)) = self.next_slot(0) {
             if deadline > now_tick {

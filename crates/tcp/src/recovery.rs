@@ -795,6 +795,10 @@ impl Recovery {
     /// newest delivered one and has been missing for RACK.rtt + reo_wnd; return when the
     /// next one would be, for the reordering timer.
     fn rack_detect(&mut self, now: Instant, sent: &mut SentQueue, smss: u32) -> Option<Instant> {
+        if sent.len() == 0 {
+            // All acknowledged (every ACK of a request/response exchange): nothing to mark.
+            return None;
+        }
         let ((xmit, xmit_end), rtt) = (self.rack_xmit?, self.rack_rtt?);
         let wait = rtt + self.reo_wnd(sent, smss);
         let mut next: Option<Instant> = None;

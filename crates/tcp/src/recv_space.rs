@@ -311,7 +311,16 @@ impl RecvSpace {
         if sack && !data.is_empty() && self.assembler.ranges().any(|(s, e)| s <= start && end <= e) {
             self.dsack.push(seq, seq + data.len());
         }
-        if !data.is_empty() {
+        if !data.is_empty() && offset == 0 && self.assembler.is_empty() {
+            // In order, with no out-of-order data held (nearly every segment): straight into
+            // the buffer, where the assembler's `add` and `pop_front` of this one range
+            // would have put it.
+            self.buf.write_at(self.buf.len(), data);
+            self.buf.commit(data.len());
+            text.ready = data.len() as u32;
+            self.nxt += text.ready;
+            text.delayable = true;
+        } else if !data.is_empty() {
             if self.assembler.add(offset as u32, data.len() as u32).is_err() {
                 self.ack_due = AckDue::Now;
                 return Err(ReassemblyFull);

@@ -5,6 +5,7 @@
 //! The operations on it that need the rest of the host (inserting, settling and removing a
 //! connection) are `Interface`'s, in `table.rs`.
 
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 
 use bypass_tcp::Storage;
@@ -46,6 +47,11 @@ pub(super) struct Sock {
     pub(super) scheduled: Option<Instant>,
     /// A listener's child waiting in its `ready` queue.
     pub(super) queued: bool,
+    /// When it last ran (`Interface::settle`): its empty buffers go back to the pool once
+    /// it has not run for `IDLE_RELEASE`.
+    pub(super) active_at: Instant,
+    /// Listed in `Connections::idle`.
+    pub(super) idle_listed: bool,
 }
 
 pub(super) struct Slot {
@@ -73,6 +79,11 @@ pub(super) struct Connections {
     pub(super) slots: Vec<Slot>,
     free: Vec<u32>,
     pub(super) table: HashMap<FourTuple, u32>,
+    /// The slot `find` last found: most segments in a row are for one connection (the
+    /// one exchanging requests, the one moving bulk), and checking this slot's tuple is
+    /// cheaper than hashing the tuple. Needs no upkeep: a slot holds the connection of a
+    /// tuple only while the table maps that tuple to it (tuples are fixed at `insert`).
+    last_found: Cell<u32>,
     pub(super) listeners: HashMap<u16, Listener>,
     pub(super) dirty: Vec<u32>,
     /// The dirty connections in the order `transmit` sends them (held, then released); kept
@@ -82,10 +93,16 @@ pub(super) struct Connections {
     /// connections in the order they were left, released or not.
     pub(super) tx_backlog: bool,
     /// Buffer storage of removed connections and of idle connections' empty buffers,
-    /// zeroed, for the next that need some (see `settle`, `remove`, `lend_storage`).
+    /// zeroed, for the next that need some (see `Interface::release_idle_storage`,
+    /// `remove`, `lend_storage`).
     /// Indexed by `table::pool_for`: send-buffer-sized storage, then receive-buffer-sized, so
     /// taking one is a pop.
     pub(super) storage_pool: [Vec<Storage>; 2],
+    /// Connections that ran holding buffer storage, keyed by slot and generation, for
+    /// `Interface::release_idle_storage` to give their empty buffers back once idle.
+    pub(super) idle: Vec<(u32, u32)>,
+    /// When `release_idle_storage` next looks at `idle` (`None`: it is empty).
+    pub(super) idle_sweep: Option<Instant>,
     /// Each connection's earliest timer, keyed by slot and generation (see `Sock::scheduled`).
     pub(super) timers: TimerWheel<(u32, u32)>,
     /// Entries `expire_timers` takes from `timers` (kept for its capacity).
@@ -111,11 +128,14 @@ impl Connections {
             slots: Vec::new(),
             free: Vec::new(),
             table: HashMap::new(),
+            last_found: Cell::new(0),
             listeners: HashMap::new(),
             dirty: Vec::new(),
             tx_order: Vec::new(),
             tx_backlog: false,
             storage_pool: [Vec::new(), Vec::new()],
+            idle: Vec::new(),
+            idle_sweep: None,
             timers: TimerWheel::new(),
             fired: Vec::new(),
             listener_epoch: 0,
@@ -141,8 +161,20 @@ impl Connections {
         let slot = &mut self.slots[index as usize];
         slot.sock = Some(sock);
         let id = SocketId { index, generation: slot.generation };
-        self.table.insert(tuple, index);
+        let replaced = self.table.insert(tuple, index);
+        debug_assert!(replaced.is_none(), "{tuple} is in the table already");
         id
+    }
+
+    /// Return the slot of the connection of `tuple`, if any.
+    pub(super) fn find(&self, tuple: &FourTuple) -> Option<u32> {
+        let hint = self.last_found.get();
+        if self.slots.get(hint as usize).and_then(|s| s.sock.as_ref()).is_some_and(|s| s.tuple == *tuple) {
+            return Some(hint);
+        }
+        let index = *self.table.get(tuple)?;
+        self.last_found.set(index);
+        Some(index)
     }
 
     /// Take connection `index` out of the table, uncounting its buffers, window and orphan

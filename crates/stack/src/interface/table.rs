@@ -1,6 +1,8 @@
 //! The connection table: slots with generations, the 4-tuple index, the buffer pool, the
 //! memory and window budgets, and each connection's life after it ran.
 
+use std::time::Duration;
+
 use bypass_tcp::Storage;
 use bypass_tcp::{Buffers, Connection, Event, FourTuple, Instant, Side, State};
 
@@ -8,8 +10,15 @@ use super::*;
 
 /// An empty buffer gives its storage back only if at most this much of it was written since
 /// it took it (all of it is zeroed for the next connection): a connection exchanging small
-/// messages lets go after each, one moving bulk keeps its storage.
+/// messages lets go once idle, one moving bulk keeps its storage.
 const DETACH_WRITTEN_MAX: usize = 16 * 1024;
+/// How long a connection goes without running before its empty buffers go back to the pool
+/// (checked this often, so they go between one and two of these after it last ran). A
+/// connection exchanging requests keeps its storage between them instead of giving it back
+/// and taking it again on every exchange (zeroing it, two pool operations: about 390
+/// instructions an exchange); an idle one holds none after a few milliseconds, well within
+/// any figure of memory per idle connection taken after it settled.
+const IDLE_RELEASE: Duration = Duration::from_millis(2);
 /// Which of the two storage pools (send size, receive size: one when they are equal) keeps
 /// storage of `capacity` bytes, for buffer sizes `(send, recv)`; `None` for other sizes.
 fn pool_for((send, recv): (usize, usize), capacity: usize) -> Option<usize> {
@@ -76,6 +85,8 @@ impl Interface {
             offered: 0,
             scheduled: None,
             queued: false,
+            active_at: now,
+            idle_listed: false,
         });
         self.apply_budgets(id.index);
         self.conns.mark_dirty(id.index);
@@ -97,12 +108,17 @@ impl Interface {
 
     /// Give connection `index`'s detached buffers zeroed storage from the pool, before it
     /// may need them (a segment with data arrives, or the application calls), so that
-    /// taking up storage again allocates nothing while the pool has some.
+    /// taking up storage again allocates nothing while the pool has some. With `need`, only
+    /// that side: a buffer that stays empty would hold pooled storage that the needy side
+    /// of this or the next connection then allocates anew.
     pub(super) fn lend_storage(&mut self, index: u32, need: Option<Side>) {
         let Some(sock) = self.conns.slots[index as usize].sock.as_mut() else { return };
         let sizes = (self.config.tcp.send_buffer, self.config.tcp.recv_buffer);
         let (pool, counters) = (&mut self.conns.storage_pool, &mut self.counters);
         sock.conn.attach_storage(|capacity, side| {
+            if need.is_some_and(|n| n != side) {
+                return None;
+            }
             if let Some(storage) = pool_for(sizes, capacity).and_then(|k| pool[k].pop()) {
                 counters.buffers_recycled += 1;
                 return Some(storage);
@@ -112,6 +128,41 @@ impl Interface {
                 Storage::new(capacity)
             })
         });
+    }
+
+    /// Give the empty buffers of each connection that has not run for `IDLE_RELEASE` back
+    /// to the pool (see `Connection::detach_idle_storage`): an idle connection then holds
+    /// no buffer memory. Runs every `IDLE_RELEASE` while any connection is listed.
+    pub(super) fn release_idle_storage(&mut self, now: Instant) {
+        if self.conns.idle_sweep.is_none_or(|t| t > now) {
+            return;
+        }
+        let mut idle = std::mem::take(&mut self.conns.idle);
+        let mut k = 0;
+        while k < idle.len() {
+            let (index, generation) = idle[k];
+            let slot = &mut self.conns.slots[index as usize];
+            let Some(sock) = slot.sock.as_mut().filter(|_| slot.generation == generation) else {
+                idle.swap_remove(k); // gone
+                continue;
+            };
+            if now < sock.active_at + IDLE_RELEASE {
+                k += 1;
+                continue;
+            }
+            sock.idle_listed = false;
+            idle.swap_remove(k);
+            let mut freed = [None, None];
+            sock.conn.detach_idle_storage(DETACH_WRITTEN_MAX, |storage| {
+                let free = if freed[0].is_none() { 0 } else { 1 };
+                freed[free] = Some(storage);
+            });
+            for storage in freed.into_iter().flatten() {
+                self.pool_storage(storage);
+            }
+        }
+        self.conns.idle_sweep = (!idle.is_empty()).then_some(now + IDLE_RELEASE);
+        self.conns.idle = idle;
     }
 
     /// Keep `storage` (zeroed) for the next connection that needs some, if it is of a size
@@ -196,17 +247,13 @@ impl Interface {
         let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
         let owner = sock.owner;
         let state = sock.conn.state();
-        // An idle connection's empty buffers go back to the pool (see
-        // `Connection::detach_idle_storage`).
-        let mut idle = [None, None];
-        sock.conn.detach_idle_storage(DETACH_WRITTEN_MAX, |storage| {
-            let free = if idle[0].is_none() { 0 } else { 1 };
-            idle[free] = Some(storage);
-        });
-        for storage in idle.into_iter().flatten() {
-            self.pool_storage(storage);
+        // Its empty buffers go back to the pool once it is idle (`release_idle_storage`).
+        sock.active_at = now;
+        if !sock.idle_listed && sock.conn.storage_attached() != (false, false) {
+            sock.idle_listed = true;
+            self.conns.idle.push((id.index, id.generation));
+            self.conns.idle_sweep.get_or_insert(now + IDLE_RELEASE);
         }
-        let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
         if let Some(t) = sock.conn.poll_timeout()
             && sock.scheduled.is_none_or(|s| t < s)
         {

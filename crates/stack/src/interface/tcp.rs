@@ -35,7 +35,7 @@ impl Interface {
         self.counters.tcp_segments_in += 1;
         self.counters.bytes_copied += seg.payload.len() as u64;
         let tuple = FourTuple { local: SocketAddr::new(dst, seg.dst_port), remote: SocketAddr::new(src, seg.src_port) };
-        if let Some(&index) = self.conns.table.get(&tuple) {
+        if let Some(index) = self.conns.find(&tuple) {
             if self.reopen_time_wait(now, index, &seg) {
                 return;
             }
