@@ -344,24 +344,8 @@ fn check_resident(source: &Source) -> Result<f64, String> {
 pub fn server(listener: TcpListener, path: Path, source: &Source, shared: &Shared) -> Result<ServerResult, String> {
     let io = |what: &str, e: std::io::Error| format!("file server ({path:?}): {what}: {e}");
     let resident = check_resident(source)?;
-    listener.set_nonblocking(true).map_err(|e| io("configure the listener", e))?;
-    shared.ready.store(true, Ordering::SeqCst);
     let mut window = Window::default();
-    let sock = loop {
-        window.observe(&shared.phase, || 0);
-        match listener.accept() {
-            Ok((s, _)) => break s,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(e) => return Err(io("accept", e)),
-        }
-        if shared.stop.load(Ordering::Relaxed) {
-            return Err(format!("file server ({path:?}): no client came"));
-        }
-        std::hint::spin_loop();
-    };
-    sock.set_nodelay(true).map_err(|e| io("configure", e))?;
-    sock.set_nonblocking(true).map_err(|e| io("configure", e))?;
-    let sock = OwnedFd::from(sock);
+    let sock = super::zerocopy::accept_spinning(&listener, shared, &mut window, &format!("file server ({path:?})"))?;
     let mut sender = Sender::new(path, source, sock.as_raw_fd()).map_err(|e| io("set up", e))?;
     let mut faults = Faults::default();
     let mut counts = Counts { resident, ..Counts::default() };

@@ -118,7 +118,6 @@ impl Mode {
 /// socket, until the client closes (or `shared.stop`).
 pub fn server(listener: TcpListener, mode: Mode, shared: &Shared) -> Result<ServerResult, String> {
     let name = mode.name();
-    let io = |what: &str, e: std::io::Error| format!("{name}: {what}: {e}");
     let file = match mode {
         Mode::Sendfile | Mode::Splice => Some(source()?),
         Mode::MsgZerocopy => {
@@ -126,24 +125,8 @@ pub fn server(listener: TcpListener, mode: Mode, shared: &Shared) -> Result<Serv
             None
         }
     };
-    listener.set_nonblocking(true).map_err(|e| io("configure the listener", e))?;
-    shared.ready.store(true, Ordering::SeqCst);
     let mut window = Window::default();
-    let sock = loop {
-        window.observe(&shared.phase, || 0);
-        match listener.accept() {
-            Ok((s, _)) => break s,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(e) => return Err(io("accept", e)),
-        }
-        if shared.stop.load(Ordering::Relaxed) {
-            return Err(format!("{name}: no client came"));
-        }
-        std::hint::spin_loop();
-    };
-    sock.set_nodelay(true).map_err(|e| io("configure", e))?;
-    sock.set_nonblocking(true).map_err(|e| io("configure", e))?;
-    let sock = OwnedFd::from(sock);
+    let sock = accept_spinning(&listener, shared, &mut window, name)?;
     let (mode, calls) = match file {
         Some(file) => stream_file(&sock, file, mode, shared, &mut window)?,
         None => {
@@ -163,6 +146,36 @@ pub fn server(listener: TcpListener, mode: Mode, shared: &Shared) -> Result<Serv
 
 /// Send `file` round and round with `sendfile(2)` (or `splice(2)` for [`Mode::Splice`]) until the client closes (or
 /// `shared.stop`); return the mode's description and the calls made in the window.
+/// Tell the client the server is ready, then accept one client on `listener`, spinning on
+/// it non-blocking (observing the measurement's phases in `window` meanwhile), until one
+/// comes or `shared.stop`; return its socket, non-blocking, with Nagle off. `name` names the
+/// server in errors.
+pub(crate) fn accept_spinning(
+    listener: &TcpListener,
+    shared: &Shared,
+    window: &mut Window,
+    name: &str,
+) -> Result<OwnedFd, String> {
+    let io = |what: &str, e: std::io::Error| format!("{name}: {what}: {e}");
+    listener.set_nonblocking(true).map_err(|e| io("configure the listener", e))?;
+    shared.ready.store(true, Ordering::SeqCst);
+    let sock = loop {
+        window.observe(&shared.phase, || 0);
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => return Err(io("accept", e)),
+        }
+        if shared.stop.load(Ordering::Relaxed) {
+            return Err(format!("{name}: no client came"));
+        }
+        std::hint::spin_loop();
+    };
+    sock.set_nodelay(true).map_err(|e| io("configure", e))?;
+    sock.set_nonblocking(true).map_err(|e| io("configure", e))?;
+    Ok(OwnedFd::from(sock))
+}
+
 fn stream_file(
     sock: &OwnedFd,
     file: &File,
