@@ -250,6 +250,17 @@ pub enum SimError {
         /// Destination port in the segment.
         dst_port: u16,
     },
+    /// `poll_transmit` wrote a segment right after `nothing_to_transmit` said it would
+    /// write nothing (a host that skips the call would not have sent it).
+    #[error("{side} at {at}: nothing_to_transmit said nothing, then poll_transmit sent a {kind:?} segment")]
+    NotNothing {
+        /// The sender.
+        side: Side,
+        /// When.
+        at: Instant,
+        /// What it sent.
+        kind: crate::TransmitKind,
+    },
     /// Work at one instant did not settle: a timer that stays due or a transmit loop.
     #[error("livelock at {at}: {what}")]
     Livelock {
@@ -753,7 +764,16 @@ impl Pair {
         let end = &mut ends[from.index()];
         let link = &mut links[from.index()];
         let mut count = 0;
-        while let Some(t) = end.conn.poll_transmit(now, tx_buf) {
+        loop {
+            // Hosts skip `poll_transmit` when the connection says it has nothing to send;
+            // every call here checks that it then has nothing indeed (and asking changes
+            // nothing `poll_transmit` would not have changed).
+            let nothing = end.conn.nothing_to_transmit(now);
+            let Some(t) = end.conn.poll_transmit(now, tx_buf) else { break };
+            if nothing {
+                self.fail(SimError::NotNothing { side: from, at: now, kind: t.kind });
+                return true;
+            }
             count += 1;
             if count > MAX_BURST {
                 self.fail(SimError::Livelock { at: now, what: "poll_transmit never returned None" });

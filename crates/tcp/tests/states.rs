@@ -58,10 +58,15 @@ struct Out {
     ect: bool,
 }
 
+/// Take every segment `poll_transmit` writes at `now`. Before each call, ask
+/// `nothing_to_transmit`, which hosts call to skip it: when it says nothing, nothing must come.
 fn drain(c: &mut Connection, now: Instant) -> Vec<Out> {
     let mut buf = [0xa5u8; 2048];
     let mut out = Vec::new();
-    while let Some(t) = c.poll_transmit(now, &mut buf) {
+    loop {
+        let nothing = c.nothing_to_transmit(now);
+        let Some(t) = c.poll_transmit(now, &mut buf) else { break };
+        assert!(!nothing, "nothing_to_transmit said nothing, then poll_transmit sent {:?}", t.kind);
         let seg = Segment::parse(&buf[..t.len], t.src.ip(), t.dst.ip()).expect("we emit valid segments");
         assert_eq!(seg.flags, t.flags);
         assert_eq!(seg.payload.len(), t.payload_len);
@@ -423,6 +428,28 @@ fn delayed_ack_waits_then_fires_and_every_second_full_segment_is_acked() {
     seq += 1460;
     c.handle_segment(ms(61), &Segment { seq, ack: iss + 1u32, payload: &FULL, ..TEMPLATE });
     assert_eq!(one(&mut c, ms(61)).ack, seq + 1460u32, "second full-sized segment is ACKed at once");
+}
+
+#[test]
+fn nothing_to_transmit_tells_a_delayed_ack_from_one_due_and_from_queued_data() {
+    let cfg = Config { delayed_ack: Some(Duration::from_millis(40)), ..config() };
+    let (mut c, iss) = established_passive(&cfg);
+    assert!(c.nothing_to_transmit(ms(2)), "established and idle");
+    c.handle_segment(ms(10), &peer(iss, Flags::ACK, b"abc"));
+    assert!(c.nothing_to_transmit(ms(10)), "the ACK waits for the timer");
+    assert!(drain(&mut c, ms(10)).is_empty());
+    c.handle_timeout(ms(50));
+    assert!(!c.nothing_to_transmit(ms(50)), "the delayed ACK is due");
+    assert_eq!(one(&mut c, ms(50)).ack, REMOTE_ISN + 4u32);
+    assert!(c.nothing_to_transmit(ms(50)), "and sent");
+    assert_eq!(c.send(b"xyz"), Ok(3));
+    assert!(!c.nothing_to_transmit(ms(51)), "data queued");
+    assert_eq!(one(&mut c, ms(51)).payload, b"xyz");
+    assert!(c.nothing_to_transmit(ms(51)), "in flight, nothing more to send");
+    c.close(ms(52));
+    assert!(!c.nothing_to_transmit(ms(52)), "a FIN queued");
+    assert!(one(&mut c, ms(52)).flags.fin());
+    assert!(c.nothing_to_transmit(ms(52)), "FIN-WAIT-1 with the FIN sent");
 }
 
 #[test]

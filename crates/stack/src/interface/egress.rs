@@ -11,7 +11,11 @@ use crate::counters::Drop;
 
 impl Interface {
     /// Drain one connection's output into the device, then settle its events and
-    /// lifecycle. `None` when the device ran out of buffers.
+    /// lifecycle. `None` when the device ran out of buffers. Each segment is asked for only
+    /// while the connection may have one ([`Connection::nothing_to_transmit`]): after the
+    /// last, and when there is none, no frame is taken from the device to find out.
+    ///
+    /// [`Connection::nothing_to_transmit`]: bypass_tcp::Connection::nothing_to_transmit
     pub(super) fn transmit_one(
         &mut self,
         now: Instant,
@@ -28,13 +32,24 @@ impl Interface {
             return Ok(Some(0));
         };
         let (src, dst) = (local.ip(), remote.ip());
-        let fallback = sock.peer_mac;
-        let mac = self.next_hop_mac(now, dst, fallback);
         let max_frame = self.mtu + ETH_LEN;
         let our_mac = self.mac;
         let headers = headers_len(dst);
+        // The next hop, looked up before the first segment: a connection that has nothing
+        // to send (it received a segment that needs no answer yet, or the application read)
+        // takes no frame from the device and needs no next hop.
+        let mut hop = None;
         let mut sent = 0;
         loop {
+            let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
+            if sock.conn.nothing_to_transmit(now) {
+                break;
+            }
+            let fallback = sock.peer_mac;
+            let mac = match hop {
+                Some(mac) => mac,
+                None => *hop.insert(self.next_hop_mac(now, dst, fallback)),
+            };
             let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
             let mut produced = None;
             let (notes, note) = (&self.notes, &mut self.note);

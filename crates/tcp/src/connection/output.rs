@@ -40,6 +40,45 @@ impl Connection {
         t
     }
 
+    /// Return `true` when [`poll_transmit`](Connection::poll_transmit) would write nothing
+    /// now, having done what it does then (stopping the persist and SWS override timers), so
+    /// that the caller may skip it, and the frame it would have taken from the device for
+    /// it; `false` when it may write something.
+    ///
+    /// A few comparisons, for a host that would otherwise take a frame and call
+    /// `poll_transmit` once more after every burst it sends, and once after every segment
+    /// it receives that needs no answer yet. It answers `false` (call `poll_transmit`) in
+    /// every case it does not decide for certain: outside the states that send data, and
+    /// while anything is queued, lost, due or owed (data or a FIN not yet sent, a reset, a
+    /// segment marked lost, a probe or override timeout that fired, an ACK to send now).
+    /// Each is a condition under which a branch of `poll_transmit` may send; with none of
+    /// them, every branch returns nothing.
+    #[inline]
+    pub fn nothing_to_transmit(&mut self, now: Instant) -> bool {
+        // Data queued first: a sender with more to send stops at the first comparison.
+        let due = &self.due;
+        let nothing = self.snd.unsent() == 0
+            && !self.snd.fin_seq().is_some_and(|f| self.snd.max().before_eq(f))
+            && !self.rcv.ack_now_due()
+            && matches!(
+                self.state,
+                State::Established
+                    | State::FinWait1
+                    | State::FinWait2
+                    | State::CloseWait
+                    | State::Closing
+                    | State::LastAck
+            )
+            && self.remote.is_some()
+            && self.pending_reset.is_none()
+            && self.snd.sent.lost() == 0
+            && !(due.sws_override || due.loss_probe || due.window_probe || due.keepalive);
+        if nothing {
+            self.update_persist(now);
+        }
+        nothing
+    }
+
     fn next_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         self.remote?;
         match self.state {
