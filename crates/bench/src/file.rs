@@ -113,14 +113,7 @@ impl Source {
         file.sync_data().map_err(|e| format!("cannot sync the file to serve: {e}"))?;
         let source = Source { file, len, sum: sum.finish(), description: String::new() };
         // Warm the page cache (the pages written are there already, unless reclaimed since).
-        let mut at = 0u64;
-        while at < len {
-            let n = source.file.read_at(&mut block, at).map_err(|e| format!("cannot read the file to serve: {e}"))?;
-            if n == 0 {
-                return Err("the file to serve is shorter than written".into());
-            }
-            at += n as u64;
-        }
+        source.warm()?;
         let resident = source.resident()?;
         let fs = sys::filesystem(source.file.as_raw_fd());
         Ok(Source {
@@ -132,6 +125,21 @@ impl Source {
             ),
             ..source
         })
+    }
+
+    /// Read the file through once, so that pages the kernel reclaimed since are back in the
+    /// page cache (the rest are read from it).
+    pub fn warm(&self) -> Result<(), String> {
+        let mut block = vec![0u8; 1 << 20];
+        let mut at = 0u64;
+        while at < self.len {
+            let n = self.file.read_at(&mut block, at).map_err(|e| format!("cannot read the file to serve: {e}"))?;
+            if n == 0 {
+                return Err("the file to serve is shorter than written".into());
+            }
+            at += n as u64;
+        }
+        Ok(())
     }
 
     /// Return the fraction of the file's pages in the page cache (`mincore(2)` on a mapping).
@@ -329,7 +337,13 @@ impl Faults {
 
 /// Check the file is in the page cache before a row; return the fraction resident.
 fn check_resident(source: &Source) -> Result<f64, String> {
-    let r = source.resident()?;
+    let mut r = source.resident()?;
+    if r < MIN_RESIDENT {
+        // Reclaimed since it was made (other rows' memory: a UMEM, a program): read it in
+        // again, as a server's file is read in by its first client.
+        source.warm()?;
+        r = source.resident()?;
+    }
     if r < MIN_RESIDENT {
         return Err(format!(
             "only {:.1}% of the file is in the page cache (mincore): the machine is short of memory; try a smaller file",
