@@ -214,15 +214,12 @@ struct Setup<'a> {
     seed: u64,
 }
 
-impl Setup<'_> {
-    /// Keep the calling thread off the flood's CPU (on a 2-CPU machine: on CPU 0).
-    fn stay_off_the_flood(&self) {
-        if let Some(cpu) = self.flood_cpu
-            && cpu > 0
-        {
-            // With more CPUs the others would do as well; one is enough for these threads.
-            let _ = pin_to_cpu(cpu - 1);
-        }
+/// Keep the calling thread off the flood's CPU `flood_cpu`, if there is one (on a 2-CPU
+/// machine: on CPU 0).
+fn stay_off_the_flood(flood_cpu: Option<usize>) {
+    if let Some(cpu) = flood_cpu.filter(|&c| c > 0) {
+        // With more CPUs the others would do as well; one is enough for these threads.
+        let _ = pin_to_cpu(cpu - 1);
     }
 }
 
@@ -280,9 +277,7 @@ fn ours(setup: &Setup, shield: Option<SynShield>) -> Result<(Phase, Phase), Stri
     let server = std::thread::spawn({
         let probe = probe.clone();
         move || -> Result<(), String> {
-            if let Some(cpu) = flood_cpu.filter(|&c| c > 0) {
-                let _ = pin_to_cpu(cpu - 1);
-            }
+            stay_off_the_flood(flood_cpu);
             let io = |e: std::io::Error| format!("our stack: packet I/O failed: {e}");
             while !probe.stop.load(Ordering::Relaxed) {
                 stack.poll_wait(Some(Duration::from_millis(5))).map_err(io)?;
@@ -323,9 +318,7 @@ fn kernel(setup: &Setup) -> Result<(Phase, Phase), String> {
     let server = std::thread::spawn({
         let probe = probe.clone();
         move || {
-            if let Some(cpu) = flood_cpu.filter(|&c| c > 0) {
-                let _ = pin_to_cpu(cpu - 1);
-            }
+            stay_off_the_flood(flood_cpu);
             std::thread::scope(|scope| {
                 while !probe.stop.load(Ordering::Relaxed) {
                     probe.serve(|| Counts { syn_cookies: syncookies_sent(&ns), ..Counts::default() });
@@ -333,9 +326,7 @@ fn kernel(setup: &Setup) -> Result<(Phase, Phase), String> {
                         Ok((s, _)) => {
                             let stop = &probe.stop;
                             scope.spawn(move || {
-                                if let Some(cpu) = flood_cpu.filter(|&c| c > 0) {
-                                    let _ = pin_to_cpu(cpu - 1);
-                                }
+                                stay_off_the_flood(flood_cpu);
                                 echo_kernel(s, stop)
                             });
                         }
@@ -426,11 +417,11 @@ fn phase(setup: &Setup, probe: &Probe, stream: &mut TcpStream, flooded: bool) ->
     let (rr, news) = std::thread::scope(|scope| {
         let news = scope.spawn(|| {
             setup.lab.in_peer(|| {
-                setup.stay_off_the_flood();
+                stay_off_the_flood(setup.flood_cpu);
                 new_connections(setup.addr, &stop_new)
             })
         });
-        setup.stay_off_the_flood();
+        stay_off_the_flood(setup.flood_cpu);
         let rr = round_trips(stream, setup.duration);
         stop_new.store(true, Ordering::Relaxed);
         (rr, news.join())
