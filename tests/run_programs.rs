@@ -388,6 +388,43 @@ fn iperf3_streams() {
     server.stop();
 }
 
+/// A program whose SIGTERM handler calls `exit(3)` (iperf3's does) exits at once under
+/// `bypass run --busy-poll`, whether the signal finds it polling an idle stack or sending to
+/// a client, and its exit handlers remove its control endpoint. Busy-polling, the program's
+/// thread holds the stack's lock most of the time: a handler run on top of it, whose exit
+/// handlers stop the stack and so take that lock, hung the process (the handler is deferred
+/// until the thread lets go of the lock: crates/preload/src/signals.rs).
+#[test]
+fn a_handler_that_exits_ends_a_busy_polling_program() {
+    let Some(lab) = setup("run_exit", &[IPERF3]) else { return };
+    for sending in [false, true] {
+        let run_dir = TempDir::new("run-exit");
+        let mut cmd = bypass_run_with(&lab, &["--busy-poll"], &["iperf3", "-s", "-p", "5201"]);
+        cmd.env("BYPASS_RUN_DIR", &run_dir.0);
+        let mut server =
+            Program::spawn("iperf3 -s (busy-polling)", cmd, Some((lab.bypass_ns.clone(), lab.bypass_if.clone())));
+        server.wait_ready(&lab, &[lab.v4(5201)]);
+        let client = sending.then(|| {
+            let mut c = lab.peer_cmd("iperf3");
+            c.args(["-c", &lab.bypass_ip.to_string(), "-p", "5201", "-t", "5", "-R"]);
+            c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("run iperf3 -c")
+        });
+        std::thread::sleep(Duration::from_millis(if sending { 1500 } else { 300 }));
+        let started = Instant::now();
+        let status = server.stop();
+        let took = started.elapsed();
+        if let Some(mut c) = client {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        assert!(status.code().is_some(), "iperf3 exits by its handler's exit(3), not by the signal: {status}");
+        assert!(took < Duration::from_secs(3), "iperf3 took {took:?} to exit after SIGTERM (sending: {sending})");
+        let left: Vec<_> = std::fs::read_dir(&run_dir.0).unwrap().collect();
+        assert!(left.is_empty(), "the exit handlers removed the control endpoint (sending: {sending}): {left:?}");
+        eprintln!("iperf3 exited {took:?} after SIGTERM ({status}; sending: {sending})");
+    }
+}
+
 /// Return the number after `"bytes":` in the object `"<sum>":` of iperf3's JSON report (only
 /// `end` has `sum_sent` and `sum_received`).
 fn json_bytes(json: &str, sum: &str) -> Option<u64> {
@@ -596,10 +633,15 @@ fn preload_library() {
 /// Return `bypass run` in the lab's bypass namespace, on its interface with both of the
 /// stack's addresses, for `program` and its arguments.
 fn bypass_run(lab: &Lab, program: &[&str]) -> Command {
+    bypass_run_with(lab, &[], program)
+}
+
+/// [`bypass_run`] with more of `bypass run`'s options.
+fn bypass_run_with(lab: &Lab, options: &[&str], program: &[&str]) -> Command {
     let v4 = format!("{}/{}", lab.bypass_ip, lab.prefix_len);
     let v6 = format!("{}/{}", lab.bypass_ip6, lab.prefix6_len);
     let mut cmd = lab.bypass_cmd(BYPASS);
-    cmd.args(["run", "--iface", &lab.bypass_if, "--ip", &v4, "--ip", &v6, "--"]).args(program);
+    cmd.args(["run", "--iface", &lab.bypass_if, "--ip", &v4, "--ip", &v6]).args(options).arg("--").args(program);
     // The programs die of SIGTERM, which leaves their control endpoints behind: keep them out
     // of /run/bypass (a test that reads them sets its own directory over this one).
     cmd.env("BYPASS_RUN_DIR", common::TEST_RUN_DIR);

@@ -198,6 +198,8 @@ fn start() -> Result<Env, String> {
         Some(other) => Err(format!("BYPASS_BACKEND: `{other}` is not xdp or packet")),
     })?
     .map_err(|e| format!("cannot start the stack: {e}"))?;
+    // A program's signal handler waits until its thread lets go of the stack (`signals`).
+    bypass_runtime::on_release(crate::signals::run_deferred);
     crate::real::at_exit(stop_at_exit);
     log::info!(
         "bypass: serving TCP on {} over {iface}",

@@ -109,6 +109,7 @@ use bypass_device::{Capture, Device};
 use bypass_stack::{Counters, Stack, StackConfig};
 
 pub use events::{Idle, Readiness};
+pub use local::{holds_a_stack, on_release};
 pub use local_socket::PendingConnect;
 pub use socket::{TcpListener, TcpStream};
 
@@ -390,8 +391,13 @@ impl Runtime {
     /// waiting for the stacks' threads to end (they end by themselves): for a process that
     /// is exiting and holds its runtime where it cannot be moved out (a preloaded library's
     /// static). Return the final counters (with shards, as last published).
+    ///
+    /// It never hangs: a stack whose lock stays taken for [`HALT_WAIT`] is left as it is
+    /// (its connections time out at the peers) with an error. Either way, the control
+    /// endpoints this process bound are removed, since its stack threads may not get to it
+    /// before the process ends.
     pub fn halt(&self) -> io::Result<Vec<Counters>> {
-        match &self.stacks {
+        let result = match &self.stacks {
             Stacks::Shard { links, .. } => {
                 for link in links {
                     link.command(Command::Stop);
@@ -402,9 +408,11 @@ impl Runtime {
                 for core in cores {
                     core.begin_stop();
                 }
-                cores.iter().map(|c| c.finish_stop()).collect()
+                cores.iter().map(|c| c.finish_stop_within(Some(HALT_WAIT))).collect()
             }
-        }
+        };
+        bypass_control::remove_all();
+        result
     }
 
     fn stop_stacks(&mut self) -> io::Result<Vec<Counters>> {
@@ -453,6 +461,9 @@ impl Runtime {
         }
     }
 }
+
+/// How long [`Runtime::halt`] waits for a stack's lock.
+pub const HALT_WAIT: Duration = Duration::from_secs(1);
 
 /// A connection being opened: where its outcome comes from.
 pub(crate) enum Connecting {

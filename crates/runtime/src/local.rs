@@ -150,6 +150,70 @@ impl State {
 thread_local! {
     /// The waiters a thread wakes after releasing a lock, kept to reuse the allocation.
     static WAKING: std::cell::RefCell<Vec<Waiter>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// How many stacks' locks the thread holds.
+    static HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// What runs when a thread lets go of the last stack lock it held: see [`on_release`].
+static ON_RELEASE: OnceLock<fn()> = OnceLock::new();
+
+/// Return whether the calling thread holds a stack's lock now. A signal handler that finds
+/// it does has interrupted the stack mid-poll: see [`on_release`].
+pub fn holds_a_stack() -> bool {
+    HELD.try_with(std::cell::Cell::get).unwrap_or(0) > 0
+}
+
+/// Run `f` whenever a thread lets go of the last stack lock it held (set once per process;
+/// later calls are ignored).
+///
+/// For a preloaded library whose program's signal handlers may not run while the stack is
+/// locked: a handler that calls `exit(3)` (iperf3's does) runs the exit handlers, which stop
+/// the stack, which takes the lock the interrupted thread holds, and the process hangs. The
+/// library defers such a handler while [`holds_a_stack`] and runs it from `f`, outside the
+/// lock, as OpenOnload defers signals while it holds a stack's lock.
+pub fn on_release(f: fn()) {
+    let _ = ON_RELEASE.set(f);
+}
+
+/// A stack's lock, held: counted in [`HELD`] so that [`holds_a_stack`] knows, and
+/// [`ON_RELEASE`] runs once the thread holds none.
+pub(crate) struct Locked<'a> {
+    guard: Option<MutexGuard<'a, State>>,
+}
+
+impl<'a> Locked<'a> {
+    fn new(guard: MutexGuard<'a, State>) -> Self {
+        let _ = HELD.try_with(|h| h.set(h.get() + 1));
+        Locked { guard: Some(guard) }
+    }
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        self.guard.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        self.guard.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let last = HELD
+            .try_with(|h| {
+                h.set(h.get().saturating_sub(1));
+                h.get() == 0
+            })
+            .unwrap_or(true);
+        if last && let Some(f) = ON_RELEASE.get() {
+            f();
+        }
+    }
 }
 
 /// One stack and what waits on it: see the module docs.
@@ -252,8 +316,8 @@ impl Core {
         let _ = self.siblings.set(siblings);
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> Locked<'_> {
+        Locked::new(self.state.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Run `f` under the lock, then wake whom it made ready (outside the lock).
@@ -268,10 +332,10 @@ impl Core {
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
-        Some(Self::run_locked(state, f))
+        Some(Self::run_locked(Locked::new(state), f))
     }
 
-    fn run_locked<T>(mut state: MutexGuard<'_, State>, f: impl FnOnce(&mut State) -> T) -> T {
+    fn run_locked<T>(mut state: Locked<'_>, f: impl FnOnce(&mut State) -> T) -> T {
         let out = f(&mut state);
         if state.woken.is_empty() {
             return out;
@@ -526,7 +590,14 @@ impl Core {
 
     /// Finish stopping after the helper has ended: see [`begin_stop`](Core::begin_stop).
     pub(crate) fn finish_stop(&self) -> io::Result<Counters> {
-        let result = self.with(|st| {
+        self.finish_stop_within(None)
+    }
+
+    /// Finish stopping as [`finish_stop`](Core::finish_stop) does, but give up with
+    /// `WouldBlock` if the lock is not free within `limit`: for a process that is exiting,
+    /// which must not hang on a lock its interrupted thread may hold.
+    pub(crate) fn finish_stop_within(&self, limit: Option<Duration>) -> io::Result<Counters> {
+        let stop = |st: &mut State| {
             let result = match st.stack.as_mut() {
                 Some(stack) => {
                     stack.abort_all();
@@ -547,7 +618,26 @@ impl Core {
                 listen.waiters.take_into(woken);
             }
             result.map(|()| st.final_counters.clone().unwrap_or_default())
-        });
+        };
+        let result = match limit {
+            None => self.with(stop),
+            Some(limit) => {
+                let deadline = Instant::now() + limit;
+                loop {
+                    if let Some(result) = self.try_with(stop) {
+                        break result;
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(io::Error::new(
+                            ErrorKind::WouldBlock,
+                            "the stack's lock stayed taken (by the exiting thread itself, if a signal handler \
+                             called exit while it polled): its connections are left to time out",
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        };
         self.wake_driver();
         result
     }
