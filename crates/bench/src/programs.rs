@@ -234,7 +234,14 @@ fn iperf3(lab: &Lab, side: Side, addr: SocketAddr, secs: u64, reverse: bool) -> 
         client.push("-R".into());
     }
     let (text, busy) = run_peer(lab, "iperf3", &client)?;
-    let after = text.find("\"sum_received\"").ok_or("no sum_received in iperf3's JSON")?;
+    let after = text.find("\"sum_received\"").ok_or_else(|| {
+        // iperf3 reports a failed test in its JSON (`"error": "..."`), at times with status 0.
+        let error = text.find("\"error\":").map(|at| text[at..].lines().next().unwrap_or("").trim().to_string());
+        format!(
+            "no sum_received in iperf3's JSON ({})",
+            error.unwrap_or_else(|| format!("{} bytes of output, no error reported", text.len()))
+        )
+    })?;
     let bps = text[after..]
         .split("\"bits_per_second\":")
         .nth(1)
