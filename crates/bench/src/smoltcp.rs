@@ -1035,20 +1035,32 @@ mod tests {
     fn smoltcp_client_reuses_its_sockets_but_not_their_ports() {
         use std::collections::HashSet;
 
-        // A whole second: the counts below need twenty connections or so, which a loaded
-        // two-core machine (every test's busy-polling threads at once) may not finish in the
-        // short window of the other tests.
-        let plan = ClientPlan { duration: Duration::from_secs(1), ..memory_plan(Workload::Connect) };
-        let interrupted = AtomicBool::new(false);
-        let (server, (result, sockets, held, sent)) = run(Workload::Connect, |device, shared| {
-            let mut client = Client::new(device, CLIENT_IP, 24, SocketAddrV4::new(SERVER_IP, PORT)).expect("client");
-            let result = super::super::client::run(&mut client, &plan, shared, &interrupted);
-            let held: HashSet<u16> = client.time_wait.iter().map(|&(_, port)| port).collect();
-            assert_eq!(held.len(), client.time_wait.len(), "a port came back within TIME-WAIT");
-            (result, client.sockets.iter().count(), held.len(), client.adapter.device.tx_stats().sent)
-        });
-        server.expect("the server returns Ok after stop");
-        let result = result.expect("the connection-rate run");
+        // The counts below need twenty connections or so, which a loaded two-core machine
+        // (every test's busy-polling threads at once, a Valgrind run beside them) may not
+        // finish in a second: then the run is made again, longer. What is checked does not
+        // depend on the time taken.
+        let measure = |duration: Duration| {
+            let plan = ClientPlan { duration, ..memory_plan(Workload::Connect) };
+            let interrupted = AtomicBool::new(false);
+            let (server, (result, sockets, held, sent)) = run(Workload::Connect, |device, shared| {
+                let mut client =
+                    Client::new(device, CLIENT_IP, 24, SocketAddrV4::new(SERVER_IP, PORT)).expect("client");
+                let result = super::super::client::run(&mut client, &plan, shared, &interrupted);
+                let held: HashSet<u16> = client.time_wait.iter().map(|&(_, port)| port).collect();
+                assert_eq!(held.len(), client.time_wait.len(), "a port came back within TIME-WAIT");
+                (result, client.sockets.iter().count(), held.len(), client.adapter.device.tx_stats().sent)
+            });
+            server.expect("the server returns Ok after stop");
+            (result.expect("the connection-rate run"), sockets, held, sent)
+        };
+        let (mut result, mut sockets, mut held, mut sent) = measure(Duration::from_secs(1));
+        for longer in [4, 10] {
+            if result.units >= 20 {
+                break;
+            }
+            eprintln!("{} connections in a second on this machine: again for {longer} s", result.units);
+            (result, sockets, held, sent) = measure(Duration::from_secs(longer));
+        }
         // Warm-up connections come on top of the measured ones.
         assert!(result.units >= 20, "only {} connections measured", result.units);
         assert!(sockets <= 8, "{sockets} sockets held for {} connections", result.units);
