@@ -79,7 +79,7 @@ pub(super) struct Listener {
 pub(super) struct Connections {
     pub(super) slots: Vec<Slot>,
     free: Vec<u32>,
-    /// The 4-tuple index, hashed by a keyed folded multiply (`tuple_hash.rs`): SipHash
+    /// The 4-tuple index, hashed by foldhash's keyed folded multiply (`tuple_hash.rs`): SipHash
     /// cost about 200 instructions a segment once connections interleave.
     pub(super) table: HashMap<FourTuple, u32, TupleHasher>,
     /// The slot `find` last found: most segments in a row are for one connection (the
@@ -130,7 +130,7 @@ impl Connections {
         Connections {
             slots: Vec::new(),
             free: Vec::new(),
-            table: HashMap::with_hasher(TupleHasher::new()),
+            table: HashMap::with_hasher(TupleHasher::default()),
             last_found: Cell::new(0),
             listeners: HashMap::new(),
             dirty: Vec::new(),
