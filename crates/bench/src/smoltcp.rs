@@ -102,7 +102,9 @@ pub fn server<D: Device>(
     shared.ready.store(true, Ordering::SeqCst);
 
     let mut window = Window::default();
+    let mut turns = 0u64;
     while !shared.stop.load(Ordering::Relaxed) {
+        turns += 1;
         window.observe(&shared.phase, || adapter.own());
         iface.poll(clock.now(), &mut adapter, &mut sockets);
         server.service(&mut sockets, &mut adapter.copied)?;
@@ -112,6 +114,13 @@ pub fn server<D: Device>(
     }
     window.observe(&shared.phase, || adapter.own());
     window.finish(adapter.own());
+    let kicks = adapter.device.device_counters().into_iter().find(|(n, _)| *n == "tx_kicks").map_or(0, |c| c.1);
+    log::debug!(
+        "smoltcp: {turns} turns of the loop, {} frames received, {} sent in {kicks} kicks, {} device calls",
+        adapter.rx.frames_in,
+        adapter.tx.frames_out,
+        adapter.device.syscalls()
+    );
 
     // Close every connection (FIN after what is queued), let the FINs out, then reset the rest.
     for &handle in &server.handles {
@@ -604,6 +613,8 @@ struct RxPool {
     /// Frames of the current batch, and the next one to hand out.
     filled: usize,
     next: usize,
+    /// Frames taken from the device so far.
+    frames_in: u64,
 }
 
 /// What transmit tokens share with the adapter.
@@ -617,6 +628,8 @@ struct TxState {
     scratch: Vec<u8>,
     /// The first failure of the device; the server returns it.
     error: Option<io::Error>,
+    /// Frames queued on the device so far.
+    frames_out: u64,
 }
 
 impl<D: Device> Adapter<D> {
@@ -628,8 +641,9 @@ impl<D: Device> Adapter<D> {
                 payload: vec![0; RX_BATCH],
                 filled: 0,
                 next: 0,
+                frames_in: 0,
             },
-            tx: TxState { full: false, dropped: 0, scratch: vec![0; max_frame], error: None },
+            tx: TxState { full: false, dropped: 0, scratch: vec![0; max_frame], error: None, frames_out: 0 },
             device,
             copied: 0,
         }
@@ -642,7 +656,7 @@ impl<D: Device> Adapter<D> {
 
     /// Take the next batch of frames from the device into the pool.
     fn refill(&mut self) {
-        let RxPool { frames, payload, filled, next } = &mut self.rx;
+        let RxPool { frames, payload, filled, next, .. } = &mut self.rx;
         let max_frame = self.device.info().max_frame();
         let copied = &mut self.copied;
         (*filled, *next) = (0, 0);
@@ -659,6 +673,7 @@ impl<D: Device> Adapter<D> {
             *copied += payload[*filled] as u64;
             *filled += 1;
         });
+        self.rx.frames_in += self.rx.filled as u64;
         if let Err(e) = received {
             self.tx.error.get_or_insert(e);
         }
@@ -764,7 +779,7 @@ impl<D: Device> phy::TxToken for TxToken<'_, D> {
             sent = self.device.flush().and_then(|()| self.device.send(&mut fill));
         }
         match sent {
-            Ok(true) => {}
+            Ok(true) => self.tx.frames_out += u64::from(built.is_some()),
             Ok(false) => self.tx.full = true,
             Err(e) => {
                 self.tx.error.get_or_insert(e);

@@ -137,7 +137,9 @@ pub fn server_with<D: Device>(
         .ok();
     shared.ready.store(true, Ordering::SeqCst);
     let mut window = Window::default();
+    let mut turns = 0u64;
     while !shared.stop.load(Ordering::Relaxed) {
+        turns += 1;
         window.observe(&shared.phase, || own(&stack));
         stack.poll_rx().map_err(io)?;
         match &mut service {
@@ -151,6 +153,12 @@ pub fn server_with<D: Device>(
     }
     window.observe(&shared.phase, || own(&stack));
     window.finish(own(&stack));
+    let (rx, tx) = (stack.counters().rx_frames, stack.counters().tx_frames);
+    let kicks = stack.device_mut().device_counters().into_iter().find(|(n, _)| *n == "tx_kicks").map_or(0, |c| c.1);
+    log::debug!(
+        "our stack: {turns} turns of the loop, {rx} frames received, {tx} sent in {kicks} kicks, {} device calls",
+        stack.device().syscalls()
+    );
     // Let the client's FIN be answered, then drop whatever is left.
     if let Service::Echo(echo) = &mut service {
         echo.shutdown(&mut stack);

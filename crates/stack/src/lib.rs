@@ -25,7 +25,7 @@
 //! | ARP cache (RFC 826) | [`arp`] | `arp.rs` |
 //! | Neighbour Discovery cache and DAD (RFC 4861, RFC 4862) | [`ndp`] | `ndp/{mod,cache,dad}.rs` |
 //! | fragment reassembly (RFC 791, RFC 8200) | [`fragments`] | `fragments.rs` |
-//! | SYN cookies, ephemeral ports, timer wheel | (internal) | `syncookie.rs`, `ports.rs`, `timer_wheel.rs` |
+//! | SYN cookies, ephemeral ports, timer wheel, the connection table's hash | (internal) | `syncookie.rs`, `ports.rs`, `timer_wheel.rs`, `tuple_hash.rs` |
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -39,6 +39,7 @@ mod ports;
 mod stack;
 mod syncookie;
 mod timer_wheel;
+mod tuple_hash;
 pub mod wire;
 
 pub use addr::{Addresses, Cidr};

@@ -1,7 +1,7 @@
 //! The two stacks behind one interface, [`Host`]: ours ([`Ours`]: `bypass_stack::Stack`) and
 //! smoltcp 0.14 ([`Smol`]: an `Interface`, a `SocketSet` and one TCP socket), each a whole
-//! host (Ethernet, ARP, IPv4, TCP) on a [`Port`] of the in-memory link, each holding one
-//! connection at a time.
+//! host (Ethernet, ARP, IPv4, TCP) on a [`Port`] of the in-memory link, each holding a
+//! number of connections, one of them the current one ([`Host::select`]) that the calls act on.
 //!
 //! Settings, alike where the two let us choose (see [`tcp_config`] and [`Smol::new`]):
 //! MSS 1460 (MTU 1500), 256 KiB send and receive buffers that stay that size (window
@@ -38,7 +38,8 @@ pub enum Read {
     Eof,
 }
 
-/// A host with at most one connection at a time.
+/// A host with connections numbered from 0, one of them the current one (0 unless
+/// [`Host::select`] picks another), which the connection's calls act on.
 pub trait Host {
     /// Return a host at `ip`/24 on `port`.
     fn new(port: Port, ip: Ipv4Addr) -> Self;
@@ -46,8 +47,12 @@ pub trait Host {
     fn poll(&mut self, now: Instant);
     /// Return the host's end of the link.
     fn port(&mut self) -> &mut Port;
-    /// Accept connections on `port` (one at a time).
+    /// Accept connections on `port`, each into the current connection when it is empty.
     fn listen(&mut self, port: u16);
+    /// Make connection `i` the current one. A listening host listens with an empty one
+    /// (smoltcp: a new listening socket), so that the next connection opened to it becomes
+    /// connection `i`.
+    fn select(&mut self, i: usize);
     /// Open a connection from `local_port` to `remote`.
     fn connect(&mut self, local_port: u16, remote: SocketAddrV4);
     /// Return whether the connection is established (a listener takes its connection here).
@@ -89,7 +94,16 @@ pub fn tcp_config(base: Config) -> Config {
 pub struct Ours {
     stack: Stack<Port>,
     listener: Option<ListenerId>,
-    conn: Option<SocketId>,
+    /// The connections; `None` where none is open.
+    conns: Vec<Option<SocketId>>,
+    /// The index of the current one in `conns`.
+    current: usize,
+}
+
+impl Ours {
+    fn conn(&self) -> SocketId {
+        self.conns[self.current].expect("a connection")
+    }
 }
 
 impl Host for Ours {
@@ -98,7 +112,7 @@ impl Host for Ours {
         config.tcp = tcp_config(config.tcp);
         let mut stack = Stack::new(port, config);
         stack.set_time(Instant::ZERO);
-        Ours { stack, listener: None, conn: None }
+        Ours { stack, listener: None, conns: vec![None], current: 0 }
     }
 
     fn poll(&mut self, now: Instant) {
@@ -114,26 +128,33 @@ impl Host for Ours {
         self.listener = Some(self.stack.listen(port).expect("listen"));
     }
 
+    fn select(&mut self, i: usize) {
+        if self.conns.len() <= i {
+            self.conns.resize(i + 1, None);
+        }
+        self.current = i;
+    }
+
     fn connect(&mut self, local_port: u16, remote: SocketAddrV4) {
-        self.conn = Some(self.stack.connect_from(local_port, remote).expect("connect"));
+        self.conns[self.current] = Some(self.stack.connect_from(local_port, remote).expect("connect"));
     }
 
     fn established(&mut self) -> bool {
-        if self.conn.is_none()
+        if self.conns[self.current].is_none()
             && let Some(listener) = self.listener
         {
-            self.conn = self.stack.accept(listener);
+            self.conns[self.current] = self.stack.accept(listener);
         }
-        self.conn.is_some_and(|id| self.stack.state(id) == State::Established)
+        self.conns[self.current].is_some_and(|id| self.stack.state(id) == State::Established)
     }
 
     fn send(&mut self, data: &[u8]) -> usize {
-        let id = self.conn.expect("a connection");
+        let id = self.conn();
         self.stack.write(id, data).unwrap_or(0)
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> Read {
-        let id = self.conn.expect("a connection");
+        let id = self.conn();
         match self.stack.read(id, buf) {
             Ok(0) => Read::Eof,
             Ok(n) => Read::Data(n),
@@ -143,12 +164,12 @@ impl Host for Ours {
     }
 
     fn source(&mut self) -> usize {
-        let id = self.conn.expect("a connection");
+        let id = self.conn();
         self.stack.send_with(id, |buf| (buf.len(), buf.len())).unwrap_or(0)
     }
 
     fn sink(&mut self) -> usize {
-        let id = self.conn.expect("a connection");
+        let id = self.conn();
         let mut total = 0;
         while let Ok(n @ 1..) = self.stack.recv_with(id, |buf| (buf.len(), buf.len())) {
             total += n;
@@ -157,14 +178,14 @@ impl Host for Ours {
     }
 
     fn close(&mut self) {
-        self.stack.close(self.conn.expect("a connection"));
+        self.stack.close(self.conn());
     }
 
     fn finished(&mut self) -> bool {
-        let id = self.conn.expect("a connection");
+        let id = self.conn();
         let done = matches!(self.stack.state(id), State::Closed | State::TimeWait);
         if done {
-            self.conn = None;
+            self.conns[self.current] = None;
         }
         done
     }
@@ -175,13 +196,26 @@ pub struct Smol {
     iface: Interface,
     port: Port,
     sockets: SocketSet<'static>,
-    socket: SocketHandle,
+    /// The connections' sockets, each of them listening while a listening host's
+    /// connection is not open.
+    handles: Vec<SocketHandle>,
+    /// The index of the current one in `handles`.
+    current: usize,
     listening: Option<u16>,
 }
 
 impl Smol {
     fn socket(&mut self) -> &mut tcp::Socket<'static> {
-        self.sockets.get_mut::<tcp::Socket>(self.socket)
+        self.sockets.get_mut::<tcp::Socket>(self.handles[self.current])
+    }
+
+    /// Return a new socket with the benchmarks' settings.
+    fn new_socket() -> tcp::Socket<'static> {
+        let mut socket =
+            tcp::Socket::new(tcp::SocketBuffer::new(vec![0; BUFFER]), tcp::SocketBuffer::new(vec![0; BUFFER]));
+        socket.set_nagle_enabled(false);
+        socket.set_congestion_control(tcp::CongestionControl::Reno);
+        socket
     }
 }
 
@@ -197,13 +231,9 @@ impl Host for Smol {
         config.random_seed = u64::from(ip.octets()[3]);
         let mut iface = Interface::new(config, &mut port, smol_now(Instant::ZERO));
         iface.update_ip_addrs(|addrs| addrs.push(IpCidr::new(IpAddress::Ipv4(ip), 24)).expect("room for one address"));
-        let mut socket =
-            tcp::Socket::new(tcp::SocketBuffer::new(vec![0; BUFFER]), tcp::SocketBuffer::new(vec![0; BUFFER]));
-        socket.set_nagle_enabled(false);
-        socket.set_congestion_control(tcp::CongestionControl::Reno);
-        let mut sockets = SocketSet::new(Vec::with_capacity(1));
-        let socket = sockets.add(socket);
-        Smol { iface, port, sockets, socket, listening: None }
+        let mut sockets = SocketSet::new(Vec::new());
+        let socket = sockets.add(Smol::new_socket());
+        Smol { iface, port, sockets, handles: vec![socket], current: 0, listening: None }
     }
 
     fn poll(&mut self, now: Instant) {
@@ -219,8 +249,19 @@ impl Host for Smol {
         self.listening = Some(port);
     }
 
+    fn select(&mut self, i: usize) {
+        while self.handles.len() <= i {
+            let mut socket = Smol::new_socket();
+            if let Some(port) = self.listening {
+                socket.listen(port).expect("listen");
+            }
+            self.handles.push(self.sockets.add(socket));
+        }
+        self.current = i;
+    }
+
     fn connect(&mut self, local_port: u16, remote: SocketAddrV4) {
-        let handle = self.socket;
+        let handle = self.handles[self.current];
         let socket = self.sockets.get_mut::<tcp::Socket>(handle);
         // Nagle and the controller stay set across connections (smoltcp's reset keeps them).
         socket

@@ -11,6 +11,7 @@
 //! | benchmark (`_ours`, `_smoltcp`) | unit | counted (the benchmark's id) |
 //! |---|---|---|
 //! | `rr` | one 64-byte request and its 64-byte echo | `both` ends, or the `client`'s or the `server`'s part |
+//! | `rr_many` | one 64-byte request and its echo, on one of [`MANY`] connections with a request in flight on each at once (the demo's 100-connection workload) | `both` ends, or the `server`'s part |
 //! | `bulk`, id `receive` | one data segment (1460 bytes) received | the receiver: its polls (the segment, the ACKs it sends) and its application's calls |
 //! | `bulk`, id `send` | one data segment sent | the sender: its polls (the segment, the ACKs it takes in) and its application's calls |
 //! | `connection` | one connection opened and closed, no data | `both` ends, or the `client`'s or the `server`'s part |
@@ -50,6 +51,11 @@ const MESSAGE: usize = 64;
 
 /// Requests and responses counted.
 pub const RR: u64 = 1000;
+/// Connections of the `rr_many` benchmarks, each with one request in flight at a time.
+pub const MANY: usize = 100;
+/// Passes of `rr_many` counted: in each, every one of the [`MANY`] connections carries one
+/// request and its response.
+pub const PASSES: u64 = 100;
 /// Data segments counted in the bulk benchmarks.
 pub const SEGMENTS: u64 = 2000;
 /// Connections counted.
@@ -215,6 +221,71 @@ impl<H: Host> Net<H> {
         }
     }
 
+    /// Open `k` connections, one after another, as connections `0..k` of both hosts.
+    fn connect_many(&mut self, k: usize, count: Count) {
+        for i in 0..k {
+            self.client.select(i);
+            self.server.select(i);
+            self.connect(count);
+        }
+    }
+
+    /// Run `passes` passes over the `k` open connections: the client writes a request on
+    /// every connection and polls; then, until every response is in, the server polls,
+    /// echoes each request that has arrived and polls again, and the client polls and reads
+    /// each response that has arrived (as the demo's server and clients do, all `k`
+    /// requests in flight at once).
+    fn request_response_many(&mut self, passes: u64, k: usize, count: Count) {
+        let mut echoed = vec![false; k];
+        let mut answered = vec![false; k];
+        for _ in 0..passes {
+            echoed.fill(false);
+            answered.fill(false);
+            let mut left = k;
+            let now = self.now;
+            count.part(Side::Client, || {
+                for i in 0..k {
+                    self.client.select(i);
+                    assert_eq!(self.client.send(&self.request), MESSAGE);
+                }
+                self.client.poll(now);
+            });
+            for _ in 0..100 {
+                carry(self.client.port(), self.server.port());
+                let now = self.now;
+                count.part(Side::Server, || {
+                    self.server.poll(now);
+                    for (i, echoed) in echoed.iter_mut().enumerate().filter(|(_, e)| !**e) {
+                        self.server.select(i);
+                        if let Read::Data(n) = self.server.recv(&mut self.buf) {
+                            assert_eq!(n, MESSAGE, "a request in pieces");
+                            assert_eq!(self.server.send(&self.buf[..MESSAGE]), MESSAGE);
+                            *echoed = true;
+                        }
+                    }
+                    self.server.poll(now);
+                });
+                carry(self.server.port(), self.client.port());
+                count.part(Side::Client, || {
+                    self.client.poll(now);
+                    for (i, answered) in answered.iter_mut().enumerate().filter(|(_, a)| !**a) {
+                        self.client.select(i);
+                        if let Read::Data(n) = self.client.recv(&mut self.buf) {
+                            assert_eq!(n, MESSAGE, "a response in pieces");
+                            *answered = true;
+                            left -= 1;
+                        }
+                    }
+                });
+                self.tick();
+                if left == 0 {
+                    break;
+                }
+            }
+            assert_eq!(left, 0, "responses missing after 100 rounds");
+        }
+    }
+
     /// Stream from the client to the server until `segments` data segments have
     /// crossed; the client may send no more than that meanwhile.
     fn bulk(&mut self, segments: u64, count: Count) {
@@ -252,6 +323,14 @@ fn rr_setup<H: Host>(count: Count) -> (Net<H>, Count) {
     (net, count)
 }
 
+/// Return [`MANY`] connected pairs, warmed up by 10 passes.
+fn rr_many_setup<H: Host>(count: Count) -> (Net<H>, Count) {
+    let mut net = Net::new(scaled(PASSES));
+    net.connect_many(MANY, Count::Nothing);
+    net.request_response_many(10, MANY, Count::Nothing);
+    (net, count)
+}
+
 /// Return a connected pair past slow start, its window full (8 MiB streamed).
 fn bulk_setup<H: Host>(count: Count) -> (Net<H>, Count) {
     let mut net = Net::new(scaled(SEGMENTS));
@@ -273,6 +352,12 @@ fn connection_setup<H: Host>(count: Count) -> (Net<H>, Count) {
 fn request_response<H: Host>(mut net: Net<H>, count: Count) -> Net<H> {
     let n = net.n;
     count.whole(|| net.request_response(n, count));
+    net
+}
+
+fn request_response_many<H: Host>(mut net: Net<H>, count: Count) -> Net<H> {
+    let n = net.n;
+    count.whole(|| net.request_response_many(n, MANY, count));
     net
 }
 
@@ -312,6 +397,20 @@ fn rr_smoltcp((net, count): (Net<Smol>, Count)) -> Net<Smol> {
 }
 
 #[library_benchmark]
+#[bench::both(args = (Count::Both), setup = rr_many_setup::<Ours>)]
+#[bench::server(args = (Count::Server), setup = rr_many_setup::<Ours>)]
+fn rr_many_ours((net, count): (Net<Ours>, Count)) -> Net<Ours> {
+    request_response_many(net, count)
+}
+
+#[library_benchmark]
+#[bench::both(args = (Count::Both), setup = rr_many_setup::<Smol>)]
+#[bench::server(args = (Count::Server), setup = rr_many_setup::<Smol>)]
+fn rr_many_smoltcp((net, count): (Net<Smol>, Count)) -> Net<Smol> {
+    request_response_many(net, count)
+}
+
+#[library_benchmark]
 #[bench::receive(args = (Count::Server), setup = bulk_setup::<Ours>)]
 #[bench::send(args = (Count::Client), setup = bulk_setup::<Ours>)]
 fn bulk_ours((net, count): (Net<Ours>, Count)) -> Net<Ours> {
@@ -342,6 +441,7 @@ fn connection_smoltcp((net, count): (Net<Smol>, Count)) -> Net<Smol> {
 }
 
 library_benchmark_group!(name = request_response_group; benchmarks = rr_ours, rr_smoltcp);
+library_benchmark_group!(name = many_group; benchmarks = rr_many_ours, rr_many_smoltcp);
 library_benchmark_group!(name = bulk_group; benchmarks = bulk_ours, bulk_smoltcp);
 library_benchmark_group!(name = connection_group; benchmarks = connection_ours, connection_smoltcp);
 
@@ -358,7 +458,7 @@ mod harness {
 
     gungraun::main!(
         config = config();
-        library_benchmark_groups = request_response_group, bulk_group, connection_group
+        library_benchmark_groups = request_response_group, many_group, bulk_group, connection_group
     );
 
     /// Run gungraun's `main`.

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{CONNECTIONS, QUICK, RR, SEGMENTS};
+use crate::{CONNECTIONS, MANY, PASSES, QUICK, RR, SEGMENTS};
 
 /// Set (to anything) for the full figures instead of the reduced form.
 const FULL: &str = "BYPASS_INSTRUCTIONS_FULL";
@@ -74,6 +74,8 @@ pub fn reduced() {
         ("request/response, both ends", "rr", "both", RR),
         ("request/response, client", "rr", "client", RR),
         ("request/response, server", "rr", "server", RR),
+        ("100 connections r/r, both ends", "rr_many", "both", PASSES * MANY as u64),
+        ("100 connections r/r, server", "rr_many", "server", PASSES * MANY as u64),
         ("bulk segment received", "bulk", "receive", SEGMENTS),
         ("bulk segment sent", "bulk", "send", SEGMENTS),
         ("connection, both ends", "connection", "both", CONNECTIONS),

@@ -744,6 +744,7 @@ impl Device for XdpDevice {
             ("tx_multi_buffer", c.tx_multi_buffer),
             ("tx_checksum_offloaded", c.tx_checksum_offloaded),
             ("tx_in_place", c.tx_in_place),
+            ("tx_kicks", self.socket.tx_kicks()),
         ]);
         if let Some(shed) = self.program.syn_shed(self.socket.queue()) {
             counters.push(("syn_shed", shed));

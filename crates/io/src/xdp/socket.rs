@@ -45,6 +45,9 @@ pub struct XskSocket {
     tx_ring_size: u32,
     /// System calls made on the socket's rings (wake-ups and kicks), for cost reports.
     syscalls: Cell<u64>,
+    /// Of those, the kicks of the TX ring (`sendto`): frames sent per kick is the batch
+    /// size the kernel sees, whose per-call cost copy mode pays on every kick.
+    tx_kicks: Cell<u64>,
 }
 
 impl XskSocket {
@@ -110,6 +113,7 @@ impl XskSocket {
             multi_buffer: options.multi_buffer,
             tx_ring_size: options.rings.tx,
             syscalls: Cell::new(0),
+            tx_kicks: Cell::new(0),
         };
         socket.umem.refill(&mut socket.fill);
         Ok(socket)
@@ -291,6 +295,7 @@ impl XskSocket {
             // drains, with a bound in case the device cannot take more now.
             for _ in 0..self.tx_ring_size / KERNEL_TX_BATCH + 2 {
                 self.count_syscall();
+                self.tx_kicks.set(self.tx_kicks.get() + 1);
                 match sys::xsk_kick_tx(self.fd()) {
                     Ok(()) => {}
                     Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
@@ -322,6 +327,11 @@ impl XskSocket {
     /// Return how many wake-up, kick and wait system calls were made on this socket.
     pub fn syscalls(&self) -> u64 {
         self.syscalls.get()
+    }
+
+    /// Return how many of [`syscalls`](Self::syscalls) were kicks of the TX ring.
+    pub fn tx_kicks(&self) -> u64 {
+        self.tx_kicks.get()
     }
 
     /// Return the kernel's drop counters for this socket.

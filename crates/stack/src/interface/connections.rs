@@ -14,6 +14,7 @@ use bypass_tcp::{Connection, FourTuple, Instant};
 use super::SocketId;
 use crate::syncookie::RecentOverflow;
 use crate::timer_wheel::TimerWheel;
+use crate::tuple_hash::TupleHasher;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Owner {
@@ -78,7 +79,9 @@ pub(super) struct Listener {
 pub(super) struct Connections {
     pub(super) slots: Vec<Slot>,
     free: Vec<u32>,
-    pub(super) table: HashMap<FourTuple, u32>,
+    /// The 4-tuple index, hashed by foldhash's keyed folded multiply (`tuple_hash.rs`): SipHash
+    /// cost about 200 instructions a segment once connections interleave.
+    pub(super) table: HashMap<FourTuple, u32, TupleHasher>,
     /// The slot `find` last found: most segments in a row are for one connection (the
     /// one exchanging requests, the one moving bulk), and checking this slot's tuple is
     /// cheaper than hashing the tuple. Needs no upkeep: a slot holds the connection of a
@@ -127,7 +130,7 @@ impl Connections {
         Connections {
             slots: Vec::new(),
             free: Vec::new(),
-            table: HashMap::new(),
+            table: HashMap::with_hasher(TupleHasher::default()),
             last_found: Cell::new(0),
             listeners: HashMap::new(),
             dirty: Vec::new(),
