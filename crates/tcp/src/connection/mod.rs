@@ -371,9 +371,14 @@ impl Connection {
 
     fn listen_with(config: &Config, local: SocketAddr, buffers: Buffers) -> Connection {
         let mut c = Connection::blank(config, local, None, State::Closed, buffers);
-        c.passive = true;
-        c.set_state(Instant::ZERO, State::Listen, Cause::User(UserCall::Listen));
+        c.become_listener();
         c
+    }
+
+    /// Turn a [`blank`](Connection::blank) connection into a listener (LISTEN, passive).
+    fn become_listener(&mut self) {
+        self.passive = true;
+        self.set_state(Instant::ZERO, State::Listen, Cause::User(UserCall::Listen));
     }
 
     /// Give up the connection and return the storage of its buffers, zeroed, for the next
