@@ -412,7 +412,20 @@ impl Connection {
     /// Give each detached buffer storage from `take(capacity)` (a host's pool of zeroed
     /// storage, see [`detach_idle_storage`](Self::detach_idle_storage)), if it has some of
     /// that size; storage `take` returns of another size is dropped.
-    pub fn attach_storage(&mut self, mut take: impl FnMut(usize, Side) -> Option<Storage>) {
+    ///
+    /// Called before every pass over a connection, which nearly always holds its storage:
+    /// that case is two comparisons here, inlined into the caller, and the loop over the
+    /// sides (with the caller's pool inlined into it) runs only for a detached buffer.
+    #[inline]
+    pub fn attach_storage(&mut self, take: impl FnMut(usize, Side) -> Option<Storage>) {
+        if self.snd.buf.is_detached() || self.rcv.buf.is_detached() {
+            self.attach_detached(take);
+        }
+    }
+
+    /// [`attach_storage`](Self::attach_storage) for a connection with a detached buffer.
+    #[inline(never)]
+    fn attach_detached(&mut self, mut take: impl FnMut(usize, Side) -> Option<Storage>) {
         for (buf, side) in [(&mut self.snd.buf, Side::Send), (&mut self.rcv.buf, Side::Recv)] {
             if buf.is_detached()
                 && let Some(storage) = take(buf.capacity(), side)
