@@ -356,8 +356,11 @@ impl Connection {
         if self.rel.unacked_since().is_none() {
             self.set_unacked_since(Some(now));
         }
-        // RFC 6298 5.1: start the timer if it is not running.
-        self.timers.set_if_idle(Timer::Retransmit, now + self.rel.rtt.rto());
+        // RFC 6298 5.1: start the timer if it is not running (its deadline computed only
+        // then: a sender with data in flight finds it running on every segment).
+        if !self.timers.is_armed(Timer::Retransmit) {
+            self.timers.set(Timer::Retransmit, now + self.rel.rtt.rto());
+        }
         // RFC 8985 7.2: restart the probe timer after new data, so that it counts from the
         // flight's last segment (a flight of one more segment than when it was armed may
         // also drop the worst-case delayed-ACK allowance).
