@@ -342,8 +342,9 @@ impl Connection {
     fn init_send_space(&mut self, now: Instant) {
         let tuple = self.tuple().expect("remote address is known when choosing an ISS");
         let generator = IsnGenerator::new(self.config.isn_secret);
-        self.snd.start(generator.isn(&tuple, now));
-        self.ts.set_offset(generator.timestamp_offset(&tuple));
+        let (isn, offset) = generator.isn_and_timestamp_offset(&tuple, now);
+        self.snd.start(isn);
+        self.ts.set_offset(offset);
     }
 
     /// Active open: return a connection in SYN-SENT whose SYN `poll_transmit` will send
