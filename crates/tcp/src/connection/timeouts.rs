@@ -156,7 +156,7 @@ impl Connection {
                         // The probe restarts the retransmission timer (RFC 8985 7.3).
                         self.due.loss_probe = true;
                         if self.timers.is_armed(Timer::Retransmit) {
-                            self.timers.set(Timer::Retransmit, now + self.rel.rtt.rto());
+                            self.timers.set(Timer::Retransmit, self.rel.rtt.rto_deadline(now));
                         }
                     }
                     Timer::FinWait2 => self.on_fin_wait2_timeout(now),
@@ -286,7 +286,7 @@ impl Connection {
         }
         self.rel.rtt.backoff();
         self.rel.stop_timing();
-        self.timers.set(Timer::Retransmit, now + self.rel.rtt.rto());
+        self.timers.set(Timer::Retransmit, self.rel.rtt.rto_deadline(now));
     }
 
     /// Keep-alive: probe an idle connection, give up after the configured probes
