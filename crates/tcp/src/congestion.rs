@@ -188,58 +188,59 @@ impl CongestionControl {
             Algorithm::Cubic => CongestionControl::Cubic(crate::cubic::Cubic::new(smss)),
         }
     }
+}
 
-    fn inner(&self) -> &dyn Controller {
-        match self {
-            CongestionControl::NewReno(c) => c,
-            CongestionControl::Cubic(c) => c,
+/// Call `$method` on the controller inside, by a `match` rather than through a `&dyn
+/// Controller`: the getters (`cwnd`, `ssthresh`) and NewReno's small methods then inline
+/// into the ACK and send paths, which call them several times a segment, instead of costing
+/// a match, an indirect call and a return each.
+macro_rules! dispatch {
+    ($self:ident, $method:ident($($arg:expr),*)) => {
+        match $self {
+            CongestionControl::NewReno(c) => c.$method($($arg),*),
+            CongestionControl::Cubic(c) => c.$method($($arg),*),
         }
-    }
-
-    fn inner_mut(&mut self) -> &mut dyn Controller {
-        match self {
-            CongestionControl::NewReno(c) => c,
-            CongestionControl::Cubic(c) => c,
-        }
-    }
+    };
 }
 
 impl Controller for CongestionControl {
+    #[inline]
     fn cwnd(&self) -> u32 {
-        self.inner().cwnd()
+        dispatch!(self, cwnd())
     }
+    #[inline]
     fn ssthresh(&self) -> u32 {
-        self.inner().ssthresh()
+        dispatch!(self, ssthresh())
     }
     fn set_mss(&mut self, smss: u32) {
-        self.inner_mut().set_mss(smss)
+        dispatch!(self, set_mss(smss))
     }
     fn on_ack(&mut self, ack: &AckInfo) {
-        self.inner_mut().on_ack(ack)
+        dispatch!(self, on_ack(ack))
     }
     fn on_loss(&mut self, now: Instant, in_flight: u32) -> u32 {
-        self.inner_mut().on_loss(now, in_flight)
+        dispatch!(self, on_loss(now, in_flight))
     }
     fn set_cwnd(&mut self, cwnd: u32) {
-        self.inner_mut().set_cwnd(cwnd)
+        dispatch!(self, set_cwnd(cwnd))
     }
     fn on_recovery_end(&mut self, now: Instant) {
-        self.inner_mut().on_recovery_end(now)
+        dispatch!(self, on_recovery_end(now))
     }
     fn on_rto(&mut self, now: Instant, in_flight: u32) {
-        self.inner_mut().on_rto(now, in_flight)
+        dispatch!(self, on_rto(now, in_flight))
     }
     fn on_syn_timeout(&mut self) {
-        self.inner_mut().on_syn_timeout()
+        dispatch!(self, on_syn_timeout())
     }
     fn on_idle_restart(&mut self, now: Instant) {
-        self.inner_mut().on_idle_restart(now)
+        dispatch!(self, on_idle_restart(now))
     }
     fn on_spurious(&mut self, now: Instant) {
-        self.inner_mut().on_spurious(now)
+        dispatch!(self, on_spurious(now))
     }
     fn on_mss_change(&mut self, smss: u32) {
-        self.inner_mut().on_mss_change(smss)
+        dispatch!(self, on_mss_change(smss))
     }
 }
 

@@ -720,12 +720,14 @@ impl Recovery {
 
     /// Return when to send a tail-loss probe after a transmission at `now` (RFC 8985 7.2),
     /// or `None` when none may be sent: SACK is needed, no probe may be outstanding, and no
-    /// recovery in progress. `rto_at` is when the retransmission timer would fire.
+    /// recovery in progress. `srtt_us` is the smoothed RTT in microseconds, `rto_at` when
+    /// the retransmission timer would fire. (In microseconds, not `Duration`s: this runs
+    /// on every segment sent.)
     pub fn probe_deadline(
         &self,
         now: Instant,
         sack: bool,
-        srtt: Option<Duration>,
+        srtt_us: Option<u64>,
         flight: u32,
         smss: u32,
         rto_at: Option<Instant>,
@@ -733,9 +735,9 @@ impl Recovery {
         if !sack || flight == 0 || self.tlp.is_some() || self.in_recovery() || self.in_loss_state() {
             return None;
         }
-        let mut pto = srtt.map_or(Duration::from_secs(1), |s| s * 2);
-        pto += if flight <= smss { WORST_DELAYED_ACK } else { PROBE_MARGIN };
-        let at = now + pto;
+        let allowance = if flight <= smss { WORST_DELAYED_ACK } else { PROBE_MARGIN };
+        let pto_us = srtt_us.map_or(1_000_000, |s| s.saturating_mul(2)).saturating_add(allowance.as_micros() as u64);
+        let at = Instant::from_micros(now.as_micros().saturating_add(pto_us));
         Some(rto_at.map_or(at, |rto| at.min(rto)))
     }
 

@@ -10,6 +10,7 @@
 //! RTTVAR by 4, so the gains alpha = 1/8 and beta = 1/4 lose at most a
 //! microsecond per sample and `K * RTTVAR` (K = 4) is exact.
 
+use crate::time::Instant;
 use std::time::Duration;
 
 /// The RTO before the first RTT sample (RFC 6298 section 2.1: 1 s); the default of
@@ -109,11 +110,23 @@ impl RttEstimator {
     /// Return the current RTO: the computed value doubled once per
     /// [`backoff`](Self::backoff), capped at `max_rto`.
     pub fn rto(&self) -> Duration {
-        let rto = 1u64
-            .checked_shl(self.backoffs)
+        Duration::from_micros(self.rto_us())
+    }
+
+    /// Return [`rto`](Self::rto) in microseconds.
+    #[inline]
+    pub fn rto_us(&self) -> u64 {
+        1u64.checked_shl(self.backoffs)
             .and_then(|factor| self.base_us.checked_mul(factor))
-            .map_or(self.max_us, |rto| rto.min(self.max_us));
-        Duration::from_micros(rto)
+            .map_or(self.max_us, |rto| rto.min(self.max_us))
+    }
+
+    /// Return `now + rto()`, in microseconds throughout: the timers count in them, and a
+    /// `Duration` on the way (made of seconds and nanoseconds) cost a division and a
+    /// multiplication each time the retransmission timer is armed.
+    #[inline]
+    pub fn rto_deadline(&self, now: Instant) -> Instant {
+        Instant::from_micros(now.as_micros().saturating_add(self.rto_us()))
     }
 
     /// Double the RTO after the retransmission timer expired (RFC 6298 section 5.5), capped at `max_rto`.
@@ -129,7 +142,13 @@ impl RttEstimator {
 
     /// Return the smoothed round-trip time, or `None` before the first sample.
     pub fn srtt(&self) -> Option<Duration> {
-        self.has_sample.then(|| Duration::from_micros(self.srtt_x8 / 8))
+        self.srtt_us().map(Duration::from_micros)
+    }
+
+    /// Return [`srtt`](Self::srtt) in microseconds.
+    #[inline]
+    pub fn srtt_us(&self) -> Option<u64> {
+        self.has_sample.then_some(self.srtt_x8 / 8)
     }
 
     /// Return the round-trip time variation (zero before the first sample).
@@ -314,6 +333,24 @@ mod tests {
                 est.backoff();
             }
             prop_assert!(est.rto() >= before && est.rto() <= max);
+        }
+
+        #[test]
+        fn microsecond_forms_agree_with_the_durations(
+            samples in proptest::collection::vec(0u64..10_000_000, 0..20),
+            backoffs in 0u32..70,
+            now in 0u64..u64::MAX,
+        ) {
+            let mut est = RttEstimator::new(ms(1000), ms(200), Duration::from_secs(1 << 40));
+            for &s in &samples {
+                est.sample(Duration::from_micros(s));
+            }
+            for _ in 0..backoffs {
+                est.backoff();
+            }
+            let now = Instant::from_micros(now);
+            prop_assert_eq!(est.rto_deadline(now), now + est.rto(), "saturating alike");
+            prop_assert_eq!(est.srtt_us().map(Duration::from_micros), est.srtt());
         }
     }
 }

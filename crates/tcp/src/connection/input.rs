@@ -583,7 +583,7 @@ impl Connection {
             self.timers.stop(Timer::Reorder);
             self.set_unacked_since(None);
         } else {
-            self.timers.set(Timer::Retransmit, now + self.rel.rtt.rto());
+            self.timers.set(Timer::Retransmit, self.rel.rtt.rto_deadline(now));
             self.set_unacked_since(Some(now));
         }
     }

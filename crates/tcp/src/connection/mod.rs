@@ -342,8 +342,9 @@ impl Connection {
     fn init_send_space(&mut self, now: Instant) {
         let tuple = self.tuple().expect("remote address is known when choosing an ISS");
         let generator = IsnGenerator::new(self.config.isn_secret);
-        self.snd.start(generator.isn(&tuple, now));
-        self.ts.set_offset(generator.timestamp_offset(&tuple));
+        let (isn, offset) = generator.isn_and_timestamp_offset(&tuple, now);
+        self.snd.start(isn);
+        self.ts.set_offset(offset);
     }
 
     /// Active open: return a connection in SYN-SENT whose SYN `poll_transmit` will send
@@ -371,9 +372,14 @@ impl Connection {
 
     fn listen_with(config: &Config, local: SocketAddr, buffers: Buffers) -> Connection {
         let mut c = Connection::blank(config, local, None, State::Closed, buffers);
-        c.passive = true;
-        c.set_state(Instant::ZERO, State::Listen, Cause::User(UserCall::Listen));
+        c.become_listener();
         c
+    }
+
+    /// Turn a [`blank`](Connection::blank) connection into a listener (LISTEN, passive).
+    fn become_listener(&mut self) {
+        self.passive = true;
+        self.set_state(Instant::ZERO, State::Listen, Cause::User(UserCall::Listen));
     }
 
     /// Give up the connection and return the storage of its buffers, zeroed, for the next
@@ -407,7 +413,20 @@ impl Connection {
     /// Give each detached buffer storage from `take(capacity)` (a host's pool of zeroed
     /// storage, see [`detach_idle_storage`](Self::detach_idle_storage)), if it has some of
     /// that size; storage `take` returns of another size is dropped.
-    pub fn attach_storage(&mut self, mut take: impl FnMut(usize, Side) -> Option<Storage>) {
+    ///
+    /// Called before every pass over a connection, which nearly always holds its storage:
+    /// that case is two comparisons here, inlined into the caller, and the loop over the
+    /// sides (with the caller's pool inlined into it) runs only for a detached buffer.
+    #[inline]
+    pub fn attach_storage(&mut self, take: impl FnMut(usize, Side) -> Option<Storage>) {
+        if self.snd.buf.is_detached() || self.rcv.buf.is_detached() {
+            self.attach_detached(take);
+        }
+    }
+
+    /// [`attach_storage`](Self::attach_storage) for a connection with a detached buffer.
+    #[inline(never)]
+    fn attach_detached(&mut self, mut take: impl FnMut(usize, Side) -> Option<Storage>) {
         for (buf, side) in [(&mut self.snd.buf, Side::Send), (&mut self.rcv.buf, Side::Recv)] {
             if buf.is_detached()
                 && let Some(storage) = take(buf.capacity(), side)

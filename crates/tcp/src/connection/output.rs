@@ -223,7 +223,7 @@ impl Connection {
         };
         // The retransmission timer runs from the probe (RFC 8985 7.3); no second probe
         // until an ACK.
-        self.timers.set(Timer::Retransmit, now + self.rel.rtt.rto());
+        self.timers.set(Timer::Retransmit, self.rel.rtt.rto_deadline(now));
         self.timers.stop(Timer::LossProbe);
         Some(t)
     }
@@ -235,7 +235,7 @@ impl Connection {
         match self.rel.recovery.probe_deadline(
             now,
             self.sack_enabled,
-            self.rel.rtt.srtt(),
+            self.rel.rtt.srtt_us(),
             flight,
             self.snd.mss() as u32,
             rto_at,
@@ -263,7 +263,10 @@ impl Connection {
         // RFC 5681 4.1: after an idle period longer than the RTO, restart from the restart
         // window rather than send a window's worth into a network that may have changed.
         if self.snd.una() == self.snd.max()
-            && self.snd.last_data_at().is_some_and(|at| now.saturating_duration_since(at) > self.rel.rtt.rto())
+            && self
+                .snd
+                .last_data_at()
+                .is_some_and(|at| now.as_micros().saturating_sub(at.as_micros()) > self.rel.rtt.rto_us())
         {
             self.rel.cc.on_idle_restart(now);
             self.snd.note_data_sent(now);
@@ -356,8 +359,11 @@ impl Connection {
         if self.rel.unacked_since().is_none() {
             self.set_unacked_since(Some(now));
         }
-        // RFC 6298 5.1: start the timer if it is not running.
-        self.timers.set_if_idle(Timer::Retransmit, now + self.rel.rtt.rto());
+        // RFC 6298 5.1: start the timer if it is not running (its deadline computed only
+        // then: a sender with data in flight finds it running on every segment).
+        if !self.timers.is_armed(Timer::Retransmit) {
+            self.timers.set(Timer::Retransmit, self.rel.rtt.rto_deadline(now));
+        }
         // RFC 8985 7.2: restart the probe timer after new data, so that it counts from the
         // flight's last segment (a flight of one more segment than when it was armed may
         // also drop the worst-case delayed-ACK allowance).
@@ -419,7 +425,7 @@ impl Connection {
         } else {
             self.rel.time_syn(self.snd.nxt(), now);
         }
-        self.timers.set_if_idle(Timer::Retransmit, now + self.rel.rtt.rto());
+        self.timers.set_if_idle(Timer::Retransmit, self.rel.rtt.rto_deadline(now));
         Some(Transmit { kind: if retransmission { TransmitKind::Retransmission } else { TransmitKind::Syn }, ..t })
     }
 

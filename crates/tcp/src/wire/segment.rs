@@ -13,7 +13,9 @@ use core::ops::{BitOr, BitOrAssign};
 use etherparse::TcpHeaderSlice;
 use etherparse::err::tcp::{HeaderError, HeaderSliceError};
 
-use super::checksum::{Checksum, FIXED_LEN, checksum_field, compute_checksum, pseudo_header, store_checksum};
+use super::checksum::{
+    Checksum, FIXED_LEN, add_words, checksum_field, compute_checksum, pseudo_header, store_checksum,
+};
 use super::options::{TcpOptions, options_len, parse_options, write_options};
 use super::{EmitError, ParseError};
 use crate::seq::SeqNum;
@@ -235,8 +237,10 @@ impl<'a> Segment<'a> {
             return Err(ParseError::Truncated { len: bytes.len() });
         };
         let pseudo = pseudo_header(src, dst, bytes.len())?;
-        // Summed with its checksum, a correct segment folds to all ones (RFC 1071).
-        if pseudo.clone().add_slice(bytes).ones_complement() != 0 {
+        // Summed with its checksum, a correct segment folds to all ones (RFC 1071); summed
+        // in lanes as a segment sent is (`add_words`), not by etherparse's carry-chained
+        // loop, which cost about 700 instructions of a 1460-byte segment received.
+        if add_words(pseudo.clone(), bytes).ones_complement() != 0 {
             let expected = compute_checksum(pseudo, bytes).unwrap_or_default();
             let found = u16::from_be_bytes([fixed[16], fixed[17]]);
             return Err(ParseError::BadChecksum { expected, found });
