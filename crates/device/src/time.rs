@@ -37,10 +37,18 @@ impl Instant {
     }
 }
 
+/// Return `d` in whole microseconds, saturating at `u64::MAX`: `Duration::as_micros`
+/// without its 128-bit arithmetic (timers are set on every segment; this is a multiply and
+/// an add where that was a 128-bit multiply, a division and a compare).
+#[inline]
+fn micros(d: Duration) -> u64 {
+    d.as_secs().saturating_mul(1_000_000).saturating_add(u64::from(d.subsec_micros()))
+}
+
 impl Add<Duration> for Instant {
     type Output = Instant;
     fn add(self, rhs: Duration) -> Instant {
-        Instant(self.0.saturating_add(rhs.as_micros().min(u64::MAX as u128) as u64))
+        Instant(self.0.saturating_add(micros(rhs)))
     }
 }
 
@@ -53,7 +61,7 @@ impl AddAssign<Duration> for Instant {
 impl Sub<Duration> for Instant {
     type Output = Instant;
     fn sub(self, rhs: Duration) -> Instant {
-        Instant(self.0.saturating_sub(rhs.as_micros().min(u64::MAX as u128) as u64))
+        Instant(self.0.saturating_sub(micros(rhs)))
     }
 }
 
@@ -74,6 +82,24 @@ impl fmt::Display for Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn micros_is_as_micros_saturated() {
+        let cases = [
+            Duration::ZERO,
+            Duration::from_nanos(999),
+            Duration::from_nanos(1_999),
+            Duration::from_micros(1),
+            Duration::new(1, 999_999_999),
+            Duration::new(18_446_744_073_709, 551_615_000),
+            Duration::new(18_446_744_073_709, 551_616_000),
+            Duration::new(u64::MAX / 1_000_000 + 1, 0),
+            Duration::MAX,
+        ];
+        for d in cases {
+            assert_eq!(micros(d), d.as_micros().min(u128::from(u64::MAX)) as u64, "{d:?}");
+        }
+    }
 
     #[test]
     fn arithmetic_saturates() {
