@@ -113,6 +113,11 @@ fn ss_and_stat_see_a_running_echo() {
     let server =
         EchoServer::start_with_env(&lab, Backend::Xdp, &["--idle-timeout", "4"], &[("BYPASS_RUN_DIR", run.str())]);
     let pid = server.pid();
+    // `serving echo on` is printed as the shard starts, the endpoint bound right after.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while run.sockets().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert_eq!(run.sockets(), vec![format!("{pid}.0.sock")], "one endpoint, named by pid and shard");
     let addr = server_addr(&lab);
 

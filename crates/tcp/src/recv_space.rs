@@ -183,6 +183,11 @@ impl RecvSpace {
         self.ack_due == AckDue::Now
     }
 
+    /// Return whether an ACK is owed, now or delayed.
+    pub(crate) fn ack_owed(&self) -> bool {
+        self.ack_due != AckDue::None
+    }
+
     /// Owe an ACK at the next `poll_transmit`.
     pub(crate) fn ack_now(&mut self) {
         self.ack_due = AckDue::Now;

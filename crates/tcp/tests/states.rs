@@ -931,6 +931,39 @@ fn zero_window_is_probed_and_transfer_resumes() {
     assert_eq!(one(&mut c, next).payload, b"blocked");
 }
 
+/// Data that arrives while the peer's window is shut is acknowledged in a segment the peer
+/// accepts, not only on the window probe: a probe is out of the peer's window on purpose,
+/// and a peer drops such a segment without reading its ACK field (RFC 9293 3.10.7.4;
+/// Linux does). Seen against a kernel client that stopped reading: our persist timer fired
+/// with a delayed ACK owed, the probe carried the ACK, the kernel dropped it, and the data
+/// stayed unacknowledged until the kernel's own probe drew an ACK from us.
+#[test]
+fn an_ack_owed_goes_before_a_window_probe() {
+    let cfg = Config { delayed_ack: Some(Duration::from_millis(40)), ..config() };
+    let (mut c, iss) = established_passive(&cfg);
+    c.handle_segment(ms(2), &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, window: 0, ..TEMPLATE });
+    c.send(b"blocked").unwrap();
+    assert!(drain(&mut c, ms(3)).is_empty());
+    let probe_at = c.poll_timeout().expect("persist timer armed");
+    // 100 bytes arrive just before the probe is due: their ACK may be delayed.
+    let just_before = Instant::from_micros(probe_at.as_micros() - 1000);
+    c.handle_segment(
+        just_before,
+        &Segment { seq: REMOTE_ISN + 1u32, ack: iss + 1u32, window: 0, payload: &[5u8; 100], ..TEMPLATE },
+    );
+    let early = drain(&mut c, just_before);
+    assert!(early.is_empty(), "one small segment: the ACK waits: {early:?}");
+    c.handle_timeout(probe_at);
+    let out = drain(&mut c, probe_at);
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert_eq!(out[0].kind, TransmitKind::Ack, "the ACK owed goes first: {out:?}");
+    assert_eq!(out[0].ack, REMOTE_ISN + 101u32);
+    // At the peer's RCV.NXT, which a shut window accepts (RFC 9293 3.10.7.4).
+    assert_eq!((out[0].seq, out[0].payload.len()), (iss + 1u32, 0));
+    assert_eq!((out[1].kind, out[1].seq, out[1].payload.len()), (TransmitKind::WindowProbe, iss, 0));
+    assert_eq!(c.stats().window_probes, 1);
+}
+
 #[test]
 fn receive_window_closes_when_full_and_reopens_after_reading() {
     let cfg = Config { recv_buffer: 4096, window_scaling: false, ..config() };

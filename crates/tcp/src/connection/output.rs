@@ -123,6 +123,16 @@ impl Connection {
                 return Some(t);
             }
         }
+        if (self.due.window_probe || self.due.keepalive) && self.rcv.ack_owed() {
+            // A probe is out of the peer's window on purpose, and a peer drops such a segment
+            // without reading its acknowledgment (RFC 9293 3.10.7.4: only an acceptable
+            // segment's ACK field is processed; Linux drops it whole, and with its receive
+            // queue not empty drops even one at its RCV.NXT that carries data). An ACK owed
+            // goes first, in a segment the peer accepts; the probe follows at the next call.
+            // Else the data we took would stay unacknowledged until the peer's own probe drew
+            // an ACK from us (seen with a kernel client that stopped reading: hundreds of ms).
+            return self.send_ack(now, buf, self.ack_seq(), TransmitKind::Ack);
+        }
         if self.due.window_probe {
             self.due.window_probe = false;
             if let Some(t) = self.send_new(now, buf, true) {
