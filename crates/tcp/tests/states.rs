@@ -1917,6 +1917,21 @@ fn syn_cookie_carries_window_scale_and_sack_in_the_timestamp() {
     let dup = one(&mut c, ms(1002));
     assert_eq!(dup.options.sack_blocks.len(), 1, "SACK is on");
     assert_eq!(dup.options.timestamps.map(|t| t.tsecr), Some(4001));
+    // Our TSvals do not go back from the cookie's (PAWS at the peer, RFC 7323 5).
+    let later = dup.options.timestamps.expect("timestamps").tsval;
+    assert!(later.wrapping_sub(ts.tsval) as i32 >= 0, "TSval {later} after the cookie's {}", ts.tsval);
+    // The options replace the clock's low six bits, never putting it ahead of the clock
+    // (Linux's cookie_init_timestamp): at every clock value, including across the wrap.
+    let every = bypass_tcp::CookieOptions { window_scale: Some(14), sack_permitted: true, ecn: true };
+    let none = bypass_tcp::CookieOptions { window_scale: None, sack_permitted: false, ecn: false };
+    for clock in [0u32, 5, 0x3f, 0x40, 0x41, 1_000_007, u32::MAX - 3, u32::MAX] {
+        for options in [every, none] {
+            let tsval = options.encode(clock);
+            let behind = clock.wrapping_sub(tsval);
+            assert!(behind < 0x40, "{options:?} at {clock}: TSval {tsval} is {behind} behind");
+            assert_eq!(bypass_tcp::CookieOptions::decode(tsval), Some(options), "at {clock}");
+        }
+    }
     // Bit 5 is ECN (Linux's TS_OPT_ECN).
     assert_eq!(
         bypass_tcp::CookieOptions::decode(0x2f),

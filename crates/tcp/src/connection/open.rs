@@ -36,10 +36,16 @@ pub struct CookieOptions {
 impl CookieOptions {
     const NO_SCALE: u32 = 0xf;
 
-    /// Return `clock` with its low six bits replaced by these options.
+    /// Return `clock` with its low six bits replaced by these options, moved back by 64
+    /// where that put it ahead of `clock`, as Linux's `cookie_init_timestamp` does: the
+    /// connection built from the cookie counts its TSvals from `clock`, and RFC 7323's
+    /// PAWS at the peer drops a segment whose TSval is below one it already saw (the
+    /// SYN-ACK's), so the SYN-ACK's must not be ahead.
     pub fn encode(self, clock: u32) -> u32 {
         let scale = self.window_scale.map_or(Self::NO_SCALE, |s| u32::from(s.min(14)));
-        (clock & !0x3f) | scale | (u32::from(self.sack_permitted) << 4) | (u32::from(self.ecn) << 5)
+        let encoded = (clock & !0x3f) | scale | (u32::from(self.sack_permitted) << 4) | (u32::from(self.ecn) << 5);
+        // Compared as timestamps are, modulo 2^32 (RFC 7323 5.2).
+        if (encoded.wrapping_sub(clock) as i32) > 0 { encoded.wrapping_sub(0x40) } else { encoded }
     }
 
     /// Return the options in an echoed TSval, or `None` where the bits cannot be ours (a
