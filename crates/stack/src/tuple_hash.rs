@@ -1,6 +1,6 @@
 //! The connection table's hash of 4-tuples: foldhash's keyed folded multiply (the `foldhash`
-//! crate; its `fast` variant is `hashbrown`'s default hasher), about a tenth of the cost of the standard library's
-//! SipHash-1-3 for an IPv4 tuple.
+//! crate; its `fast` variant is `hashbrown`'s default hasher), about a tenth of the cost of
+//! the standard library's SipHash-1-3 for an IPv4 tuple.
 //!
 //! Every segment received looks its connection up by 4-tuple. With one connection busy the
 //! table's memo of the last slot found answers; with many interleaved (the demo's 100
