@@ -262,6 +262,14 @@ struct EchoArgs {
     /// tenth of a second's worth of the rate).
     #[arg(long, value_name = "N", requires = "syn_rate", value_parser = clap::value_parser!(u32).range(1..))]
     syn_burst: Option<u32>,
+    /// Steer bare SYNs (those --syn-rate lets through) to a receive ring of their own, of N
+    /// entries per queue (AF_XDP only; a power of two from 8 to half of --rx-ring; 256 if
+    /// given without N): a flood then fills that ring, never the one established
+    /// connections' frames arrive in, and the stack answers a few SYNs at a time after its
+    /// other frames (`device.syn_lane` counts the SYNs taken, `device.syn_lane_full` those
+    /// dropped for a full lane).
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "256")]
+    syn_lane: Option<u32>,
 }
 
 #[derive(clap::Args)]
@@ -410,6 +418,9 @@ fn echo(args: EchoArgs) -> Result<(), String> {
     if args.syn_rate > 0 && args.backend == Backend::Packet {
         return Err("--syn-rate needs the xdp backend (the shield runs in its XDP program)".into());
     }
+    if args.syn_lane.is_some() && args.backend == Backend::Packet {
+        return Err("--syn-lane needs the xdp backend (the XDP program steers the SYNs)".into());
+    }
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -460,6 +471,7 @@ fn echo(args: EchoArgs) -> Result<(), String> {
                 let shield = SynShield::new(args.syn_rate);
                 SynShield { burst: args.syn_burst.unwrap_or(shield.burst), ..shield }
             });
+            xdp.syn_lane = args.syn_lane;
             let queues: Vec<u32> = (0..args.queues).collect();
             let devices = XdpDevice::open_queues(xdp, &queues).map_err(|e| xdp_error(e, &args.stack.iface))?;
             for d in &devices {

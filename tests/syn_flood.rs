@@ -10,7 +10,11 @@
 //! - connections established before the flood keep echoing byte-exact during it;
 //! - the SYNs let through meet the SYN cookies (`syn_cookies_sent`), and a kernel client still
 //!   connects and echoes during the flood: its SYN passes when a token is free;
-//! - without `--syn-rate`, nothing is shed.
+//! - without `--syn-rate`, nothing is shed;
+//! - with `--syn-lane`, the SYNs arrive through the SYN lane, a receive ring of their own
+//!   (`device.syn_lane` taken and `device.syn_lane_full` dropped there account for the
+//!   flood), established connections keep echoing and a new client connects; with the
+//!   shield too, the lane takes only what the shield lets through.
 //!
 //! It prints the fill-ring drops (`device.rx_fill_ring_empty`) of both runs, for
 //! docs/performance.md; `BYPASS_SYN_FLOOD_RATE` and `BYPASS_SYN_FLOOD_RING` change the flood's
@@ -167,11 +171,13 @@ fn run(lab: &Lab, extra: &[&str], seed: u64) -> Outcome {
 fn report(what: &str, o: &Outcome) {
     let c = &o.counters;
     println!(
-        "{what}: {} SYNs in {:.1?}; echo rounds and new client's attempts {:?}; syn_shed {}, rx_fill_ring_empty {}, rx_dropped {}, syn_cookies_sent {}",
+        "{what}: {} SYNs in {:.1?}; echo rounds and new client's attempts {:?}; syn_shed {}, syn_lane {}, syn_lane_full {}, rx_fill_ring_empty {}, rx_dropped {}, syn_cookies_sent {}",
         o.sent,
         o.lasted,
         o.result,
         counter(c, "syn_shed"),
+        counter(c, "syn_lane"),
+        counter(c, "syn_lane_full"),
         counter(c, "rx_fill_ring_empty"),
         counter(c, "rx_dropped"),
         counter(c, "syn_cookies_sent"),
@@ -215,4 +221,44 @@ fn syn_flood_is_shed_while_connections_echo_and_clients_connect() {
     // were answered with SYN cookies.
     assert!(counter(&c, "syn_cookies_sent") > 0, "the SYNs let through meet the SYN cookies: {c}");
     assert!(shed > 0, "a flood at {}/s against {SHIELD_RATE}/s sheds SYNs: {c}", flood_rate());
+}
+
+#[test]
+fn syn_flood_through_the_syn_lane_leaves_established_connections_their_ring() {
+    let test = "syn_lane";
+    if !lab_available(test) {
+        return;
+    }
+    common::init_log();
+    let lab = common::create_lab(test, 1);
+
+    // Every bare SYN goes to the lane: the flood's, and the new client's.
+    let laned = run(&lab, &["--syn-lane", "256"], 3);
+    report("SYN lane", &laned);
+    let Outcome { counters: c, sent, result, stat, .. } = laned;
+    let during = stat_value(&stat, "device.syn_lane");
+    assert!(during.is_some_and(|n| n > 0), "bypass stat shows SYNs taken from the lane during the flood: {stat}");
+    result.unwrap_or_else(|e| panic!("with the SYN lane: {e}"));
+    let (taken, full) = (counter(&c, "syn_lane"), counter(&c, "syn_lane_full"));
+    // The veth may drop a few of a burst before the program sees them; the rest reached the lane.
+    assert!(
+        10 * (taken + full) >= 9 * sent,
+        "{taken} SYNs taken from the lane and {full} dropped there, of {sent} sent: {c}"
+    );
+    assert_eq!(counter(&c, "syn_shed"), 0, "no shield, nothing shed: {c}");
+    assert!(counter(&c, "syn_cookies_sent") > 0, "the lane's SYNs meet the SYN cookies: {c}");
+
+    // With the shield in front, the lane takes what the bucket lets through.
+    let (rate, burst) = (SHIELD_RATE.to_string(), SHIELD_BURST.to_string());
+    let both = run(&lab, &["--syn-rate", &rate, "--syn-burst", &burst, "--syn-lane", "256"], 4);
+    report(&format!("shield {SHIELD_RATE}/s, burst {SHIELD_BURST}, and the SYN lane"), &both);
+    let Outcome { counters: c, lasted, result, .. } = both;
+    let (_, attempts) = result.unwrap_or_else(|e| panic!("with the shield and the SYN lane: {e}"));
+    let (shed, taken, full) = (counter(&c, "syn_shed"), counter(&c, "syn_lane"), counter(&c, "syn_lane_full"));
+    assert!(shed > 0, "a flood at {}/s against {SHIELD_RATE}/s sheds SYNs: {c}", flood_rate());
+    let admitted_at_most = SHIELD_BURST + (SHIELD_RATE as f64 * (lasted.as_secs_f64() + 1.0) * 1.1) as u64;
+    assert!(
+        taken > 0 && taken + full <= admitted_at_most + u64::from(attempts),
+        "the lane takes what the shield admits: {taken} taken, {full} dropped, at most {admitted_at_most} admitted: {c}"
+    );
 }

@@ -7,6 +7,11 @@
 //!   connection, with the kernel's SYN cookies (`tcp_syncookies` = 1, as it ships);
 //! - **ours**: our stack over AF_XDP, waiting on the socket when idle (`bypass echo`'s default);
 //! - **ours, shielded**: the same, with the XDP program shedding SYNs beyond [`SHIELD`];
+//! - **ours, SYN lane**: no shield, the XDP program steering bare SYNs to a receive ring of
+//!   their own ([`XdpConfig::syn_lane`], [`LANE`] entries), which the stack reads a few at a
+//!   time after its own ring: the flood fills the lane, not the established connection's ring,
+//!   and a new client's SYN has the odds of what the stack answers over the flood's rate;
+//! - **ours, shielded, with the SYN lane**: both;
 //! - **ours, every SYN shed**: a shield of one SYN a second, so that the stack sees none of the
 //!   flood: what is left is what the flood costs the veth and the XDP program, the floor of any
 //!   shield in XDP on this lab (a veth with an XDP program takes every frame through one ring,
@@ -54,6 +59,10 @@ pub const NAME: &str = "flood";
 /// spare, and the burst is a quarter of the receive ring).
 pub const SHIELD: SynShield = SynShield { rate: 10_000, burst: 1_000 };
 
+/// The SYN lane's ring in the rows that have one: 256 entries, `bypass echo --syn-lane`'s
+/// default.
+pub const LANE: u32 = 256;
+
 /// The shield of the shielded row: [`SHIELD`], or `BYPASS_DEMO_SYN_RATE` (`RATE` SYNs a
 /// second with a burst of a tenth of a second's worth, or `RATE/BURST`), to measure others.
 fn shield() -> SynShield {
@@ -82,6 +91,10 @@ pub enum Server {
     Ours,
     /// Our stack over AF_XDP, with [`SHIELD`].
     Shielded,
+    /// Our stack over AF_XDP with the SYN lane, no shield.
+    Laned,
+    /// Our stack over AF_XDP with [`SHIELD`] and the SYN lane.
+    ShieldedLaned,
     /// Our stack over AF_XDP with a shield that lets one SYN a second through: every SYN of
     /// the flood is dropped in the XDP program, and what is left of the flood's cost is the
     /// veth's and the program's, the floor of any shield in XDP here.
@@ -89,7 +102,8 @@ pub enum Server {
 }
 
 impl Server {
-    const ALL: [Server; 4] = [Server::Kernel, Server::Ours, Server::Shielded, Server::ShedAll];
+    const ALL: [Server; 6] =
+        [Server::Kernel, Server::Ours, Server::Shielded, Server::Laned, Server::ShieldedLaned, Server::ShedAll];
 
     fn label(self) -> String {
         match self {
@@ -98,6 +112,11 @@ impl Server {
             Server::Shielded => {
                 let s = shield();
                 format!("ours/AF_XDP, SYN cookies, shield {} SYN/s, burst {}", s.rate, s.burst)
+            }
+            Server::Laned => format!("ours/AF_XDP, SYN cookies, SYN lane of {LANE}"),
+            Server::ShieldedLaned => {
+                let s = shield();
+                format!("ours/AF_XDP, SYN cookies, shield {} SYN/s, burst {}, SYN lane of {LANE}", s.rate, s.burst)
             }
             Server::ShedAll => "ours/AF_XDP, every SYN shed in XDP (1 SYN/s): the floor of a shield".into(),
         }
@@ -108,6 +127,8 @@ impl Server {
             Server::Kernel => "kernel",
             Server::Ours => "ours",
             Server::Shielded => "ours-shielded",
+            Server::Laned => "ours-lane",
+            Server::ShieldedLaned => "ours-shielded-lane",
             Server::ShedAll => "ours-shed-all",
         }
     }
@@ -192,9 +213,11 @@ pub fn measure(lab: &Lab, kernel_ip: Ipv4Addr, runs: usize, duration: Duration, 
             let setup = Setup { lab, addr, duration, flood_cpu, seed: rep as u64 + 1 };
             let result = match row.server {
                 Server::Kernel => kernel(&setup),
-                Server::Ours => ours(&setup, None),
-                Server::Shielded => ours(&setup, Some(shield())),
-                Server::ShedAll => ours(&setup, Some(SynShield { rate: 1, burst: 1 })),
+                Server::Ours => ours(&setup, None, None),
+                Server::Shielded => ours(&setup, Some(shield()), None),
+                Server::Laned => ours(&setup, None, Some(LANE)),
+                Server::ShieldedLaned => ours(&setup, Some(shield()), Some(LANE)),
+                Server::ShedAll => ours(&setup, Some(SynShield { rate: 1, burst: 1 }), None),
             };
             match result {
                 Ok(run) => row.runs.push(run),
@@ -264,10 +287,11 @@ impl Probe {
     }
 }
 
-/// Our stack over AF_XDP as the server, with `shield` or none.
-fn ours(setup: &Setup, shield: Option<SynShield>) -> Result<(Phase, Phase), String> {
+/// Our stack over AF_XDP as the server, with `shield` or none, and a SYN lane of `lane`
+/// entries or none.
+fn ours(setup: &Setup, shield: Option<SynShield>, lane: Option<u32>) -> Result<(Phase, Phase), String> {
     let lab = setup.lab;
-    let config = XdpConfig { syn_shield: shield, ..XdpConfig::new(&lab.bypass_if, lab.bypass_ip) };
+    let config = XdpConfig { syn_shield: shield, syn_lane: lane, ..XdpConfig::new(&lab.bypass_if, lab.bypass_ip) };
     let device = lab.in_bypass(|| XdpDevice::open(config)).map_err(|e| format!("AF_XDP unavailable: {e}"))?;
     let mut stack = Stack::new(device, StackConfig::new(lab.bypass_ip, lab.prefix_len, crate::stack::secret()));
     let port = setup.addr.port();
@@ -289,7 +313,11 @@ fn ours(setup: &Setup, shield: Option<SynShield>) -> Result<(Phase, Phase), Stri
                     Counts {
                         syn_cookies: stack.counters().syn_cookies_sent,
                         socket_drops: Some(get("rx_dropped").unwrap_or(0) + get("rx_fill_ring_empty").unwrap_or(0)),
-                        syn_shed: get("syn_shed"),
+                        // Dropped before the stack: by the shield, and for a full SYN lane.
+                        syn_shed: match (get("syn_shed"), get("syn_lane_full")) {
+                            (None, None) => None,
+                            (shed, full) => Some(shed.unwrap_or(0) + full.unwrap_or(0)),
+                        },
                     }
                 });
             }
@@ -594,7 +622,7 @@ pub fn markdown(section: &FloodSection) -> String {
     }
     let _ = writeln!(
         out,
-        "\nThe counts (retransmitted, dropped, shed, cookies, new connections) are over the flood phases of every repetition; calm phases had {} retransmissions and {} new connections fail. `retransmitted`: segments the client's kernel sent again on the established connection (`tcpi_total_retrans`): a frame of it lost on the way in. `dropped by the socket`: frames the AF_XDP socket dropped for a full receive ring or an empty fill ring (`XDP_STATISTICS`; the kernel's server has no such socket).",
+        "\nThe counts (retransmitted, dropped, shed, cookies, new connections) are over the flood phases of every repetition; calm phases had {} retransmissions and {} new connections fail. `retransmitted`: segments the client's kernel sent again on the established connection (`tcpi_total_retrans`): a frame of it lost on the way in. `dropped by the socket`: frames the AF_XDP socket dropped for a full receive ring or an empty fill ring (`XDP_STATISTICS`; the kernel's server has no such socket). `SYNs shed`: SYNs dropped before the stack saw them, by the shield in the XDP program, and, with a SYN lane, by the kernel for a full lane (the lane socket's `rx_ring_full`).",
         section.rows.iter().flat_map(|r| &r.runs).map(|r| r.0.retransmits).sum::<u64>(),
         section.rows.iter().flat_map(|r| &r.runs).map(|r| r.0.new_tried - r.0.new_completed).sum::<u64>(),
     );

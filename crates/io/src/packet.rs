@@ -314,7 +314,7 @@ impl Device for PacketDevice {
     }
 
     fn sleeper(&mut self) -> Option<bypass_device::Sleeper> {
-        self.wake.sleeper(&self.info.name, self.socket.fd())
+        self.wake.sleeper(&self.info.name, self.socket.fd(), None)
     }
 
     fn syscalls(&self) -> u64 {

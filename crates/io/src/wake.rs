@@ -85,13 +85,25 @@ impl WakeSlot {
     }
 
     /// Return a [`Sleeper`](bypass_device::Sleeper) for the device called `name` whose
-    /// socket is `socket`: it polls a copy of the socket's descriptor beside the eventfd
-    /// (made here if need be, so the device's wakers end its sleeps) and drains the eventfd
-    /// after each; `None` (and a warning) if the kernel refuses a descriptor.
-    pub(crate) fn sleeper(&mut self, name: &str, socket: BorrowedFd<'_>) -> Option<bypass_device::Sleeper> {
+    /// socket is `socket` (and `lane`, a second socket of the device, if any): it polls a
+    /// copy of the sockets' descriptors beside the eventfd (made here if need be, so the
+    /// device's wakers end its sleeps) and drains the eventfd after each; `None` (and a
+    /// warning) if the kernel refuses a descriptor.
+    pub(crate) fn sleeper(
+        &mut self,
+        name: &str,
+        socket: BorrowedFd<'_>,
+        lane: Option<BorrowedFd<'_>>,
+    ) -> Option<bypass_device::Sleeper> {
         self.waker(name)?;
         let wake = Arc::clone(&self.0.as_ref()?.0);
-        let socket = socket.try_clone_to_owned().map_err(|e| log::warn!("no descriptor to watch {name}: {e}")).ok()?;
+        let clone =
+            |fd: BorrowedFd<'_>| fd.try_clone_to_owned().map_err(|e| log::warn!("no descriptor to watch {name}: {e}"));
+        let socket = clone(socket).ok()?;
+        let lane = match lane {
+            Some(fd) => Some(clone(fd).ok()?),
+            None => None,
+        };
         Some(bypass_device::Sleeper::new(move |timeout| {
             let ms = match timeout {
                 None => -1,
@@ -99,27 +111,21 @@ impl WakeSlot {
                 Some(t) => t.as_micros().div_ceil(1000).min(libc::c_int::MAX as u128) as libc::c_int,
             };
             // An error (EINTR, say) is a spurious return, which sleepers allow.
-            let _ = poll_either(socket.as_fd(), Some(wake.as_fd()), ms);
+            let _ = poll_any([Some(socket.as_fd()), lane.as_ref().map(AsFd::as_fd), Some(wake.as_fd())], ms);
             drain(&wake);
         }))
     }
 }
 
-/// Block until `fd` or `also` (a wake-up descriptor) is readable or `timeout_ms` passes
-/// (-1: no limit); return whether either is.
-pub(crate) fn poll_either(
-    fd: BorrowedFd<'_>,
-    also: Option<BorrowedFd<'_>>,
-    timeout_ms: libc::c_int,
-) -> io::Result<bool> {
+/// Block until one of `fds` (the `Some`s: sockets, a wake-up descriptor) is readable or
+/// `timeout_ms` passes (-1: no limit); return whether one is.
+pub(crate) fn poll_any<const N: usize>(fds: [Option<BorrowedFd<'_>>; N], timeout_ms: libc::c_int) -> io::Result<bool> {
     use std::os::fd::AsRawFd;
-    let mut pfds = [
-        libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-        libc::pollfd { fd: also.map_or(-1, |f| f.as_raw_fd()), events: libc::POLLIN, revents: 0 },
-    ];
-    let count = if also.is_some() { 2 } else { 1 };
+    // poll(2) skips entries with a negative descriptor.
+    let mut pfds =
+        fds.map(|fd| libc::pollfd { fd: fd.map_or(-1, |f| f.as_raw_fd()), events: libc::POLLIN, revents: 0 });
     #[allow(unsafe_code)]
-    // SAFETY: `pfds` holds `count` valid pollfds, alive for the call.
-    let ret = unsafe { libc::poll(pfds.as_mut_ptr(), count, timeout_ms) };
+    // SAFETY: `pfds` holds `N` valid pollfds, alive for the call.
+    let ret = unsafe { libc::poll(pfds.as_mut_ptr(), N as libc::nfds_t, timeout_ms) };
     if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(ret > 0) }
 }

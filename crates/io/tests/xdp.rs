@@ -1198,3 +1198,63 @@ fn tx_checksum_offload_generic_mode() {
         tx_checksum_offload(XdpMode::Generic, "csumgen");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// 9. The SYN lane: bare SYNs on a socket of their own, sharing the UMEM
+// ---------------------------------------------------------------------------------------------
+
+/// Return whether `frame` is an IPv4 TCP segment to `dst` with SYN set and ACK clear.
+fn is_bare_syn_to(frame: &[u8], dst: (Ipv4Addr, u16)) -> bool {
+    frame.len() >= 54
+        && frame[12..14] == [0x08, 0x00]
+        && frame[23] == 6
+        && frame[30..34] == dst.0.octets()
+        && frame[36..38] == dst.1.to_be_bytes()
+        && frame[47] & 0x12 == 0x02
+}
+
+/// With a SYN lane, a kernel client's SYNs reach the device through the lane (counted in
+/// `syn_lane`) and every other frame through the queue's own ring; a device asleep in
+/// `wait` wakes for a SYN in the lane; and a lane of the wrong size is refused.
+#[test]
+fn bare_syns_arrive_through_the_syn_lane() {
+    if !lab_available("bare_syns_arrive_through_the_syn_lane") {
+        return;
+    }
+    init_log();
+    let lab = Lab::create("synlane").unwrap();
+    for bad in [4, 100, 4096] {
+        let config = XdpConfig { syn_lane: Some(bad), ..config(&lab, XdpMode::Driver) };
+        let err = open(&lab, config).map(|_| ()).unwrap_err();
+        assert!(matches!(err, XdpError::InvalidConfig(_)), "a lane of {bad}: {err}");
+    }
+    peer_knows_us(&lab);
+    let mut dev = open(&lab, XdpConfig { syn_lane: Some(64), ..config(&lab, XdpMode::Driver) }).unwrap();
+    assert!(dev.info().mode.contains("SYN lane"), "{}", dev.info().mode);
+    let peer = lab.in_peer(|| UdpSocket::bind((lab.peer_ip, 0)).expect("bind UDP in the peer namespace"));
+
+    // A datagram: the queue's own ring.
+    peer.send_to(b"not a SYN", (lab.bypass_ip, 5000)).unwrap();
+    let got = receive_until(&mut dev, |f| udp_datagram_to(f, (lab.bypass_ip, 5000)).map(|(_, _, p)| p.to_vec()));
+    assert_eq!(got, b"not a SYN");
+    assert_eq!(counter(&mut dev, "syn_lane"), 0);
+
+    // A kernel client's SYN while the device sleeps: nobody answers, so its kernel sends it
+    // again after a second; the first one ends the wait.
+    let target = std::net::SocketAddr::new(IpAddr::V4(lab.bypass_ip), 7777);
+    let (woke, connected) = std::thread::scope(|scope| {
+        let client =
+            scope.spawn(|| lab.in_peer(|| std::net::TcpStream::connect_timeout(&target, Duration::from_millis(1500))));
+        let asleep = Instant::now();
+        dev.wait(Some(Duration::from_secs(5))).unwrap();
+        let woke = asleep.elapsed();
+        receive_until(&mut dev, |f| is_bare_syn_to(f, (lab.bypass_ip, 7777)).then_some(()));
+        (woke, client.join().unwrap())
+    });
+    assert!(woke < Duration::from_secs(2), "the SYN in the lane did not end the wait ({woke:?})");
+    assert!(counter(&mut dev, "syn_lane") >= 1, "{:?}", dev.device_counters());
+    assert_eq!(counter(&mut dev, "syn_lane_full"), 0);
+    assert!(connected.is_err(), "nobody answered the SYN");
+    let stats = dev.statistics().unwrap();
+    assert_eq!((stats.rx_dropped, stats.rx_fill_ring_empty_descs), (0, 0), "{stats:?}");
+}

@@ -129,7 +129,20 @@ pub struct XdpConfig {
     /// per queue are dropped before they take a UMEM frame, and counted as the device
     /// counter `syn_shed` (see [`SynShield`]). `None` (the default) lets every SYN through.
     pub syn_shield: Option<SynShield>,
+    /// The SYN lane: the entries (a power of two, at least 8 and at most half of
+    /// `fill_size`) of the RX ring of a second socket on each queue, sharing the queue's UMEM,
+    /// to which the XDP program sends bare SYNs (those the shield lets through, with a
+    /// shield). A flood then fills that ring, not the one established connections' frames
+    /// arrive in; `recv` takes up to [`SYN_LANE_BATCH`] SYNs from it per call, after the
+    /// queue's own ring. Counted as `syn_lane` (SYNs taken) and `syn_lane_full` (dropped by
+    /// the kernel for a full lane). `None` (the default): SYNs arrive with everything else.
+    pub syn_lane: Option<u32>,
 }
+
+/// SYNs [`XdpDevice::recv`] takes from the SYN lane at most per call, and only once the
+/// queue's own ring gave fewer packets than asked: a stack polling in a loop answers a few
+/// SYNs a turn and turns back to its established connections' frames.
+pub const SYN_LANE_BATCH: usize = 8;
 
 impl XdpConfig {
     /// Return the defaults for `iface` and the one address `ip` (an [`Ipv4Addr`](std::net::Ipv4Addr),
@@ -153,6 +166,7 @@ impl XdpConfig {
             tx_checksum_offload: false,
             tx_spans: 64,
             syn_shield: None,
+            syn_lane: None,
         }
     }
 
@@ -177,6 +191,14 @@ impl XdpConfig {
             if !n.is_power_of_two() {
                 return bad(format!("{name} must be a power of two, not {n}"));
             }
+        }
+        if let Some(n) = self.syn_lane
+            && (!n.is_power_of_two() || n < 8 || n > self.fill_size / 2)
+        {
+            return bad(format!(
+                "the SYN lane's ring must be a power of two from 8 to half the fill ring ({}), not {n}",
+                self.fill_size / 2
+            ));
         }
         if !matches!(self.frame_size, 2048 | 4096) {
             return bad(format!("frame_size must be 2048 or 4096, not {}", self.frame_size));
@@ -268,6 +290,9 @@ pub struct XdpDevice {
     /// allocation per packet). Between calls it holds the first frames of a packet whose
     /// last frame was not in the ring yet.
     rx_batch: Vec<Frame>,
+    /// Frames taken from the SYN lane during one `recv` (capacity [`SYN_LANE_BATCH`]; empty
+    /// without a lane).
+    lane_batch: Vec<Frame>,
     /// Where a packet of several frames is gathered for `recv`: `max_frame` bytes on a
     /// multi-buffer socket, else empty.
     rx_scratch: Vec<u8>,
@@ -295,6 +320,8 @@ pub struct XdpDevice {
 struct Counters {
     /// Packets received in more than one frame and handed over.
     rx_multi_buffer: u64,
+    /// SYNs taken from the SYN lane and handed over.
+    syn_lane: u64,
     /// Packets dropped because their frames held more than `max_frame` bytes.
     rx_dropped_oversized: u64,
     /// Packets dropped because one of their descriptors was invalid (or their chain never
@@ -429,8 +456,15 @@ impl XdpDevice {
             log::debug!("setrlimit(RLIMIT_MEMLOCK) failed ({e}); continuing");
         }
 
-        let program =
-            Arc::new(XdpProgram::attach(iface, ifindex, &config.addrs, config.mode, max_queue + 1, config.syn_shield)?);
+        let program = Arc::new(XdpProgram::attach(
+            iface,
+            ifindex,
+            &config.addrs,
+            config.mode,
+            max_queue + 1,
+            config.syn_shield,
+            config.syn_lane.is_some(),
+        )?);
         let want_zero_copy = match config.zero_copy {
             ZeroCopy::Off => false,
             ZeroCopy::Required => true,
@@ -478,7 +512,7 @@ impl XdpDevice {
                 }
                 other => other,
             };
-            let socket = match open(options) {
+            let mut socket = match open(options) {
                 // A kernel before 6.11 has no TX metadata: the checksums stay in software.
                 Err(XdpError::Unsupported { source, .. }) if options.tx_metadata => {
                     log::debug!(
@@ -496,18 +530,23 @@ impl XdpDevice {
                         false
                     }
                 };
+            if let Some(size) = config.syn_lane {
+                socket.open_syn_lane(iface, ifindex, size)?;
+                program.register_lane(queue, socket.syn_lane_fd().expect("just opened"))?;
+            }
             program.register(queue, socket.fd())?;
             let tx_offload = socket.tx_metadata() && !socket.zero_copy();
             if config.tx_checksum_offload && socket.zero_copy() {
                 log::debug!("{iface} queue {queue}: zero-copy socket; TX checksums stay in software");
             }
             let mode = format!(
-                "AF_XDP, {} mode, {}, queue {queue}{}{}{}",
+                "AF_XDP, {} mode, {}, queue {queue}{}{}{}{}",
                 if socket.zero_copy() { "zero-copy" } else { "copy" },
                 program.mode().describe(),
                 if multi_buffer { ", multi-buffer" } else { "" },
                 if tx_offload { ", TX checksum offload" } else { "" },
                 if busy_poll { ", busy polling" } else { "" },
+                if config.syn_lane.is_some() { ", SYN lane" } else { "" },
             );
             log::debug!("opened {iface}: {mode}");
             // Receive checksums in software: copy mode hands over the bytes alone, without the
@@ -519,6 +558,7 @@ impl XdpDevice {
                 program: Arc::clone(&program),
                 info,
                 rx_batch: Vec::with_capacity(config.rx_size as usize),
+                lane_batch: Vec::with_capacity(if config.syn_lane.is_some() { SYN_LANE_BATCH } else { 0 }),
                 rx_scratch: if multi_buffer { vec![0; max_frame] } else { Vec::new() },
                 rx_discarding: false,
                 tx_scratch: if tx_frames_per_packet > 1 { vec![0; max_frame] } else { Vec::new() },
@@ -587,6 +627,134 @@ impl Device for XdpDevice {
         if self.busy_poll {
             self.socket.wake_rx()?;
         }
+        let delivered = self.recv_own(budget, on_frame)?;
+        if delivered < budget && self.lane_batch.capacity() > 0 {
+            return Ok(delivered + self.recv_syn_lane((budget - delivered).min(SYN_LANE_BATCH), on_frame));
+        }
+        Ok(delivered)
+    }
+
+    /// Return `Ok(true)` whenever `fill` was called, including when it cancelled with 0.
+    fn send(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<bool> {
+        if !self.tx_scratch.is_empty() {
+            return self.send_chain(fill);
+        }
+        let Some(mut frame) = self.socket.alloc_tx() else {
+            return Ok(false);
+        };
+        let buffer = self.socket.umem_mut().buffer_mut(&mut frame);
+        let capacity = buffer.len();
+        let len = fill(buffer);
+        if len == 0 {
+            self.socket.umem_mut().free_tx(frame);
+            return Ok(true);
+        }
+        if len > capacity {
+            self.socket.umem_mut().free_tx(frame);
+            return Err(overfilled(len, capacity));
+        }
+        let checksum = if self.tx_offload { checksum_request(&buffer[..len]) } else { None };
+        log::trace!("{}: queued {len} bytes (checksum request {checksum:?})", self.info.name);
+        let queued = match checksum {
+            Some(checksum) => self.socket.transmit_checksummed(frame, len, checksum),
+            None => self.socket.transmit(frame, len),
+        };
+        if let Err(frame) = queued {
+            // Unreachable: alloc_tx checked for room in the TX ring, and the UMEM keeps room
+            // for the metadata whenever `tx_offload` is on.
+            self.socket.umem_mut().free_tx(frame);
+            return Ok(false);
+        }
+        self.counters.tx_checksum_offloaded += u64::from(checksum.is_some());
+        Ok(true)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.tx_unkicked = 0;
+        self.socket.flush_tx()
+    }
+
+    fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        if !self.socket.rx_is_empty() || !self.socket.syn_lane_is_empty() {
+            return Ok(());
+        }
+        let ms = match timeout {
+            None => -1,
+            // Round up so a short timeout sleeps instead of spinning.
+            Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
+        };
+        self.socket.count_syscall();
+        let result =
+            match crate::wake::poll_any([Some(self.socket.fd()), self.socket.syn_lane_fd(), self.wake.fd()], ms) {
+                Ok(_) => Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+                Err(e) => Err(e),
+            };
+        self.wake.drain();
+        result
+    }
+
+    fn waker(&mut self) -> Option<bypass_device::Waker> {
+        self.wake.waker(&self.info.name)
+    }
+
+    fn sleeper(&mut self) -> Option<bypass_device::Sleeper> {
+        self.wake.sleeper(&self.info.name, self.socket.fd(), self.socket.syn_lane_fd())
+    }
+
+    fn raw_fd(&self) -> Option<RawFd> {
+        Some(self.socket.fd().as_raw_fd())
+    }
+
+    fn syscalls(&self) -> u64 {
+        self.socket.syscalls()
+    }
+
+    fn device_counters(&mut self) -> Vec<(&'static str, u64)> {
+        let c = self.counters;
+        let mut counters = match self.statistics() {
+            Ok(st) => vec![
+                ("rx_dropped", st.rx_dropped),
+                ("rx_invalid_descs", st.rx_invalid_descs),
+                ("rx_ring_full", st.rx_ring_full),
+                ("rx_fill_ring_empty", st.rx_fill_ring_empty_descs),
+                ("tx_invalid_descs", st.tx_invalid_descs),
+                ("tx_ring_empty", st.tx_ring_empty_descs),
+            ],
+            Err(e) => {
+                log::debug!("XDP_STATISTICS: {e}");
+                Vec::new()
+            }
+        };
+        counters.extend([
+            ("rx_multi_buffer", c.rx_multi_buffer),
+            ("rx_dropped_oversized", c.rx_dropped_oversized),
+            ("rx_dropped_broken", c.rx_dropped_broken),
+            ("tx_multi_buffer", c.tx_multi_buffer),
+            ("tx_checksum_offloaded", c.tx_checksum_offloaded),
+            ("tx_in_place", c.tx_in_place),
+            ("tx_kicks", self.socket.tx_kicks()),
+        ]);
+        if let Some(shed) = self.program.syn_shed(self.socket.queue()) {
+            counters.push(("syn_shed", shed));
+        }
+        match self.socket.syn_lane_statistics() {
+            Some(Ok(st)) => counters.extend([("syn_lane", c.syn_lane), ("syn_lane_full", st.rx_ring_full)]),
+            Some(Err(e)) => log::debug!("XDP_STATISTICS of the SYN lane: {e}"),
+            None => {}
+        }
+        counters
+    }
+}
+
+/// The error of a `fill` that claims to have written more than the buffer it was lent.
+fn overfilled(len: usize, capacity: usize) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, format!("send: fill returned {len} bytes for a {capacity}-byte buffer"))
+}
+
+impl XdpDevice {
+    /// Take up to `budget` packets from the queue's own RX ring (see [`Device::recv`]).
+    fn recv_own(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
         let taken = self.socket.receive(budget, &mut self.rx_batch);
         if taken.descs == 0 {
             if !self.busy_poll && self.socket.fill_needs_wakeup() {
@@ -646,119 +814,31 @@ impl Device for XdpDevice {
         Ok(delivered)
     }
 
-    /// Return `Ok(true)` whenever `fill` was called, including when it cancelled with 0.
-    fn send(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<bool> {
-        if !self.tx_scratch.is_empty() {
-            return self.send_chain(fill);
+    /// Take up to `max` SYNs from the SYN lane and hand them to `on_frame`; their frames go
+    /// back to the shared fill ring. A packet of several frames (the lane's socket is bound
+    /// without `XDP_USE_SG`, so the kernel should deliver none) or with an invalid descriptor
+    /// is dropped and counted as broken.
+    fn recv_syn_lane(&mut self, max: usize, on_frame: &mut dyn FnMut(&[u8])) -> usize {
+        let XdpDevice { socket, info, lane_batch, counters, .. } = self;
+        let taken = socket.receive_syn_lane(max, lane_batch);
+        if taken.descs == 0 {
+            return 0;
         }
-        let Some(mut frame) = self.socket.alloc_tx() else {
-            return Ok(false);
-        };
-        let buffer = self.socket.umem_mut().buffer_mut(&mut frame);
-        let capacity = buffer.len();
-        let len = fill(buffer);
-        if len == 0 {
-            self.socket.umem_mut().free_tx(frame);
-            return Ok(true);
-        }
-        if len > capacity {
-            self.socket.umem_mut().free_tx(frame);
-            return Err(overfilled(len, capacity));
-        }
-        let checksum = if self.tx_offload { checksum_request(&buffer[..len]) } else { None };
-        log::trace!("{}: queued {len} bytes (checksum request {checksum:?})", self.info.name);
-        let queued = match checksum {
-            Some(checksum) => self.socket.transmit_checksummed(frame, len, checksum),
-            None => self.socket.transmit(frame, len),
-        };
-        if let Err(frame) = queued {
-            // Unreachable: alloc_tx checked for room in the TX ring, and the UMEM keeps room
-            // for the metadata whenever `tx_offload` is on.
-            self.socket.umem_mut().free_tx(frame);
-            return Ok(false);
-        }
-        self.counters.tx_checksum_offloaded += u64::from(checksum.is_some());
-        Ok(true)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.tx_unkicked = 0;
-        self.socket.flush_tx()
-    }
-
-    fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        if !self.socket.rx_is_empty() {
-            return Ok(());
-        }
-        let ms = match timeout {
-            None => -1,
-            // Round up so a short timeout sleeps instead of spinning.
-            Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
-        };
-        self.socket.count_syscall();
-        let result = match crate::wake::poll_either(self.socket.fd(), self.wake.fd(), ms) {
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
-            Err(e) => Err(e),
-        };
-        self.wake.drain();
-        result
-    }
-
-    fn waker(&mut self) -> Option<bypass_device::Waker> {
-        self.wake.waker(&self.info.name)
-    }
-
-    fn sleeper(&mut self) -> Option<bypass_device::Sleeper> {
-        self.wake.sleeper(&self.info.name, self.socket.fd())
-    }
-
-    fn raw_fd(&self) -> Option<RawFd> {
-        Some(self.socket.fd().as_raw_fd())
-    }
-
-    fn syscalls(&self) -> u64 {
-        self.socket.syscalls()
-    }
-
-    fn device_counters(&mut self) -> Vec<(&'static str, u64)> {
-        let c = self.counters;
-        let mut counters = match self.statistics() {
-            Ok(st) => vec![
-                ("rx_dropped", st.rx_dropped),
-                ("rx_invalid_descs", st.rx_invalid_descs),
-                ("rx_ring_full", st.rx_ring_full),
-                ("rx_fill_ring_empty", st.rx_fill_ring_empty_descs),
-                ("tx_invalid_descs", st.tx_invalid_descs),
-                ("tx_ring_empty", st.tx_ring_empty_descs),
-            ],
-            Err(e) => {
-                log::debug!("XDP_STATISTICS: {e}");
-                Vec::new()
+        let mut delivered = 0;
+        for frame in lane_batch.iter() {
+            if frame.continues() || frame.is_broken() {
+                counters.rx_dropped_broken += 1;
+                log::debug!("{}: dropped a frame of the SYN lane that is not a whole packet", info.name);
+                continue;
             }
-        };
-        counters.extend([
-            ("rx_multi_buffer", c.rx_multi_buffer),
-            ("rx_dropped_oversized", c.rx_dropped_oversized),
-            ("rx_dropped_broken", c.rx_dropped_broken),
-            ("tx_multi_buffer", c.tx_multi_buffer),
-            ("tx_checksum_offloaded", c.tx_checksum_offloaded),
-            ("tx_in_place", c.tx_in_place),
-            ("tx_kicks", self.socket.tx_kicks()),
-        ]);
-        if let Some(shed) = self.program.syn_shed(self.socket.queue()) {
-            counters.push(("syn_shed", shed));
+            on_frame(socket.umem().data(frame));
+            delivered += 1;
         }
-        counters
+        counters.syn_lane += delivered as u64;
+        socket.recycle(lane_batch.drain(..));
+        delivered
     }
-}
 
-/// The error of a `fill` that claims to have written more than the buffer it was lent.
-fn overfilled(len: usize, capacity: usize) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, format!("send: fill returned {len} bytes for a {capacity}-byte buffer"))
-}
-
-impl XdpDevice {
     /// [`Device::send`] when a packet may take more than one send frame: let `fill` write into
     /// the scratch buffer, then copy the packet into as many frames as it needs.
     fn send_chain(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> io::Result<bool> {

@@ -216,6 +216,28 @@
 //! at once may both take the last token, so the shield errs towards letting a SYN through.
 //! A SYN behind IPv6 extension headers, or an IPv4 one too short to show its flags, is not
 //! tested: it reaches the stack, which drops or answers it as any other segment.
+//!
+//! # The SYN lane
+//!
+//! With a lane (`lane`: the number of queue slots, `LANES` below), every bare SYN that the
+//! shield lets through (every bare SYN, without a shield) goes to a second socket on the
+//! same queue, whose key in the XSKMAP is the queue's plus `LANES`, instead of the queue's
+//! own socket. The two sockets share one UMEM and fill ring, but each has its RX ring, so a
+//! flood fills the lane's ring (the kernel drops the excess there, counted in that socket's
+//! `rx_ring_full`, and the frame goes back to the UMEM's free list) and never the ring the
+//! established connections' frames arrive in; the stack takes SYNs from the lane within a
+//! budget, after its own ring. In place of `goto redirect` after the bucket (or in place
+//! of the bucket):
+//!
+//! ```text
+//!         ; lane:
+//!         r1 = map_fd(xskmap)
+//!         r2 = r6
+//!         r2 += LANES                ; the lane's key
+//!         r3 = FALLBACK
+//!         call bpf_redirect_map
+//!         exit
+//! ```
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -601,6 +623,10 @@ const ICMPV6_NEIGHBOUR_ADVERT: u32 = 136;
 const IPPROTO_TCP: u32 = 6;
 /// The IPv4 fragment offset (the low 13 bits of the flags-and-offset field).
 const IPV4_FRAGMENT_OFFSET: u32 = wire16(0x1fff);
+/// The most queue slots a program with a SYN lane serves: the lanes' keys follow the
+/// queues' in one XSKMAP of twice as many entries.
+pub const MAX_QUEUE_SLOTS: u32 = 1 << 16;
+
 /// TCP's SYN and ACK flags in the flags byte (RFC 9293 3.1): a bare SYN has SYN without ACK.
 const TCP_SYN: u32 = 0x02;
 const TCP_SYN_ACK: i32 = 0x12;
@@ -701,17 +727,27 @@ fn jump_if_ipv6(a: &mut Asm, addrs: &[Ipv6Addr], target: Label) {
 ///
 /// With `shield`, the SYN shield's settings and its map (one 16-byte
 /// value per queue: the bucket's schedule, then the count of SYNs shed), bare TCP SYNs to our
-/// addresses go through the bucket first (see the module docs).
+/// addresses go through the bucket first (see the module docs). With `lane` (the number of
+/// queue slots, at most [`MAX_QUEUE_SLOTS`]), bare TCP SYNs that pass go to the key of their
+/// queue plus `lane`: the SYN lane (see the module docs).
 pub fn steering_program(
     addrs: &[IpAddr],
     xskmap: BorrowedFd<'_>,
     shield: Option<(SynShield, BorrowedFd<'_>)>,
+    lane: Option<u32>,
     fallback: u32,
 ) -> Result<Vec<BpfInsn>, XdpError> {
     use Reg::*;
     let (v4, v6) = check_addrs(addrs)?;
     if let Some((settings, _)) = shield {
         settings.check()?;
+    }
+    if let Some(slots) = lane
+        && !(1..=MAX_QUEUE_SLOTS).contains(&slots)
+    {
+        return Err(XdpError::InvalidConfig(format!(
+            "the SYN lane needs 1 to {MAX_QUEUE_SLOTS} queue slots, not {slots}"
+        )));
     }
     let mut groups = Vec::new();
     for group in v6.iter().map(solicited_node_word) {
@@ -723,11 +759,10 @@ pub fn steering_program(
     let mut a = Asm::new();
     let (ipv4, ipv6, solicited, ns, redirect, pass) =
         (a.label(), a.label(), a.label(), a.label(), a.label(), a.label());
-    // Where a frame to one of our unicast addresses goes: through the SYN test, with a shield.
-    let (ipv4_ours, ipv6_ours) = match shield {
-        Some(_) => (a.label(), a.label()),
-        None => (redirect, redirect),
-    };
+    // Where a frame to one of our unicast addresses goes: through the SYN test, with a shield
+    // or a lane.
+    let screened = shield.is_some() || lane.is_some();
+    let (ipv4_ours, ipv6_ours) = if screened { (a.label(), a.label()) } else { (redirect, redirect) };
 
     a.load(Size::U32, R6, R1, XDP_MD_RX_QUEUE_INDEX);
     a.load(Size::U32, R2, R1, XDP_MD_DATA);
@@ -798,8 +833,10 @@ pub fn steering_program(
         a.goto(pass);
     }
 
-    if let Some((settings, map)) = shield {
-        let (syn, shed) = (a.label(), a.label());
+    if screened {
+        let syn = a.label();
+        // Where a SYN that passed goes: its queue's lane, or the queue's socket.
+        let admitted = if lane.is_some() { a.label() } else { redirect };
         if !v4.is_empty() {
             // ipv4_ours: a TCP segment, the first fragment, flags SYN without ACK?
             a.bind(ipv4_ours);
@@ -832,34 +869,20 @@ pub fn steering_program(
             a.jump32_imm(Cond::Ne, R4, TCP_SYN, redirect);
         }
 
-        // syn: take a token from the queue's bucket, or shed the SYN.
         a.bind(syn);
-        a.call(BPF_FUNC_KTIME_GET_NS);
-        a.mov(R7, R0); // now
-        a.store(Size::U32, R10, -4, R6); // key: the receiving queue
-        a.load_map_fd(R1, map);
-        a.mov(R2, R10);
-        a.add_imm(R2, -4);
-        a.call(BPF_FUNC_MAP_LOOKUP_ELEM);
-        a.jump_imm(Cond::Eq, R0, 0, redirect); // a queue beyond the map: not shielded
-        a.load(Size::U64, R8, R0, 0); // the theoretical arrival time of the next SYN
-        let ahead = a.label();
-        a.jump_reg(Cond::Gt, R8, R7, ahead);
-        a.mov(R8, R7);
-        a.bind(ahead);
-        a.mov(R9, R8);
-        a.sub(R9, R7); // how far the schedule runs ahead of the clock
-        a.load_imm64(R1, settings.limit_ns());
-        a.jump_reg(Cond::Gt, R9, R1, shed);
-        a.add_imm(R8, settings.cost_ns() as i32);
-        a.store(Size::U64, R0, 0, R8);
-        a.goto(redirect);
-
-        a.bind(shed);
-        a.mov_imm(R1, 1);
-        a.atomic_add64(R0, 8, R1);
-        a.mov_imm(R0, XDP_DROP as i32);
-        a.exit();
+        if let Some((settings, map)) = shield {
+            shield_syn(&mut a, settings, map, admitted);
+        }
+        if let Some(slots) = lane {
+            // lane: (reached from the bucket, or straight from the SYN test)
+            a.bind(admitted);
+            a.load_map_fd(R1, xskmap);
+            a.mov(R2, R6);
+            a.add_imm(R2, slots as i32);
+            a.mov_imm(R3, fallback as i32);
+            a.call(BPF_FUNC_REDIRECT_MAP);
+            a.exit();
+        }
     }
 
     a.bind(redirect);
@@ -873,6 +896,39 @@ pub fn steering_program(
     a.mov_imm(R0, XDP_PASS as i32);
     a.exit();
     Ok(a.finish())
+}
+
+/// Emit the SYN shield's test at the `syn` label (see the module docs): take a token from the
+/// queue's bucket in `map` and go on to `admitted`, or shed the SYN.
+fn shield_syn(a: &mut Asm, settings: SynShield, map: BorrowedFd<'_>, admitted: Label) {
+    use Reg::*;
+    let shed = a.label();
+    a.call(BPF_FUNC_KTIME_GET_NS);
+    a.mov(R7, R0); // now
+    a.store(Size::U32, R10, -4, R6); // key: the receiving queue
+    a.load_map_fd(R1, map);
+    a.mov(R2, R10);
+    a.add_imm(R2, -4);
+    a.call(BPF_FUNC_MAP_LOOKUP_ELEM);
+    a.jump_imm(Cond::Eq, R0, 0, admitted); // a queue beyond the map: not shielded
+    a.load(Size::U64, R8, R0, 0); // the theoretical arrival time of the next SYN
+    let ahead = a.label();
+    a.jump_reg(Cond::Gt, R8, R7, ahead);
+    a.mov(R8, R7);
+    a.bind(ahead);
+    a.mov(R9, R8);
+    a.sub(R9, R7); // how far the schedule runs ahead of the clock
+    a.load_imm64(R1, settings.limit_ns());
+    a.jump_reg(Cond::Gt, R9, R1, shed);
+    a.add_imm(R8, settings.cost_ns() as i32);
+    a.store(Size::U64, R0, 0, R8);
+    a.goto(admitted);
+
+    a.bind(shed);
+    a.mov_imm(R1, 1);
+    a.atomic_add64(R0, 8, R1);
+    a.mov_imm(R0, XDP_DROP as i32);
+    a.exit();
 }
 
 /// Where the program runs, as obtained.
@@ -920,6 +976,8 @@ pub struct XdpProgram {
     mode: AttachMode,
     addrs: Vec<IpAddr>,
     slots: u32,
+    /// Bare SYNs go to the SYN lane's socket of their queue, at key `queue + slots`.
+    lane: bool,
     frags: bool,
 }
 
@@ -936,7 +994,8 @@ impl Drop for XdpProgram {
 
 impl XdpProgram {
     /// Load the steering program for our addresses `addrs` and attach it to `iface` (index
-    /// `ifindex`) in `mode`, with room for sockets on queues `0..slots`.
+    /// `ifindex`) in `mode`, with room for sockets on queues `0..slots` (and, with `lane`,
+    /// for each queue's SYN lane after them).
     pub(crate) fn attach(
         iface: &str,
         ifindex: u32,
@@ -944,12 +1003,18 @@ impl XdpProgram {
         mode: XdpMode,
         slots: u32,
         shield: Option<SynShield>,
+        lane: bool,
     ) -> Result<XdpProgram, XdpError> {
         check_addrs(addrs)?; // before anything is created
         if let Some(settings) = shield {
             settings.check()?;
         }
-        let map = sys::xskmap_create(slots, "bypass_xsks")
+        if lane && slots > MAX_QUEUE_SLOTS {
+            return Err(XdpError::InvalidConfig(format!(
+                "the SYN lane serves at most {MAX_QUEUE_SLOTS} queues, not {slots}"
+            )));
+        }
+        let map = sys::xskmap_create(if lane { 2 * slots } else { slots }, "bypass_xsks")
             .map_err(|e| XdpError::from_io(format!("create an XSKMAP for {iface}"), e))?;
         let shield_map = match shield {
             Some(_) => Some(
@@ -958,7 +1023,13 @@ impl XdpProgram {
             ),
             None => None,
         };
-        let (prog, frags) = load(addrs, map.as_fd(), shield.zip(shield_map.as_ref().map(AsFd::as_fd)), XDP_PASS)?;
+        let (prog, frags) = load(
+            addrs,
+            map.as_fd(),
+            shield.zip(shield_map.as_ref().map(AsFd::as_fd)),
+            lane.then_some(slots),
+            XDP_PASS,
+        )?;
         let attach = |m: AttachMode| {
             super::retry_busy(|| sys::xdp_link_create(prog.as_fd(), ifindex, m.flags()))
                 .map(|link| (link, m))
@@ -993,6 +1064,7 @@ impl XdpProgram {
             mode,
             addrs,
             slots,
+            lane,
             frags,
         })
     }
@@ -1046,6 +1118,25 @@ impl XdpProgram {
         self.slots
     }
 
+    /// Return whether the program sends bare SYNs to a SYN lane.
+    pub fn syn_lane(&self) -> bool {
+        self.lane
+    }
+
+    /// Direct the bare SYNs of `queue` to the SYN lane's socket `sock` (register it before the
+    /// queue's own socket: until then the program's redirect falls back to the kernel).
+    pub(crate) fn register_lane(&self, queue: u32, sock: BorrowedFd<'_>) -> Result<(), XdpError> {
+        if !self.lane || queue >= self.slots {
+            return Err(XdpError::InvalidConfig(format!(
+                "queue {queue} has no SYN lane slot in the program of {}",
+                self.iface
+            )));
+        }
+        sys::xskmap_set(self.map.as_fd(), queue + self.slots, sock).map_err(|e| {
+            XdpError::from_io(format!("insert the SYN lane of {} queue {queue} into the XSKMAP", self.iface), e)
+        })
+    }
+
     /// Direct the traffic of `queue` to the AF_XDP socket `sock`.
     pub(crate) fn register(&self, queue: u32, sock: BorrowedFd<'_>) -> Result<(), XdpError> {
         if queue >= self.slots {
@@ -1064,7 +1155,7 @@ fn shed_count(value: &[u8; sys::SHIELD_VALUE_SIZE]) -> u64 {
 }
 
 /// Load the steering program for our addresses `addrs` using `xskmap` (and the SYN shield
-/// `shield` with its map), with `fallback` as the redirect's fallback action. Return it and
+/// `shield` with its map, and the SYN lane after `lane` queue slots), with `fallback` as the redirect's fallback action. Return it and
 /// whether it is multi-buffer aware.
 ///
 /// The program is loaded with `BPF_F_XDP_HAS_FRAGS`: it reads headers only between `data` and
@@ -1076,9 +1167,10 @@ pub(crate) fn load(
     addrs: &[IpAddr],
     xskmap: BorrowedFd<'_>,
     shield: Option<(SynShield, BorrowedFd<'_>)>,
+    lane: Option<u32>,
     fallback: u32,
 ) -> Result<(OwnedFd, bool), XdpError> {
-    let insns = steering_program(addrs, xskmap, shield, fallback)?;
+    let insns = steering_program(addrs, xskmap, shield, lane, fallback)?;
     let error = |(source, log): (std::io::Error, String)| match source.raw_os_error() {
         Some(libc::EPERM) => XdpError::NotPermitted { what: "loading the XDP program".into(), source },
         _ => XdpError::ProgramRejected { log, source },
@@ -1180,7 +1272,7 @@ mod tests {
     #[test]
     fn jumps_land_where_the_listing_says() {
         let file = std::fs::File::open("/dev/null").unwrap();
-        let insns = steering_program(&[US4.into(), US6.into()], file.as_fd(), None, XDP_PASS).unwrap();
+        let insns = steering_program(&[US4.into(), US6.into()], file.as_fd(), None, None, XDP_PASS).unwrap();
         assert_eq!(insns.len(), 71, "the module docs list 71 instruction slots");
         let target = |at: usize| (at as isize + 1 + insns[at].off as isize) as usize;
         let (redirect, pass) = (63, 69);
@@ -1209,9 +1301,9 @@ mod tests {
     #[test]
     fn one_family_leaves_out_the_other() {
         let file = std::fs::File::open("/dev/null").unwrap();
-        let v4 = steering_program(&[US4.into()], file.as_fd(), None, XDP_PASS).unwrap();
+        let v4 = steering_program(&[US4.into()], file.as_fd(), None, None, XDP_PASS).unwrap();
         assert_eq!(v4.len(), 71 - 1 - 41, "no IPv6 dispatch (8) and no IPv6 blocks (22-62)");
-        let v6 = steering_program(&[US6.into()], file.as_fd(), None, XDP_PASS).unwrap();
+        let v6 = steering_program(&[US6.into()], file.as_fd(), None, None, XDP_PASS).unwrap();
         assert_eq!(v6.len(), 71 - 1 - 12, "no IPv4 dispatch (7) and no ARP or IPv4 blocks (10-21)");
     }
 
@@ -1330,7 +1422,7 @@ mod tests {
     /// Load the program for `addrs` with an empty XSKMAP and `XDP_DROP` as the redirect's
     /// fallback, so that "redirect" shows as `XDP_DROP`.
     fn load_for_test(map: &OwnedFd, addrs: &[IpAddr]) -> OwnedFd {
-        let (prog, frags) = load(addrs, map.as_fd(), None, XDP_DROP).unwrap_or_else(|e| panic!("{addrs:?}: {e}"));
+        let (prog, frags) = load(addrs, map.as_fd(), None, None, XDP_DROP).unwrap_or_else(|e| panic!("{addrs:?}: {e}"));
         assert!(frags, "{addrs:?}: this kernel (6.x) loads the program multi-buffer aware");
         prog
     }
@@ -1509,8 +1601,8 @@ mod tests {
     fn load_shielded(addrs: &[IpAddr], shield: SynShield) -> (OwnedFd, OwnedFd, OwnedFd) {
         let xsks = sys::xskmap_create(1, "bypass_test").expect("create XSKMAP");
         let map = sys::shield_map_create(1, "bypass_test").expect("create the shield map");
-        let (prog, _) =
-            load(addrs, xsks.as_fd(), Some((shield, map.as_fd())), XDP_TX).unwrap_or_else(|e| panic!("{addrs:?}: {e}"));
+        let (prog, _) = load(addrs, xsks.as_fd(), Some((shield, map.as_fd())), None, XDP_TX)
+            .unwrap_or_else(|e| panic!("{addrs:?}: {e}"));
         (prog, map, xsks)
     }
 
@@ -1576,7 +1668,7 @@ mod tests {
             return;
         }
         let map = sys::xskmap_create(1, "bypass_test").expect("create XSKMAP");
-        let (prog, _) = load(&[US4.into(), US6.into()], map.as_fd(), None, XDP_TX).unwrap();
+        let (prog, _) = load(&[US4.into(), US6.into()], map.as_fd(), None, None, XDP_TX).unwrap();
         for i in 0..1000 {
             assert_eq!(verdict(&prog, &tcp4(US4.octets(), SYN, 0)), XDP_TX, "IPv4 SYN {i}");
             assert_eq!(verdict(&prog, &tcp6(US6, SYN)), XDP_TX, "IPv6 SYN {i}");
@@ -1624,9 +1716,9 @@ mod tests {
     fn the_shield_leaves_the_rest_of_the_listing_alone() {
         let file = std::fs::File::open("/dev/null").unwrap();
         let addrs = [US4.into(), US6.into()];
-        let plain = steering_program(&addrs, file.as_fd(), None, XDP_PASS).unwrap();
+        let plain = steering_program(&addrs, file.as_fd(), None, None, XDP_PASS).unwrap();
         let shield = SynShield { rate: 1000, burst: 10 };
-        let shielded = steering_program(&addrs, file.as_fd(), Some((shield, file.as_fd())), XDP_PASS).unwrap();
+        let shielded = steering_program(&addrs, file.as_fd(), Some((shield, file.as_fd())), None, XDP_PASS).unwrap();
         let calls = |insns: &[BpfInsn]| {
             insns.iter().filter(|i| i.code == op::JMP | op::CALL).map(|i| i.imm).collect::<Vec<_>>()
         };
@@ -1672,12 +1764,13 @@ mod tests {
             SynShield { rate: 1, burst: 0 },
             SynShield { rate: 1_000_000_001, burst: 1 },
         ] {
-            let err = steering_program(&[US4.into()], map.as_fd(), Some((bad, map.as_fd())), XDP_PASS).unwrap_err();
+            let err =
+                steering_program(&[US4.into()], map.as_fd(), Some((bad, map.as_fd())), None, XDP_PASS).unwrap_err();
             assert!(matches!(err, XdpError::InvalidConfig(_)), "{bad:?}: {err}");
         }
         let ok = SynShield { rate: 1_000_000_000, burst: u32::MAX };
-        let insns = steering_program(&[US4.into()], map.as_fd(), Some((ok, map.as_fd())), XDP_PASS).unwrap();
-        let plain = steering_program(&[US4.into()], map.as_fd(), None, XDP_PASS).unwrap();
+        let insns = steering_program(&[US4.into()], map.as_fd(), Some((ok, map.as_fd())), None, XDP_PASS).unwrap();
+        let plain = steering_program(&[US4.into()], map.as_fd(), None, None, XDP_PASS).unwrap();
         assert!(insns.len() > plain.len());
     }
 }

@@ -37,6 +37,9 @@ pub struct XskSocket {
     completion: CompletionQueue,
     rx: RxQueue,
     tx: TxQueue,
+    /// The SYN lane, if opened ([`open_syn_lane`](Self::open_syn_lane)): closed before the
+    /// socket whose UMEM it shares.
+    lane: Option<SynLane>,
     fd: OwnedFd,
     umem: Umem,
     queue: u32,
@@ -106,6 +109,7 @@ impl XskSocket {
             completion,
             rx,
             tx,
+            lane: None,
             fd,
             umem,
             queue,
@@ -316,7 +320,7 @@ impl XskSocket {
     /// Return how many RX and completion descriptors were dropped because they pointed outside
     /// the UMEM (a kernel bug if ever non-zero; the frames they named are lost).
     pub fn invalid_descriptors(&self) -> u64 {
-        self.rx.invalid() + self.completion.invalid()
+        self.rx.invalid() + self.completion.invalid() + self.lane.as_ref().map_or(0, |l| l.rx.invalid())
     }
 
     /// Count one system call made on this socket (see [`syscalls`](Self::syscalls)).
@@ -337,6 +341,58 @@ impl XskSocket {
     /// Return the kernel's drop counters for this socket.
     pub fn statistics(&self) -> io::Result<XdpStatistics> {
         sys::xsk_statistics(self.fd())
+    }
+}
+
+/// A second socket on the queue of an [`XskSocket`], sharing its UMEM, fill ring and
+/// completion ring, with an RX ring of its own: the steering program sends the bare SYNs
+/// there (see `program.rs`, "The SYN lane"), so that a flood of them fills this ring and never
+/// the one the established connections' frames arrive in.
+struct SynLane {
+    // Fields drop in order: the ring is unmapped, then the socket closed.
+    rx: RxQueue,
+    fd: OwnedFd,
+}
+
+impl XskSocket {
+    /// Open the SYN lane: a socket bound to this socket's queue with its UMEM shared, and an
+    /// RX ring of `size` entries (a power of two). Its frames come from this socket's fill
+    /// ring and go back to it; register [`syn_lane_fd`](Self::syn_lane_fd) in the program's
+    /// lane slot to use it.
+    pub fn open_syn_lane(&mut self, iface: &str, ifindex: u32, size: u32) -> Result<(), XdpError> {
+        let what = |w: &str| format!("{w} the SYN lane's AF_XDP socket on {iface} queue {}", self.queue);
+        let fd = sys::xsk_socket().map_err(|e| XdpError::from_io(what("create"), e))?;
+        let rx = sys::xsk_rx_ring(fd.as_fd(), size).map_err(|e| XdpError::from_io(what("map the RX ring of"), e))?;
+        super::retry_busy(|| sys::xsk_bind_shared(fd.as_fd(), ifindex, self.queue, self.fd.as_fd()))
+            .map_err(|e| XdpError::from_io(what("bind"), e))?;
+        self.lane = Some(SynLane { rx, fd });
+        Ok(())
+    }
+
+    /// Return the SYN lane's socket, if opened.
+    pub fn syn_lane_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.lane.as_ref().map(|l| l.fd.as_fd())
+    }
+
+    /// Take the frames of up to `max_packets` packets from the SYN lane into `out` (as
+    /// [`receive`](Self::receive) does from the socket's own ring); nothing without a lane.
+    /// Give them back with [`recycle`](Self::recycle): they are frames of the shared UMEM.
+    pub fn receive_syn_lane(&mut self, max_packets: usize, out: &mut Vec<Frame>) -> RxTaken {
+        match &mut self.lane {
+            Some(lane) => self.umem.receive(&mut lane.rx, max_packets, out),
+            None => RxTaken::default(),
+        }
+    }
+
+    /// Return whether the SYN lane holds no received frame (true without a lane).
+    pub fn syn_lane_is_empty(&mut self) -> bool {
+        self.lane.as_mut().is_none_or(|l| l.rx.is_empty())
+    }
+
+    /// Return the kernel's drop counters of the SYN lane's socket, if there is one: its
+    /// `rx_ring_full` counts the SYNs dropped because the lane was full.
+    pub fn syn_lane_statistics(&self) -> Option<io::Result<XdpStatistics>> {
+        self.lane.as_ref().map(|l| sys::xsk_statistics(l.fd.as_fd()))
     }
 }
 

@@ -436,6 +436,30 @@ pub fn xsk_bind(fd: BorrowedFd<'_>, ifindex: u32, queue: u32, flags: u16) -> io:
     if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
+/// Bind a second socket to the queue `queue` of interface `ifindex` that `owner` is bound
+/// to, sharing `owner`'s UMEM with its fill and completion rings (`XDP_SHARED_UMEM`: a socket
+/// on the same queue and device must not have rings of its own for them, and takes no other
+/// bind flags; net/xdp/xsk.c, `xsk_bind`). The program then chooses between the two sockets by
+/// their XSKMAP keys.
+pub fn xsk_bind_shared(fd: BorrowedFd<'_>, ifindex: u32, queue: u32, owner: BorrowedFd<'_>) -> io::Result<()> {
+    let addr = libc::sockaddr_xdp {
+        sxdp_family: libc::AF_XDP as u16,
+        sxdp_flags: libc::XDP_SHARED_UMEM,
+        sxdp_ifindex: ifindex,
+        sxdp_queue_id: queue,
+        sxdp_shared_umem_fd: owner.as_raw_fd() as u32,
+    };
+    // SAFETY: `addr` is a valid sockaddr_xdp of the length passed.
+    let ret = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            &addr as *const libc::sockaddr_xdp as *const libc::sockaddr,
+            mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+        )
+    };
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
 /// Ask the kernel to process the TX ring (`sendto` with no data).
 pub fn xsk_kick_tx(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: a zero-length send with null buffer and address; the kernel reads nothing.
@@ -986,6 +1010,15 @@ pub fn xsk_rings(fd: BorrowedFd<'_>, sizes: RingSizes) -> io::Result<(FillQueue,
         RxQueue { ring: Consumer::new(rx), invalid: 0, lost_start: false },
         TxQueue(Producer::new(tx)),
     ))
+}
+
+/// Set the size of an RX ring on `fd` and map it, for a socket with no rings but that one
+/// (one that shares another socket's UMEM on the same queue: [`xsk_bind_shared`]).
+pub fn xsk_rx_ring(fd: BorrowedFd<'_>, size: u32) -> io::Result<RxQueue> {
+    setsockopt_u32(fd, libc::SOL_XDP, libc::XDP_RX_RING, size)?;
+    let off = xsk_mmap_offsets(fd)?;
+    let rx = Ring::<libc::xdp_desc>::map(fd, &off.rx, libc::XDP_PGOFF_RX_RING as u64, size)?;
+    Ok(RxQueue { ring: Consumer::new(rx), invalid: 0, lost_start: false })
 }
 
 /// The fill ring: frames handed to the kernel to receive into.
