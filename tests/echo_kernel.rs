@@ -423,10 +423,12 @@ fn server_closes_idle_connection_packet() {
 // ---------------------------------------------------------------------------------------------
 
 /// Two veth queues, one shard per queue (`--queues 2`): 50 connections echo correctly on
-/// whichever queue the veth steers them to.
-#[test]
-fn two_queues_xdp() {
-    let Some((lab, server, _capture)) = setup_queues("queues2", Backend::Xdp, 2, &["--queues", "2"]) else { return };
+/// whichever queue the veth steers them to. With `lanes`, each queue has its SYN lane
+/// (`--syn-lane`, keyed after the queues in the program's map), and every connection's SYN
+/// arrives through the lane of the queue that accepts it.
+fn two_queues(tag: &str, lanes: bool) {
+    let args: &[&str] = if lanes { &["--queues", "2", "--syn-lane", "64"] } else { &["--queues", "2"] };
+    let Some((lab, server, _capture)) = setup_queues(tag, Backend::Xdp, 2, args) else { return };
     let before = peer_nstat(&lab);
     let streams = peer_connect_many(&lab, server_addr(&lab), 50);
     let echoed = echo_many(streams, 64 << 10, 50, 2, TIMEOUT);
@@ -439,8 +441,22 @@ fn two_queues_xdp() {
     echoed.expect("echo on 50 connections over two queues");
     assert_eq!(done.per_queue.len(), 2, "counters of two queues expected: {}", done.stdout);
     assert_eq!(per_queue.iter().sum::<u64>(), 50, "{}", done.counters);
+    if lanes {
+        let laned: Vec<u64> = done.per_queue.iter().map(|q| q.get("device.syn_lane")).collect();
+        assert_eq!(laned, per_queue, "each queue's SYNs came through its lane: {}", done.counters);
+    }
     let changes = common::peer_changes(&lab, &before);
     assert_eq!(changes.get("TcpOutRsts") + changes.get("TcpEstabResets"), 0, "resets: {peer}");
+}
+
+#[test]
+fn two_queues_xdp() {
+    two_queues("queues2", false);
+}
+
+#[test]
+fn two_queues_with_syn_lanes_xdp() {
+    two_queues("queues2lane", true);
 }
 
 // ---------------------------------------------------------------------------------------------
