@@ -425,11 +425,16 @@ pub fn xsk_bind(fd: BorrowedFd<'_>, ifindex: u32, queue: u32, flags: u16) -> io:
         sxdp_queue_id: queue,
         sxdp_shared_umem_fd: 0,
     };
+    bind_xdp(fd, &addr)
+}
+
+/// `bind(2)` the socket to `addr`.
+fn bind_xdp(fd: BorrowedFd<'_>, addr: &libc::sockaddr_xdp) -> io::Result<()> {
     // SAFETY: `addr` is a valid sockaddr_xdp of the length passed.
     let ret = unsafe {
         libc::bind(
             fd.as_raw_fd(),
-            &addr as *const libc::sockaddr_xdp as *const libc::sockaddr,
+            addr as *const libc::sockaddr_xdp as *const libc::sockaddr,
             mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
         )
     };
@@ -449,15 +454,7 @@ pub fn xsk_bind_shared(fd: BorrowedFd<'_>, ifindex: u32, queue: u32, owner: Borr
         sxdp_queue_id: queue,
         sxdp_shared_umem_fd: owner.as_raw_fd() as u32,
     };
-    // SAFETY: `addr` is a valid sockaddr_xdp of the length passed.
-    let ret = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            &addr as *const libc::sockaddr_xdp as *const libc::sockaddr,
-            mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
-        )
-    };
-    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    bind_xdp(fd, &addr)
 }
 
 /// Ask the kernel to process the TX ring (`sendto` with no data).
