@@ -67,14 +67,11 @@ impl Interface {
         &mut self,
         now: Instant,
         tuple: FourTuple,
-        mut conn: Connection,
+        conn: Connection,
         owner: Owner,
         peer_mac: Option<[u8; 6]>,
     ) -> SocketId {
-        if let Some(mtu) = self.known_path_mtu(now, tuple.remote.ip()) {
-            conn.set_path_mtu(now, mtu);
-        }
-        let id = self.conns.insert(Sock {
+        let mut sock = Box::new(Sock {
             conn,
             tuple,
             owner,
@@ -88,6 +85,10 @@ impl Interface {
             active_at: now,
             idle_listed: false,
         });
+        if let Some(mtu) = self.known_path_mtu(now, tuple.remote.ip()) {
+            sock.conn.set_path_mtu(now, mtu);
+        }
+        let id = self.conns.insert(sock);
         self.apply_budgets(id.index);
         self.conns.mark_dirty(id.index);
         id
