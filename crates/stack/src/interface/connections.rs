@@ -81,6 +81,11 @@ pub(super) struct Listener {
     pub(super) overflow: RecentOverflow,
 }
 
+/// Builds the listener table's hashers. Only the application adds listeners, so a peer
+/// cannot crowd a bucket: the ports it sends to are only looked up. foldhash's `fast`
+/// variant (hashbrown's default) is enough.
+pub(super) type ListenerHasher = foldhash::fast::RandomState;
+
 /// The connections and listeners of one host, with their bookkeeping.
 pub(super) struct Connections {
     pub(super) slots: Vec<Slot>,
@@ -93,7 +98,11 @@ pub(super) struct Connections {
     /// cheaper than hashing the tuple. Needs no upkeep: a slot holds the connection of a
     /// tuple only while the table maps that tuple to it (tuples are fixed at `insert`).
     last_found: Cell<u32>,
-    pub(super) listeners: HashMap<u16, Listener>,
+    /// The listeners by port, hashed by foldhash (`ListenerHasher`): the standard library's
+    /// SipHash-1-3 of a port cost about 100 instructions a lookup, and a connection's
+    /// handshake, accept and close look its listener up several times (about 1,000
+    /// instructions a connection on the server).
+    pub(super) listeners: HashMap<u16, Listener, ListenerHasher>,
     pub(super) dirty: Vec<u32>,
     /// The dirty connections in the order `transmit` sends them (held, then released); kept
     /// for its storage.
@@ -138,7 +147,7 @@ impl Connections {
             free: Vec::new(),
             table: HashMap::with_hasher(TupleHasher::default()),
             last_found: Cell::new(0),
-            listeners: HashMap::new(),
+            listeners: HashMap::with_hasher(ListenerHasher::default()),
             dirty: Vec::new(),
             tx_order: Vec::new(),
             tx_backlog: false,
