@@ -14,6 +14,7 @@ use bypass_tcp::{Connection, FourTuple, Instant};
 use super::SocketId;
 use crate::syncookie::RecentOverflow;
 use crate::timer_wheel::TimerWheel;
+use crate::wire::HeaderTemplate;
 use crate::tuple_hash::TupleHasher;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +54,9 @@ pub(super) struct Sock {
     pub(super) active_at: Instant,
     /// Listed in `Connections::idle`.
     pub(super) idle_listed: bool,
+    /// The Ethernet and IP headers of its segments, for the next hop's MAC address they
+    /// carry (`None` until it first sends to a resolved next hop).
+    pub(super) headers: Option<HeaderTemplate>,
 }
 
 /// A place in the table. The connection is boxed: a slot is two words, so the table grows

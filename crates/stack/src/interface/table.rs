@@ -84,6 +84,7 @@ impl Interface {
             queued: false,
             active_at: now,
             idle_listed: false,
+            headers: None,
         });
         if let Some(mtu) = self.known_path_mtu(now, tuple.remote.ip()) {
             sock.conn.set_path_mtu(now, mtu);
