@@ -215,13 +215,26 @@ impl Interface {
     }
 
     /// Move `index`'s events to the user's queue; an established listener child joins the
-    /// accept queue.
+    /// accept queue. Most calls find none (after a segment that only acknowledged, and
+    /// again in `settle` after the connection sent): they return after one check, inlined.
+    #[inline]
     pub(super) fn deliver(&mut self, index: u32) {
+        let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
+        if let Some(first) = sock.conn.poll_event() {
+            self.deliver_from(index, first);
+        }
+    }
+
+    /// [`deliver`](Self::deliver) from its `first` event on.
+    #[inline(never)]
+    fn deliver_from(&mut self, index: u32, first: Event) {
         let id = self.conns.id(index);
         let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
         let owner = sock.owner;
         let mut established = false;
-        while let Some(event) = sock.conn.poll_event() {
+        let mut next = Some(first);
+        while let Some(event) = next {
+            next = sock.conn.poll_event();
             match event {
                 Event::Established => established = true,
                 Event::TimedOut => self.counters.connections_timed_out += 1,
