@@ -63,6 +63,10 @@ impl Interface {
         sock.conn.set_growth_allowed(self.conns.buffer_bytes < self.config.buffer_memory);
     }
 
+    /// Put `conn` in the table for `tuple`, owned by `owner`; return its id. Inlined: where
+    /// the connection was just built (`connect_from`), it then goes from its constructor
+    /// into its box with one copy fewer of its 2.3 KiB.
+    #[inline]
     pub(super) fn insert(
         &mut self,
         now: Instant,
