@@ -14,8 +14,8 @@ use bypass_tcp::{Connection, FourTuple, Instant};
 use super::SocketId;
 use crate::syncookie::RecentOverflow;
 use crate::timer_wheel::TimerWheel;
-use crate::wire::HeaderTemplate;
 use crate::tuple_hash::TupleHasher;
+use crate::wire::HeaderTemplate;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Owner {
