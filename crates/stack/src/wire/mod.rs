@@ -192,15 +192,15 @@ impl HeaderTemplate {
     }
 
     /// Return the length of the headers.
-    pub fn len(&self) -> usize {
+    pub fn header_len(&self) -> usize {
         usize::from(self.len)
     }
 
-    /// Write the headers at the front of `frame` (at least [`len`](Self::len) long) for an
-    /// IP payload of `len` bytes with the ECN field `ecn`: the same bytes as
-    /// [`write_ip_headers`] with this template's addresses.
+    /// Write the headers at the front of `frame` (at least
+    /// [`header_len`](Self::header_len) long) for an IP payload of `len` bytes with the ECN
+    /// field `ecn`: the same bytes as [`write_ip_headers`] with this template's addresses.
     pub fn write(&self, frame: &mut [u8], len: usize, ecn: IpEcn) {
-        let n = self.len();
+        let n = self.header_len();
         frame[..n].copy_from_slice(&self.bytes[..n]);
         let ip = &mut frame[ETH_LEN..n];
         if n == HEADERS4 {
@@ -260,7 +260,7 @@ mod tests {
         ];
         for (src, dst) in pairs {
             let template = HeaderTemplate::new(mac_a, mac_b, src, dst, IpNumber::TCP);
-            assert_eq!(template.len(), headers_len(dst));
+            assert_eq!(template.header_len(), headers_len(dst));
             assert_eq!(template.dst_mac(), mac_b);
             for len in 0..=65_515 {
                 for ecn in [IpEcn::NotEct, IpEcn::Ect1, IpEcn::Ect0, IpEcn::Ce] {
