@@ -31,6 +31,32 @@ fn pool_for((send, recv): (usize, usize), capacity: usize) -> Option<usize> {
     }
 }
 
+/// Give `conn`'s detached buffers storage from `pool` (buffer sizes `sizes`), counting it in
+/// `counters`; with `need`, only that side, allocated if the pool has none (see
+/// `Interface::lend_storage`).
+#[inline]
+fn lend(
+    conn: &mut Connection,
+    sizes: (usize, usize),
+    pool: &mut [Vec<Storage>; 2],
+    counters: &mut Counters,
+    need: Option<Side>,
+) {
+    conn.attach_storage(|capacity, side| {
+        if need.is_some_and(|n| n != side) {
+            return None;
+        }
+        if let Some(storage) = pool_for(sizes, capacity).and_then(|k| pool[k].pop()) {
+            counters.buffers_recycled += 1;
+            return Some(storage);
+        }
+        (need == Some(side)).then(|| {
+            counters.buffers_allocated += 1;
+            Storage::new(capacity)
+        })
+    });
+}
+
 /// Zeroed buffer storage kept for connections that take up storage again, at most (or
 /// twice `StackConfig::buffer_pool`, if more).
 const STORAGE_POOL: usize = 256;
@@ -128,20 +154,22 @@ impl Interface {
     pub(super) fn lend_storage(&mut self, index: u32, need: Option<Side>) {
         let Some(sock) = self.conns.slots[index as usize].sock.as_mut() else { return };
         let sizes = (self.config.tcp.send_buffer, self.config.tcp.recv_buffer);
-        let (pool, counters) = (&mut self.conns.storage_pool, &mut self.counters);
-        sock.conn.attach_storage(|capacity, side| {
-            if need.is_some_and(|n| n != side) {
-                return None;
-            }
-            if let Some(storage) = pool_for(sizes, capacity).and_then(|k| pool[k].pop()) {
-                counters.buffers_recycled += 1;
-                return Some(storage);
-            }
-            (need == Some(side)).then(|| {
-                counters.buffers_allocated += 1;
-                Storage::new(capacity)
-            })
-        });
+        lend(&mut sock.conn, sizes, &mut self.conns.storage_pool, &mut self.counters, need);
+    }
+
+    /// Return connection `id` for a user call, marked dirty (`Connections::mark_dirty`) and
+    /// lent storage (`lend_storage`, with `need`), after one lookup of its slot rather than
+    /// one for each of these (a read and a write on every exchange).
+    pub(super) fn connection_for_user(&mut self, id: SocketId, need: Option<Side>) -> Option<&mut Connection> {
+        let slot = self.conns.slots.get_mut(id.index as usize).filter(|s| s.generation == id.generation)?;
+        let sock = slot.sock.as_deref_mut()?;
+        if !sock.dirty {
+            sock.dirty = true;
+            self.conns.dirty.push(id.index);
+        }
+        let sizes = (self.config.tcp.send_buffer, self.config.tcp.recv_buffer);
+        lend(&mut sock.conn, sizes, &mut self.conns.storage_pool, &mut self.counters, need);
+        Some(&mut sock.conn)
     }
 
     /// Give the empty buffers of each connection that has not run for `IDLE_RELEASE` back
