@@ -200,10 +200,11 @@ impl HeaderTemplate {
     /// [`header_len`](Self::header_len) long) for an IP payload of `len` bytes with the ECN
     /// field `ecn`: the same bytes as [`write_ip_headers`] with this template's addresses.
     pub fn write(&self, frame: &mut [u8], len: usize, ecn: IpEcn) {
-        let n = self.header_len();
-        frame[..n].copy_from_slice(&self.bytes[..n]);
-        let ip = &mut frame[ETH_LEN..n];
-        if n == HEADERS4 {
+        // Each family copies a constant length: a few moves, not a call to `memcpy`.
+        if self.header_len() == HEADERS4 {
+            let frame = &mut frame[..HEADERS4];
+            frame.copy_from_slice(&self.bytes[..HEADERS4]);
+            let ip = &mut frame[ETH_LEN..];
             // The template has total length IPV4_LEN and TOS 0: the length adds `len` to the
             // second word, the ECN bits add to the first word's low byte (RFC 3168 5).
             let total = (IPV4_LEN + len) as u16;
@@ -214,6 +215,9 @@ impl HeaderTemplate {
             let sum = (sum & 0xffff) + (sum >> 16);
             ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
         } else {
+            let frame = &mut frame[..HEADERS6];
+            frame.copy_from_slice(&self.bytes);
+            let ip = &mut frame[ETH_LEN..];
             // The traffic class is zero but for its two ECN bits, the high nibble of byte 1.
             ip[1] |= ecn.bits() << 4;
             ip[4..6].copy_from_slice(&(len as u16).to_be_bytes());
