@@ -8,6 +8,7 @@ use etherparse::IpNumber;
 
 use super::*;
 use crate::counters::Drop;
+use crate::wire::HeaderTemplate;
 
 impl Interface {
     /// Drain one connection's output into the device, then settle its events and
@@ -55,19 +56,26 @@ impl Interface {
             let (notes, note) = (&self.notes, &mut self.note);
             match mac {
                 Some(mac) => {
+                    // The headers come from the connection's template, made again when the
+                    // next hop's address has changed since it was made.
+                    if sock.headers.as_ref().is_none_or(|h| h.dst_mac() != mac) {
+                        sock.headers = Some(HeaderTemplate::new(our_mac, mac, src, dst, IpNumber::TCP));
+                    }
+                    let Sock { conn, headers: template, .. } = &mut **sock;
+                    let template = template.as_ref().expect("made above");
                     let ok = device.send(&mut |buf: &mut [u8]| {
                         let end = buf.len().min(max_frame);
-                        let before = sock.conn.state();
-                        let t = sock.conn.poll_transmit(now, &mut buf[headers..end]);
+                        let before = conn.state();
+                        let t = conn.poll_transmit(now, &mut buf[headers..end]);
                         produced = t;
                         match t {
                             Some(t) => {
-                                write_ip_headers(buf, our_mac, mac, src, dst, IpNumber::TCP, t.len, ect(&t));
+                                template.write(buf, t.len, ect(&t));
                                 if let Some(board) = notes {
                                     note.clear();
                                     if let Ok(seg) = Segment::parse_unchecked(&buf[headers..headers + t.len]) {
-                                        note_segment(note, &seg, &sock.conn, Direction::Out, before);
-                                        note_send(note, &sock.conn, t.kind);
+                                        note_segment(note, &seg, conn, Direction::Out, before);
+                                        note_send(note, conn, t.kind);
                                     }
                                     board.write(now, note);
                                 }

@@ -361,8 +361,10 @@ impl Interface {
         // nothing is left.
         while !self.conns.dirty.is_empty() {
             order.clear();
-            if self.conns.tx_backlog {
-                order.append(&mut self.conns.dirty);
+            if self.conns.tx_backlog || self.conns.dirty.len() == 1 {
+                // In the order left, or one connection (a host answering one request): the
+                // list is the order as it is, and the two trade their storage.
+                std::mem::swap(&mut order, &mut self.conns.dirty);
             } else {
                 let slots = &self.conns.slots;
                 let released = |i: &u32| slots[*i as usize].sock.as_ref().is_some_and(|s| s.owner == Owner::Released);

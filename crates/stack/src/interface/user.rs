@@ -116,19 +116,13 @@ impl Interface {
 
     /// Return the connection behind `id` for a user call; it is then polled for output.
     pub fn connection_mut(&mut self, id: SocketId) -> Option<&mut Connection> {
-        self.conns.sock(id)?;
-        self.conns.mark_dirty(id.index);
-        self.lend_storage(id.index, None);
-        self.conns.slots[id.index as usize].sock.as_mut().map(|s| &mut s.conn)
+        self.connection_for_user(id, None)
     }
 
     /// Return the connection behind `id` for a call that queues data: its send buffer has
     /// storage (from the pool, or allocated) when this returns.
     pub fn connection_for_send(&mut self, id: SocketId) -> Option<&mut Connection> {
-        self.conns.sock(id)?;
-        self.conns.mark_dirty(id.index);
-        self.lend_storage(id.index, Some(bypass_tcp::Side::Send));
-        self.conns.slots[id.index as usize].sock.as_mut().map(|s| &mut s.conn)
+        self.connection_for_user(id, Some(bypass_tcp::Side::Send))
     }
 
     /// Close `id` and give up the handle, as close(2) does: FIN after the queued data, and
