@@ -49,29 +49,22 @@ pub(crate) fn wscale_offer(config: &Config) -> u8 {
 }
 
 /// The receive half of a connection.
+///
+/// Laid out in declaration order (`repr(C)`): what every segment and read touches first,
+/// the SACK and D-SACK blocks after it, and the reassembly table (its count first, its
+/// ranges, touched only by out-of-order data, last), so that the part of a connection a
+/// segment touches takes as few cache lines as it can (see `Connection`'s layout).
+#[repr(C)]
 pub(crate) struct RecvSpace {
-    /// Initial receive sequence number.
-    irs: SeqNum,
+    pub buf: RingBuffer,
+    /// When the interval of receive-buffer autotuning began (see `drs_bytes`).
+    drs_since: Option<Instant>,
+    /// The receiver's round-trip estimate, the interval autotuning counts reads over.
+    rtt: RcvRtt,
     /// RCV.NXT: the next sequence number expected.
     nxt: SeqNum,
     /// Right edge of the window last advertised; never moves left (RFC 9293 3.8.6.2.2).
     adv: SeqNum,
-    /// The shift applied to our window field.
-    wscale: u8,
-    /// The scale we offered in our SYN (used only if the peer offers one too).
-    wscale_offer: u8,
-    pub buf: RingBuffer,
-    assembler: Assembler,
-    /// A FIN arrived ahead of missing data at this sequence number.
-    fin_pending: Option<SeqNum>,
-    fin_received: bool,
-    /// Duplicates received, to report in the first SACK block of the next ACKs (D-SACK,
-    /// RFC 2883 section 4).
-    dsack: DsackQueue,
-    /// The SACK blocks (not D-SACK) of the last ACK, most recent first (RFC 2018 4).
-    sack_reported: SackBlocks,
-    /// How urgently an ACK is owed: only escalates (None, Delayed, Now) until one is sent.
-    ack_due: AckDue,
     /// In-order bytes received since we last sent an ACK (RFC 9293 3.8.6.3).
     unacked_bytes: u32,
     /// The peer's full-sized segment, as measured: the largest payload it has sent, up to
@@ -81,13 +74,30 @@ pub(crate) struct RecvSpace {
     /// Receive-buffer autotuning (dynamic right-sizing, as Linux's `tcp_rcv_space_adjust`):
     /// bytes the application read since `drs_since`, and the most it read in one round trip.
     drs_bytes: u32,
-    drs_since: Option<Instant>,
     drs_space: u32,
-    /// The receiver's round-trip estimate, the interval autotuning counts reads over.
-    rtt: RcvRtt,
     /// The most window the host lets this connection offer (its share of the device's
     /// receive ring); `u32::MAX` without a limit.
     window_cap: u32,
+    /// A FIN arrived ahead of missing data at this sequence number.
+    fin_pending: Option<SeqNum>,
+    /// Initial receive sequence number.
+    irs: SeqNum,
+    fin_received: bool,
+    /// How urgently an ACK is owed: only escalates (None, Delayed, Now) until one is sent.
+    ack_due: AckDue,
+    /// The MSS we advertise ([`Config::mss`]): what a full-sized segment of the peer's may
+    /// hold, and the least worthwhile move of the window's right edge (SWS avoidance).
+    our_mss: u16,
+    /// The shift applied to our window field.
+    wscale: u8,
+    /// The scale we offered in our SYN (used only if the peer offers one too).
+    wscale_offer: u8,
+    /// The SACK blocks (not D-SACK) of the last ACK, most recent first (RFC 2018 4).
+    sack_reported: SackBlocks,
+    /// Duplicates received, to report in the first SACK block of the next ACKs (D-SACK,
+    /// RFC 2883 section 4).
+    dsack: DsackQueue,
+    assembler: Assembler,
 }
 
 /// What [`RecvSpace::take_text`] made of a segment's text.
@@ -131,9 +141,9 @@ impl RecvSpace {
 
     /// Count in-order `text` whose ACK may be delayed, and learn the peer's segment size
     /// from it (up to `our_mss`).
-    pub(crate) fn note_in_order(&mut self, text: &Text, our_mss: u16) {
+    pub(crate) fn note_in_order(&mut self, text: &Text) {
         self.unacked_bytes += text.ready;
-        self.mss = self.mss.max(text.len.min(u32::from(our_mss)));
+        self.mss = self.mss.max(text.len.min(u32::from(self.our_mss)));
     }
 
     /// Return whether less than two of the peer's full-sized segments wait for an ACK (RFC
@@ -229,6 +239,7 @@ impl RecvSpace {
             ack_due: AckDue::None,
             unacked_bytes: 0,
             mss: u32::from(our_mss.min(DEFAULT_MSS_V4)),
+            our_mss,
             drs_bytes: 0,
             drs_since: None,
             drs_space: 0,
@@ -267,10 +278,10 @@ impl RecvSpace {
     /// (receiver-side SWS avoidance, RFC 9293 3.8.6.2.2): the window it knows has fallen to
     /// half of what we could offer and the right edge would move by a worthwhile amount
     /// (the smaller of half the buffer and `our_mss`). Otherwise the next ACK carries it.
-    pub(crate) fn read_opens_window(&self, our_mss: u16) -> bool {
+    pub(crate) fn read_opens_window(&self) -> bool {
         let possible = (self.buf.free() as u32).min(max_window(self.wscale));
         let advertised = self.window();
-        let threshold = (self.buf.capacity() as u32 / 2).min(u32::from(our_mss));
+        let threshold = (self.buf.capacity() as u32 / 2).min(u32::from(self.our_mss));
         2 * advertised <= possible && possible - advertised >= threshold
     }
 
@@ -464,7 +475,7 @@ impl RecvSpace {
     /// 7323 Appendix F; Linux's tcp_shrink_window): the receive buffer keeps a reserve for
     /// it, and only where the reserve is spent and the buffer could not hold the rounded
     /// edge is the window rounded down, retracting by less than one unit.
-    pub(crate) fn advertise_window(&mut self, our_mss: u16) -> u16 {
+    pub(crate) fn advertise_window(&mut self) -> u16 {
         let capacity = self.buf.capacity() as u32;
         let unit = 1u32 << self.wscale;
         // What the buffer can still take, and the part of it that SWS avoidance may offer.
@@ -474,7 +485,7 @@ impl RecvSpace {
         // The host's cap limits how far the edge moves on, never where it already is.
         let free = room.saturating_sub(reserve).min(self.window_cap);
         let edge = self.nxt + free;
-        let threshold = (capacity / 2).min(u32::from(our_mss));
+        let threshold = (capacity / 2).min(u32::from(self.our_mss));
         if edge.after(self.adv) && (edge - self.adv >= threshold || room == capacity) {
             self.adv = edge;
         }
