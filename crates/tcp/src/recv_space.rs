@@ -50,19 +50,16 @@ pub(crate) fn wscale_offer(config: &Config) -> u8 {
 
 /// The receive half of a connection.
 ///
-/// Laid out in declaration order (`repr(C)`): what every segment and read touches first,
-/// then the counts every ACK asks (the D-SACK queue's, the reassembly table's) each at
-/// the head of its part, and what only out-of-order data and duplicates touch (the D-SACK
-/// blocks, the reassembly ranges, the SACK blocks last reported) last, so that the part of
-/// a connection a segment touches takes as few cache lines as it can (see `Connection`'s
-/// layout).
+/// Laid out in declaration order (`repr(C)`): what every segment and read touches first
+/// (the buffer, then the sequence numbers, the window and its cap, which the host reads and
+/// sets on every pass beside the buffers' capacities), then the counts every ACK asks (the
+/// D-SACK queue's, the reassembly table's) each at the head of its part, and what only
+/// out-of-order data and duplicates touch (the D-SACK blocks, the reassembly ranges, the
+/// SACK blocks last reported) last, so that the part of a connection a segment touches
+/// takes as few cache lines as it can (see `Connection`'s layout).
 #[repr(C)]
 pub(crate) struct RecvSpace {
     pub buf: RingBuffer,
-    /// When the interval of receive-buffer autotuning began (see `drs_bytes`).
-    drs_since: Option<Instant>,
-    /// The receiver's round-trip estimate, the interval autotuning counts reads over.
-    rtt: RcvRtt,
     /// RCV.NXT: the next sequence number expected.
     nxt: SeqNum,
     /// Right edge of the window last advertised; never moves left (RFC 9293 3.8.6.2.2).
@@ -84,16 +81,20 @@ pub(crate) struct RecvSpace {
     fin_pending: Option<SeqNum>,
     /// Initial receive sequence number.
     irs: SeqNum,
-    fin_received: bool,
-    /// How urgently an ACK is owed: only escalates (None, Delayed, Now) until one is sent.
-    ack_due: AckDue,
     /// The MSS we advertise ([`Config::mss`]): what a full-sized segment of the peer's may
     /// hold, and the least worthwhile move of the window's right edge (SWS avoidance).
     our_mss: u16,
+    fin_received: bool,
+    /// How urgently an ACK is owed: only escalates (None, Delayed, Now) until one is sent.
+    ack_due: AckDue,
     /// The shift applied to our window field.
     wscale: u8,
     /// The scale we offered in our SYN (used only if the peer offers one too).
     wscale_offer: u8,
+    /// When the interval of receive-buffer autotuning began (see `drs_bytes`).
+    drs_since: Option<Instant>,
+    /// The receiver's round-trip estimate, the interval autotuning counts reads over.
+    rtt: RcvRtt,
     /// Duplicates received, to report in the first SACK block of the next ACKs (D-SACK,
     /// RFC 2883 section 4).
     dsack: DsackQueue,
