@@ -361,7 +361,11 @@ impl Connection {
             self.snd.sent_new(end);
         }
         self.rel.recovery.on_sent(seq, seg_len, retransmission, self.ts.tsval(now));
-        self.rel.pacer.spend(seg_len);
+        // The bucket counts only for a paced connection (`paced`): without pacing, its line
+        // stays untouched.
+        if self.config.pacing {
+            self.rel.pacer.spend(seg_len);
+        }
         // The most in flight this round trip, for whether cwnd was what limited the sender.
         self.snd.raise_pipe_high(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss() as u32));
         self.snd.resume_at_max();
