@@ -240,6 +240,10 @@ impl Recovery {
 
     /// Take in one ACK, already applied to `sent` as `d`: detect losses, begin, pace and end
     /// a recovery, and let the controller grow the window otherwise.
+    ///
+    /// Inlined into its one caller on the ACK path: the context and the delivery it reads
+    /// are built there, and stay in its frame rather than being read back through pointers.
+    #[inline]
     pub fn on_ack(
         &mut self,
         ctx: &AckContext,
