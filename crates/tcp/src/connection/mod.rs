@@ -246,16 +246,16 @@ pub enum Side {
 /// so every cache line a segment or a user call touches is a miss. The fields are laid out
 /// in declaration order (`repr(C)`) so that what is touched together lies together: first
 /// what every call reads (state, failure, flags, the path's error, the 4-tuple), then the
-/// send space (its buffer last) and the receive space (its buffer first: the host asks both
-/// whether they hold storage on every pass; its reassembly ranges last), the timers, the
-/// timestamps and the delivery sampler, reliability (loss recovery's rarely used state
-/// first, the congestion controller last: NewReno leaves CUBIC's tail unused), the
-/// configuration (the settings read per segment last), the statistics (the per-segment
-/// counters first), and what only errors and unacceptable segments touch. The parts with
-/// cold fields order them the same way (`SendSpace`, `RecvSpace`, `Reliability`,
-/// `Recovery`, [`Config`], [`Stats`]), so that unused bytes sit together in whole lines
-/// rather than between hot ones. docs/performance.md ("Packing the connection") has the
-/// misses this saves.
+/// timers, the timestamps and the delivery sampler, which every segment in or out touches,
+/// the send space (its buffer last) and the receive space (its buffer first: the host asks
+/// both whether they hold storage on every pass; its reassembly ranges last), reliability
+/// (loss recovery's rarely used state first, the congestion controller last: NewReno
+/// leaves CUBIC's tail unused), the configuration (the settings read per segment last),
+/// the statistics (the per-segment counters first), and what only errors and unacceptable
+/// segments touch. The parts with cold fields order them the same way (`SendSpace`,
+/// `RecvSpace`, `Reliability`, `Recovery`, [`Config`], [`Stats`]), so that unused bytes sit
+/// together in whole lines rather than between hot ones. docs/performance.md ("Packing the
+/// connection") has the misses this saves.
 #[repr(C)]
 pub struct Connection {
     state: State,
@@ -281,13 +281,13 @@ pub struct Connection {
     remote: Option<SocketAddr>,
     /// Boxed: queued only by a reset, and a pointer's 8 bytes keep the hot lines short.
     pending_reset: Option<Box<PendingReset>>,
-
-    snd: SendSpace,
-    rcv: RecvSpace,
     timers: TimerTable,
     ts: Timestamping,
     /// The delivery rate reported in [`Stats::delivery_rate`].
     delivery: DeliveryRate,
+
+    snd: SendSpace,
+    rcv: RecvSpace,
     rel: Reliability,
     config: Config,
     stats: Stats,
