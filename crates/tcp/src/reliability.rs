@@ -19,11 +19,14 @@ use crate::time::Instant;
 /// methods of their own; the counts that decide when to give up, and the RTT timing, are
 /// kept behind the methods below.
 ///
-/// Laid out in declaration order (`repr(C)`): loss recovery (whose fields every ACK reads
-/// come last in it), the estimator and the counts, then the congestion controller, whose
-/// CUBIC state NewReno leaves unused at the end (see `Connection`'s layout).
+/// Laid out in declaration order (`repr(C)`): the pacer, which only a paced connection
+/// touches, then loss recovery (whose fields every ACK reads come last in it), so that both
+/// join the receive space's reassembly ranges in the connection's cold lines; the
+/// estimator and the counts; then the congestion controller, whose CUBIC state NewReno
+/// leaves unused at the end (see `Connection`'s layout).
 #[repr(C)]
 pub(crate) struct Reliability {
+    pub pacer: Pacer,
     /// Loss detection and recovery (RACK-TLP, duplicate ACKs, PRR).
     pub recovery: Recovery,
     pub rtt: RttEstimator,
@@ -37,7 +40,6 @@ pub(crate) struct Reliability {
     last_rtt_sample: Option<Duration>,
     /// When the last acceptable ACK arrived (or the connection was synchronized).
     last_ack_at: Instant,
-    pub pacer: Pacer,
     /// Consecutive retransmission timeouts without progress.
     rto_count: u32,
     /// Backoff exponent of the persist timer.
