@@ -106,7 +106,12 @@ impl fmt::Display for Transition {
 }
 
 /// Per-connection statistics (a snapshot).
+///
+/// Laid out in declaration order (`repr(C)`): a connection keeps its counters in one, and
+/// the four it counts on every segment come first, together (see
+/// [`Connection`](crate::Connection)'s layout).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct Stats {
     /// Segments received and accepted for processing.
     pub segs_in: u64,

@@ -29,18 +29,22 @@ pub struct TooManyRanges;
 ///
 /// Ranges are half-open `[start, end)` offsets relative to RCV.NXT, kept
 /// sorted, disjoint and non-adjacent (touching ranges are merged).
+///
+/// Laid out in declaration order (`repr(C)`), the count first: whether anything is held
+/// is asked for every segment, the ranges only for out-of-order data.
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub struct Assembler {
+    /// Number of live ranges.
+    count: usize,
+    /// The bytes of the most recent non-empty [`add`](Self::add), if still held.
+    last: Option<(u32, u32)>,
     /// Sorted, disjoint, non-adjacent ranges; only `ranges[..count]` is live.
     ///
     /// One slot more than [`MAX_RANGES`](Self::MAX_RANGES) so that a range at
     /// offset 0 (in-order data waiting for [`pop_front`](Self::pop_front))
     /// always fits.
     ranges: [(u32, u32); Assembler::MAX_RANGES + 1],
-    /// Number of live ranges.
-    count: usize,
-    /// The bytes of the most recent non-empty [`add`](Self::add), if still held.
-    last: Option<(u32, u32)>,
 }
 
 impl Default for Assembler {

@@ -63,8 +63,45 @@ pub(crate) struct Decision {
 }
 
 /// Loss-recovery state of one connection.
+///
+/// Laid out in declaration order (`repr(C)`): what only a loss, a recovery or an undo
+/// touches first, what every ACK reads last, so that the part of a connection an ACK
+/// touches takes as few cache lines as it can (see `Connection`'s layout).
 #[derive(Clone, Debug, Default)]
+#[repr(C)]
 pub(crate) struct Recovery {
+    /// The ranges resent since the last reduction (recovery or timeout) that no D-SACK has
+    /// shown needless yet, one per resend; when D-SACKs account for all of them, the
+    /// reduction is undone (Linux's `undo_retrans`, kept as ranges so that a D-SACK counts
+    /// only for data we resent). At most [`MAX_UNDO_RANGES`]: past it, no undo.
+    undo_ranges: Vec<(SeqNum, SeqNum)>,
+    /// Segments resent over the connection's life, and segments D-SACKs reported: a
+    /// D-SACK with more reported than ever resent is the network's duplicate, not ours
+    /// (Linux's `tcp_dsack_seen`, `dsack_dups > total_retrans`).
+    total_retrans: u64,
+    dsack_dups: u64,
+    /// The end of the round in which a D-SACK last raised `reo_wnd_mult`, and
+    /// RACK.reo_wnd_persist, the recoveries left before the multiplier resets (RFC 8985
+    /// 6.2 step 4).
+    dsack_round: Option<SeqNum>,
+    reo_wnd_persist: u32,
+    /// PRR's counters (RFC 6937 section 3).
+    prr_delivered: u32,
+    prr_out: u32,
+    recover_fs: u32,
+    ssthresh: u32,
+    /// Without SACK, the most duplicate ACKs that have come before a segment held back by
+    /// the network, plus one: the duplicate-ACK threshold once reordering has been seen
+    /// (Linux's `tp->reordering`); 0 until then, for [`DUP_THRESH`].
+    reordering: u32,
+    /// F-RTO's SND.MAX when the decision's step began (Linux's `high_seq`), and step 2b's
+    /// hold, until the next ACK: send new data, not retransmissions (see `frto`).
+    frto_high: SeqNum,
+    /// A reduction that D-SACKs may still show needless.
+    undo_possible: bool,
+    frto_hold: bool,
+    /// A reduction began whose first retransmission is still to go (see `eifel`).
+    eifel_armed: bool,
     /// RACK.xmit_ts and RACK.end_seq: the most recently sent segment delivered.
     rack_xmit: Option<(Instant, SeqNum)>,
     /// RACK.rtt: the RTT of that segment.
@@ -74,17 +111,13 @@ pub(crate) struct Recovery {
     /// The largest per-ACK RTT sample, and the count of them (for `Stats`: the base RTT
     /// plus the most queueing seen).
     max_rtt: Option<Duration>,
-    rtt_samples: u64,
-    /// Reordering has been seen on this connection (RFC 8985 6.2 step 4).
-    reordering_seen: bool,
-    /// RFC 8985 6.2 step 4: RACK.reo_wnd_mult (0 counts as 1), raised once per round trip
-    /// with a D-SACK (the window was too small: a resend was needless); the round's end;
-    /// and RACK.reo_wnd_persist, the recoveries left before the multiplier resets.
-    reo_wnd_mult: u32,
-    dsack_round: Option<SeqNum>,
-    reo_wnd_persist: u32,
     /// The connection's smoothed RTT at the last ACK: the reordering window's ceiling.
     srtt: Option<Duration>,
+    rtt_samples: u64,
+    /// Eifel (RFC 3522), where timestamps are in use: the TSval of the first retransmission
+    /// of the last reduction and the sequence number it resent (Linux's `retrans_stamp`),
+    /// until the first ACK that covers that retransmission decides.
+    eifel: Option<(u32, SeqNum)>,
     /// In a fast recovery, until SND.UNA reaches this (RecoveryPoint, RFC 6675).
     recovery_point: Option<SeqNum>,
     /// Walking cwnd down by PRR after an ECN echo, until SND.UNA reaches this (Linux's
@@ -98,44 +131,19 @@ pub(crate) struct Recovery {
     /// comes down for them (Linux's `tcp_simple_retransmit`, TCP_CA_Loss without a
     /// reduction).
     mtu_point: Option<SeqNum>,
-    /// PRR's counters (RFC 6937 section 3).
-    prr_delivered: u32,
-    prr_out: u32,
-    recover_fs: u32,
-    ssthresh: u32,
-    /// Duplicate ACKs in a row (without SACK).
-    dup_acks: u32,
-    /// Without SACK, the most duplicate ACKs that have come before a segment held back by
-    /// the network, plus one: the duplicate-ACK threshold once reordering has been seen
-    /// (Linux's `tp->reordering`); 0 until then, for [`DUP_THRESH`].
-    reordering: u32,
     /// The end of the last tail-loss probe, while it is unacknowledged, and whether it was
     /// a retransmission (RFC 8985 7.3: TLP.end_seq, TLP.is_retrans).
     tlp: Option<(SeqNum, bool)>,
-    /// The ranges resent since the last reduction (recovery or timeout) that no D-SACK has
-    /// shown needless yet, one per resend; when D-SACKs account for all of them, the
-    /// reduction is undone (Linux's `undo_retrans`, kept as ranges so that a D-SACK counts
-    /// only for data we resent). At most [`MAX_UNDO_RANGES`]: past it, no undo.
-    undo_ranges: Vec<(SeqNum, SeqNum)>,
-    /// Segments resent over the connection's life, and segments D-SACKs reported: a
-    /// D-SACK with more reported than ever resent is the network's duplicate, not ours
-    /// (Linux's `tcp_dsack_seen`, `dsack_dups > total_retrans`).
-    total_retrans: u64,
-    dsack_dups: u64,
-    /// A reduction that D-SACKs may still show needless.
-    undo_possible: bool,
-    /// Eifel (RFC 3522), where timestamps are in use: the TSval of the first retransmission
-    /// of the last reduction and the sequence number it resent (Linux's `retrans_stamp`),
-    /// until the first ACK that covers that retransmission decides; and whether a reduction
-    /// began whose first retransmission is still to go.
-    eifel: Option<(u32, SeqNum)>,
-    eifel_armed: bool,
-    /// F-RTO (RFC 5682) after the last timeout: still deciding whether it was spurious;
-    /// SND.MAX when the decision's step began (Linux's `tp->frto` and `high_seq`); and
-    /// step 2b's hold, until the next ACK: send new data, not retransmissions.
+    /// Duplicate ACKs in a row (without SACK).
+    dup_acks: u32,
+    /// RFC 8985 6.2 step 4: RACK.reo_wnd_mult (0 counts as 1), raised once per round trip
+    /// with a D-SACK (the window was too small: a resend was needless).
+    reo_wnd_mult: u32,
+    /// Reordering has been seen on this connection (RFC 8985 6.2 step 4).
+    reordering_seen: bool,
+    /// F-RTO (RFC 5682) after the last timeout: still deciding whether it was spurious
+    /// (Linux's `tp->frto`).
     frto: bool,
-    frto_high: SeqNum,
-    frto_hold: bool,
 }
 
 /// What the connection knows when it hands an ACK to [`Recovery::on_ack`].
@@ -232,6 +240,10 @@ impl Recovery {
 
     /// Take in one ACK, already applied to `sent` as `d`: detect losses, begin, pace and end
     /// a recovery, and let the controller grow the window otherwise.
+    ///
+    /// Inlined into its one caller on the ACK path: the context and the delivery it reads
+    /// are built there, and stay in its frame rather than being read back through pointers.
+    #[inline]
     pub fn on_ack(
         &mut self,
         ctx: &AckContext,

@@ -18,30 +18,37 @@ use crate::time::Instant;
 /// The estimator, the congestion controller, loss recovery and the pacer are parts with
 /// methods of their own; the counts that decide when to give up, and the RTT timing, are
 /// kept behind the methods below.
+///
+/// Laid out in declaration order (`repr(C)`): the pacer, which only a paced connection
+/// touches, then loss recovery (whose fields every ACK reads come last in it), so that both
+/// join the receive space's reassembly ranges in the connection's cold lines; the
+/// estimator and the counts; then the congestion controller, whose CUBIC state NewReno
+/// leaves unused at the end (see `Connection`'s layout).
+#[repr(C)]
 pub(crate) struct Reliability {
+    pub pacer: Pacer,
+    /// Loss detection and recovery (RACK-TLP, duplicate ACKs, PRR).
+    pub recovery: Recovery,
     pub rtt: RttEstimator,
     /// The segment being timed: (sequence number whose ACK ends it, send time). Karn's rule
     /// clears it on any retransmission (RFC 6298 section 3).
     rtt_probe: Option<(SeqNum, Instant)>,
-    pub cc: CongestionControl,
-    /// Loss detection and recovery (RACK-TLP, duplicate ACKs, PRR).
-    pub recovery: Recovery,
+    /// When the oldest unacknowledged octet was first sent (user timeout, RFC 5482).
+    unacked_since: Option<Instant>,
     /// The RTT sample the ACK being processed gave (the timed segment's, else the timestamp
     /// echo), for the controller where the scoreboard gives none.
     last_rtt_sample: Option<Duration>,
-    /// Consecutive retransmission timeouts without progress.
-    rto_count: u32,
-    /// When the oldest unacknowledged octet was first sent (user timeout, RFC 5482).
-    unacked_since: Option<Instant>,
     /// When the last acceptable ACK arrived (or the connection was synchronized).
     last_ack_at: Instant,
+    /// Consecutive retransmission timeouts without progress.
+    rto_count: u32,
     /// Backoff exponent of the persist timer.
     persist_backoff: u32,
     /// Zero-window probes sent since the last acceptable ACK.
     probes_unanswered: u32,
     /// Keep-alive probes sent without an answer.
     keepalive_sent: u32,
-    pub pacer: Pacer,
+    pub cc: CongestionControl,
 }
 
 impl Reliability {

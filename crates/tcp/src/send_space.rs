@@ -19,11 +19,23 @@ pub(crate) fn max_window(wscale: u8) -> u32 {
 }
 
 /// The send half of a connection.
+///
+/// Laid out in declaration order (`repr(C)`), the buffer last: a connection puts the
+/// receive space's buffer right after it, and the host asks both whether they hold storage
+/// on every pass (see `Connection`'s layout).
+#[repr(C)]
 pub(crate) struct SendSpace {
-    /// Initial send sequence number.
-    iss: SeqNum,
+    /// Sequence space acknowledged so far, SYN and FIN included (RFC 4898's
+    /// `tcpEStatsAppHCThruOctetsAcked`, Linux's `tcpi_bytes_acked`): 64 bits, no wrap.
+    acked_total: u64,
+    /// When data was last sent (RFC 5681 4.1's idle test).
+    last_data_at: Option<Instant>,
+    /// The segments in flight: the SACK scoreboard and RACK's transmit record.
+    pub sent: SentQueue,
     /// The ISS must lie above this (a new incarnation from TIME-WAIT, RFC 1122 4.2.2.13).
     iss_floor: Option<SeqNum>,
+    /// Initial send sequence number.
+    iss: SeqNum,
     /// SND.UNA: the oldest unacknowledged sequence number.
     una: SeqNum,
     /// Next sequence number to send; moved back to SND.UNA by a retransmission timeout.
@@ -49,32 +61,25 @@ pub(crate) struct SendSpace {
     /// of it until the override timer. Linux, too, starts `max_window` on a passive open
     /// from the scaled window of the ACK that completes the handshake.
     sws_max_wnd: u32,
-    /// The shift applied to the peer's window field.
-    wscale: u8,
-    /// Effective send MSS (RFC 9293 3.7.1), the fixed options taken off.
-    mss: u16,
-    /// Our SYN has been acknowledged. A flag, not `SND.UNA > ISS`: that comparison is
-    /// modular and turns false again after 2 GiB have been sent.
-    syn_acked: bool,
-    /// Sequence space acknowledged so far, SYN and FIN included (RFC 4898's
-    /// `tcpEStatsAppHCThruOctetsAcked`, Linux's `tcpi_bytes_acked`): 64 bits, no wrap.
-    acked_total: u64,
     /// Sequence number of the first byte held in `buf`.
     buf_seq: SeqNum,
-    pub buf: RingBuffer,
-    /// The user closed: a FIN follows the last byte of `buf`.
-    fin_queued: bool,
-    /// The segments in flight: the SACK scoreboard and RACK's transmit record.
-    pub sent: SentQueue,
-    /// The application offered more than the send buffer took since the last growth.
-    limited: bool,
     /// The most bytes in flight since SND.UNA last passed `pipe_high_until` (about a round
     /// trip): whether cwnd, not the peer's window or the application, held the sender back
     /// (RFC 7661; Linux's `tcp_is_cwnd_limited`).
     pipe_high: u32,
     pipe_high_until: SeqNum,
-    /// When data was last sent (RFC 5681 4.1's idle test).
-    last_data_at: Option<Instant>,
+    /// Effective send MSS (RFC 9293 3.7.1), the fixed options taken off.
+    mss: u16,
+    /// Our SYN has been acknowledged. A flag, not `SND.UNA > ISS`: that comparison is
+    /// modular and turns false again after 2 GiB have been sent.
+    syn_acked: bool,
+    /// The user closed: a FIN follows the last byte of `buf`.
+    fin_queued: bool,
+    /// The application offered more than the send buffer took since the last growth.
+    limited: bool,
+    /// The shift applied to the peer's window field.
+    wscale: u8,
+    pub buf: RingBuffer,
 }
 
 impl SendSpace {

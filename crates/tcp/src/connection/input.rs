@@ -77,12 +77,12 @@ impl Connection {
     /// Queue the reset RFC 9293 3.10.7.1 prescribes for `seg`, sent to `src`.
     fn reset_reply(&mut self, src: IpAddr, seg: &Segment<'_>) {
         if let Some(rst) = crate::closed::reset_for(seg) {
-            self.pending_reset = Some(PendingReset {
+            self.pending_reset = Some(Box::new(PendingReset {
                 dst: SocketAddr::new(src, seg.src_port),
                 src_port: seg.dst_port,
                 seq: rst.seq,
                 ack: rst.flags.ack().then_some(rst.ack),
-            });
+            }));
         }
     }
 
@@ -90,7 +90,8 @@ impl Connection {
     /// first, 3.10.7.4 fifth in SYN-RECEIVED).
     fn reset_bad_ack(&mut self, seg: &Segment<'_>) {
         if let Some(dst) = self.remote {
-            self.pending_reset = Some(PendingReset { dst, src_port: self.local.port(), seq: seg.ack, ack: None });
+            self.pending_reset =
+                Some(Box::new(PendingReset { dst, src_port: self.local.port(), seq: seg.ack, ack: None }));
         }
     }
 
@@ -600,7 +601,7 @@ impl Connection {
             self.emit(Event::Readable);
         }
         if text.delayable {
-            self.rcv.note_in_order(&text, self.config.mss);
+            self.rcv.note_in_order(&text);
             self.ack_in_order(now);
         }
         if text.ready > 0 {

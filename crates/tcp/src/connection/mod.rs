@@ -239,12 +239,28 @@ pub enum Side {
 /// them, call `poll_transmit` again. [`send_with`](Connection::send_with) and
 /// [`recv_with`](Connection::recv_with) are `send` and `recv` without the copy: the
 /// application writes into the send buffer and reads from the receive buffer in place.
+///
+/// # Layout
+///
+/// With many connections, each one's state leaves the CPU's L1 cache between its segments,
+/// so every cache line a segment or a user call touches is a miss. The fields are laid out
+/// in declaration order (`repr(C)`) so that what is touched together lies together: first
+/// what every call reads (state, failure, flags, the path's error, the 4-tuple), then the
+/// timers, the timestamps and the delivery sampler, which every segment in or out touches,
+/// the send space (its buffer last) and the receive space (its buffer first: the host asks
+/// both whether they hold storage on every pass; its reassembly ranges last), reliability
+/// (loss recovery's rarely used state first, the congestion controller last: NewReno
+/// leaves CUBIC's tail unused), the configuration (the settings read per segment last),
+/// the statistics (the per-segment counters first), and what only errors and unacceptable
+/// segments touch. The parts with cold fields order them the same way (`SendSpace`,
+/// `RecvSpace`, `Reliability`, `Recovery`, [`Config`], [`Stats`]), so that unused bytes sit
+/// together in whole lines rather than between hot ones. docs/performance.md ("Packing the
+/// connection") has the misses this saves.
+#[repr(C)]
 pub struct Connection {
-    config: Config,
     state: State,
-    /// Our address; the remote half is known once a SYN is sent or received.
-    local: SocketAddr,
-    remote: Option<SocketAddr>,
+    events: u8,
+    failure: Option<Failure>,
     /// Opened from LISTEN (RFC 9293 3.10.7.4: an RST in SYN-RECEIVED returns there).
     passive: bool,
     /// The application let go of the connection ([`Connection::release`]).
@@ -255,28 +271,31 @@ pub struct Connection {
     sack_enabled: bool,
     /// The host lets the buffers grow (its memory budget is not spent).
     growth_allowed: bool,
+    /// The segment being processed arrived marked CE ([`Connection::handle_segment_ecn`]).
+    ce_in: bool,
+    due: Due,
+    ecn: EcnState,
+    path: Path,
+    /// Our address; the remote half is known once a SYN is sent or received.
+    local: SocketAddr,
+    remote: Option<SocketAddr>,
+    /// Boxed: queued only by a reset, and a pointer's 8 bytes keep the hot lines short.
+    pending_reset: Option<Box<PendingReset>>,
+    timers: TimerTable,
+    ts: Timestamping,
+    /// The delivery rate reported in [`Stats::delivery_rate`].
+    delivery: DeliveryRate,
 
     snd: SendSpace,
     rcv: RecvSpace,
-    ts: Timestamping,
     rel: Reliability,
-    timers: TimerTable,
-    /// The delivery rate reported in [`Stats::delivery_rate`].
-    delivery: DeliveryRate,
-    due: Due,
-    path: Path,
-    ecn: EcnState,
-    /// The segment being processed arrived marked CE ([`Connection::handle_segment_ecn`]).
-    ce_in: bool,
+    config: Config,
+    stats: Stats,
 
     challenge: ChallengeLimit,
     /// When the last ACK answering an unacceptable segment went out
     /// ([`Config::invalid_ack_interval`]).
     last_invalid_ack: Option<Instant>,
-    pending_reset: Option<PendingReset>,
-    events: u8,
-    failure: Option<Failure>,
-    stats: Stats,
     trace: Vec<Transition>,
 }
 
@@ -599,7 +618,7 @@ impl Connection {
         self.rcv.count_read(n);
         // Receiver-side SWS avoidance (RFC 9293 3.8.6.2.2): a window update at once
         // only when reading opened the window by a worthwhile amount.
-        if self.state.can_receive() && self.rcv.read_opens_window(self.config.mss) {
+        if self.state.can_receive() && self.rcv.read_opens_window() {
             self.rcv.ack_now();
         }
     }
@@ -687,8 +706,12 @@ impl Connection {
             State::SynReceived | State::Established | State::FinWait1 | State::FinWait2 | State::CloseWait
         ) && let Some(remote) = self.remote
         {
-            self.pending_reset =
-                Some(PendingReset { dst: remote, src_port: self.local.port(), seq: self.snd.max(), ack: None });
+            self.pending_reset = Some(Box::new(PendingReset {
+                dst: remote,
+                src_port: self.local.port(),
+                seq: self.snd.max(),
+                ack: None,
+            }));
         }
         self.snd.buf.clear();
         self.timers.stop_all();

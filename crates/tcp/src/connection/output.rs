@@ -31,7 +31,7 @@ impl Connection {
     /// `buf` should hold at least 60 bytes plus the MSS; a smaller buffer limits the payload.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         if let Some(rst) = self.pending_reset.take() {
-            return self.write_reset(rst, buf);
+            return self.write_reset(*rst, buf);
         }
         let t = self.next_transmit(now, buf);
         if t.is_none() {
@@ -361,7 +361,11 @@ impl Connection {
             self.snd.sent_new(end);
         }
         self.rel.recovery.on_sent(seq, seg_len, retransmission, self.ts.tsval(now));
-        self.rel.pacer.spend(seg_len);
+        // The bucket counts only for a paced connection (`paced`): without pacing, its line
+        // stays untouched.
+        if self.config.pacing {
+            self.rel.pacer.spend(seg_len);
+        }
         // The most in flight this round trip, for whether cwnd was what limited the sender.
         self.snd.raise_pipe_high(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss() as u32));
         self.snd.resume_at_max();
@@ -460,7 +464,7 @@ impl Connection {
         let window = if flags.syn() {
             self.rcv.advertise_syn_window(initial_recv_window(&self.config))
         } else {
-            self.rcv.advertise_window(self.config.mss)
+            self.rcv.advertise_window()
         };
         if flags.ack() && self.sack_enabled && !flags.syn() {
             self.rcv.sack_blocks(&mut options, self.ts.enabled());

@@ -339,6 +339,11 @@ pub(crate) fn options_len(opts: &TcpOptions) -> usize {
 /// Panic when `buf` is shorter than [`options_len`]`(opts)`; callers size it first.
 pub(crate) fn write_options(opts: &TcpOptions, buf: &mut [u8]) -> usize {
     let len = options_len(opts);
+    if len == 0 {
+        // No option at all, as on every segment of a connection without timestamps while
+        // nothing is held out of order: none of the branches below would write.
+        return 0;
+    }
     let mut words = buf[..len].as_chunks_mut::<4>().0.iter_mut();
     let mut put = |word: [u8; 4]| {
         if let Some(slot) = words.next() {
