@@ -8,7 +8,7 @@ mod common;
 
 use bypass_device::Device;
 use bypass_device::LinkConfig;
-use bypass_stack::{Drop, StackConfig};
+use bypass_stack::{Drop, ListenerId, SocketId, StackConfig};
 use bypass_tcp::{Event, State};
 use common::{Collector, Net};
 
@@ -90,24 +90,8 @@ fn connections_one_after_another_reuse_buffers_and_see_only_their_own_bytes() {
     for round in 0..4u32 {
         let len = 10_000 - 3_000 * round as usize;
         let message: Vec<u8> = (0..len as u32).map(|i| (i * 13 + round * 101) as u8).collect();
-        let client = net.a.connect(SocketAddrV4::new(B, 7)).unwrap();
-        let mut server = None;
-        let (mut sent, mut got) = (0, Vec::new());
-        net.run_until(|n| {
-            server = server.or_else(|| n.b.accept(listener));
-            if sent < message.len()
-                && let Ok(k) = n.a.write(client, &message[sent..])
-            {
-                sent += k;
-            }
-            let mut buf = [0u8; 1500];
-            while let Some(Ok(k @ 1..)) = server.map(|s| n.b.read(s, &mut buf)) {
-                got.extend_from_slice(&buf[..k]);
-            }
-            got.len() == message.len()
-        });
+        let (client, server, got) = send_to_listener(&mut net, listener, &message);
         assert_eq!(got, message, "round {round}");
-        let server = server.unwrap();
         net.a.close(client);
         net.run_until(|n| n.b.read(server, &mut [0; 8]).ok() == Some(0));
         net.b.close(server);
@@ -659,6 +643,14 @@ fn a_connection_reset_with_unread_data_leaves_none_of_it_to_the_next() {
     assert_eq!(reset.kind(), std::io::ErrorKind::ConnectionReset, "closed with unread data: {reset}");
 
     let message: Vec<u8> = (0..2000u32).map(|i| (i * 7 + 1) as u8).collect();
+    let (_, _, got) = send_to_listener(&mut net, listener, &message);
+    assert_eq!(got, message);
+}
+
+/// Connect from host a to `listener` on host b, write `message` and read on the accepted
+/// connection until as many bytes (or more) arrived; return the client, the server's
+/// connection and what it read.
+fn send_to_listener(net: &mut Net, listener: ListenerId, message: &[u8]) -> (SocketId, SocketId, Vec<u8>) {
     let client = net.a.connect(SocketAddrV4::new(B, 7)).unwrap();
     let mut server = None;
     let (mut sent, mut got) = (0, Vec::new());
@@ -675,5 +667,5 @@ fn a_connection_reset_with_unread_data_leaves_none_of_it_to_the_next() {
         }
         got.len() >= message.len()
     });
-    assert_eq!(got, message);
+    (client, server.expect("accepted"), got)
 }
