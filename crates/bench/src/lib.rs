@@ -375,10 +375,10 @@ impl Transport {
                 "server: our stack over AF_PACKET on bx0 (10.77.0.2), spinning; client: kernel socket, non-blocking, spinning, peer namespace (mixed case)"
             }
             Transport::StackXdp => {
-                "server: our stack over AF_XDP on bx0 (10.77.0.2), socket busy polling; client: kernel socket, non-blocking, spinning, peer namespace (mixed case)"
+                "server: our stack over AF_XDP on bx0 (10.77.0.2), spinning on its rings (the kernel client's send runs the veth's receive side, so the server does not busy-poll the socket); client: kernel socket, non-blocking, spinning, peer namespace (mixed case)"
             }
             Transport::StackXdpV6 => {
-                "as row 5 over IPv6: server: our stack over AF_XDP on bx0 (fd00:77::2, the MSS 20 bytes smaller for the longer header), socket busy polling; client: kernel socket from fd00:77::1, non-blocking, spinning, peer namespace"
+                "as row 5 over IPv6: server: our stack over AF_XDP on bx0 (fd00:77::2, the MSS 20 bytes smaller for the longer header), spinning on its rings; client: kernel socket from fd00:77::1, non-blocking, spinning, peer namespace"
             }
             Transport::StackPacketBoth => {
                 "server: our stack over AF_PACKET on bx0 (10.77.0.2), spinning; client: our stack over AF_PACKET on px0 (10.77.0.4), spinning, peer namespace"
@@ -390,7 +390,7 @@ impl Transport {
                 "server: our stack over AF_XDP on bx0 (10.77.0.2), socket busy polling; client: our stack over AF_XDP on px0 (10.77.0.4), socket busy polling, peer namespace"
             }
             Transport::SmoltcpXdp => {
-                "server: smoltcp 0.14 over our AF_XDP device on bx0 (10.77.0.2), socket busy polling, spinning; client: kernel socket, non-blocking, spinning, peer namespace (mixed case, as row 5)"
+                "server: smoltcp 0.14 over our AF_XDP device on bx0 (10.77.0.2), spinning on its rings, as row 5; client: kernel socket, non-blocking, spinning, peer namespace (mixed case, as row 5)"
             }
             Transport::SmoltcpXdpBoth => {
                 "server: smoltcp 0.14 over our AF_XDP device on bx0 (10.77.0.2); client: smoltcp 0.14 over our AF_XDP device on px0 (10.77.0.4), peer namespace; both socket busy polling, spinning; the connection-rate client keeps its closed connections in TIME-WAIT (smoltcp: 10 s) in its socket set, which smoltcp scans linearly, so that figure slows as the run goes on"
@@ -1297,7 +1297,11 @@ fn measure(
         | Transport::StackXdpBoth
         | Transport::FileStackSendWith
         | Transport::FileStackWrite
-        | Transport::FileStackSendWithMmap => conditions.xdp_mode = Some(server.mode.clone()),
+        | Transport::FileStackSendWithMmap => {
+            // Whether the socket is busy-polled differs from row to row (`busy_polls_device`);
+            // the conditions line says which.
+            conditions.xdp_mode = Some(server.mode.replace(", busy polling", ""))
+        }
         Transport::StackPacket | Transport::StackPacketBoth => conditions.packet_mode = Some(server.mode.clone()),
         Transport::KernelMsgZerocopy => conditions.msg_zerocopy = Some(server.mode.clone()),
         _ => {}
@@ -1435,6 +1439,18 @@ impl Drop for SetOnDrop<'_> {
     }
 }
 
+/// Whether a userspace server's AF_XDP device busy-polls its socket (`SO_PREFER_BUSY_POLL`, a
+/// `recvfrom(2)` each turn) or only spins on its rings. Only where the client is a userspace
+/// stack too (rows 5b, 6b). A kernel client's `write(2)` already runs the veth's receive side,
+/// the XDP program and the copy into the UMEM on the client's CPU; busy polling moved that work
+/// onto the server's thread, which is the one the client waits for. Interleaved pairs on a quiet
+/// machine (docs/performance.md, "Busy polling a kernel client's server") read row 5 without it
+/// at a lower p50, CPU and system calls per request, and a higher connection rate and bulk
+/// receive, and row 6 alike.
+fn busy_polls_device(transport: Transport) -> bool {
+    matches!(transport, Transport::StackXdpBoth | Transport::SmoltcpXdpBoth)
+}
+
 /// Start the server of `transport` in the calling thread's namespace and serve one client.
 fn serve(
     net: &Net,
@@ -1450,7 +1466,7 @@ fn serve(
         if let Net::Lab(lab) = net
             && transport.needs_lab()
         {
-            let config = XdpConfig { busy_poll: true, ..XdpConfig::new(&lab.bypass_if, ip) };
+            let config = XdpConfig { busy_poll: busy_polls_device(transport), ..XdpConfig::new(&lab.bypass_if, ip) };
             let device = XdpDevice::open(config).map_err(|e| format!("AF_XDP unavailable: {e}"))?;
             return file::stack_server(device, ip, lab.prefix_len, port, path, source, shared);
         }
@@ -1500,7 +1516,11 @@ fn serve(
             // Row 5j has the kernel complete our TCP checksums (see JumboMtu::set); smoltcp
             // writes whole checksums, which a device that completes them would spoil.
             let tx_checksum_offload = transport == Transport::StackXdpJumbo;
-            let config = XdpConfig { busy_poll: true, tx_checksum_offload, ..XdpConfig::new(&lab.bypass_if, ip) };
+            let config = XdpConfig {
+                busy_poll: busy_polls_device(transport),
+                tx_checksum_offload,
+                ..XdpConfig::new(&lab.bypass_if, ip)
+            };
             let device = XdpDevice::open(config).map_err(|e| format!("AF_XDP unavailable: {e}"))?;
             match (transport, ip) {
                 (Transport::SmoltcpXdp | Transport::SmoltcpXdpBoth | Transport::SmoltcpXdpJumbo, IpAddr::V4(ip)) => {
