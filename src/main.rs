@@ -78,7 +78,8 @@ struct DemoArgs {
     /// Run only these transports, comma-separated: kernel-blocking, kernel-busy,
     /// kernel-busy-defaults, kernel-uring, kernel-uring-defaults (rows 2u, 2ud: io_uring at
     /// both ends), kernel-sendfile, kernel-splice, kernel-msg-zerocopy, stack-afpacket,
-    /// stack-afpacket-both, stack-afxdp, stack-afxdp-ipv6, stack-afxdp-in-place,
+    /// stack-afpacket-both, stack-afxdp, stack-afxdp-uring (row 5u: our server, the io_uring
+    /// client of row 2u), stack-afxdp-ipv6, stack-afxdp-in-place,
     /// stack-afxdp-both, smoltcp-afxdp, smoltcp-afxdp-both, kernel-busy-jumbo,
     /// stack-afxdp-jumbo, smoltcp-afxdp-jumbo (rows 2j, 5j, 6j: bulk at a 65,000-byte MTU),
     /// stack-memory (our stack at both ends over an in-memory link; run by default only when

@@ -13,7 +13,7 @@ use bypass_lab::testlab::lab_available;
 /// One demo at a time: each spins both cores, and figures taken side by side mean nothing.
 static ONE_DEMO: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-const TRANSPORTS: [(&str, &str); 12] = [
+const TRANSPORTS: [(&str, &str); 13] = [
     ("kernel-blocking", "1 kernel TCP, blocking"),
     ("kernel-busy", "2 kernel TCP, busy-poll"),
     ("kernel-busy-defaults", "2d kernel TCP, default offloads, busy-poll"),
@@ -22,6 +22,7 @@ const TRANSPORTS: [(&str, &str); 12] = [
     ("stack-afpacket", "4 ours/AF_PACKET <- kernel"),
     ("stack-afpacket-both", "4b ours/AF_PACKET <-> ours"),
     ("stack-afxdp", "5 ours/AF_XDP <- kernel"),
+    ("stack-afxdp-uring", "5u ours/AF_XDP <- kernel io_uring"),
     ("stack-afxdp-ipv6", "5v6 ours/AF_XDP <- kernel, IPv6"),
     ("stack-afxdp-both", "5b ours/AF_XDP <-> ours"),
     ("smoltcp-afxdp", "6 smoltcp/AF_XDP <- kernel"),

@@ -44,6 +44,7 @@ fn colour(transport: Transport) -> &'static str {
         Transport::StackPacket => "#e08a1e",
         Transport::StackPacketBoth => "#a85d00",
         Transport::StackXdp => "#2a9d4b",
+        Transport::StackXdpUring => "#1b6e33",
         Transport::StackXdpV6 => "#5cc27a",
         Transport::StackXdpInPlace => "#8fd19e",
         Transport::StackXdpBoth => "#0b6b2a",

@@ -205,6 +205,8 @@ pub(crate) enum Transport {
     StackPacketBoth,
     /// Our server over AF_XDP, a kernel client.
     StackXdp,
+    /// Our server over AF_XDP (as row 5), a kernel client on io_uring (row 2u's).
+    StackXdpUring,
     /// Our server over AF_XDP, a kernel client, over IPv6.
     StackXdpV6,
     /// Our server over AF_XDP reading and writing in place (`recv_with`, `send_with`), a
@@ -245,7 +247,7 @@ pub(crate) enum Transport {
 }
 
 impl Transport {
-    pub const ALL: [Transport; 28] = [
+    pub const ALL: [Transport; 29] = [
         Transport::KernelBlocking,
         Transport::KernelBusy,
         Transport::KernelDefaults,
@@ -257,6 +259,7 @@ impl Transport {
         Transport::StackPacket,
         Transport::StackPacketBoth,
         Transport::StackXdp,
+        Transport::StackXdpUring,
         Transport::StackXdpV6,
         Transport::StackXdpInPlace,
         Transport::StackXdpBoth,
@@ -290,6 +293,7 @@ impl Transport {
             Transport::StackPacket => "stack-afpacket",
             Transport::StackPacketBoth => "stack-afpacket-both",
             Transport::StackXdp => "stack-afxdp",
+            Transport::StackXdpUring => "stack-afxdp-uring",
             Transport::StackXdpV6 => "stack-afxdp-ipv6",
             Transport::StackXdpInPlace => "stack-afxdp-in-place",
             Transport::StackXdpBoth => "stack-afxdp-both",
@@ -324,6 +328,7 @@ impl Transport {
             Transport::StackPacket => "4 ours/AF_PACKET <- kernel",
             Transport::StackPacketBoth => "4b ours/AF_PACKET <-> ours",
             Transport::StackXdp => "5 ours/AF_XDP <- kernel",
+            Transport::StackXdpUring => "5u ours/AF_XDP <- kernel io_uring",
             Transport::StackXdpV6 => "5v6 ours/AF_XDP <- kernel, IPv6",
             Transport::StackXdpInPlace => "5z ours/AF_XDP in place <- kernel",
             Transport::StackXdpBoth => "5b ours/AF_XDP <-> ours",
@@ -375,10 +380,13 @@ impl Transport {
                 "server: our stack over AF_PACKET on bx0 (10.77.0.2), spinning; client: kernel socket, non-blocking, spinning, peer namespace (mixed case)"
             }
             Transport::StackXdp => {
-                "server: our stack over AF_XDP on bx0 (10.77.0.2), spinning on its rings (the kernel client's send runs the veth's receive side, so the server does not busy-poll the socket); client: kernel socket, non-blocking, spinning, peer namespace (mixed case)"
+                "server: our stack over AF_XDP on bx0 (10.77.0.2), socket busy polling; client: kernel socket, non-blocking, spinning, peer namespace (mixed case)"
+            }
+            Transport::StackXdpUring => {
+                "as row 5, the client driving its sockets through io_uring as row 2u's does (multishot receive into a provided-buffer ring, registered files, SEND_ZC for the bulk stream, busy polling with io_uring_enter): the client of the best kernel rows, so the server is the only difference from rows 2u and 2ud"
             }
             Transport::StackXdpV6 => {
-                "as row 5 over IPv6: server: our stack over AF_XDP on bx0 (fd00:77::2, the MSS 20 bytes smaller for the longer header), spinning on its rings; client: kernel socket from fd00:77::1, non-blocking, spinning, peer namespace"
+                "as row 5 over IPv6: server: our stack over AF_XDP on bx0 (fd00:77::2, the MSS 20 bytes smaller for the longer header), socket busy polling; client: kernel socket from fd00:77::1, non-blocking, spinning, peer namespace"
             }
             Transport::StackPacketBoth => {
                 "server: our stack over AF_PACKET on bx0 (10.77.0.2), spinning; client: our stack over AF_PACKET on px0 (10.77.0.4), spinning, peer namespace"
@@ -390,7 +398,7 @@ impl Transport {
                 "server: our stack over AF_XDP on bx0 (10.77.0.2), socket busy polling; client: our stack over AF_XDP on px0 (10.77.0.4), socket busy polling, peer namespace"
             }
             Transport::SmoltcpXdp => {
-                "server: smoltcp 0.14 over our AF_XDP device on bx0 (10.77.0.2), spinning on its rings, as row 5; client: kernel socket, non-blocking, spinning, peer namespace (mixed case, as row 5)"
+                "server: smoltcp 0.14 over our AF_XDP device on bx0 (10.77.0.2), socket busy polling, spinning; client: kernel socket, non-blocking, spinning, peer namespace (mixed case, as row 5)"
             }
             Transport::SmoltcpXdpBoth => {
                 "server: smoltcp 0.14 over our AF_XDP device on bx0 (10.77.0.2); client: smoltcp 0.14 over our AF_XDP device on px0 (10.77.0.4), peer namespace; both socket busy polling, spinning; the connection-rate client keeps its closed connections in TIME-WAIT (smoltcp: 10 s) in its socket set, which smoltcp scans linearly, so that figure slows as the run goes on"
@@ -450,7 +458,7 @@ impl Transport {
             Transport::StackPacket => {
                 "ours (measured, server): frame -> receive buffer -> application and application -> send buffer -> frame; kernel: 2 per direction (the client's write/read, and AF_PACKET's copy skb -> ring on receive / user -> skb on send)"
             }
-            Transport::StackXdp | Transport::StackXdpV6 | Transport::StackXdpJumbo => {
+            Transport::StackXdp | Transport::StackXdpUring | Transport::StackXdpV6 | Transport::StackXdpJumbo => {
                 "ours (measured, server): frame -> receive buffer -> application and application -> send buffer -> frame; kernel: 2 per direction (the client's write/read, and AF_XDP copy mode's copy skb -> UMEM on receive / UMEM -> skb on send)"
             }
             Transport::KernelMsgZerocopy => {
@@ -509,6 +517,7 @@ impl Transport {
                 | Transport::StackPacket
                 | Transport::StackPacketBoth
                 | Transport::StackXdp
+                | Transport::StackXdpUring
                 | Transport::StackXdpV6
                 | Transport::StackXdpInPlace
                 | Transport::StackXdpBoth
@@ -963,6 +972,7 @@ pub fn run(args: Options) -> Result<(), String> {
             matches!(
                 t,
                 Transport::StackXdp
+                    | Transport::StackXdpUring
                     | Transport::StackXdpV6
                     | Transport::StackXdpBoth
                     | Transport::SmoltcpXdp
@@ -1270,7 +1280,9 @@ fn measure(
             (Transport::StackPacketBoth | Transport::StackXdpBoth | Transport::SmoltcpXdpBoth, Net::Lab(lab)) => {
                 userspace_client(lab, transport, &plan, shared, interrupted)
             }
-            (Transport::KernelUring | Transport::KernelUringDefaults, _) => uring::client(&plan, shared, interrupted),
+            (Transport::KernelUring | Transport::KernelUringDefaults | Transport::StackXdpUring, _) => {
+                uring::client(&plan, shared, interrupted)
+            }
             (t, _) if t.file_path().is_some() => match source {
                 Some(source) => file::client(&plan, source, shared, interrupted),
                 None => Err("the file rows need the file to serve".into()),
@@ -1292,16 +1304,13 @@ fn measure(
     let (client, server) = both(client, server)?;
     match transport {
         Transport::StackXdp
+        | Transport::StackXdpUring
         | Transport::StackXdpV6
         | Transport::StackXdpInPlace
         | Transport::StackXdpBoth
         | Transport::FileStackSendWith
         | Transport::FileStackWrite
-        | Transport::FileStackSendWithMmap => {
-            // Whether the socket is busy-polled differs from row to row (`busy_polls_device`);
-            // the conditions line says which.
-            conditions.xdp_mode = Some(server.mode.replace(", busy polling", ""))
-        }
+        | Transport::FileStackSendWithMmap => conditions.xdp_mode = Some(server.mode.clone()),
         Transport::StackPacket | Transport::StackPacketBoth => conditions.packet_mode = Some(server.mode.clone()),
         Transport::KernelMsgZerocopy => conditions.msg_zerocopy = Some(server.mode.clone()),
         _ => {}
@@ -1439,18 +1448,6 @@ impl Drop for SetOnDrop<'_> {
     }
 }
 
-/// Whether a userspace server's AF_XDP device busy-polls its socket (`SO_PREFER_BUSY_POLL`, a
-/// `recvfrom(2)` each turn) or only spins on its rings. Only where the client is a userspace
-/// stack too (rows 5b, 6b). A kernel client's `write(2)` already runs the veth's receive side,
-/// the XDP program and the copy into the UMEM on the client's CPU; busy polling moved that work
-/// onto the server's thread, which is the one the client waits for. Interleaved pairs on a quiet
-/// machine (docs/performance.md, "Busy polling a kernel client's server") read row 5 without it
-/// at a lower p50, CPU and system calls per request, and a higher connection rate and bulk
-/// receive, and row 6 alike.
-fn busy_polls_device(transport: Transport) -> bool {
-    matches!(transport, Transport::StackXdpBoth | Transport::SmoltcpXdpBoth)
-}
-
 /// Start the server of `transport` in the calling thread's namespace and serve one client.
 fn serve(
     net: &Net,
@@ -1466,7 +1463,7 @@ fn serve(
         if let Net::Lab(lab) = net
             && transport.needs_lab()
         {
-            let config = XdpConfig { busy_poll: busy_polls_device(transport), ..XdpConfig::new(&lab.bypass_if, ip) };
+            let config = XdpConfig { busy_poll: true, ..XdpConfig::new(&lab.bypass_if, ip) };
             let device = XdpDevice::open(config).map_err(|e| format!("AF_XDP unavailable: {e}"))?;
             return file::stack_server(device, ip, lab.prefix_len, port, path, source, shared);
         }
@@ -1505,6 +1502,7 @@ fn serve(
             stack::server(device, ip, lab.prefix_len, port, workload, shared)
         }
         Transport::StackXdp
+        | Transport::StackXdpUring
         | Transport::StackXdpV6
         | Transport::StackXdpInPlace
         | Transport::StackXdpBoth
@@ -1516,11 +1514,7 @@ fn serve(
             // Row 5j has the kernel complete our TCP checksums (see JumboMtu::set); smoltcp
             // writes whole checksums, which a device that completes them would spoil.
             let tx_checksum_offload = transport == Transport::StackXdpJumbo;
-            let config = XdpConfig {
-                busy_poll: busy_polls_device(transport),
-                tx_checksum_offload,
-                ..XdpConfig::new(&lab.bypass_if, ip)
-            };
+            let config = XdpConfig { busy_poll: true, tx_checksum_offload, ..XdpConfig::new(&lab.bypass_if, ip) };
             let device = XdpDevice::open(config).map_err(|e| format!("AF_XDP unavailable: {e}"))?;
             match (transport, ip) {
                 (Transport::SmoltcpXdp | Transport::SmoltcpXdpBoth | Transport::SmoltcpXdpJumbo, IpAddr::V4(ip)) => {

@@ -464,7 +464,7 @@ fn workloads(rows: &[Row]) -> Vec<Workload> {
 
 pub fn conditions_line(c: &Conditions) -> String {
     let mut s = format!(
-        "{}; Linux {}; {} cores; MTU {}; {}; row 1 interrupt-driven (blocking), every other row busy-polling (a userspace stack's AF_XDP socket busy-polled, SO_PREFER_BUSY_POLL, where that stack is at both ends and by our clients; a server whose client is the kernel spins on its rings, as the client's send runs the veth's receive side); AF_XDP mode: {}; AF_PACKET: {}; MSG_ZEROCOPY: {}; median of {} run(s) of {:.1} s each, every run measuring every row once, in an order rotated from run to run",
+        "{}; Linux {}; {} cores; MTU {}; {}; row 1 interrupt-driven (blocking), every other row busy-polling; AF_XDP mode: {}; AF_PACKET: {}; MSG_ZEROCOPY: {}; median of {} run(s) of {:.1} s each, every run measuring every row once, in an order rotated from run to run",
         c.date,
         c.kernel,
         c.cores,
