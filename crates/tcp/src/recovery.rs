@@ -396,6 +396,75 @@ impl Recovery {
         decision
     }
 
+    /// Return whether nothing of a loss is under way: no recovery, ECN reduction, timeout's
+    /// or fall of the path MTU's loss state, tail-loss probe outstanding, or Eifel check
+    /// waiting for its ACK. An ACK that SACKs nothing and delivers a record sent once then
+    /// touches none of them: [`on_sole_ack`](Self::on_sole_ack) may stand for
+    /// [`on_ack`](Self::on_ack).
+    #[inline]
+    pub fn quiet(&self) -> bool {
+        self.recovery_point.is_none()
+            && self.cwr_point.is_none()
+            && self.rto_point.is_none()
+            && self.mtu_point.is_none()
+            && self.tlp.is_none()
+            && self.eifel.is_none()
+    }
+
+    /// Take in, while [`quiet`](Self::quiet), an ACK that acknowledged whole the one record
+    /// in flight, `seg`, sent once, with no SACK blocks ([`SentQueue::take_sole`], which says
+    /// whether it was `reordered`): what [`on_ack`](Self::on_ack) does for that delivery.
+    /// Its RTT sample, RACK's newest delivered segment and the controller's growth; no
+    /// D-SACK, Eifel, F-RTO or probe to look at, nothing left to find lost, and no recovery
+    /// to begin or end. `srtt` is the connection's smoothed RTT after the ACK,
+    /// `flight_before` what was in flight before it, `cwnd_limited` as in
+    /// [`AckContext`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn on_sole_ack(
+        &mut self,
+        now: Instant,
+        (seg, reordered): (&crate::sent::Sent, bool),
+        srtt: Option<Duration>,
+        sack: bool,
+        flight_before: u32,
+        cwnd_limited: bool,
+        cc: &mut CongestionControl,
+    ) {
+        debug_assert!(self.quiet());
+        // The cumulative ACK's sample (`Delivery::rtt_sample`), which is RACK's too: the
+        // newest segment delivered is this one.
+        let rtt = now.saturating_duration_since(seg.sent_at);
+        self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
+        self.max_rtt = Some(self.max_rtt.map_or(rtt, |m| m.max(rtt)));
+        self.rtt_samples += 1;
+        self.srtt = srtt;
+        self.rack_rtt = Some(rtt);
+        let newer = match self.rack_xmit {
+            None => true,
+            Some((t, e)) => seg.sent_at > t || (seg.sent_at == t && seg.end.after(e)),
+        };
+        if newer {
+            self.rack_xmit = Some((seg.sent_at, seg.end));
+        }
+        self.reordering_seen |= reordered;
+        // F-RTO with no timeout to decide on (`frto_on_ack`), and the duplicate-ACK count
+        // an advancing ACK ends without SACK.
+        self.frto = false;
+        self.frto_hold = false;
+        if !sack {
+            self.dup_acks = 0;
+        }
+        cc.on_ack(&AckInfo {
+            now,
+            delivered: seg.len(),
+            in_flight: flight_before,
+            rtt: Some(rtt),
+            min_rtt: self.min_rtt,
+            app_limited: seg.app_limited || !cwnd_limited,
+        });
+    }
+
     /// PRR (RFC 6937 section 3) for `delivered` bytes: DeliveredData, then sndcnt, and cwnd
     /// becomes `pipe + sndcnt`.
     fn prr(&mut self, delivered: u32, sent: &SentQueue, smss: u32, cc: &mut CongestionControl) {
@@ -861,6 +930,74 @@ mod tests {
             cwnd_limited: true,
             tsecr: None,
             can_send_new: false,
+        }
+    }
+
+    fn ms(n: u64) -> Instant {
+        Instant::from_millis(n)
+    }
+
+    /// The exchange's one record, 1064..1128 sent at 3 ms, in a queue of its own.
+    fn exchange_record() -> SentQueue {
+        let mut q = SentQueue::default();
+        q.push(SeqNum(1064), SeqNum(1128), ms(3), false);
+        q
+    }
+
+    /// Apply the ACK of 1128 at 5 ms to `r` both ways, the general (`on_ack`) and the
+    /// exchange's (`on_sole_ack`), and return both states after it, recovery and controller.
+    fn both_ways(r: &Recovery, sack: bool) -> ((String, Decision), String) {
+        let ctx = AckContext { sack, flight_before: 64, ..ack(ms(5), 1128, 1128) };
+        let (mut general, mut cc) = (r.clone(), CongestionControl::new(Algorithm::NewReno, 1000));
+        let mut q = exchange_record();
+        let d = q.on_ack(SeqNum(1128), &[]);
+        let decision = general.on_ack(&ctx, &d, &mut q, &mut cc);
+        let (mut fast, mut fast_cc) = (r.clone(), CongestionControl::new(Algorithm::NewReno, 1000));
+        let mut q = exchange_record();
+        let (seg, reordered) = q.take_sole(SeqNum(1128)).expect("the exchange's record");
+        fast.on_sole_ack(ms(5), (&seg, reordered), ctx.srtt, sack, 64, ctx.cwnd_limited, &mut fast_cc);
+        let general = (format!("{general:?} {cc:?}"), decision);
+        (general, format!("{fast:?} {fast_cc:?}"))
+    }
+
+    #[test]
+    fn the_ack_of_an_exchange_does_what_the_general_ack_does() {
+        for sack in [true, false] {
+            // History: an earlier exchange (min_RTT, RACK and the counts set) and duplicate
+            // ACKs counted, which an advancing ACK ends without SACK.
+            let mut r = Recovery::default();
+            let mut cc = CongestionControl::new(Algorithm::NewReno, 1000);
+            let mut q = SentQueue::default();
+            q.push(SeqNum(1000), SeqNum(1064), ms(0), false);
+            let d = q.on_ack(SeqNum(1064), &[]);
+            r.on_ack(&AckContext { sack, flight_before: 64, ..ack(ms(2), 1064, 1064) }, &d, &mut q, &mut cc);
+            r.dup_acks = u32::from(!sack);
+            r.frto = true;
+            assert!(r.quiet());
+            for state in [Recovery::default(), r] {
+                let ((general, decision), fast) = both_ways(&state, sack);
+                assert_eq!(decision, Decision::default());
+                assert_eq!(fast, general, "sack {sack}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_ack_of_an_exchange_takes_the_general_way_while_a_loss_is_under_way() {
+        // Each state whose end or check this ACK (of 1128) reaches: the general path acts
+        // on it, so the exchange's would be wrong there, and `quiet` must say no.
+        let states = [
+            ("a recovery", Recovery { recovery_point: Some(SeqNum(1128)), ..Recovery::default() }),
+            ("an ECN reduction", Recovery { cwr_point: Some(SeqNum(1128)), ..Recovery::default() }),
+            ("a timeout's loss state", Recovery { rto_point: Some(SeqNum(1128)), ..Recovery::default() }),
+            ("a fall of the path MTU", Recovery { mtu_point: Some(SeqNum(1128)), ..Recovery::default() }),
+            ("a tail-loss probe", Recovery { tlp: Some((SeqNum(1128), true)), ..Recovery::default() }),
+            ("an Eifel check", Recovery { eifel: Some((7, SeqNum(1064))), ..Recovery::default() }),
+        ];
+        for (name, state) in states {
+            assert!(!state.quiet(), "{name}");
+            let ((general, _), fast) = both_ways(&state, true);
+            assert_ne!(fast, general, "{name}: the general path acts on it");
         }
     }
 

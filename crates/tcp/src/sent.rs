@@ -382,6 +382,34 @@ impl SentQueue {
         d
     }
 
+    /// Take in a cumulative ACK of `ack` that acknowledges the queue's one record whole, a
+    /// record sent once and still in flight (the ACK of a request/response exchange): remove
+    /// it, and return it with whether it was delivered below RACK.fack (reordered). This is
+    /// what [`on_ack`](Self::on_ack) does with no SACK blocks in that case, without building
+    /// its [`Delivery`]: the caller knows what that would hold (the record's length, send
+    /// time and end, sent once, and its application-limited flag). Return `None`, with
+    /// nothing changed, in every other case.
+    #[inline]
+    pub fn take_sole(&mut self, ack: SeqNum) -> Option<(Sent, bool)> {
+        let seg = *self.segs.front()?;
+        if self.segs.len() != 1
+            || seg.end != ack
+            || !ack.after(seg.start)
+            || seg.mark != Mark::InFlight
+            || seg.retransmitted
+        {
+            return None;
+        }
+        self.segs.clear();
+        self.in_flight -= seg.len();
+        debug_assert_eq!((self.in_flight, self.sacked, self.lost), (0, 0, 0), "the counts of an empty queue");
+        let reordered = self.fack.is_some_and(|fack| seg.end.before(fack));
+        if self.fack.is_none_or(|fack| seg.end.after(fack)) {
+            self.fack = Some(seg.end);
+        }
+        Some((seg, reordered))
+    }
+
     /// Fold one newly delivered record into `d`, and into RACK's highest delivered end.
     fn note_delivered(&mut self, seg: &Sent, d: &mut Delivery) {
         if self.fack.is_some_and(|fack| seg.end.before(fack)) && !seg.retransmitted {
@@ -526,6 +554,59 @@ mod tests {
         q.on_ack(SeqNum(1000), &[block(1500, 1600)]);
         assert_eq!(q.mark_all_lost(), 900);
         assert_eq!((q.pipe(), q.lost(), q.sacked()), (0, 900, 100));
+    }
+
+    /// One 64-byte segment in flight, application-limited, as after a request's echo.
+    fn exchange() -> SentQueue {
+        let mut q = SentQueue::default();
+        q.push(SeqNum(1000), SeqNum(1064), ms(3), true);
+        q
+    }
+
+    #[test]
+    fn the_sole_record_acknowledged_whole_is_taken_as_on_ack_takes_it() {
+        let (mut fast, mut general) = (exchange(), exchange());
+        let d = general.on_ack(SeqNum(1064), &[]);
+        let (seg, reordered) = fast.take_sole(SeqNum(1064)).expect("the exchange's case");
+        assert_eq!(format!("{fast:?}"), format!("{general:?}"), "the same queue after");
+        // What `Connection::on_data_ack` and `Recovery::on_sole_ack` take the delivery to be.
+        let expected = Delivery {
+            delivered: seg.len(),
+            newest: Some((seg.sent_at, seg.end)),
+            newest_any: Some((seg.sent_at, seg.end)),
+            cumulative_newest: Some(seg.sent_at),
+            cumulative_original: true,
+            reordered,
+            app_limited: seg.app_limited,
+            ..Delivery::default()
+        };
+        assert_eq!(d, expected);
+        assert_eq!((seg.start, seg.end, seg.sent_at, seg.app_limited), (SeqNum(1000), SeqNum(1064), ms(3), true));
+    }
+
+    #[test]
+    fn only_a_sole_record_sent_once_in_flight_and_acknowledged_whole_is_taken() {
+        let mut two = exchange();
+        two.push(SeqNum(1064), SeqNum(1128), ms(4), true);
+        let mut lost = exchange();
+        lost.mark_first_lost();
+        let mut sacked = exchange();
+        sacked.on_ack(SeqNum(1000), &[block(1000, 1064)]);
+        let mut resent = exchange();
+        resent.mark_first_lost();
+        resent.resent(SeqNum(1000), 64, ms(9));
+        let cases = [
+            ("two records, both acknowledged", two, 1128),
+            ("the record acknowledged in part", exchange(), 1032),
+            ("the record marked lost", lost, 1064),
+            ("the record SACKed before", sacked, 1064),
+            ("the record resent", resent, 1064),
+        ];
+        for (name, mut q, ack) in cases {
+            let before = format!("{q:?}");
+            assert_eq!(q.take_sole(SeqNum(ack)), None, "{name}");
+            assert_eq!(format!("{q:?}"), before, "{name}: nothing changed");
+        }
     }
 
     #[test]

@@ -488,16 +488,38 @@ impl Connection {
 
     /// Apply an ACK of data to the scoreboard and let loss recovery act on it.
     fn on_data_ack(&mut self, now: Instant, flight_before: u32, advanced: bool, duplicate: bool, blocks: &[SackBlock]) {
-        let delivery = self.snd.sent.on_ack(self.snd.una(), blocks);
-        // RFC 7661 4.3 (as Linux's tcp_is_cwnd_limited): cwnd grows only if it was the limit
-        // this round trip, in flight up to it, or, in slow start, past half of it.
-        let (cwnd, smss) = (self.rel.cc.cwnd(), self.snd.mss() as u32);
-        let cwnd_limited = self.snd.pipe_high() + smss >= cwnd
-            || (cwnd < self.rel.cc.ssthresh() && self.snd.pipe_high().saturating_mul(2) > cwnd);
-        if !self.snd.una().before(self.snd.pipe_high_until()) {
-            let pipe = self.rel.recovery.pipe(&self.snd.sent, smss);
-            self.snd.restart_pipe_high(pipe);
+        // The ACK of a request/response exchange: the one segment in flight, sent once,
+        // acknowledged whole, no SACK blocks, and no loss under way. It goes the general
+        // way below with every check of a loss, a reduction, an undo and a probe finding
+        // nothing to do; this does only what that leaves (`SentQueue::take_sole`,
+        // `Recovery::on_sole_ack`, whose tests hold them to the general path).
+        if advanced
+            && blocks.is_empty()
+            && self.rel.recovery.quiet()
+            && let Some((seg, reordered)) = self.snd.sent.take_sole(self.snd.una())
+        {
+            let cwnd_limited = self.cwnd_limited_at_ack();
+            // Taken, as the general path's context takes it; the record's own is the sample.
+            self.rel.take_rtt_sample();
+            let srtt = self.rel.rtt.srtt();
+            let sack = self.sack_enabled;
+            self.rel.recovery.on_sole_ack(
+                now,
+                (&seg, reordered),
+                srtt,
+                sack,
+                flight_before,
+                cwnd_limited,
+                &mut self.rel.cc,
+            );
+            self.timers.stop(Timer::Reorder);
+            self.arm_loss_probe(now);
+            self.autotune_send();
+            return;
         }
+        let delivery = self.snd.sent.on_ack(self.snd.una(), blocks);
+        let cwnd_limited = self.cwnd_limited_at_ack();
+        let smss = self.snd.mss() as u32;
         let ctx = AckContext {
             cwnd_limited,
             now,
@@ -529,6 +551,24 @@ impl Connection {
             self.arm_loss_probe(now);
             self.autotune_send();
         }
+    }
+
+    /// Return whether cwnd limited the sender over the last round trip, for an ACK already
+    /// applied to the scoreboard, and start the next round's high-water mark of `pipe` once
+    /// SND.UNA passed the last one's end.
+    ///
+    /// RFC 7661 4.3 (as Linux's tcp_is_cwnd_limited): cwnd grows only if it was the limit
+    /// this round trip, in flight up to it, or, in slow start, past half of it.
+    #[inline]
+    fn cwnd_limited_at_ack(&mut self) -> bool {
+        let (cwnd, smss) = (self.rel.cc.cwnd(), self.snd.mss() as u32);
+        let cwnd_limited = self.snd.pipe_high() + smss >= cwnd
+            || (cwnd < self.rel.cc.ssthresh() && self.snd.pipe_high().saturating_mul(2) > cwnd);
+        if !self.snd.una().before(self.snd.pipe_high_until()) {
+            let pipe = self.rel.recovery.pipe(&self.snd.sent, smss);
+            self.snd.restart_pipe_high(pipe);
+        }
+        cwnd_limited
     }
 
     /// The receiver's half of RFC 3168 on an accepted segment: a CWR ends the echo of
