@@ -36,8 +36,9 @@ pub(crate) struct Reliability {
     /// When the oldest unacknowledged octet was first sent (user timeout, RFC 5482).
     unacked_since: Option<Instant>,
     /// The RTT sample the ACK being processed gave (the timed segment's, else the timestamp
-    /// echo), for the controller where the scoreboard gives none.
-    last_rtt_sample: Option<Duration>,
+    /// echo), for the controller where the scoreboard gives none; in microseconds (see
+    /// `sample_rtt`).
+    last_rtt_sample_us: Option<u64>,
     /// When the last acceptable ACK arrived (or the connection was synchronized).
     last_ack_at: Instant,
     /// Consecutive retransmission timeouts without progress.
@@ -58,7 +59,7 @@ impl Reliability {
             rtt_probe: None,
             cc: CongestionControl::new(config.congestion, u32::from(mss)),
             recovery: Recovery::default(),
-            last_rtt_sample: None,
+            last_rtt_sample_us: None,
             rto_count: 0,
             unacked_since: None,
             last_ack_at: Instant::ZERO,
@@ -89,7 +90,7 @@ impl Reliability {
 
     /// Take the RTT sample the ACK being processed gave, for the controller.
     pub(crate) fn take_rtt_sample(&mut self) -> Option<Duration> {
-        self.last_rtt_sample.take()
+        self.last_rtt_sample_us.take().map(Duration::from_micros)
     }
 
     /// Return the retransmission timeouts in a row without progress.
@@ -188,19 +189,26 @@ impl Reliability {
     /// that ACK without one. The echo stands in only after a timeout, as before: a
     /// millisecond echo on every ACK that covers a retransmission would read a LAN's round
     /// trip as 0 and take RACK's minimum, and its reordering window, with it.
+    ///
+    /// The timed flight's sample is taken in microseconds, as the two `Instant`s give it,
+    /// and made a `Duration` only if the ACK path asks for it: the estimator counts in
+    /// microseconds too.
     pub(crate) fn sample_rtt(&mut self, now: Instant, ack: SeqNum, una: SeqNum, echo: Option<Duration>) {
-        let sample = match self.rtt_probe {
+        let sample_us = match self.rtt_probe {
             Some((end, sent)) if ack.after_eq(end) => {
                 self.rtt_probe = None;
-                Some(now.saturating_duration_since(sent))
+                Some(now.as_micros().saturating_sub(sent.as_micros()))
             }
-            None if self.rto_count > 0 && ack.after(una) => echo,
+            // A whole number of milliseconds: exact in microseconds, and back.
+            None if self.rto_count > 0 && ack.after(una) => {
+                echo.map(|echo| u64::try_from(echo.as_micros()).unwrap_or(u64::MAX))
+            }
             _ => None,
         };
-        if let Some(sample) = sample {
-            self.rtt.sample(sample);
+        if let Some(sample_us) = sample_us {
+            self.rtt.sample_us(sample_us);
         }
-        self.last_rtt_sample = sample;
+        self.last_rtt_sample_us = sample_us;
     }
 
     /// Return the rate the pacer sends at, bytes per second: `None` without an RTT estimate

@@ -220,7 +220,7 @@ impl Connection {
         let echo = self.ts.echo_rtt(now);
         self.rel.sample_rtt(now, ack, self.snd.una(), echo);
         self.snd.advance(ack);
-        self.delivery.on_ack(now, self.snd.acked_total(), self.rel.rtt.srtt());
+        self.delivery.on_ack(now, self.snd.acked_total(), self.rel.rtt.srtt_us());
     }
 
     /// SND.UNA moved past our SYN.
