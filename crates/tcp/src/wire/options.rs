@@ -297,13 +297,19 @@ pub(crate) fn parse_options(bytes: &[u8]) -> (TcpOptions, Option<Skipped>) {
 /// Blocks are dropped from the end: at most 4 fit alone, 3 next to timestamps
 /// (RFC 2018 section 3), 2 in a SYN that also carries MSS, SACK-permitted and timestamps.
 pub(crate) fn sack_blocks_that_fit(opts: &TcpOptions) -> usize {
-    let room = MAX_OPTIONS_LEN - fixed_options_len(opts);
+    blocks_beside(opts, fixed_options_len(opts))
+}
+
+/// Return how many of the SACK blocks of `opts` fit beside `fixed` bytes of other options.
+#[inline]
+fn blocks_beside(opts: &TcpOptions, fixed: usize) -> usize {
+    let room = MAX_OPTIONS_LEN - fixed;
     // The SACK option costs NOP, NOP, kind, length and then 8 bytes a block.
     let fit = room.saturating_sub(4) / 8;
     opts.sack_blocks.len().min(fit)
 }
 
-/// Return the length of every option but SACK blocks, in the layout [`write_options`] uses.
+/// Return the length of every option but SACK blocks, in the layout [`write_option_area`] uses.
 fn fixed_options_len(opts: &TcpOptions) -> usize {
     let mss = if opts.mss.is_some() { 4 } else { 0 };
     // Timestamps take 12 bytes: 2 of NOP padding, or SACK-permitted in their place.
@@ -316,35 +322,42 @@ fn fixed_options_len(opts: &TcpOptions) -> usize {
     mss + ts_and_sack_ok + ws
 }
 
-/// Return the length of the option area [`write_options`] writes for `opts`.
+/// Return the length of the option area [`write_option_area`] writes for `opts`.
 ///
 /// The length is a multiple of 4 and at most 40: SACK blocks that do not fit
-/// are left out (see [`write_options`]).
+/// are left out (see [`write_option_area`]).
 pub(crate) fn options_len(opts: &TcpOptions) -> usize {
-    let blocks = sack_blocks_that_fit(opts);
+    let fixed = fixed_options_len(opts);
+    let blocks = blocks_beside(opts, fixed);
     let sack = if blocks > 0 { 4 + 8 * blocks } else { 0 };
-    fixed_options_len(opts) + sack
+    fixed + sack
 }
 
-/// Write `opts` into `buf` and return the number of bytes written ([`options_len`]).
+/// Write `opts` into `buf` and return the number of bytes written ([`options_len`]), as
+/// [`write_option_area`] does into an area of that length.
+#[cfg(test)]
+pub(crate) fn write_options(opts: &TcpOptions, buf: &mut [u8]) -> usize {
+    let len = options_len(opts);
+    write_option_area(opts, &mut buf[..len]);
+    len
+}
+
+/// Write `opts` into `area`, the option area of a header: [`options_len`]`(opts)` bytes,
+/// which the caller computed to size the header (the header's writer computes it once).
 ///
 /// Use Linux's layout (`tcp_options_write`), every option aligned on 4 bytes with NOPs:
 /// MSS; SACK-permitted and timestamps (`04 02 08 0a ...`, or `01 01 08 0a ...`
 /// without SACK-permitted, or `01 01 04 02` without timestamps); NOP and
 /// window scale; NOP, NOP and the SACK blocks. SACK blocks that do not fit in
 /// 40 bytes are dropped from the end ([`sack_blocks_that_fit`]).
-///
-/// # Panics
-///
-/// Panic when `buf` is shorter than [`options_len`]`(opts)`; callers size it first.
-pub(crate) fn write_options(opts: &TcpOptions, buf: &mut [u8]) -> usize {
-    let len = options_len(opts);
-    if len == 0 {
+pub(crate) fn write_option_area(opts: &TcpOptions, area: &mut [u8]) {
+    debug_assert_eq!(area.len(), options_len(opts));
+    if area.is_empty() {
         // No option at all, as on every segment of a connection without timestamps while
         // nothing is held out of order: none of the branches below would write.
-        return 0;
+        return;
     }
-    let mut words = buf[..len].as_chunks_mut::<4>().0.iter_mut();
+    let mut words = area.as_chunks_mut::<4>().0.iter_mut();
     let mut put = |word: [u8; 4]| {
         if let Some(slot) = words.next() {
             *slot = word;
@@ -377,7 +390,6 @@ pub(crate) fn write_options(opts: &TcpOptions, buf: &mut [u8]) -> usize {
             put(block.right.0.to_be_bytes());
         }
     }
-    len
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use etherparse::err::tcp::{HeaderError, HeaderSliceError};
 use super::checksum::{
     Checksum, FIXED_LEN, add_words, checksum_field, compute_checksum, pseudo_header, store_checksum,
 };
-use super::options::{TcpOptions, options_len, parse_options, write_options};
+use super::options::{TcpOptions, options_len, parse_options, write_option_area};
 use super::{EmitError, ParseError};
 use crate::seq::SeqNum;
 
@@ -352,7 +352,7 @@ impl Segment<'_> {
             0, 0, u0, u1,
         ];
         *fixed = bytes;
-        write_options(&self.options, options);
+        write_option_area(&self.options, options);
         Ok(header_len)
     }
 
