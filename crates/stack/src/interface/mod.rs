@@ -105,6 +105,7 @@ use ethernet::mac_string;
 pub use ids::{ListenerId, SocketId};
 use notes::{note_segment, note_send};
 pub use snapshot::{ConnectionInfo, ListenerInfo, TcpTotals};
+pub(crate) use table::ForRead;
 
 impl Interface {
     /// Return a host with MAC `mac` and IP MTU `mtu`.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use bypass_tcp::Storage;
-use bypass_tcp::{Buffers, Connection, Event, FourTuple, Instant, Side, State};
+use bypass_tcp::{Buffers, Connection, Event, FourTuple, Instant, RecvError, Side, State};
 
 use super::*;
 
@@ -55,6 +55,14 @@ fn lend(
             Storage::new(capacity)
         })
     });
+}
+
+/// A connection found for a read ([`Interface::connection_for_read`]).
+pub(crate) enum ForRead<'a> {
+    /// Its receive buffer holds data: the connection, marked for the next transmit.
+    Data(&'a mut Connection),
+    /// Its receive buffer is empty: the connection, untouched, and what a read returns.
+    Nothing(&'a Connection, Result<usize, RecvError>),
 }
 
 /// Zeroed buffer storage kept for connections that take up storage again, at most (or
@@ -170,6 +178,27 @@ impl Interface {
         let sizes = (self.config.tcp.send_buffer, self.config.tcp.recv_buffer);
         lend(&mut sock.conn, sizes, &mut self.conns.storage_pool, &mut self.counters, need);
         Some(&mut sock.conn)
+    }
+
+    /// Return connection `id` for a read after one lookup of its slot: when its receive
+    /// buffer holds data, marked dirty and lent storage as by
+    /// [`connection_mut`](Self::connection_mut) (`Data`); when it holds none, untouched,
+    /// with what a read returns then ([`Connection::recv_nothing`]; `Nothing`). Reading
+    /// nothing changes nothing, so it costs no pass through the connection's output and
+    /// settling.
+    pub(crate) fn connection_for_read(&mut self, id: SocketId) -> Option<ForRead<'_>> {
+        let slot = self.conns.slots.get_mut(id.index as usize).filter(|s| s.generation == id.generation)?;
+        let sock = slot.sock.as_deref_mut()?;
+        if let Some(nothing) = sock.conn.recv_nothing() {
+            return Some(ForRead::Nothing(&sock.conn, nothing));
+        }
+        if !sock.dirty {
+            sock.dirty = true;
+            self.conns.dirty.push(id.index);
+        }
+        let sizes = (self.config.tcp.send_buffer, self.config.tcp.recv_buffer);
+        lend(&mut sock.conn, sizes, &mut self.conns.storage_pool, &mut self.counters, None);
+        Some(ForRead::Data(&mut sock.conn))
     }
 
     /// Give the empty buffers of each connection that has not run for `IDLE_RELEASE` back
