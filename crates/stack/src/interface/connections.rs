@@ -59,6 +59,18 @@ pub(super) struct Sock {
     pub(super) headers: Option<HeaderTemplate>,
 }
 
+impl Sock {
+    /// Count the window the connection offers now in `offered_bytes`, the sum of offered
+    /// windows (`Connections::offered_bytes`); return it. Takes the sum rather than the
+    /// table, so that a caller holding the connection needs no second lookup of its slot.
+    pub(super) fn count_window(&mut self, offered_bytes: &mut usize) -> u32 {
+        let offered = self.conn.receive_window();
+        *offered_bytes = *offered_bytes - self.offered as usize + offered as usize;
+        self.offered = offered;
+        offered
+    }
+}
+
 /// A place in the table. The connection is boxed: a slot is two words, so the table grows
 /// without moving any connection (a client's connections in TIME-WAIT stay in it, and each
 /// doubling of an unboxed table copied all of them: about 2,500 instructions a connection
@@ -224,16 +236,6 @@ impl Connections {
     /// Return how many connection buffers (send or receive storage) wait in the pool.
     pub(super) fn pooled_buffers(&self) -> usize {
         self.storage_pool[0].len() + self.storage_pool[1].len()
-    }
-
-    /// Count the window connection `index` offers now in the sum of offered windows; return
-    /// it (`None`: no such connection).
-    pub(super) fn count_window(&mut self, index: u32) -> Option<u32> {
-        let sock = self.slots[index as usize].sock.as_mut()?;
-        let offered = sock.conn.receive_window();
-        self.offered_bytes = self.offered_bytes - sock.offered as usize + offered as usize;
-        sock.offered = offered;
-        Some(offered)
     }
 
     /// Return the connection `id` names, if it is still in the table.

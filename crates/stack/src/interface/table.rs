@@ -73,28 +73,34 @@ impl Interface {
     /// The most window a connection that offers `own` bytes may offer now: what is left of
     /// the budget, up to an equal share among the connections that can still be sent data
     /// (all but the orphans, whose data would be answered with RST), and never below two
-    /// full-sized segments, so that every connection moves.
-    pub(super) fn window_cap(&self, own: u32) -> u32 {
-        if self.conns.window_budget == usize::MAX {
+    /// full-sized segments, so that every connection moves. Its operands are the table's
+    /// fields (`Connections::window_budget`, the connections, the orphans, the offered
+    /// windows) rather than the table, so that `apply_budgets` computes it while it holds
+    /// the connection from its slot.
+    fn window_cap(budget: usize, connections: usize, orphans: usize, offered: usize, mss: u16, own: u32) -> u32 {
+        if budget == usize::MAX {
             return u32::MAX;
         }
-        let receivers = self.conns.table.len().saturating_sub(self.conns.orphans).max(1);
-        let share = self.conns.window_budget / receivers;
-        let left = own as usize + self.conns.window_budget.saturating_sub(self.conns.offered_bytes);
-        let floor = 2 * usize::from(self.config.tcp.mss);
+        let receivers = connections.saturating_sub(orphans).max(1);
+        let share = budget / receivers;
+        let left = own as usize + budget.saturating_sub(offered);
+        let floor = 2 * usize::from(mss);
         share.min(left).max(floor).min(u32::MAX as usize) as u32
     }
 
-    /// Give connection `index` its window cap and growth permission, and count its buffers.
+    /// Give connection `index` its window cap and growth permission, and count its buffers,
+    /// after one lookup of its slot.
     pub(super) fn apply_budgets(&mut self, index: u32) {
-        let Some(own) = self.conns.count_window(index) else { return };
-        let cap = self.window_cap(own);
-        let Some(sock) = self.conns.slots[index as usize].sock.as_mut() else { return };
+        let conns = &mut self.conns;
+        let Some(sock) = conns.slots[index as usize].sock.as_deref_mut() else { return };
+        let own = sock.count_window(&mut conns.offered_bytes);
+        let (budget, connections) = (conns.window_budget, conns.table.len());
+        let cap = Self::window_cap(budget, connections, conns.orphans, conns.offered_bytes, self.config.tcp.mss, own);
         let capacity = sock.conn.buffer_capacity();
-        self.conns.buffer_bytes = self.conns.buffer_bytes - sock.capacity + capacity;
+        conns.buffer_bytes = conns.buffer_bytes - sock.capacity + capacity;
         sock.capacity = capacity;
         sock.conn.set_window_cap(cap);
-        sock.conn.set_growth_allowed(self.conns.buffer_bytes < self.config.buffer_memory);
+        sock.conn.set_growth_allowed(conns.buffer_bytes < self.config.buffer_memory);
     }
 
     /// Put `conn` in the table for `tuple`, owned by `owner`; return its id. Inlined: where
@@ -325,8 +331,13 @@ impl Interface {
     /// After a connection ran: pass its events on, note its next timer, and remove it when
     /// nobody needs it any more.
     pub(super) fn settle(&mut self, now: Instant, index: u32) {
-        self.conns.count_window(index);
-        self.deliver(index);
+        let conns = &mut self.conns;
+        let sock = conns.slots[index as usize].sock.as_deref_mut().expect("live");
+        sock.count_window(&mut conns.offered_bytes);
+        // `deliver`, with the connection in hand.
+        if let Some(first) = sock.conn.poll_event() {
+            self.deliver_from(index, first);
+        }
         let id = self.conns.id(index);
         let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
         let owner = sock.owner;
