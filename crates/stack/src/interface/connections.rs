@@ -120,8 +120,8 @@ pub(super) struct Connections {
     /// instructions a connection on the server).
     pub(super) listeners: HashMap<u16, Listener, ListenerHasher>,
     pub(super) dirty: Vec<u32>,
-    /// The dirty connections in the order `transmit` sends them (held, then released); kept
-    /// for its storage.
+    /// The dirty connections in the order `transmit` sends them (held, then released),
+    /// worked through in place: only `transmit` touches it.
     pub(super) tx_order: Vec<u32>,
     /// The device filled up during the last `transmit`: the next takes the dirty
     /// connections in the order they were left, released or not.
