@@ -331,15 +331,16 @@ impl Interface {
     /// After a connection ran: pass its events on, note its next timer, and remove it when
     /// nobody needs it any more.
     pub(super) fn settle(&mut self, now: Instant, index: u32) {
-        let conns = &mut self.conns;
-        let sock = conns.slots[index as usize].sock.as_deref_mut().expect("live");
-        sock.count_window(&mut conns.offered_bytes);
-        // `deliver`, with the connection in hand.
+        let slot = &mut self.conns.slots[index as usize];
+        // Delivering events removes no connection: the generation stays.
+        let id = SocketId { index, generation: slot.generation };
+        let mut sock = slot.sock.as_deref_mut().expect("live");
+        sock.count_window(&mut self.conns.offered_bytes);
+        // `deliver`, with the connection in hand; looked up again only after events.
         if let Some(first) = sock.conn.poll_event() {
             self.deliver_from(index, first);
+            sock = self.conns.slots[index as usize].sock.as_deref_mut().expect("live");
         }
-        let id = self.conns.id(index);
-        let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
         let owner = sock.owner;
         let state = sock.conn.state();
         // Its empty buffers go back to the pool once it is idle (`release_idle_storage`).
