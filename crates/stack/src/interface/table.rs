@@ -174,6 +174,7 @@ impl Interface {
     /// Return connection `id` for a user call, marked dirty (`Connections::mark_dirty`) and
     /// lent storage (`lend_storage`, with `need`), after one lookup of its slot rather than
     /// one for each of these (a read and a write on every exchange).
+    #[inline]
     pub(super) fn connection_for_user(&mut self, id: SocketId, need: Option<Side>) -> Option<&mut Connection> {
         let slot = self.conns.slots.get_mut(id.index as usize).filter(|s| s.generation == id.generation)?;
         let sock = slot.sock.as_deref_mut()?;
