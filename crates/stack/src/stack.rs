@@ -32,7 +32,7 @@ use bypass_device::capture::{Capture, NoteBoard, Recorder};
 use bypass_tcp::{Event, Instant, RecvError, SendError, State};
 
 use crate::counters::Counters;
-use crate::interface::{ConnectError, Interface, ListenError, ListenerId, SocketId, StackConfig};
+use crate::interface::{ConnectError, ForRead, Interface, ListenError, ListenerId, SocketId, StackConfig};
 
 /// Frames taken from the device per call: as fast as smaller batches for bulk, with less
 /// spread, while a larger batch only delays the answers (measured in docs/performance.md,
@@ -356,14 +356,11 @@ impl<D: Device> Stack<D> {
         // it for the next transmit (a pass through its output and its settling) and lends
         // it buffer storage; for a read that finds nothing, both are wasted, and an
         // application that polls an idle connection would pay them on every call.
-        let conn = self.iface.connection(id).ok_or_else(stale)?;
-        if let Some(nothing) = conn.recv_nothing() {
-            let icmp = conn.error();
-            return nothing.map_err(|e| recv_io_error(e, icmp));
-        }
-        let conn = self.iface.connection_mut(id).ok_or_else(stale)?;
-        let icmp = conn.error();
-        let n = conn.recv(buf).map_err(|e| recv_io_error(e, icmp))?;
+        let conn = match self.iface.connection_for_read(id).ok_or_else(stale)? {
+            ForRead::Data(conn) => conn,
+            ForRead::Nothing(conn, nothing) => return nothing.map_err(|e| recv_io_error(e, conn.error())),
+        };
+        let n = conn.recv(buf).map_err(|e| recv_io_error(e, conn.error()))?;
         self.iface.counters_mut().bytes_copied += n as u64;
         Ok(n)
     }
@@ -371,8 +368,7 @@ impl<D: Device> Stack<D> {
     /// Queue data for sending; `WouldBlock` when the send buffer is full.
     pub fn write(&mut self, id: SocketId, data: &[u8]) -> io::Result<usize> {
         let conn = self.iface.connection_for_send(id).ok_or_else(stale)?;
-        let icmp = conn.error();
-        let n = conn.send(data).map_err(|e| send_io_error(e, icmp))?;
+        let n = conn.send(data).map_err(|e| send_io_error(e, conn.error()))?;
         self.iface.counters_mut().bytes_copied += n as u64;
         Ok(n)
     }
@@ -389,15 +385,14 @@ impl<D: Device> Stack<D> {
     /// out a second time.
     pub fn recv_with<R>(&mut self, id: SocketId, f: impl FnOnce(&[u8]) -> (usize, R)) -> io::Result<R> {
         // Nothing to read: as in `read`, the connection is left untouched.
-        let conn = self.iface.connection(id).ok_or_else(stale)?;
-        if let Some(nothing) = conn.recv_nothing() {
-            let icmp = conn.error();
-            return nothing.map(|_| f(&[]).1).map_err(|e| recv_io_error(e, icmp));
-        }
-        let conn = self.iface.connection_mut(id).ok_or_else(stale)?;
-        let icmp = conn.error();
+        let conn = match self.iface.connection_for_read(id).ok_or_else(stale)? {
+            ForRead::Data(conn) => conn,
+            ForRead::Nothing(conn, nothing) => {
+                return nothing.map(|_| f(&[]).1).map_err(|e| recv_io_error(e, conn.error()));
+            }
+        };
         let before = conn.recv_available();
-        let value = conn.recv_with(f).map_err(|e| recv_io_error(e, icmp))?;
+        let value = conn.recv_with(f).map_err(|e| recv_io_error(e, conn.error()))?;
         let consumed = before - conn.recv_available();
         self.iface.counters_mut().bytes_in_place += consumed as u64;
         Ok(value)
@@ -413,9 +408,8 @@ impl<D: Device> Stack<D> {
     /// the ones sent (counted in [`Counters::bytes_in_place`]); `write` copies them in first.
     pub fn send_with<R>(&mut self, id: SocketId, f: impl FnOnce(&mut [u8]) -> (usize, R)) -> io::Result<R> {
         let conn = self.iface.connection_for_send(id).ok_or_else(stale)?;
-        let icmp = conn.error();
         let before = conn.send_queued();
-        let value = conn.send_with(f).map_err(|e| send_io_error(e, icmp))?;
+        let value = conn.send_with(f).map_err(|e| send_io_error(e, conn.error()))?;
         let queued = conn.send_queued() - before;
         self.iface.counters_mut().bytes_in_place += queued as u64;
         Ok(value)

@@ -141,6 +141,40 @@ fn reading_an_idle_connection_leaves_it_untouched() {
 }
 
 #[test]
+fn a_read_that_opens_a_closed_window_sends_the_update_at_the_next_poll() {
+    // A read that finds data marks its connection for the next transmit, where it runs
+    // through its output: reading a full receive buffer opens the window by more than a
+    // segment, and the update goes out at once (RFC 9293 3.8.6.2.2), not when the peer's
+    // persist timer fires. Both ways of reading, `read` and `recv_with`.
+    for in_place in [false, true] {
+        let mut net = net(LinkConfig::default(), |c| {
+            c.tcp.recv_buffer = 4096;
+            c.tcp.recv_buffer_max = 4096;
+        });
+        let listener = net.b.listen(7).unwrap();
+        let (client, server) = net.connect(SocketAddrV4::new(B, 7).into(), listener);
+        let message = vec![7u8; 3 * 4096];
+        let mut sent = net.a.write(client, &message).unwrap();
+        net.run_until(|n| {
+            if let Ok(k) = n.a.write(client, &message[sent..]) {
+                sent += k;
+            }
+            n.b.recv_queued(server) == 4096
+                && n.b.interface().connection(server).is_some_and(|c| c.receive_window() == 0)
+        });
+        let before = net.b.counters().tx_frames;
+        let read = if in_place {
+            net.b.recv_with(server, |data| (data.len(), data.len())).unwrap()
+        } else {
+            net.b.read(server, &mut [0; 4096]).unwrap()
+        };
+        assert_eq!(read, 4096, "in place: {in_place}");
+        net.b.poll().unwrap();
+        assert_eq!(net.b.counters().tx_frames, before + 1, "the window update, in place: {in_place}");
+    }
+}
+
+#[test]
 fn connect_to_closed_port_is_refused_with_rst() {
     let mut net = net(LinkConfig::default(), |_| {});
     let client = net.a.connect(SocketAddrV4::new(B, 9999)).unwrap();

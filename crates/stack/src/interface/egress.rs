@@ -26,31 +26,34 @@ impl Interface {
         self.reset_if_orphaned_child(now, index);
         self.apply_budgets(index);
         let Some(sock) = self.conns.slots[index as usize].sock.as_mut() else { return Ok(Some(0)) };
-        let Some(FourTuple { local, remote }) = sock.conn.tuple() else {
+        if sock.conn.tuple().is_none() {
             // Back in LISTEN after an RST in SYN-RECEIVED: nothing to send; settle removes it.
             sock.dirty = false;
             self.settle(now, index);
             return Ok(Some(0));
-        };
-        let (src, dst) = (local.ip(), remote.ip());
+        }
         let max_frame = self.mtu + ETH_LEN;
         let our_mac = self.mac;
-        let headers = headers_len(dst);
-        // The next hop, looked up before the first segment: a connection that has nothing
-        // to send (it received a segment that needs no answer yet, or the application read)
-        // takes no frame from the device and needs no next hop.
-        let mut hop = None;
+        // The addresses and the next hop, taken before the first segment: a connection that
+        // has nothing to send (it received a segment that needs no answer yet, or the
+        // application read) takes no frame from the device, and copies no address.
+        let mut hop: Option<(IpAddr, IpAddr, usize, Option<[u8; 6]>)> = None;
         let mut sent = 0;
         loop {
             let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
             if sock.conn.nothing_to_transmit(now) {
                 break;
             }
-            let fallback = sock.peer_mac;
-            let mac = match hop {
-                Some(mac) => mac,
-                None => *hop.insert(self.next_hop_mac(now, dst, fallback)),
-            };
+            if hop.is_none() {
+                // Bound (checked above): nothing between there and here unbinds it.
+                let Some(FourTuple { local, remote }) = sock.conn.tuple() else { break };
+                let (src, dst, fallback) = (local.ip(), remote.ip(), sock.peer_mac);
+                hop = Some((src, dst, headers_len(dst), self.next_hop_mac(now, dst, fallback)));
+            }
+            // Borrowed where they are: only a new template and a held frame read the
+            // addresses, and a sender copying them for every segment paid for it.
+            let Some((src, dst, headers, mac)) = &hop else { break };
+            let (headers, mac) = (*headers, *mac);
             let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
             let mut produced = None;
             let (notes, note) = (&self.notes, &mut self.note);
@@ -59,7 +62,7 @@ impl Interface {
                     // The headers come from the connection's template, made again when the
                     // next hop's address has changed since it was made.
                     if sock.headers.as_ref().is_none_or(|h| h.dst_mac() != mac) {
-                        sock.headers = Some(HeaderTemplate::new(our_mac, mac, src, dst, IpNumber::TCP));
+                        sock.headers = Some(HeaderTemplate::new(our_mac, mac, *src, *dst, IpNumber::TCP));
                     }
                     let Sock { conn, headers: template, .. } = &mut **sock;
                     let template = template.as_ref().expect("made above");
@@ -95,10 +98,10 @@ impl Interface {
                     let mut buf = self.spare.pop().unwrap_or_default();
                     buf.resize(max_frame, 0);
                     if let Some(t) = sock.conn.poll_transmit(now, &mut buf[headers..]) {
-                        write_ip_headers(&mut buf, our_mac, [0; 6], src, dst, IpNumber::TCP, t.len, ect(&t));
+                        write_ip_headers(&mut buf, our_mac, [0; 6], *src, *dst, IpNumber::TCP, t.len, ect(&t));
                         buf.truncate(headers + t.len);
                         produced = Some(t);
-                        self.hold_for_resolution(now, dst, buf);
+                        self.hold_for_resolution(now, *dst, buf);
                     } else {
                         self.spare.push(buf);
                     }

@@ -105,6 +105,7 @@ use ethernet::mac_string;
 pub use ids::{ListenerId, SocketId};
 use notes::{note_segment, note_send};
 pub use snapshot::{ConnectionInfo, ListenerInfo, TcpTotals};
+pub(crate) use table::ForRead;
 
 impl Interface {
     /// Return a host with MAC `mac` and IP MTU `mtu`.
@@ -291,6 +292,7 @@ impl Interface {
     /// timer (8 polls a request/response exchange in the instruction benchmark). The
     /// connection timers' wheel moves on from where it was at its next walk, as after any
     /// gap between polls.
+    #[inline]
     fn timers_due(&self, now: Instant) -> bool {
         let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
         due(self.conns.timers.next_deadline())
@@ -301,11 +303,19 @@ impl Interface {
     }
 
     /// Fire the connection, ARP, Neighbour Discovery and reassembly timers due at `now`, and
-    /// give idle connections' empty buffers back to the pool.
+    /// give idle connections' empty buffers back to the pool. Inlined: a poll with nothing
+    /// due (most polls of a busy host) pays `timers_due`'s comparisons, without a call
+    /// whose prologue saves the registers the timer work needs.
+    #[inline]
     pub fn handle_timeouts(&mut self, now: Instant) {
-        if !self.timers_due(now) {
-            return;
+        if self.timers_due(now) {
+            self.fire_timeouts(now);
         }
+    }
+
+    /// [`handle_timeouts`](Self::handle_timeouts) when a timer may be due.
+    #[inline(never)]
+    fn fire_timeouts(&mut self, now: Instant) {
         self.expire_fragments(now);
         self.solicit_neighbours(now);
         self.conns.expire_timers(now);
@@ -356,39 +366,40 @@ impl Interface {
         // FINs and last ACKs): a device may hand each frame of a batch on before it takes
         // the next (copy-mode AF_XDP delivers every frame of a kick to a veth peer in turn),
         // so a handshake or a reply waits for no teardown queued before it.
-        let mut order = std::mem::take(&mut self.conns.tx_order);
+        // The order is worked through where it is kept, `Connections::tx_order` (nothing
+        // else touches it meanwhile), rather than taken out and put back.
         // Sending may dirty other connections (a child reset, a settle): round again until
         // nothing is left.
         while !self.conns.dirty.is_empty() {
-            order.clear();
-            if self.conns.tx_backlog || self.conns.dirty.len() == 1 {
+            let conns = &mut self.conns;
+            conns.tx_order.clear();
+            if conns.tx_backlog || conns.dirty.len() == 1 {
                 // In the order left, or one connection (a host answering one request): the
                 // list is the order as it is, and the two trade their storage.
-                std::mem::swap(&mut order, &mut self.conns.dirty);
+                std::mem::swap(&mut conns.tx_order, &mut conns.dirty);
             } else {
-                let slots = &self.conns.slots;
+                let slots = &conns.slots;
                 let released = |i: &u32| slots[*i as usize].sock.as_ref().is_some_and(|s| s.owner == Owner::Released);
-                order.extend(self.conns.dirty.iter().filter(|i| !released(i)));
-                order.extend(self.conns.dirty.iter().filter(|i| released(i)));
-                self.conns.dirty.clear();
+                conns.tx_order.extend(conns.dirty.iter().filter(|i| !released(i)));
+                conns.tx_order.extend(conns.dirty.iter().filter(|i| released(i)));
+                conns.dirty.clear();
             }
-            for k in 0..order.len() {
-                match self.transmit_one(now, order[k], device) {
+            for k in 0..self.conns.tx_order.len() {
+                match self.transmit_one(now, self.conns.tx_order[k], device) {
                     Ok(Some(n)) => sent += n,
                     other => {
                         // The device is full (or failed): keep this one and the rest dirty,
                         // ahead of any dirtied meanwhile, for the next round, which takes
                         // them in this order (so the priority never holds a teardown back
                         // longer than arrival order would).
-                        self.conns.dirty.splice(0..0, order[k..].iter().copied());
-                        self.conns.tx_order = order;
-                        self.conns.tx_backlog = true;
+                        let conns = &mut self.conns;
+                        conns.dirty.splice(0..0, conns.tx_order[k..].iter().copied());
+                        conns.tx_backlog = true;
                         return other.map(|_| sent);
                     }
                 }
             }
         }
-        self.conns.tx_order = order;
         self.conns.tx_backlog = false;
         Ok(sent)
     }

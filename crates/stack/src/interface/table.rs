@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use bypass_tcp::Storage;
-use bypass_tcp::{Buffers, Connection, Event, FourTuple, Instant, Side, State};
+use bypass_tcp::{Buffers, Connection, Event, FourTuple, Instant, RecvError, Side, State};
 
 use super::*;
 
@@ -57,6 +57,14 @@ fn lend(
     });
 }
 
+/// A connection found for a read ([`Interface::connection_for_read`]).
+pub(crate) enum ForRead<'a> {
+    /// Its receive buffer holds data: the connection, marked for the next transmit.
+    Data(&'a mut Connection),
+    /// Its receive buffer is empty: the connection, untouched, and what a read returns.
+    Nothing(&'a Connection, Result<usize, RecvError>),
+}
+
 /// Zeroed buffer storage kept for connections that take up storage again, at most (or
 /// twice `StackConfig::buffer_pool`, if more).
 const STORAGE_POOL: usize = 256;
@@ -65,28 +73,34 @@ impl Interface {
     /// The most window a connection that offers `own` bytes may offer now: what is left of
     /// the budget, up to an equal share among the connections that can still be sent data
     /// (all but the orphans, whose data would be answered with RST), and never below two
-    /// full-sized segments, so that every connection moves.
-    pub(super) fn window_cap(&self, own: u32) -> u32 {
-        if self.conns.window_budget == usize::MAX {
+    /// full-sized segments, so that every connection moves. Its operands are the table's
+    /// fields (`Connections::window_budget`, the connections, the orphans, the offered
+    /// windows) rather than the table, so that `apply_budgets` computes it while it holds
+    /// the connection from its slot.
+    fn window_cap(budget: usize, connections: usize, orphans: usize, offered: usize, mss: u16, own: u32) -> u32 {
+        if budget == usize::MAX {
             return u32::MAX;
         }
-        let receivers = self.conns.table.len().saturating_sub(self.conns.orphans).max(1);
-        let share = self.conns.window_budget / receivers;
-        let left = own as usize + self.conns.window_budget.saturating_sub(self.conns.offered_bytes);
-        let floor = 2 * usize::from(self.config.tcp.mss);
+        let receivers = connections.saturating_sub(orphans).max(1);
+        let share = budget / receivers;
+        let left = own as usize + budget.saturating_sub(offered);
+        let floor = 2 * usize::from(mss);
         share.min(left).max(floor).min(u32::MAX as usize) as u32
     }
 
-    /// Give connection `index` its window cap and growth permission, and count its buffers.
+    /// Give connection `index` its window cap and growth permission, and count its buffers,
+    /// after one lookup of its slot.
     pub(super) fn apply_budgets(&mut self, index: u32) {
-        let Some(own) = self.conns.count_window(index) else { return };
-        let cap = self.window_cap(own);
-        let Some(sock) = self.conns.slots[index as usize].sock.as_mut() else { return };
+        let conns = &mut self.conns;
+        let Some(sock) = conns.slots[index as usize].sock.as_deref_mut() else { return };
+        let own = sock.count_window(&mut conns.offered_bytes);
+        let (budget, connections) = (conns.window_budget, conns.table.len());
+        let cap = Self::window_cap(budget, connections, conns.orphans, conns.offered_bytes, self.config.tcp.mss, own);
         let capacity = sock.conn.buffer_capacity();
-        self.conns.buffer_bytes = self.conns.buffer_bytes - sock.capacity + capacity;
+        conns.buffer_bytes = conns.buffer_bytes - sock.capacity + capacity;
         sock.capacity = capacity;
         sock.conn.set_window_cap(cap);
-        sock.conn.set_growth_allowed(self.conns.buffer_bytes < self.config.buffer_memory);
+        sock.conn.set_growth_allowed(conns.buffer_bytes < self.config.buffer_memory);
     }
 
     /// Put `conn` in the table for `tuple`, owned by `owner`; return its id. Inlined: where
@@ -160,6 +174,7 @@ impl Interface {
     /// Return connection `id` for a user call, marked dirty (`Connections::mark_dirty`) and
     /// lent storage (`lend_storage`, with `need`), after one lookup of its slot rather than
     /// one for each of these (a read and a write on every exchange).
+    #[inline]
     pub(super) fn connection_for_user(&mut self, id: SocketId, need: Option<Side>) -> Option<&mut Connection> {
         let slot = self.conns.slots.get_mut(id.index as usize).filter(|s| s.generation == id.generation)?;
         let sock = slot.sock.as_deref_mut()?;
@@ -170,6 +185,27 @@ impl Interface {
         let sizes = (self.config.tcp.send_buffer, self.config.tcp.recv_buffer);
         lend(&mut sock.conn, sizes, &mut self.conns.storage_pool, &mut self.counters, need);
         Some(&mut sock.conn)
+    }
+
+    /// Return connection `id` for a read after one lookup of its slot: when its receive
+    /// buffer holds data, marked dirty and lent storage as by
+    /// [`connection_mut`](Self::connection_mut) (`Data`); when it holds none, untouched,
+    /// with what a read returns then ([`Connection::recv_nothing`]; `Nothing`). Reading
+    /// nothing changes nothing, so it costs no pass through the connection's output and
+    /// settling.
+    pub(crate) fn connection_for_read(&mut self, id: SocketId) -> Option<ForRead<'_>> {
+        let slot = self.conns.slots.get_mut(id.index as usize).filter(|s| s.generation == id.generation)?;
+        let sock = slot.sock.as_deref_mut()?;
+        if let Some(nothing) = sock.conn.recv_nothing() {
+            return Some(ForRead::Nothing(&sock.conn, nothing));
+        }
+        if !sock.dirty {
+            sock.dirty = true;
+            self.conns.dirty.push(id.index);
+        }
+        let sizes = (self.config.tcp.send_buffer, self.config.tcp.recv_buffer);
+        lend(&mut sock.conn, sizes, &mut self.conns.storage_pool, &mut self.counters, None);
+        Some(ForRead::Data(&mut sock.conn))
     }
 
     /// Give the empty buffers of each connection that has not run for `IDLE_RELEASE` back
@@ -296,10 +332,16 @@ impl Interface {
     /// After a connection ran: pass its events on, note its next timer, and remove it when
     /// nobody needs it any more.
     pub(super) fn settle(&mut self, now: Instant, index: u32) {
-        self.conns.count_window(index);
-        self.deliver(index);
-        let id = self.conns.id(index);
-        let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
+        let slot = &mut self.conns.slots[index as usize];
+        // Delivering events removes no connection: the generation stays.
+        let id = SocketId { index, generation: slot.generation };
+        let mut sock = slot.sock.as_deref_mut().expect("live");
+        sock.count_window(&mut self.conns.offered_bytes);
+        // `deliver`, with the connection in hand; looked up again only after events.
+        if let Some(first) = sock.conn.poll_event() {
+            self.deliver_from(index, first);
+            sock = self.conns.slots[index as usize].sock.as_deref_mut().expect("live");
+        }
         let owner = sock.owner;
         let state = sock.conn.state();
         // Its empty buffers go back to the pool once it is idle (`release_idle_storage`).

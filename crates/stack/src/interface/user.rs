@@ -121,6 +121,7 @@ impl Interface {
 
     /// Return the connection behind `id` for a call that queues data: its send buffer has
     /// storage (from the pool, or allocated) when this returns.
+    #[inline]
     pub fn connection_for_send(&mut self, id: SocketId) -> Option<&mut Connection> {
         self.connection_for_user(id, Some(bypass_tcp::Side::Send))
     }
