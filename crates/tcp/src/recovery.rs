@@ -258,9 +258,7 @@ impl Recovery {
         // needs N_RTT_SAMPLE = 8 a round (RFC 9406 4.2), which one per flight never gave.
         let rtt = if ctx.advanced { d.rtt_sample(ctx.now).or(ctx.rtt) } else { ctx.rtt };
         if let Some(rtt) = rtt {
-            self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
-            self.max_rtt = Some(self.max_rtt.map_or(rtt, |m| m.max(rtt)));
-            self.rtt_samples += 1;
+            self.note_rtt(rtt);
         }
         self.srtt = ctx.srtt;
         // RFC 8985 6.2 step 1: a resend delivered counts for RACK unless the delivery may be
@@ -436,18 +434,10 @@ impl Recovery {
         // The cumulative ACK's sample (`Delivery::rtt_sample`), which is RACK's too: the
         // newest segment delivered is this one.
         let rtt = now.saturating_duration_since(seg.sent_at);
-        self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
-        self.max_rtt = Some(self.max_rtt.map_or(rtt, |m| m.max(rtt)));
-        self.rtt_samples += 1;
+        self.note_rtt(rtt);
         self.srtt = srtt;
         self.rack_rtt = Some(rtt);
-        let newer = match self.rack_xmit {
-            None => true,
-            Some((t, e)) => seg.sent_at > t || (seg.sent_at == t && seg.end.after(e)),
-        };
-        if newer {
-            self.rack_xmit = Some((seg.sent_at, seg.end));
-        }
+        self.advance_rack_xmit(seg.sent_at, seg.end);
         self.reordering_seen |= reordered;
         // F-RTO with no timeout to decide on (`frto_on_ack`), and the duplicate-ACK count
         // an advancing ACK ends without SACK.
@@ -854,6 +844,21 @@ impl Recovery {
         };
         let Some((at, end)) = candidate else { return };
         self.rack_rtt = Some(now.saturating_duration_since(at));
+        self.advance_rack_xmit(at, end);
+    }
+
+    /// Count an RTT sample in min_RTT, the largest RTT seen and the samples taken.
+    #[inline]
+    fn note_rtt(&mut self, rtt: Duration) {
+        self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
+        self.max_rtt = Some(self.max_rtt.map_or(rtt, |m| m.max(rtt)));
+        self.rtt_samples += 1;
+    }
+
+    /// RFC 8985 6.2 step 2: RACK.xmit_ts and RACK.end follow the most recently sent segment
+    /// delivered (the later end breaks a tie of send times).
+    #[inline]
+    fn advance_rack_xmit(&mut self, at: Instant, end: SeqNum) {
         let newer = match self.rack_xmit {
             None => true,
             Some((t, e)) => at > t || (at == t && end.after(e)),
