@@ -248,6 +248,11 @@ struct EchoArgs {
     /// once fits the ring.
     #[arg(long, value_name = "BYTES", value_parser = parse_budget)]
     window_budget: Option<usize>,
+    /// The most bytes of data all connections have in flight together, or `none`; by
+    /// default a quarter of the receive ring in full-sized segments, so the peers'
+    /// acknowledgments fit the ring beside what the windows let in.
+    #[arg(long, value_name = "BYTES", value_parser = parse_budget)]
+    flight_budget: Option<usize>,
     /// Record every frame received and sent to this pcapng file (one file per queue:
     /// FILE, FILE.q1, ...), for Wireshark.
     #[arg(long)]
@@ -442,6 +447,7 @@ fn echo(args: EchoArgs) -> Result<(), String> {
         }
     }
     config.window_budget = args.window_budget;
+    config.flight_budget = args.flight_budget;
     let addrs = args.stack.ip.iter().map(|(a, p)| format!("{a}/{p}")).collect::<Vec<_>>().join(" and ");
     let idle = args.idle_timeout.map(Duration::from_secs_f64);
 

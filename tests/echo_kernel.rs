@@ -282,11 +282,17 @@ fn hundred_connections_lossless_packet() {
 
 // The same 100 connections, 256 KiB each, into a receive ring of 512 frames: a tenth of
 // what the windows would let in at once without the stack's window budget (the control
-// loses thousands of frames to the full ring), and lossless with it.
+// loses thousands of frames to the full ring), and lossless with it. The echo's own data in
+// flight draws the peer's ACKs into the same ring: without the flight budget
+// (`--flight-budget none`) 10 of 12 runs on a loaded machine dropped 29 to 160 frames for
+// an empty fill ring, mostly ACKs, now and then a data segment the peer had to send again;
+// with it, none.
 
 #[test]
 fn small_ring_lossless_xdp() {
-    concurrent_with(Backend::Xdp, 100, 256 << 10, 2, Check::Lossless, &["--rx-ring", "512"]);
+    if let Some(counters) = concurrent_with(Backend::Xdp, 100, 256 << 10, 2, Check::Lossless, &["--rx-ring", "512"]) {
+        assert_eq!(counters.get("device.rx_dropped"), 0, "the ring overflowed: {counters}");
+    }
 }
 
 #[test]

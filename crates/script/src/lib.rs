@@ -97,7 +97,7 @@
 //! `keepalive` (on/off: keep-alive on every connection, SO_KEEPALIVE, with Linux's defaults
 //! of 2 h, 75 s and 9 probes), `keepalive_idle`, `keepalive_interval`, `keepalive_probes`
 //! (TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT; each turns keep-alive on). Host: `syn_queue`, `accept_backlog`, `window_budget`,
-//! `local_ip`. Runner: `remote_ip`, `remote_port`, `local_port`, `tolerance_usecs`.
+//! `flight_budget`, `local_ip`. Runner: `remote_ip`, `remote_port`, `local_port`, `tolerance_usecs`.
 //! Durations: `200ms`, `1s`, `500us`. Defaults: `bypass_stack::StackConfig::new`, our
 //! address 192.168.0.1/24, the tester 192.168.0.2:40000, our port 8080.
 //!

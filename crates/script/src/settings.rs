@@ -130,6 +130,7 @@ impl Settings {
             "syn_queue" => self.stack.syn_queue = num(v)?,
             "accept_backlog" => self.stack.accept_backlog = num(v)?,
             "window_budget" => self.stack.window_budget = if v == "none" { None } else { Some(num(v)?) },
+            "flight_budget" => self.stack.flight_budget = if v == "none" { None } else { Some(num(v)?) },
             "local_ip" => {
                 let prefix = self.stack.ipv4.map_or(24, |c| c.prefix_len);
                 self.stack.ipv4 = Some(bypass_stack::Cidr { addr: num(v)?, prefix_len: prefix });

@@ -71,7 +71,7 @@ impl LinuxSetup {
     /// `delayed_ack` other than 40 ms or off (Linux's delayed ACK adapts between 40 and 200 ms),
     /// `initial_rto` other than 1 s (`TCP_TIMEOUT_INIT`, settable by BPF only), `msl` other
     /// than 30 s (`TCP_TIMEWAIT_LEN` is a constant 60 s), `fin_wait2_timeout=off`, and
-    /// `window_budget` (a host-wide budget of ours).
+    /// `window_budget` and `flight_budget` (host-wide budgets of ours).
     pub fn from_config(pairs: &[(String, String)], settings: &Settings) -> Result<LinuxSetup, String> {
         let tcp = &settings.stack.tcp;
         let mut s = LinuxSetup { backlog: 128, ..LinuxSetup::default() };
@@ -165,6 +165,7 @@ impl LinuxSetup {
                 }
                 "sws_override" => return cannot(key, "Linux has no sender SWS override timer"),
                 "window_budget" => return cannot(key, "a host-wide window budget of our stack"),
+                "flight_budget" => return cannot(key, "a host-wide flight budget of our stack"),
                 "local_ip" | "remote_ip" | "remote_port" | "local_port" | "tolerance_usecs" => {}
                 other => return cannot(other, "not mapped"),
             }

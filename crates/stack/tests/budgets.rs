@@ -1,6 +1,7 @@
-//! The host's two budgets, on virtual time over a simulated link: the sum of the receive
-//! windows stays within what the device's receive ring can hold, and autotuning stops
-//! growing buffers once the host's buffer memory is spent. Data arrives intact either way.
+//! The host's three budgets, on virtual time over a simulated link: the sum of the receive
+//! windows stays within what the device's receive ring can hold, so does the data in flight
+//! (whose acknowledgments the ring must hold too), and autotuning stops growing buffers once
+//! the host's buffer memory is spent. Data arrives intact either way.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
@@ -141,15 +142,93 @@ fn bulk(net: &mut Net, clients: usize, each: usize) -> Run {
     Run { peak_windows, peak_memory, window_budget: net.b.interface().window_budget(), unit }
 }
 
+/// `clients` connections from A to B; B sends `each` bytes on each, which A reads and checks
+/// as fast as they come. Return the most data B had in flight on all of them at once.
+fn download(net: &mut Net, clients: usize, each: usize) -> usize {
+    let listener = net.b.listen(PORT).unwrap();
+    let ids: Vec<SocketId> = (0..clients).map(|_| net.a.connect(SocketAddrV4::new(B, PORT)).unwrap()).collect();
+    let message = |port: u16, i: usize| (i as u32 * 13 + u32::from(port) * 5) as u8;
+    let port = |net: &Net, id: SocketId| net.a.interface().connection(id).unwrap().tuple().unwrap().local.port();
+    let ports: Vec<u16> = ids.iter().map(|&id| port(net, id)).collect();
+    let mut servers: Vec<(SocketId, u16, usize)> = Vec::new();
+    let mut got = vec![0usize; clients];
+    let mut peak = 0;
+    let deadline = net.now + Duration::from_secs(600);
+    let mut chunk = vec![0u8; 64 << 10];
+    let mut buf = vec![0u8; 64 << 10];
+    while got.iter().any(|&g| g < each) {
+        assert!(net.now < deadline, "virtual deadline passed: {}", net.b.counters());
+        while let Some(id) = net.b.accept(listener) {
+            let peer = net.b.interface().connection(id).unwrap().tuple().unwrap().remote.port();
+            servers.push((id, peer, 0));
+        }
+        for (id, peer, sent) in servers.iter_mut() {
+            while *sent < each {
+                let n = chunk.len().min(each - *sent);
+                for (i, b) in chunk[..n].iter_mut().enumerate() {
+                    *b = message(*peer, *sent + i);
+                }
+                match net.b.write(*id, &chunk[..n]) {
+                    Ok(k) if k > 0 => *sent += k,
+                    _ => break,
+                }
+            }
+        }
+        for (c, &id) in ids.iter().enumerate() {
+            while let Ok(k @ 1..) = net.a.read(id, &mut buf) {
+                for (i, &b) in buf[..k].iter().enumerate() {
+                    assert_eq!(b, message(ports[c], got[c] + i), "client port {}, byte {}", ports[c], got[c] + i);
+                }
+                got[c] += k;
+            }
+        }
+        let flight: usize = servers
+            .iter()
+            .map(|&(id, _, _)| net.b.interface().connection(id).unwrap().bytes_in_flight() as usize)
+            .sum();
+        peak = peak.max(flight);
+        net.step();
+    }
+    peak
+}
+
 #[test]
-fn the_budget_follows_the_device_ring_unless_set() {
+fn the_budgets_follow_the_device_ring_unless_set() {
     let net = Net::new(LinkConfig::default(), Some(4096), |_| {});
     let mss = usize::from(net.b.interface().config().tcp.mss);
     assert_eq!(net.b.interface().window_budget(), 4096 * mss / 2, "half the ring in full segments");
+    assert_eq!(net.b.interface().flight_budget(), 4096 * mss / 4, "a quarter of the ring in full segments");
     let net = Net::new(LinkConfig::default(), None, |_| {});
     assert_eq!(net.b.interface().window_budget(), usize::MAX, "no ring, no limit");
-    let net = Net::new(LinkConfig::default(), Some(4096), |c| c.window_budget = Some(1 << 20));
+    assert_eq!(net.b.interface().flight_budget(), usize::MAX, "no ring, no limit");
+    let net = Net::new(LinkConfig::default(), Some(4096), |c| {
+        c.window_budget = Some(1 << 20);
+        c.flight_budget = Some(1 << 19);
+    });
     assert_eq!(net.b.interface().window_budget(), 1 << 20, "set in the config");
+    assert_eq!(net.b.interface().flight_budget(), 1 << 19, "set in the config");
+}
+
+#[test]
+fn data_in_flight_together_fits_the_device_ring() {
+    // A 200-frame ring: 73 kB in flight between 10 connections whose initial windows alone
+    // (ten segments each, RFC 6928) would put 146 kB in flight, and whose congestion
+    // windows grow past that over a 2 ms round trip.
+    let link = LinkConfig::default().with_delay(Duration::from_millis(1));
+    let (clients, each) = (10, 1 << 20);
+    let mut net = Net::new(link, Some(200), |_| {});
+    let budget = net.b.interface().flight_budget();
+    let mss = usize::from(net.b.interface().config().tcp.mss);
+    let peak = download(&mut net, clients, each);
+    println!("10 connections, 200-frame ring: {peak} bytes in flight at most, budget {budget}");
+    // Every connection may keep two full segments in flight whatever the budget.
+    assert!(peak <= budget.max(clients * 2 * mss), "{peak} bytes in flight, over the budget {budget}");
+
+    // The control: without a ring to fit, the same transfer has far more in flight.
+    let mut net = Net::new(link, None, |_| {});
+    let open = download(&mut net, clients, each);
+    println!("without a ring: {open} bytes in flight at most");
+    assert!(open > 2 * budget, "the control had {open} bytes in flight");
 }
 
 #[test]

@@ -393,6 +393,37 @@ fn window_bounds_throughput_on_long_fat_path() {
     assert!(rate <= WINDOW_BOUND * 105 / 100, "{rate} bytes/s exceeds the window bound {WINDOW_BOUND}");
 }
 
+#[test]
+fn a_flight_cap_bounds_what_is_in_flight_and_the_data_still_arrives() {
+    init_log();
+    // A 10 ms round trip at 1 Gbit/s: slow start would put hundreds of segments in flight.
+    // The host caps the client's flight at 8 segments: never more in flight, all of it
+    // delivered.
+    let link = LinkConfig::default().with_delay(5 * MS).with_bandwidth(1_000_000_000);
+    let mut pair = Pair::new(&config(31), &config(31), link, link, 31);
+    pair.run_until(Pair::both_established, after(&pair, 5));
+    let cap = 8 * u32::from(pair.client().stats().mss);
+    pair.conn_mut(Side::Client).set_flight_cap(cap);
+    let run = |pair: &mut Pair| {
+        pair.stream(Side::Client, 4 * MIB, false);
+        let mut peak = 0;
+        let deadline = after(pair, 60);
+        while !pair.streams_done() && pair.now() < deadline && pair.step() {
+            peak = peak.max(pair.client().bytes_in_flight());
+        }
+        pair.check(deadline).unwrap();
+        assert!(pair.streams_done(), "4 MiB not delivered by {}", pair.now());
+        peak
+    };
+    let peak = run(&mut pair);
+    assert!(peak <= cap, "{peak} bytes in flight, over the cap of {cap}");
+    assert!(peak > cap / 2, "only {peak} bytes in flight: the cap should be what limits");
+    // Lifted, the windows open past it.
+    pair.conn_mut(Side::Client).set_flight_cap(u32::MAX);
+    let open = run(&mut pair);
+    assert!(open > 4 * cap, "{open} bytes in flight without the cap");
+}
+
 // --- Simultaneous open and close (RFC 9293 3.5 Figure 8, 3.6 Figure 13) -------------------------
 
 #[test]

@@ -89,6 +89,15 @@ pub struct StackConfig {
     /// times the MSS, halved for the frames that are not full segments and for bursts that
     /// arrive while the stack is descheduled); a device without a fixed ring sets no limit.
     pub window_budget: Option<usize>,
+    /// The most bytes all connections may have in flight between them, so that the
+    /// acknowledgments their data draws fit what the device can hold beside the data the
+    /// windows let in: a peer may acknowledge every segment (Linux does while in quick-ACK
+    /// mode and during loss recovery). Each connection may have an equal share in flight,
+    /// more while others leave theirs unused (never below two full-sized segments); only
+    /// new data waits for the budget. `None` (the default) takes a quarter of the device's
+    /// receive ring in full-sized segments, the window budget taking half; a device without
+    /// a fixed ring sets no limit.
+    pub flight_budget: Option<usize>,
     /// The most bytes the buffers of all connections may hold allocated before autotuning
     /// stops growing any (as Linux's `tcp_mem` pressure threshold); buffers already grown
     /// keep their size, and new connections still get `tcp.send_buffer + tcp.recv_buffer`.
@@ -124,6 +133,7 @@ impl StackConfig {
             max_orphans: 16_384,
             max_orphan_memory: 64 << 20,
             window_budget: None,
+            flight_budget: None,
             buffer_memory: 512 << 20,
         };
         config.with_address(ip, prefix_len)

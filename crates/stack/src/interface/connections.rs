@@ -43,6 +43,8 @@ pub(super) struct Sock {
     pub(super) capacity: usize,
     /// The receive window it offers, as last counted in `Connections::offered_bytes`.
     pub(super) offered: u32,
+    /// Its data in flight, as last counted in `Connections::flight_bytes`.
+    pub(super) in_flight: u32,
     /// The deadline of its live entry in `Connections::timers`. A deadline that moves later
     /// leaves the entry be: when it comes up early, the connection is armed again for its
     /// real deadline. One that moves earlier adds an entry and makes the old one stale.
@@ -68,6 +70,14 @@ impl Sock {
         *offered_bytes = *offered_bytes - self.offered as usize + offered as usize;
         self.offered = offered;
         offered
+    }
+
+    /// Count its data in flight now in `flight_bytes` (`Connections::flight_bytes`); return it.
+    pub(super) fn count_flight(&mut self, flight_bytes: &mut usize) -> u32 {
+        let in_flight = self.conn.bytes_in_flight();
+        *flight_bytes = *flight_bytes - self.in_flight as usize + in_flight as usize;
+        self.in_flight = in_flight;
+        in_flight
     }
 }
 
@@ -153,6 +163,10 @@ pub(super) struct Connections {
     pub(super) buffer_bytes: usize,
     /// The receive windows the connections offer, summed as each last ran.
     pub(super) offered_bytes: usize,
+    /// `StackConfig::flight_budget` as resolved for the device (`usize::MAX`: no limit).
+    pub(super) flight_budget: usize,
+    /// The connections' data in flight, summed as each last ran.
+    pub(super) flight_bytes: usize,
 }
 
 impl Connections {
@@ -178,6 +192,8 @@ impl Connections {
             window_budget: usize::MAX,
             buffer_bytes: 0,
             offered_bytes: 0,
+            flight_budget: usize::MAX,
+            flight_bytes: 0,
         }
     }
 
@@ -221,6 +237,7 @@ impl Connections {
         self.table.remove(&sock.tuple);
         self.buffer_bytes -= sock.capacity;
         self.offered_bytes -= sock.offered as usize;
+        self.flight_bytes -= sock.in_flight as usize;
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(index);
         if let Some(bytes) = sock.orphan {

@@ -152,15 +152,18 @@ impl Interface {
         }
     }
 
-    /// Resolve `StackConfig::window_budget` for a device that holds `rx_frames` received
-    /// frames (`None`: no fixed ring). [`Stack::new`](crate::Stack::new) calls this.
+    /// Resolve `StackConfig::window_budget` and `StackConfig::flight_budget` for a device
+    /// that holds `rx_frames` received frames (`None`: no fixed ring).
+    /// [`Stack::new`](crate::Stack::new) calls this.
     pub fn set_device_rx_frames(&mut self, rx_frames: Option<usize>) {
         let mss = usize::from(self.config.tcp.mss);
-        self.conns.window_budget = match (self.config.window_budget, rx_frames) {
+        let resolve = |set: Option<usize>, share: usize| match (set, rx_frames) {
             (Some(bytes), _) => bytes,
-            (None, Some(frames)) => frames * mss / 2,
+            (None, Some(frames)) => frames * mss / share,
             (None, None) => usize::MAX,
         };
+        self.conns.window_budget = resolve(self.config.window_budget, 2);
+        self.conns.flight_budget = resolve(self.config.flight_budget, 4);
     }
 
     /// Take the device's checksum capabilities ([`Device::checksums`]): checksums the
@@ -179,6 +182,17 @@ impl Interface {
     /// (`usize::MAX`: no limit).
     pub fn window_budget(&self) -> usize {
         self.conns.window_budget
+    }
+
+    /// Return the bytes all connections may have in flight between them (`usize::MAX`: no
+    /// limit).
+    pub fn flight_budget(&self) -> usize {
+        self.conns.flight_budget
+    }
+
+    /// Return the bytes the connections have in flight between them, as each last ran.
+    pub fn bytes_in_flight(&self) -> usize {
+        self.conns.flight_bytes
     }
 
     /// Return the bytes allocated to the buffers of the connections in the table.

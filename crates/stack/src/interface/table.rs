@@ -70,36 +70,39 @@ pub(crate) enum ForRead<'a> {
 const STORAGE_POOL: usize = 256;
 
 impl Interface {
-    /// The most window a connection that offers `own` bytes may offer now: what is left of
-    /// the budget, up to an equal share among the connections that can still be sent data
-    /// (all but the orphans, whose data would be answered with RST), and never below two
-    /// full-sized segments, so that every connection moves. Its operands are the table's
-    /// fields (`Connections::window_budget`, the connections, the orphans, the offered
-    /// windows) rather than the table, so that `apply_budgets` computes it while it holds
-    /// the connection from its slot.
-    fn window_cap(budget: usize, connections: usize, orphans: usize, offered: usize, mss: u16, own: u32) -> u32 {
+    /// The most a connection holding `own` bytes of a budget of `budget` bytes may hold now,
+    /// when `total` bytes of it are held: what is left of the budget, up to an equal share
+    /// among the `parties` that may hold some, and never below two full-sized segments, so
+    /// that every connection moves. Its operands are the table's fields rather than the
+    /// table, so that `apply_budgets` computes it while it holds the connection from its
+    /// slot.
+    fn budget_cap(budget: usize, parties: usize, total: usize, mss: u16, own: u32) -> u32 {
         if budget == usize::MAX {
             return u32::MAX;
         }
-        let receivers = connections.saturating_sub(orphans).max(1);
-        let share = budget / receivers;
-        let left = own as usize + budget.saturating_sub(offered);
+        let share = budget / parties.max(1);
+        let left = own as usize + budget.saturating_sub(total);
         let floor = 2 * usize::from(mss);
         share.min(left).max(floor).min(u32::MAX as usize) as u32
     }
 
-    /// Give connection `index` its window cap and growth permission, and count its buffers,
-    /// after one lookup of its slot.
+    /// Give connection `index` its window cap, flight cap and growth permission, and count
+    /// its buffers, after one lookup of its slot. The window budget is shared among the
+    /// connections that can still be sent data (all but the orphans, whose data would be
+    /// answered with RST); the flight budget among all of them.
     pub(super) fn apply_budgets(&mut self, index: u32) {
         let conns = &mut self.conns;
         let Some(sock) = conns.slots[index as usize].sock.as_deref_mut() else { return };
+        let mss = self.config.tcp.mss;
+        let connections = conns.table.len();
         let own = sock.count_window(&mut conns.offered_bytes);
-        let (budget, connections) = (conns.window_budget, conns.table.len());
-        let cap = Self::window_cap(budget, connections, conns.orphans, conns.offered_bytes, self.config.tcp.mss, own);
+        let receivers = connections.saturating_sub(conns.orphans);
+        sock.conn.set_window_cap(Self::budget_cap(conns.window_budget, receivers, conns.offered_bytes, mss, own));
+        let own = sock.count_flight(&mut conns.flight_bytes);
+        sock.conn.set_flight_cap(Self::budget_cap(conns.flight_budget, connections, conns.flight_bytes, mss, own));
         let capacity = sock.conn.buffer_capacity();
         conns.buffer_bytes = conns.buffer_bytes - sock.capacity + capacity;
         sock.capacity = capacity;
-        sock.conn.set_window_cap(cap);
         sock.conn.set_growth_allowed(conns.buffer_bytes < self.config.buffer_memory);
     }
 
@@ -124,6 +127,7 @@ impl Interface {
             orphan: None,
             capacity: 0,
             offered: 0,
+            in_flight: 0,
             scheduled: None,
             queued: false,
             active_at: now,
@@ -337,6 +341,7 @@ impl Interface {
         let id = SocketId { index, generation: slot.generation };
         let mut sock = slot.sock.as_deref_mut().expect("live");
         sock.count_window(&mut self.conns.offered_bytes);
+        sock.count_flight(&mut self.conns.flight_bytes);
         // `deliver`, with the connection in hand; looked up again only after events.
         if let Some(first) = sock.conn.poll_event() {
             self.deliver_from(index, first);

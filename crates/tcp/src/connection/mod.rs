@@ -271,6 +271,9 @@ pub struct Connection {
     sack_enabled: bool,
     /// The host lets the buffers grow (its memory budget is not spent).
     growth_allowed: bool,
+    /// The most bytes the host lets this connection have in flight (`u32::MAX`: no limit;
+    /// [`Connection::set_flight_cap`]).
+    flight_cap: u32,
     /// The segment being processed arrived marked CE ([`Connection::handle_segment_ecn`]).
     ce_in: bool,
     due: Due,
@@ -337,6 +340,7 @@ impl Connection {
             wscale_ok: false,
             sack_enabled: false,
             growth_allowed: true,
+            flight_cap: u32::MAX,
             snd: SendSpace::new(send, mss),
             rcv: RecvSpace::new(recv, rcv_wscale_offer, config.mss),
             ts: Timestamping::default(),
@@ -771,6 +775,20 @@ impl Connection {
     /// stops.
     pub fn set_window_cap(&mut self, bytes: u32) {
         self.rcv.set_window_cap(bytes);
+    }
+
+    /// Limit the data this connection has in flight to `bytes` (`u32::MAX`: no limit), on top
+    /// of the congestion and peer windows, as a host does to keep the acknowledgments its
+    /// connections' data draws within what its device can take in at once: a peer may
+    /// acknowledge every segment. Only new data waits; what is already in flight stays.
+    pub fn set_flight_cap(&mut self, bytes: u32) {
+        self.flight_cap = bytes;
+    }
+
+    /// Return the bytes sent and not yet acknowledged (SND.MAX - SND.UNA), the figure
+    /// [`Connection::set_flight_cap`] limits.
+    pub fn bytes_in_flight(&self) -> u32 {
+        self.snd.in_flight()
     }
 
     /// Return the bytes the connection's buffers hold allocated (send and receive).

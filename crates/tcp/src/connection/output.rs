@@ -282,9 +282,10 @@ impl Connection {
             self.snd.note_data_sent(now);
         }
         // The peer's window counts from SND.UNA; the congestion window limits what is in the
-        // network (RFC 6675's pipe: not what is SACKed or lost).
+        // network (RFC 6675's pipe: not what is SACKed or lost); the host's flight cap, what
+        // is unacknowledged.
         let flight = next - self.snd.una();
-        let peer_room = self.snd.wnd().saturating_sub(flight);
+        let peer_room = self.snd.wnd().min(self.flight_cap).saturating_sub(flight);
         let cc_room = self.rel.cc.cwnd().saturating_sub(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss() as u32));
         let usable = peer_room.min(cc_room);
         // A segment is full when it fills the MSS or the caller's buffer, whichever is less.
