@@ -494,9 +494,18 @@ impl<D: Device> Stack<D> {
         self.iface.connection(id).map(|c| c.stats())
     }
 
-    /// Return the next event for a connection the user holds.
+    /// Return the next event for a connection the user holds: a connection's events in
+    /// the order they happened, each kind once while it waits (edge-triggered, as epoll's
+    /// `EPOLLET`: a second `Readable` before the first was taken adds nothing), so the
+    /// queue of an application that never takes its events holds at most one of each kind
+    /// per connection it holds.
     pub fn poll_event(&mut self) -> Option<(SocketId, Event)> {
         self.iface.poll_event()
+    }
+
+    /// Return the events waiting for [`poll_event`](Stack::poll_event).
+    pub fn pending_events(&self) -> usize {
+        self.iface.pending_events()
     }
 
     /// Return a blocking `Read + Write` view of `id` that polls this stack while it waits.

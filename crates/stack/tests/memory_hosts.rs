@@ -175,6 +175,52 @@ fn a_read_that_opens_a_closed_window_sends_the_update_at_the_next_poll() {
 }
 
 #[test]
+fn events_an_application_never_takes_do_not_pile_up() {
+    // An application that reads and writes without ever taking its events (the echo loops
+    // of the examples do) must not grow the event queue by one entry a segment: each kind
+    // waits once per connection it holds, and those of connections it closed go.
+    let mut net = net(LinkConfig::default(), |_| {});
+    let listener = net.b.listen(7).unwrap();
+    let (client, server) = net.connect(SocketAddrV4::new(B, 7).into(), listener);
+    let mut buf = [0u8; 64];
+    for i in 0..2_000u32 {
+        net.a.write(client, &i.to_le_bytes()).unwrap();
+        net.run_until(|n| n.b.read(server, &mut buf).is_ok_and(|k| k == 4));
+        net.b.write(server, &buf[..4]).unwrap();
+        net.run_until(|n| n.a.read(client, &mut buf).is_ok_and(|k| k == 4));
+        assert_eq!(buf[..4], i.to_le_bytes());
+    }
+    assert!(net.a.pending_events() <= 8, "client: {} events waiting", net.a.pending_events());
+    assert!(net.b.pending_events() <= 8, "server: {} events waiting", net.b.pending_events());
+    // Taken, they are this connection's, in the order they first happened, once each.
+    let mut seen = Vec::new();
+    while let Some((id, event)) = net.a.poll_event() {
+        assert_eq!(id, client);
+        assert!(!seen.contains(&event), "{event:?} twice: {seen:?}");
+        seen.push(event);
+    }
+    assert_eq!(seen.first(), Some(&Event::Established), "{seen:?}");
+    assert!(seen.contains(&Event::Readable), "{seen:?}");
+    // Taken once, the next one is queued again.
+    net.b.write(server, b"more").unwrap();
+    net.run_until(|n| n.a.pending_events() > 0);
+    assert_eq!(net.a.poll_event(), Some((client, Event::Readable)));
+
+    // Connections opened, used and closed by an application that never takes its events:
+    // the queue stays within a compaction's bound, not one entry a connection.
+    for _ in 0..3_000 {
+        let (c, s) = net.connect(SocketAddrV4::new(B, 7).into(), listener);
+        net.a.write(c, b"x").unwrap();
+        net.run_until(|n| n.b.read(s, &mut buf).is_ok_and(|k| k == 1));
+        net.a.close(c);
+        net.b.close(s);
+    }
+    for host in [&net.a, &net.b] {
+        assert!(host.pending_events() <= 2 * 1024 + 16, "{} events waiting", host.pending_events());
+    }
+}
+
+#[test]
 fn connect_to_closed_port_is_refused_with_rst() {
     let mut net = net(LinkConfig::default(), |_| {});
     let client = net.a.connect(SocketAddrV4::new(B, 9999)).unwrap();

@@ -45,6 +45,9 @@ pub(super) struct Sock {
     pub(super) offered: u32,
     /// Its data in flight, as last counted in `Connections::flight_bytes`.
     pub(super) in_flight: u32,
+    /// The events of it waiting in the user's queue (`Interface::events`), a bit each
+    /// (`event_bit`): an event already waiting is not queued again.
+    pub(super) user_events: u8,
     /// The deadline of its live entry in `Connections::timers`. A deadline that moves later
     /// leaves the entry be: when it comes up early, the connection is armed again for its
     /// real deadline. One that moves earlier adds an entry and makes the old one stale.

@@ -37,6 +37,23 @@ use crate::wire::{BROADCAST, ETH_LEN, IPV4_LEN, IPV6_LEN, headers_len, write_ip_
 /// Frames for sibling hosts kept between takes, at most (the rest are answered as before).
 const MAX_FOREIGN: usize = 4096;
 
+/// The user's event queue is compacted (`Interface::compact_events`) only past this length.
+const EVENTS_COMPACT_MIN: usize = 1024;
+
+/// The bit of `event` in `Sock::user_events`.
+fn event_bit(event: Event) -> u8 {
+    1 << match event {
+        Event::Established => 0,
+        Event::Readable => 1,
+        Event::Writable => 2,
+        Event::PeerClosed => 3,
+        Event::Closed => 4,
+        Event::Reset => 5,
+        Event::TimedOut => 6,
+        Event::Unreachable => 7,
+    }
+}
+
 /// The host: address, ARP, listeners and connections; see the module docs.
 pub struct Interface {
     config: StackConfig,
@@ -71,7 +88,12 @@ pub struct Interface {
     notes: Option<NoteBoard>,
     /// What the frame being received meant (filled only while capturing).
     note: String,
+    /// The user's events, each kind at most once per connection while it waits
+    /// (`Sock::user_events`), and those of connections the user closed before taking them,
+    /// which `compact_events` drops once they are most of the queue.
     events: VecDeque<(SocketId, Event)>,
+    /// The queue's length past which `compact_events` runs next.
+    events_compact_at: usize,
     counters: Counters,
     /// The TCP counters of the connections removed from the table (see `tcp_totals`).
     ended: TcpTotals,
@@ -145,6 +167,7 @@ impl Interface {
             notes: None,
             note: String::new(),
             events: VecDeque::new(),
+            events_compact_at: EVENTS_COMPACT_MIN,
             counters: Counters::default(),
             ended: TcpTotals::default(),
             ports,

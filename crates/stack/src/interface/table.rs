@@ -128,6 +128,7 @@ impl Interface {
             capacity: 0,
             offered: 0,
             in_flight: 0,
+            user_events: 0,
             scheduled: None,
             queued: false,
             active_at: now,
@@ -321,7 +322,10 @@ impl Interface {
                 Event::Reset => self.counters.connections_reset += 1,
                 _ => {}
             }
-            if owner == Owner::User {
+            // Once per kind while it waits: a busy connection whose application does not
+            // poll its events queues each kind once, not once per segment.
+            if owner == Owner::User && sock.user_events & event_bit(event) == 0 {
+                sock.user_events |= event_bit(event);
                 self.events.push_back((id, event));
             }
         }
@@ -331,6 +335,20 @@ impl Interface {
             l.half_open = l.half_open.saturating_sub(1);
             self.conns.enqueue_child(port, id);
         }
+        if self.events.len() > self.events_compact_at {
+            self.compact_events();
+        }
+    }
+
+    /// Drop the waiting events of connections the user no longer holds (`poll_event` would
+    /// pass over them), so that the queue of an application that never takes its events
+    /// stays within one event of each kind per connection it holds; the next compaction
+    /// waits until the queue has doubled (amortised O(1) an event).
+    #[cold]
+    fn compact_events(&mut self) {
+        let conns = &self.conns;
+        self.events.retain(|&(id, _)| conns.sock(id).is_some_and(|s| s.owner == Owner::User));
+        self.events_compact_at = (2 * self.events.len()).max(EVENTS_COMPACT_MIN);
     }
 
     /// After a connection ran: pass its events on, note its next timer, and remove it when

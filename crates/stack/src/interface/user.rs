@@ -180,8 +180,23 @@ impl Interface {
         }
     }
 
-    /// Return the next event for the user.
+    /// Return the next event for the user. A connection's events come in the order they
+    /// happened, each kind once while it waits (a second `Readable` before the first was
+    /// taken adds nothing: the first already says so). Events of connections the user has
+    /// closed since are passed over.
     pub fn poll_event(&mut self) -> Option<(SocketId, Event)> {
-        self.events.pop_front()
+        while let Some((id, event)) = self.events.pop_front() {
+            if let Some(sock) = self.conns.sock_mut(id).filter(|s| s.owner == Owner::User) {
+                sock.user_events &= !event_bit(event);
+                return Some((id, event));
+            }
+        }
+        None
+    }
+
+    /// Return the events waiting for the user: at most one of each kind per connection the
+    /// user holds, and those of connections it closed before taking them.
+    pub fn pending_events(&self) -> usize {
+        self.events.len()
     }
 }
