@@ -1732,7 +1732,7 @@ fn junk_does_not_keep_a_dead_connection_alive() {
     let mut next_junk = ms(5_000);
     let mut now = ms(1);
     while c.state() != State::Closed && now < ms(120_000) {
-        let timer = c.poll_timeout().unwrap_or(ms(u64::MAX / 2));
+        let timer = c.poll_timeout().unwrap_or(next_junk);
         now = timer.min(next_junk);
         if now == next_junk {
             c.handle_segment(now, &junk);
