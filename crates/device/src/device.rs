@@ -116,7 +116,9 @@ pub trait Device {
     /// Return how many received frames the device holds for the stack before it must drop
     /// (its receive ring: AF_XDP's fill and RX rings, AF_PACKET's RX ring), where it has a
     /// fixed one; `None` for devices that queue without such a limit. The stack keeps the sum
-    /// of its receive windows within this (`StackConfig::window_budget`).
+    /// of its receive windows within half of this (`StackConfig::window_budget`) and its
+    /// data in flight within a quarter (`StackConfig::flight_budget`), so that what its
+    /// peers send and the acknowledgments they return fit together.
     fn rx_frames(&self) -> Option<usize> {
         None
     }
