@@ -83,7 +83,7 @@ pub(crate) struct SendSpace {
 }
 
 impl SendSpace {
-    pub(crate) fn new(storage: Storage, mss: u16) -> Self {
+    pub(crate) fn new(storage: Storage, mss: u16, sent: SentQueue) -> Self {
         SendSpace {
             iss: SeqNum(0),
             iss_floor: None,
@@ -102,7 +102,7 @@ impl SendSpace {
             buf_seq: SeqNum(0),
             buf: RingBuffer::with_storage(storage),
             fin_queued: false,
-            sent: SentQueue::with_capacity(16),
+            sent,
             limited: false,
             pipe_high: 0,
             pipe_high_until: SeqNum(0),

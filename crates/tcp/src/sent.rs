@@ -134,6 +134,16 @@ impl SentQueue {
         SentQueue { segs: VecDeque::with_capacity(segments), ..SentQueue::default() }
     }
 
+    /// Return this queue emptied, as [`with_capacity`](Self::with_capacity) would, keeping
+    /// its records' allocation (at most `segments` of them: a bulk sender's grown queue
+    /// is not kept whole) for the next connection in its place.
+    pub fn recycled(self, segments: usize) -> Self {
+        let mut segs = self.segs;
+        segs.clear();
+        segs.shrink_to(segments);
+        SentQueue { segs, ..SentQueue::default() }
+    }
+
     /// Return RFC 6675's `pipe`: bytes in the network (in flight, resent lost ones included).
     pub fn pipe(&self) -> u32 {
         self.in_flight

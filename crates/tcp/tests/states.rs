@@ -2175,3 +2175,100 @@ fn ecn_survives_a_syn_cookie_only_with_timestamps() {
     let c = Connection::from_syn_cookie(&config(), tuple(), cookie, 1460, &peer(cookie, Flags::ACK, b""), ms(1001));
     assert!(!c.stats().ecn);
 }
+
+// ------------------------------------------------------------------------------------
+// A connection built in the place of a used one (`accept_in`, `connect_in`)
+// ------------------------------------------------------------------------------------
+
+/// A connection that has lived on another tuple: data sent and unacknowledged (a record in
+/// its sent queue, the retransmission timer running), data received and unread, window
+/// scaling and SACK negotiated, events waiting, a trace of its states.
+fn used() -> Connection {
+    let (mut c, iss) = established_passive(&config());
+    c.send(b"not acknowledged").unwrap();
+    assert_eq!(drain(&mut c, ms(2)).len(), 1);
+    c.handle_segment(ms(3), &peer(iss, Flags::ACK, b"not read"));
+    c
+}
+
+/// What can be seen of `c` at `now`: its state, what it sends, its events, trace, timer and
+/// statistics, each formatted.
+fn seen(c: &mut Connection, now: Instant) -> String {
+    let out = drain(c, now);
+    let events = events(c);
+    format!(
+        "{:?} {out:?} {events:?} {:?} {:?} {:?} {:?}",
+        c.state(),
+        c.trace(),
+        c.poll_timeout(),
+        c.stats(),
+        c.receive_window()
+    )
+}
+
+/// Feed `fresh` and `renewed` the same life from the peer, a request and its answer and
+/// the close, and check that they are seen alike after each step.
+fn same_life(fresh: &mut Connection, renewed: &mut Connection, peer_iss: SeqNum, our_iss: SeqNum, passive: bool) {
+    assert_eq!(seen(fresh, ms(10)), seen(renewed, ms(10)));
+    let ack = our_iss + 1u32;
+    let first = if passive {
+        Segment { seq: peer_iss + 1u32, ack, window: 1024, ..TEMPLATE }
+    } else {
+        let options = TcpOptions { mss: Some(1460), window_scale: Some(7), ..TcpOptions::NONE };
+        Segment { seq: peer_iss, ack, flags: Flags::SYN | Flags::ACK, window: 1024, options, ..TEMPLATE }
+    };
+    let data = Segment { seq: peer_iss + 1u32, ack, payload: b"request", window: 1024, ..TEMPLATE };
+    let fin =
+        Segment { seq: peer_iss + 8u32, ack: ack + 6u32, flags: Flags::ACK | Flags::FIN, window: 1024, ..TEMPLATE };
+    for c in [&mut *fresh, &mut *renewed] {
+        c.handle_segment(ms(11), &first);
+    }
+    assert_eq!(seen(fresh, ms(11)), seen(renewed, ms(11)));
+    for c in [&mut *fresh, &mut *renewed] {
+        c.handle_segment(ms(12), &data);
+        let mut buf = [0u8; 16];
+        assert_eq!(c.recv(&mut buf), Ok(7));
+        assert_eq!(c.send(b"answer"), Ok(6));
+    }
+    assert_eq!(seen(fresh, ms(12)), seen(renewed, ms(12)));
+    for c in [&mut *fresh, &mut *renewed] {
+        c.handle_segment(ms(13), &fin);
+        c.close(ms(13));
+    }
+    assert_eq!(seen(fresh, ms(13)), seen(renewed, ms(13)));
+    assert_eq!(fresh.state(), State::LastAck);
+}
+
+#[test]
+fn a_connection_accepted_in_a_used_place_is_one_accepted_anew() {
+    let syn = Segment {
+        seq: REMOTE_ISN,
+        flags: Flags::SYN,
+        options: TcpOptions { mss: Some(1460), window_scale: Some(7), sack_permitted: true, ..TcpOptions::NONE },
+        ..TEMPLATE
+    };
+    let t = FourTuple { local: local(), remote: "10.0.0.3:40001".parse().unwrap() };
+    let mut fresh = Connection::accept(&config(), t, &syn, ms(5)).expect("a SYN is accepted");
+    let mut renewed = used();
+    assert!(renewed.accept_in(&config(), t, &syn, ms(5), bypass_tcp::Buffers::new(&config())));
+    let iss = one(&mut Connection::accept(&config(), t, &syn, ms(5)).unwrap(), ms(5)).seq;
+    same_life(&mut fresh, &mut renewed, REMOTE_ISN, iss, true);
+    // What is not a SYN for LISTEN is refused in a used place too.
+    assert!(!used().accept_in(
+        &config(),
+        t,
+        &Segment { flags: Flags::ACK, ..syn },
+        ms(5),
+        bypass_tcp::Buffers::new(&config())
+    ));
+}
+
+#[test]
+fn a_connection_opened_in_a_used_place_is_one_opened_anew() {
+    let t = FourTuple { local: local(), remote: "10.0.0.3:40001".parse().unwrap() };
+    let mut fresh = Connection::connect(&config(), t, ms(5));
+    let mut renewed = used();
+    renewed.connect_in(&config(), t, ms(5), bypass_tcp::Buffers::new(&config()));
+    let iss = one(&mut Connection::connect(&config(), t, ms(5)), ms(5)).seq;
+    same_life(&mut fresh, &mut renewed, REMOTE_ISN, iss, false);
+}

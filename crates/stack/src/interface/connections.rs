@@ -65,6 +65,32 @@ pub(super) struct Sock {
 }
 
 impl Sock {
+    /// Make this place's host part that of a new connection on `tuple`, as
+    /// `Interface::insert` builds it, for the connection just built in it
+    /// (`Connection::accept_in`, `connect_in`).
+    pub(super) fn renew(&mut self, tuple: FourTuple, owner: Owner, peer_mac: Option<[u8; 6]>, now: Instant) {
+        // Every field named, so that one added is not left behind from the last occupant.
+        let Sock {
+            conn: _,
+            tuple: t,
+            owner: o,
+            peer_mac: m,
+            dirty,
+            orphan,
+            capacity,
+            offered,
+            in_flight,
+            scheduled,
+            queued,
+            active_at,
+            idle_listed,
+            headers,
+        } = self;
+        (*t, *o, *m, *dirty, *orphan) = (tuple, owner, peer_mac, false, None);
+        (*capacity, *offered, *in_flight, *scheduled, *queued) = (0, 0, 0, None, false);
+        (*active_at, *idle_listed, *headers) = (now, false, None);
+    }
+
     /// Count the window the connection offers now in `offered_bytes`, the sum of offered
     /// windows (`Connections::offered_bytes`); return it. Takes the sum rather than the
     /// table, so that a caller holding the connection needs no second lookup of its slot.
@@ -95,6 +121,11 @@ pub(super) struct Slot {
     pub(super) sock: Option<Box<Sock>>,
 }
 
+/// Places of removed connections kept for new ones, at most: enough for the opens that
+/// follow a burst of closes without a `malloc` and a `free` of a box each; each holds the
+/// 2.3 KiB of a connection and its trace's and sent queue's few hundred bytes.
+const SPARE_PLACES: usize = 64;
+
 pub(super) struct Listener {
     pub(super) half_open: usize,
     /// Established children in the order they arrived, for `accept`; also holds ids of
@@ -119,6 +150,12 @@ pub(super) type ListenerHasher = foldhash::fast::RandomState;
 pub(super) struct Connections {
     pub(super) slots: Vec<Slot>,
     free: Vec<u32>,
+    /// The boxes of removed connections, for new connections to be built in
+    /// (`Connection::accept_in`, `connect_in`): a new connection then takes no `malloc` and
+    /// is not moved into its box, and one removed no `free` (see `recycle`). The boxes
+    /// themselves are what is kept, to go back into slots as they are.
+    #[allow(clippy::vec_box)]
+    spare: Vec<Box<Sock>>,
     /// The 4-tuple index, hashed by foldhash's keyed folded multiply (`tuple_hash.rs`): SipHash
     /// cost about 200 instructions a segment once connections interleave.
     pub(super) table: HashMap<FourTuple, u32, TupleHasher>,
@@ -178,6 +215,7 @@ impl Connections {
         Connections {
             slots: Vec::new(),
             free: Vec::new(),
+            spare: Vec::new(),
             table: HashMap::with_hasher(TupleHasher::default()),
             last_found: Cell::new(0),
             listeners: HashMap::with_hasher(ListenerHasher::default()),
@@ -248,6 +286,19 @@ impl Connections {
             self.orphan_bytes -= bytes;
         }
         Some(sock)
+    }
+
+    /// Keep the box of a removed connection for the next one, if it holds no buffer
+    /// storage (it would be kept with it) and fewer than `SPARE_PLACES` are kept.
+    pub(super) fn recycle(&mut self, sock: Box<Sock>) {
+        if self.spare.len() < SPARE_PLACES && sock.conn.storage_attached() == (false, false) {
+            self.spare.push(sock);
+        }
+    }
+
+    /// Take the box of a removed connection to build a new one in, if one is kept.
+    pub(super) fn take_spare(&mut self) -> Option<Box<Sock>> {
+        self.spare.pop()
     }
 
     /// Return how many connections are in the table.

@@ -106,9 +106,7 @@ impl Interface {
         sock.conn.set_growth_allowed(conns.buffer_bytes < self.config.buffer_memory);
     }
 
-    /// Put `conn` in the table for `tuple`, owned by `owner`; return its id. Inlined: where
-    /// the connection was just built (`connect_from`), it then goes from its constructor
-    /// into its box with one copy fewer of its 2.3 KiB.
+    /// Put `conn` in the table for `tuple`, owned by `owner`; return its id.
     #[inline]
     pub(super) fn insert(
         &mut self,
@@ -118,7 +116,22 @@ impl Interface {
         owner: Owner,
         peer_mac: Option<[u8; 6]>,
     ) -> SocketId {
-        let mut sock = Box::new(Sock {
+        let sock = Self::boxed(now, tuple, conn, owner, peer_mac);
+        self.insert_sock(now, sock)
+    }
+
+    /// Return `conn` in a new box, the host's part as [`Sock::renew`] makes it. Inlined:
+    /// where the connection was just built (`connect_from`), it then goes from its
+    /// constructor into its box with one copy fewer of its 2.3 KiB.
+    #[inline]
+    pub(super) fn boxed(
+        now: Instant,
+        tuple: FourTuple,
+        conn: Connection,
+        owner: Owner,
+        peer_mac: Option<[u8; 6]>,
+    ) -> Box<Sock> {
+        Box::new(Sock {
             conn,
             tuple,
             owner,
@@ -134,8 +147,13 @@ impl Interface {
             active_at: now,
             idle_listed: false,
             headers: None,
-        });
-        if let Some(mtu) = self.known_path_mtu(now, tuple.remote.ip()) {
+        })
+    }
+
+    /// Put `sock`, a new connection in its box (from [`boxed`](Self::boxed), or a spare one
+    /// renewed), in the table; return its id.
+    pub(super) fn insert_sock(&mut self, now: Instant, mut sock: Box<Sock>) -> SocketId {
+        if let Some(mtu) = self.known_path_mtu(now, sock.tuple.remote.ip()) {
             sock.conn.set_path_mtu(now, mtu);
         }
         let id = self.conns.insert(sock);
@@ -162,6 +180,7 @@ impl Interface {
             for storage in freed.into_iter().flatten() {
                 self.pool_storage(storage);
             }
+            self.conns.recycle(sock);
         }
     }
 

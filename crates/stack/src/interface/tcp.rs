@@ -157,12 +157,28 @@ impl Interface {
                 return;
             }
             let buffers = self.take_buffers();
-            if let Some(conn) = Connection::accept_with(self.tcp_config(tuple.local.ip()), tuple, seg, now, buffers) {
+            let owner = Owner::Listener(port, epoch);
+            // Built in the box of a removed connection where one is kept (no allocation,
+            // no move into a box), else built and boxed.
+            let sock = match self.conns.take_spare() {
+                Some(mut sock) => {
+                    if sock.conn.accept_in(self.tcp_config(tuple.local.ip()), tuple, seg, now, buffers) {
+                        sock.renew(tuple, owner, Some(src_mac), now);
+                        Some(sock)
+                    } else {
+                        self.conns.recycle(sock);
+                        None
+                    }
+                }
+                None => Connection::accept_with(self.tcp_config(tuple.local.ip()), tuple, seg, now, buffers)
+                    .map(|conn| Self::boxed(now, tuple, conn, owner, Some(src_mac))),
+            };
+            if let Some(sock) = sock {
                 if self.notes.is_some() {
-                    note_segment(&mut self.note, seg, &conn, Direction::In, State::Listen);
+                    note_segment(&mut self.note, seg, &sock.conn, Direction::In, State::Listen);
                 }
                 self.conns.listeners.get_mut(&port).expect("listener").half_open += 1;
-                self.insert(now, tuple, conn, Owner::Listener(port, epoch), Some(src_mac));
+                self.insert_sock(now, sock);
             }
             return;
         }

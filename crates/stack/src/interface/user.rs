@@ -104,9 +104,23 @@ impl Interface {
         };
         let tuple = tuple(port);
         let buffers = self.take_buffers();
-        let conn = Connection::connect_with(self.tcp_config(ip), tuple, now, buffers);
+        // Built in the box of a removed connection where one is kept, as a listener's child.
+        let sock = match self.conns.take_spare() {
+            Some(mut sock) => {
+                sock.conn.connect_in(self.tcp_config(ip), tuple, now, buffers);
+                sock.renew(tuple, Owner::User, None, now);
+                sock
+            }
+            None => Self::boxed(
+                now,
+                tuple,
+                Connection::connect_with(self.tcp_config(ip), tuple, now, buffers),
+                Owner::User,
+                None,
+            ),
+        };
         self.counters.connections_opened += 1;
-        Ok(self.insert(now, tuple, conn, Owner::User, None))
+        Ok(self.insert_sock(now, sock))
     }
 
     /// Return the connection behind `id`, if it still exists.

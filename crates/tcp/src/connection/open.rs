@@ -99,6 +99,27 @@ impl Connection {
         accepted
     }
 
+    /// [`accept_with`](Connection::accept_with) in the place of this connection, which it
+    /// replaces (see [`connect_in`](Connection::connect_in)): return whether `syn` was
+    /// accepted, the place then holding the connection `accept_with` returns. When it was not,
+    /// the place holds nothing of use: it is only to be replaced again.
+    pub fn accept_in(
+        &mut self,
+        config: &Config,
+        tuple: FourTuple,
+        syn: &Segment<'_>,
+        now: Instant,
+        buffers: Buffers,
+    ) -> bool {
+        if !syn.flags.syn() || syn.flags.intersects(Flags::RST | Flags::ACK) {
+            return false;
+        }
+        self.renew(config, tuple.local, None, buffers);
+        self.become_listener();
+        self.handle_segment_from(now, tuple.remote.ip(), syn);
+        self.state == State::SynReceived
+    }
+
     /// Return an ESTABLISHED connection rebuilt from a SYN cookie (RFC 4987 section 3.6).
     ///
     /// A listener whose SYN queue was full answered a SYN statelessly with
