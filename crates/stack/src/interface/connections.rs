@@ -80,6 +80,7 @@ impl Sock {
             capacity,
             offered,
             in_flight,
+            user_events,
             scheduled,
             queued,
             active_at,
@@ -87,7 +88,7 @@ impl Sock {
             headers,
         } = self;
         (*t, *o, *m, *dirty, *orphan) = (tuple, owner, peer_mac, false, None);
-        (*capacity, *offered, *in_flight, *scheduled, *queued) = (0, 0, 0, None, false);
+        (*capacity, *offered, *in_flight, *user_events, *scheduled, *queued) = (0, 0, 0, 0, None, false);
         (*active_at, *idle_listed, *headers) = (now, false, None);
     }
 
