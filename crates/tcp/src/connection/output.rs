@@ -308,7 +308,9 @@ impl Connection {
         if !send || (!forced && !self.paced(now, len.max(1))) {
             return None;
         }
-        self.send_from(now, next, len as usize, true, buf)
+        // What `send_from` would work out again from SND.MAX: the length already fits the
+        // data, the MSS and the buffer, and the FIN goes where the data ends.
+        self.send_segment(now, next, len as usize, with_fin, data_end, buf)
     }
 
     /// Write the segment starting at `seq` with up to `max_len` bytes of data (and the FIN
@@ -329,6 +331,21 @@ impl Connection {
         if len == 0 && !fin {
             return None;
         }
+        self.send_segment(now, seq, len, fin, data_end, buf)
+    }
+
+    /// Write the segment starting at `seq` with `len` bytes of data (which the send buffer
+    /// holds, and which fit the MSS and `buf`) and the FIN if `fin` (where the data ends,
+    /// at `data_end`, with the FIN queued); record it, and advance SND.MAX past it.
+    fn send_segment(
+        &mut self,
+        now: Instant,
+        seq: SeqNum,
+        len: usize,
+        fin: bool,
+        data_end: SeqNum,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
         let end = seq + len + fin as usize;
         let retransmission = seq.before(self.snd.max());
         let mut flags = Flags::ACK;
