@@ -581,6 +581,10 @@ impl Connection {
     /// shut, the persist timer (RFC 9293 3.8.6.1: the RTO, backed off); with it open but too
     /// small for SWS avoidance to use, the override timer (3.8.6.2.1: a short fixed time).
     /// Either stays armed, not pushed back, while the wait goes on.
+    ///
+    /// Inlined down to the case of no data waiting (every poll that finds nothing to send
+    /// asks, several times an exchange): a few stores, without a call.
+    #[inline]
     fn update_persist(&mut self, now: Instant) {
         let waiting = self.state.is_synchronized() && self.snd.max() == self.snd.una() && self.snd.has_unsent();
         if !waiting {
@@ -589,7 +593,15 @@ impl Connection {
             if self.snd.wnd() > 0 {
                 self.rel.reset_persist_backoff();
             }
-        } else if self.snd.wnd() == 0 {
+        } else {
+            self.arm_persist(now);
+        }
+    }
+
+    /// [`update_persist`](Self::update_persist) with data waiting.
+    #[inline(never)]
+    fn arm_persist(&mut self, now: Instant) {
+        if self.snd.wnd() == 0 {
             self.timers.stop(Timer::SwsOverride);
             if !self.timers.is_armed(Timer::Persist) {
                 let mut at = now + self.rel.persist_interval(self.config.max_rto);
