@@ -698,7 +698,9 @@ impl Reassembler {
     }
 
     /// Return when [`handle_timeout`](Self::handle_timeout) should next be called: the
-    /// deadline of the datagram closest to running out, if any.
+    /// deadline of the datagram closest to running out, if any. Inlined: a host asks on
+    /// every poll, and with nothing held it is two comparisons.
+    #[inline]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.lists.iter().filter(|l| l.head != NIL).map(|l| self.slots[l.head].deadline).min()
     }

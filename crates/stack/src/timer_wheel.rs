@@ -152,11 +152,19 @@ impl<K: Copy> TimerWheel<K> {
     }
 
     /// Return a time at or before the earliest entry (`None`: the wheel is empty). Cheap:
-    /// remembered between changes.
+    /// remembered between changes, and inlined, for a host that asks on every poll.
+    #[inline]
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        if let Some(next) = self.next.get() {
-            return next;
+        match self.next.get() {
+            Some(next) => next,
+            None => self.find_next_deadline(),
         }
+    }
+
+    /// [`next_deadline`](Self::next_deadline) when nothing is remembered: found, and
+    /// remembered.
+    #[inline(never)]
+    fn find_next_deadline(&self) -> Option<Instant> {
         let next = self.next_slot(0).map(|(level, slot, deadline)| match level {
             0 => self.levels[0].slots[slot].iter().map(|&(when, _)| when).min().expect("occupied"),
             _ => Instant::from_micros(deadline << TICK_SHIFT),

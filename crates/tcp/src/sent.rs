@@ -182,10 +182,20 @@ impl SentQueue {
     /// may take it past). What the next retransmission covers: small segments lost together
     /// go again as one, and after the MSS fell (a Packet Too Big) the pieces of large ones
     /// go as full segments of the new size.
+    ///
+    /// Inlined down to the count of lost records, asked before every segment sent: with
+    /// none (no loss under way), the answer without a call.
+    #[inline]
     pub fn first_lost_run(&self, max: u32) -> Option<(SeqNum, SeqNum)> {
         if self.lost == 0 {
             return None;
         }
+        self.find_lost_run(max)
+    }
+
+    /// [`first_lost_run`](Self::first_lost_run) with records marked lost: the walk.
+    #[inline(never)]
+    fn find_lost_run(&self, max: u32) -> Option<(SeqNum, SeqNum)> {
         let i = self.segs.iter().position(|s| s.mark == Mark::Lost)?;
         let (start, mut end) = (self.segs[i].start, self.segs[i].end);
         for seg in self.segs.iter().skip(i + 1) {

@@ -3,7 +3,7 @@
 
 use bypass_device::Device;
 use bypass_device::capture::Direction;
-use bypass_tcp::{FourTuple, Instant, IpEcn, Segment, Transmit};
+use bypass_tcp::{Instant, IpEcn, Segment, Transmit};
 use etherparse::IpNumber;
 
 use super::*;
@@ -26,7 +26,7 @@ impl Interface {
         self.reset_if_orphaned_child(now, index);
         self.apply_budgets(index);
         let Some(sock) = self.conns.slots[index as usize].sock.as_mut() else { return Ok(Some(0)) };
-        if sock.conn.tuple().is_none() {
+        if sock.conn.remote_addr().is_none() {
             // Back in LISTEN after an RST in SYN-RECEIVED: nothing to send; settle removes it.
             sock.dirty = false;
             self.settle(now, index);
@@ -46,8 +46,8 @@ impl Interface {
             }
             if hop.is_none() {
                 // Bound (checked above): nothing between there and here unbinds it.
-                let Some(FourTuple { local, remote }) = sock.conn.tuple() else { break };
-                let (src, dst, fallback) = (local.ip(), remote.ip(), sock.peer_mac);
+                let Some(remote) = sock.conn.remote_addr() else { break };
+                let (src, dst, fallback) = (sock.conn.local_addr().ip(), remote.ip(), sock.peer_mac);
                 hop = Some((src, dst, headers_len(dst), self.next_hop_mac(now, dst, fallback)));
             }
             // Borrowed where they are: only a new template and a held frame read the

@@ -393,9 +393,7 @@ impl Interface {
             self.conns.idle.push((id.index, id.generation));
             self.conns.idle_sweep.get_or_insert(now + IDLE_RELEASE);
         }
-        if let Some(t) = sock.conn.poll_timeout()
-            && sock.scheduled.is_none_or(|s| t < s)
-        {
+        if let Some(t) = sock.conn.poll_timeout_before(sock.scheduled) {
             sock.scheduled = Some(t);
             self.conns.timers.insert(now, t, (id.index, id.generation));
         }

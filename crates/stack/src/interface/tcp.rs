@@ -48,10 +48,12 @@ impl Interface {
             let before = sock.conn.state();
             let acked_before = sock.conn.snd_una();
             // From the peer it is bound to, with the ECN field; a connection back in LISTEN
-            // takes the segment as before.
-            let outcome = match sock.conn.tuple() {
-                Some(bound) => sock.conn.handle_segment_ecn(now, bound.remote.ip(), seg, ecn),
-                None => sock.conn.handle_segment(now, seg),
+            // takes the segment as before. A bound connection was found by its 4-tuple, so
+            // its peer's address is the segment's source: no need to copy it out.
+            let outcome = if sock.conn.remote_addr().is_some() {
+                sock.conn.handle_segment_ecn(now, src, seg, ecn)
+            } else {
+                sock.conn.handle_segment(now, seg)
             };
             sock.peer_mac = Some(src_mac);
             // New data acknowledged is proof the neighbour (or the router towards the peer)

@@ -527,6 +527,12 @@ impl Connection {
         self.remote.map(|remote| FourTuple { local: self.local, remote })
     }
 
+    /// Return the peer's address (`None` while listening): what [`tuple`](Connection::tuple)
+    /// says without copying our own address beside it.
+    pub fn remote_addr(&self) -> Option<SocketAddr> {
+        self.remote
+    }
+
     /// Return our local address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local

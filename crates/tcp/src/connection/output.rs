@@ -308,7 +308,9 @@ impl Connection {
         if !send || (!forced && !self.paced(now, len.max(1))) {
             return None;
         }
-        self.send_from(now, next, len as usize, true, buf)
+        // What `send_from` would work out again from SND.MAX: the length already fits the
+        // data, the MSS and the buffer, and the FIN goes where the data ends.
+        self.send_segment(now, next, len as usize, with_fin, data_end, buf)
     }
 
     /// Write the segment starting at `seq` with up to `max_len` bytes of data (and the FIN
@@ -329,6 +331,21 @@ impl Connection {
         if len == 0 && !fin {
             return None;
         }
+        self.send_segment(now, seq, len, fin, data_end, buf)
+    }
+
+    /// Write the segment starting at `seq` with `len` bytes of data (which the send buffer
+    /// holds, and which fit the MSS and `buf`) and the FIN if `fin` (where the data ends,
+    /// at `data_end`, with the FIN queued); record it, and advance SND.MAX past it.
+    fn send_segment(
+        &mut self,
+        now: Instant,
+        seq: SeqNum,
+        len: usize,
+        fin: bool,
+        data_end: SeqNum,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
         let end = seq + len + fin as usize;
         let retransmission = seq.before(self.snd.max());
         let mut flags = Flags::ACK;
@@ -564,6 +581,10 @@ impl Connection {
     /// shut, the persist timer (RFC 9293 3.8.6.1: the RTO, backed off); with it open but too
     /// small for SWS avoidance to use, the override timer (3.8.6.2.1: a short fixed time).
     /// Either stays armed, not pushed back, while the wait goes on.
+    ///
+    /// Inlined down to the case of no data waiting (every poll that finds nothing to send
+    /// asks, several times an exchange): a few stores, without a call.
+    #[inline]
     fn update_persist(&mut self, now: Instant) {
         let waiting = self.state.is_synchronized() && self.snd.max() == self.snd.una() && self.snd.has_unsent();
         if !waiting {
@@ -572,7 +593,15 @@ impl Connection {
             if self.snd.wnd() > 0 {
                 self.rel.reset_persist_backoff();
             }
-        } else if self.snd.wnd() == 0 {
+        } else {
+            self.arm_persist(now);
+        }
+    }
+
+    /// [`update_persist`](Self::update_persist) with data waiting.
+    #[inline(never)]
+    fn arm_persist(&mut self, now: Instant) {
+        if self.snd.wnd() == 0 {
             self.timers.stop(Timer::SwsOverride);
             if !self.timers.is_armed(Timer::Persist) {
                 let mut at = now + self.rel.persist_interval(self.config.max_rto);
