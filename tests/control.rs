@@ -172,6 +172,16 @@ fn ss_and_stat_see_a_running_echo() {
         total.as_object().unwrap().keys().any(|k| k.starts_with("device.")),
         "stat reports the device's counters: {total}"
     );
+    // The host's budgets: `bypass echo`'s 4096-frame ring at MSS 1460 gives half of it in
+    // full segments to the windows and a quarter to the data in flight.
+    assert_eq!(u(&total["budget.windows"]), 4096 * 1460 / 2, "{total}");
+    assert_eq!(u(&total["budget.flight"]), 4096 * 1460 / 4, "{total}");
+    assert_eq!(u(&total["budget.buffers"]), 512 << 20, "{total}");
+    let offered = u(&total["budget.windows_used"]);
+    assert!(offered > 0 && offered <= 4096 * 1460 / 2, "the live connections offer windows: {total}");
+    for name in ["budget.buffers_used", "budget.flight_used"] {
+        assert!(total.get(name).is_some(), "stat reports {name}: {total}");
+    }
     // The human form: nstat's columns.
     let out = bypass(&run.0, &["stat", &pid.to_string()]);
     let text = String::from_utf8(out.stdout).unwrap();

@@ -238,6 +238,20 @@ pub fn stat<D: Device>(stack: &mut Stack<D>) -> BTreeMap<String, u64> {
     out.insert("connections".into(), stack.interface().connection_count() as u64);
     out.insert("orphans".into(), stack.interface().orphan_count() as u64);
     out.insert("captures".into(), stack.capture_count() as u64);
+    // The host's budgets, each beside what is spent of it; a budget without a limit (a
+    // device without a fixed receive ring) is left out.
+    let iface = stack.interface();
+    let budgets = [
+        ("budget.windows", iface.offered_windows(), iface.window_budget()),
+        ("budget.flight", iface.bytes_in_flight(), iface.flight_budget()),
+        ("budget.buffers", iface.buffer_memory(), iface.config().buffer_memory),
+    ];
+    for (name, spent, limit) in budgets {
+        out.insert(format!("{name}_used"), spent as u64);
+        if limit != usize::MAX {
+            out.insert(name.into(), limit as u64);
+        }
+    }
     for (name, value) in stack.device_mut().device_counters() {
         out.insert(format!("device.{name}"), value);
     }
