@@ -92,22 +92,16 @@ impl Sock {
         (*active_at, *idle_listed, *headers) = (now, false, None);
     }
 
-    /// Count the window the connection offers now in `offered_bytes`, the sum of offered
-    /// windows (`Connections::offered_bytes`); return it. Takes the sum rather than the
-    /// table, so that a caller holding the connection needs no second lookup of its slot.
-    pub(super) fn count_window(&mut self, offered_bytes: &mut usize) -> u32 {
-        let offered = self.conn.receive_window();
+    /// Count the window the connection offers now in `offered_bytes` and its data in flight
+    /// in `flight_bytes`, the sums the host's budgets are kept by (`Connections::offered_bytes`,
+    /// `Connections::flight_bytes`); return the two. Takes the sums rather than the table, so
+    /// that a caller holding the connection needs no second lookup of its slot.
+    pub(super) fn count_budgets(&mut self, offered_bytes: &mut usize, flight_bytes: &mut usize) -> (u32, u32) {
+        let (offered, in_flight) = (self.conn.receive_window(), self.conn.bytes_in_flight());
         *offered_bytes = *offered_bytes - self.offered as usize + offered as usize;
-        self.offered = offered;
-        offered
-    }
-
-    /// Count its data in flight now in `flight_bytes` (`Connections::flight_bytes`); return it.
-    pub(super) fn count_flight(&mut self, flight_bytes: &mut usize) -> u32 {
-        let in_flight = self.conn.bytes_in_flight();
         *flight_bytes = *flight_bytes - self.in_flight as usize + in_flight as usize;
-        self.in_flight = in_flight;
-        in_flight
+        (self.offered, self.in_flight) = (offered, in_flight);
+        (offered, in_flight)
     }
 }
 

@@ -95,11 +95,16 @@ impl Interface {
         let Some(sock) = conns.slots[index as usize].sock.as_deref_mut() else { return };
         let mss = self.config.tcp.mss;
         let connections = conns.table.len();
-        let own = sock.count_window(&mut conns.offered_bytes);
+        let (offered, in_flight) = sock.count_budgets(&mut conns.offered_bytes, &mut conns.flight_bytes);
         let receivers = connections.saturating_sub(conns.orphans);
-        sock.conn.set_window_cap(Self::budget_cap(conns.window_budget, receivers, conns.offered_bytes, mss, own));
-        let own = sock.count_flight(&mut conns.flight_bytes);
-        sock.conn.set_flight_cap(Self::budget_cap(conns.flight_budget, connections, conns.flight_bytes, mss, own));
+        sock.conn.set_window_cap(Self::budget_cap(conns.window_budget, receivers, conns.offered_bytes, mss, offered));
+        sock.conn.set_flight_cap(Self::budget_cap(
+            conns.flight_budget,
+            connections,
+            conns.flight_bytes,
+            mss,
+            in_flight,
+        ));
         let capacity = sock.conn.buffer_capacity();
         conns.buffer_bytes = conns.buffer_bytes - sock.capacity + capacity;
         sock.capacity = capacity;
@@ -377,8 +382,7 @@ impl Interface {
         // Delivering events removes no connection: the generation stays.
         let id = SocketId { index, generation: slot.generation };
         let mut sock = slot.sock.as_deref_mut().expect("live");
-        sock.count_window(&mut self.conns.offered_bytes);
-        sock.count_flight(&mut self.conns.flight_bytes);
+        sock.count_budgets(&mut self.conns.offered_bytes, &mut self.conns.flight_bytes);
         // `deliver`, with the connection in hand; looked up again only after events.
         if let Some(first) = sock.conn.poll_event() {
             self.deliver_from(index, first);
