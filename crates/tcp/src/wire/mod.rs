@@ -9,8 +9,9 @@
 //! `etherparse` validates the data offset and reads the fixed header
 //! ([`etherparse::TcpHeaderSlice`]) and holds the checksum's running sum
 //! ([`etherparse::checksum::Sum16BitWords`]); the bulk of a segment is summed
-//! here (`checksum.rs`), several times faster than etherparse's carry-chained
-//! loop, which was the largest single cost of sending. Options are parsed here
+//! here (`checksum.rs`) in 64-bit words with chained carries, in well under
+//! half the instructions of etherparse's 16-bit loop: the checksum was the
+//! largest single cost of a bulk segment sent or received. Options are parsed here
 //! (`options.rs`) because etherparse's option iterator stops at the
 //! first unknown kind, which RFC 9293 3.1 says a receiver must skip.
 //!
