@@ -363,7 +363,11 @@ impl Connection {
             flags |= Flags::CWR;
         }
         let offset = (seq - self.snd.buf_seq()) as usize;
-        let t = self.write_segment(now, buf, seq, flags, TcpOptions::NONE, Some((offset, len)))?;
+        let kind = if retransmission { TransmitKind::Retransmission } else { TransmitKind::Data };
+        let t = self.write_segment(now, buf, seq, flags, TcpOptions::NONE, Some((offset, len)), kind, ect);
+        if t.is_none() {
+            return None;
+        }
         let seg_len = (len + fin as usize) as u32;
         if retransmission {
             self.stats.retransmits += 1;
@@ -402,11 +406,7 @@ impl Connection {
         if !retransmission || !self.timers.is_armed(Timer::LossProbe) {
             self.arm_loss_probe(now);
         }
-        Some(Transmit {
-            kind: if retransmission { TransmitKind::Retransmission } else { TransmitKind::Data },
-            ect,
-            ..t
-        })
+        t
     }
 
     /// Return the payload that fits in `buf` behind the header a data segment will carry:
@@ -449,7 +449,11 @@ impl Connection {
             self.ecn.requested = true;
             flags |= Flags::ECE | Flags::CWR;
         }
-        let t = self.write_segment(now, buf, self.snd.iss(), flags, options, None)?;
+        let kind = if retransmission { TransmitKind::Retransmission } else { TransmitKind::Syn };
+        let t = self.write_segment(now, buf, self.snd.iss(), flags, options, None, kind, false);
+        if t.is_none() {
+            return None;
+        }
         self.snd.syn_sent();
         if retransmission {
             self.stats.retransmits += 1;
@@ -458,17 +462,20 @@ impl Connection {
             self.rel.time_syn(self.snd.nxt(), now);
         }
         self.timers.set_if_idle(Timer::Retransmit, self.rel.rtt.rto_deadline(now));
-        Some(Transmit { kind: if retransmission { TransmitKind::Retransmission } else { TransmitKind::Syn }, ..t })
+        t
     }
 
     /// Send a segment with no data: an ACK, a window update, or a probe with `seq`.
     fn send_ack(&mut self, now: Instant, buf: &mut [u8], seq: SeqNum, kind: TransmitKind) -> Option<Transmit> {
-        let t = self.write_segment(now, buf, seq, Flags::ACK, TcpOptions::NONE, None)?;
-        Some(Transmit { kind, ..t })
+        self.write_segment(now, buf, seq, Flags::ACK, TcpOptions::NONE, None, kind, false)
     }
 
     /// Write one segment from this connection. ACK-bearing segments carry RCV.NXT, the
     /// window and (with SACK) the out-of-order blocks; sending one settles any owed ACK.
+    ///
+    /// The `Transmit` is described whole here, `kind` and `ect` from the caller, so that
+    /// the callers return it as it is rather than copy it into another with those fields.
+    #[allow(clippy::too_many_arguments)]
     fn write_segment(
         &mut self,
         now: Instant,
@@ -477,6 +484,8 @@ impl Connection {
         mut flags: Flags,
         mut options: TcpOptions,
         data: Option<(usize, usize)>,
+        kind: TransmitKind,
+        ect: bool,
     ) -> Option<Transmit> {
         let remote = self.remote?;
         let window = if flags.syn() {
@@ -534,11 +543,11 @@ impl Connection {
             len,
             src: self.local,
             dst: remote,
-            kind: TransmitKind::Data,
+            kind,
             flags,
             seq,
             payload_len,
-            ect: false,
+            ect,
         })
     }
 
