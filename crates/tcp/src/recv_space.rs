@@ -419,10 +419,18 @@ impl RecvSpace {
     ///
     /// The round trip is the receiver's own estimate ([`RcvRtt`]) once it has one, so it
     /// follows a path whose RTT grew after the handshake; until then the sender's SRTT.
-    pub(crate) fn autotune(&mut self, now: Instant, srtt: Option<Duration>, max: usize, growth_allowed: bool) {
+    ///
+    /// In microseconds, as the clock and the sender's SRTT (`srtt_us`) count: the time since
+    /// the count began is a whole number of them, so it is below the round trip exactly
+    /// when it is below the round trip rounded up to one ([`RcvRtt`] keeps nanoseconds).
+    pub(crate) fn autotune(&mut self, now: Instant, srtt_us: Option<u64>, max: usize, growth_allowed: bool) {
         let since = *self.drs_since.get_or_insert(now);
-        let rtt = self.rtt.get().or(srtt).unwrap_or(Duration::from_millis(100)).max(Duration::from_micros(100));
-        if now.saturating_duration_since(since) < rtt {
+        let rtt_us = match self.rtt.get() {
+            Some(rtt) => ceil_micros(rtt),
+            None => srtt_us.unwrap_or(100_000),
+        }
+        .max(100);
+        if now.as_micros().saturating_sub(since.as_micros()) < rtt_us {
             return;
         }
         let copied = self.drs_bytes;
@@ -632,6 +640,11 @@ impl DsackQueue {
     }
 }
 
+/// Return `d` in whole microseconds, rounded up (saturating).
+fn ceil_micros(d: Duration) -> u64 {
+    d.as_secs().saturating_mul(1_000_000).saturating_add(u64::from(d.subsec_nanos().div_ceil(1000)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -644,6 +657,26 @@ mod tests {
         rcv.start(IRS);
         assert_eq!(rcv.advertise_window(), 4096);
         rcv
+    }
+
+    /// `autotune` compares whole microseconds with the round trip rounded up to one, where
+    /// it compared `Duration`s: the same answer for every elapsed time and round trip.
+    #[test]
+    fn the_round_trip_in_microseconds_rounded_up_compares_as_the_duration() {
+        proptest::proptest!(|(secs in 0u64..5, nanos in 0u32..1_000_000_000, elapsed_us in 0u64..6_000_000)| {
+            let rtt = Duration::new(secs, nanos);
+            let by_duration = Duration::from_micros(elapsed_us) < rtt.max(Duration::from_micros(100));
+            let by_micros = elapsed_us < ceil_micros(rtt).max(100);
+            proptest::prop_assert_eq!(by_duration, by_micros);
+            // And near the edge, where rounding matters.
+            let edge = ceil_micros(rtt);
+            for e in edge.saturating_sub(1)..=edge + 1 {
+                proptest::prop_assert_eq!(Duration::from_micros(e) < rtt, e < edge);
+            }
+        });
+        assert_eq!(ceil_micros(Duration::from_nanos(1)), 1);
+        assert_eq!(ceil_micros(Duration::from_micros(7)), 7);
+        assert_eq!(ceil_micros(Duration::MAX), u64::MAX);
     }
 
     /// Return the SACK blocks the next ACK carries, as (left, right) pairs.

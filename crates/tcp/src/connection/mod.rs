@@ -870,8 +870,8 @@ impl Connection {
     /// Let the receive buffer grow with what the application reads (see
     /// [`RecvSpace::autotune`]).
     fn autotune_recv(&mut self, now: Instant) {
-        let (srtt, max) = (self.rel.rtt.srtt(), self.config.recv_buffer_max);
-        self.rcv.autotune(now, srtt, max, self.growth_allowed);
+        let (srtt_us, max) = (self.rel.rtt.srtt_us(), self.config.recv_buffer_max);
+        self.rcv.autotune(now, srtt_us, max, self.growth_allowed);
     }
 
     /// Return whether SACK was negotiated (both SYNs offered it, RFC 2018).
