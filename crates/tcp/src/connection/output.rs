@@ -364,7 +364,7 @@ impl Connection {
         }
         let offset = (seq - self.snd.buf_seq()) as usize;
         let kind = if retransmission { TransmitKind::Retransmission } else { TransmitKind::Data };
-        let t = self.write_segment(now, buf, seq, flags, TcpOptions::NONE, Some((offset, len)), kind, ect);
+        let t = self.write_segment(now, buf, seq, flags, None, Some((offset, len)), kind, ect);
         if t.is_none() {
             return None;
         }
@@ -450,7 +450,7 @@ impl Connection {
             flags |= Flags::ECE | Flags::CWR;
         }
         let kind = if retransmission { TransmitKind::Retransmission } else { TransmitKind::Syn };
-        let t = self.write_segment(now, buf, self.snd.iss(), flags, options, None, kind, false);
+        let t = self.write_segment(now, buf, self.snd.iss(), flags, Some(&options), None, kind, false);
         if t.is_none() {
             return None;
         }
@@ -467,7 +467,7 @@ impl Connection {
 
     /// Send a segment with no data: an ACK, a window update, or a probe with `seq`.
     fn send_ack(&mut self, now: Instant, buf: &mut [u8], seq: SeqNum, kind: TransmitKind) -> Option<Transmit> {
-        self.write_segment(now, buf, seq, Flags::ACK, TcpOptions::NONE, None, kind, false)
+        self.write_segment(now, buf, seq, Flags::ACK, None, None, kind, false)
     }
 
     /// Write one segment from this connection. ACK-bearing segments carry RCV.NXT, the
@@ -475,6 +475,8 @@ impl Connection {
     ///
     /// The `Transmit` is described whole here, `kind` and `ect` from the caller, so that
     /// the callers return it as it is rather than copy it into another with those fields.
+    /// `syn_options` are a SYN's options (`None` for any other segment, whose options are
+    /// filled in here, in the segment itself rather than in a copy passed in).
     #[allow(clippy::too_many_arguments)]
     fn write_segment(
         &mut self,
@@ -482,7 +484,7 @@ impl Connection {
         buf: &mut [u8],
         seq: SeqNum,
         mut flags: Flags,
-        mut options: TcpOptions,
+        syn_options: Option<&TcpOptions>,
         data: Option<(usize, usize)>,
         kind: TransmitKind,
         ect: bool,
@@ -493,18 +495,11 @@ impl Connection {
         } else {
             self.rcv.advertise_window()
         };
-        if flags.ack() && self.sack_enabled && !flags.syn() {
-            self.rcv.sack_blocks(&mut options, self.ts.enabled());
-        }
-        // RFC 7323 3.2: once negotiated, on every segment but RST (the SYN's is set above).
-        if !flags.syn() {
-            options.timestamps = self.ts.option(now);
-        }
         // RFC 3168 6.1.3: ECE on every ACK from a CE mark until the peer's CWR.
         if flags.ack() && !flags.syn() && self.ecn.ok && self.ecn.echo {
             flags |= Flags::ECE;
         }
-        let seg = Segment {
+        let mut seg = Segment {
             src_port: self.local.port(),
             dst_port: remote.port(),
             seq,
@@ -512,9 +507,19 @@ impl Connection {
             flags,
             window,
             urgent: 0,
-            options,
+            options: TcpOptions::NONE,
             payload: &[],
         };
+        if let Some(options) = syn_options {
+            seg.options = *options;
+        }
+        if flags.ack() && self.sack_enabled && !flags.syn() {
+            self.rcv.sack_blocks(&mut seg.options, self.ts.enabled());
+        }
+        // RFC 7323 3.2: once negotiated, on every segment but RST (the SYN's come with it).
+        if !flags.syn() {
+            seg.options.timestamps = self.ts.option(now);
+        }
         let hlen = match seg.write_header(buf) {
             Ok(n) => n,
             Err(e) => {
