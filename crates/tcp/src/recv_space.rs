@@ -527,6 +527,9 @@ impl RecvSpace {
     /// next to timestamps cannot name every range: repeating them gives each range several
     /// ACKs' chances to be seen, where always naming the lowest would leave the rest for
     /// the sender to resend although we hold them.
+    ///
+    /// Inlined down to the case of no block (every segment sent asks), the walk out of line.
+    #[inline]
     pub(crate) fn sack_blocks(&mut self, options: &mut TcpOptions, ts: bool) {
         // Nothing held out of order and no duplicate waiting, as on nearly every ACK: no
         // block to send, and none reported. Two counts, in the receive space's hot line,
@@ -537,6 +540,13 @@ impl RecvSpace {
             }
             return;
         }
+        self.fill_sack_blocks(options, ts);
+    }
+
+    /// [`sack_blocks`](Self::sack_blocks) with out-of-order data held or a duplicate to
+    /// report.
+    #[inline(never)]
+    fn fill_sack_blocks(&mut self, options: &mut TcpOptions, ts: bool) {
         // A duplicate received goes first, once (D-SACK, RFC 2883 section 4).
         let dsack = self.dsack.pop();
         if let Some((left, right)) = dsack {
