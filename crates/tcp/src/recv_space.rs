@@ -449,6 +449,7 @@ impl RecvSpace {
     /// In-order data arrived at `now`, `len` bytes of it in a segment echoing `tsecr`
     /// (measuring `echo`, see [`RcvRtt::on_data_by_timestamp`]): take the receiver's RTT
     /// samples it gives, by the window and by the timestamp echo.
+    #[inline]
     pub(crate) fn measure_rtt(&mut self, now: Instant, len: u32, tsecr: Option<u32>, echo: Option<Duration>) {
         self.rtt.on_data_by_window(now, self.nxt, self.adv);
         if let Some(tsecr) = tsecr {
