@@ -617,6 +617,7 @@ impl Connection {
 
     /// Read received data; `Ok(0)` means the peer closed and everything was read
     /// (RFC 9293 3.10.3).
+    #[inline]
     pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize, RecvError> {
         if let Some(nothing) = self.recv_nothing() {
             return nothing;
