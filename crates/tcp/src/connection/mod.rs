@@ -560,6 +560,7 @@ impl Connection {
     /// Queue data for sending; return how many bytes were taken (RFC 9293 3.10.2).
     ///
     /// Data queued in SYN-SENT or SYN-RECEIVED goes out once the connection is established.
+    #[inline]
     pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
         self.check_send()?;
         if data.is_empty() {
