@@ -301,7 +301,13 @@ impl RecvSpace {
     /// that leaves (the test `in_order_text_is_taken_as_the_general_path_takes_it` holds
     /// it to the general path).
     #[inline]
-    pub(crate) fn take_text(&mut self, seq: SeqNum, payload: &[u8], fin: bool, sack: bool) -> Result<Text, ReassemblyFull> {
+    pub(crate) fn take_text(
+        &mut self,
+        seq: SeqNum,
+        payload: &[u8],
+        fin: bool,
+        sack: bool,
+    ) -> Result<Text, ReassemblyFull> {
         if seq == self.nxt
             && !fin
             && !payload.is_empty()

@@ -365,9 +365,8 @@ impl Connection {
         let offset = (seq - self.snd.buf_seq()) as usize;
         let kind = if retransmission { TransmitKind::Retransmission } else { TransmitKind::Data };
         let t = self.write_segment(now, buf, seq, flags, None, Some((offset, len)), kind, ect);
-        if t.is_none() {
-            return None;
-        }
+        // Nothing written, nothing to record.
+        t?;
         let seg_len = (len + fin as usize) as u32;
         if retransmission {
             self.stats.retransmits += 1;
@@ -451,9 +450,8 @@ impl Connection {
         }
         let kind = if retransmission { TransmitKind::Retransmission } else { TransmitKind::Syn };
         let t = self.write_segment(now, buf, self.snd.iss(), flags, Some(&options), None, kind, false);
-        if t.is_none() {
-            return None;
-        }
+        // Nothing written, nothing to record.
+        t?;
         self.snd.syn_sent();
         if retransmission {
             self.stats.retransmits += 1;
@@ -544,16 +542,7 @@ impl Connection {
             self.timers.stop(Timer::DelayedAck);
         }
         log::trace!("{:?} {}: out {:?}", self.tuple(), self.state, Segment { payload: &buf[hlen..len], ..seg });
-        Some(Transmit {
-            len,
-            src: self.local,
-            dst: remote,
-            kind,
-            flags,
-            seq,
-            payload_len,
-            ect,
-        })
+        Some(Transmit { len, src: self.local, dst: remote, kind, flags, seq, payload_len, ect })
     }
 
     /// Write a reset that does not follow from the send sequence.
