@@ -310,7 +310,10 @@ impl RingBuffer {
         let start = self.wrap(self.head + offset);
         let first = data.len().min(self.capacity() - start);
         self.storage[start..start + first].copy_from_slice(&data[..first]);
-        self.storage[..data.len() - first].copy_from_slice(&data[first..]);
+        // The wrapped part only when there is one: an empty copy still calls `memcpy`.
+        if first < data.len() {
+            self.storage[..data.len() - first].copy_from_slice(&data[first..]);
+        }
         // A wrapped tail lands below `start`, so the first part bounds everything written.
         self.written = self.written.max(start + first);
     }
@@ -325,7 +328,9 @@ impl RingBuffer {
         let first = buf.len().min(self.capacity() - start);
         let rest = buf.len() - first;
         buf[..first].copy_from_slice(&self.storage[start..start + first]);
-        buf[first..].copy_from_slice(&self.storage[..rest]);
+        if rest > 0 {
+            buf[first..].copy_from_slice(&self.storage[..rest]);
+        }
     }
 }
 

@@ -487,6 +487,10 @@ impl Connection {
     }
 
     /// Apply an ACK of data to the scoreboard and let loss recovery act on it.
+    ///
+    /// Inlined into `process_ack`, its one caller, down to the ACK of an exchange; the
+    /// general path is a function of its own.
+    #[inline]
     fn on_data_ack(&mut self, now: Instant, flight_before: u32, advanced: bool, duplicate: bool, blocks: &[SackBlock]) {
         // The ACK of a request/response exchange: the one segment in flight, sent once,
         // acknowledged whole, no SACK blocks, and no loss under way. It goes the general
@@ -517,6 +521,20 @@ impl Connection {
             self.autotune_send();
             return;
         }
+        self.on_general_data_ack(now, flight_before, advanced, duplicate, blocks);
+    }
+
+    /// [`on_data_ack`](Self::on_data_ack) for any ACK but the exchange's: the scoreboard's
+    /// and loss recovery's general path (RFC 6675, RFC 8985, RFC 6937).
+    #[inline(never)]
+    fn on_general_data_ack(
+        &mut self,
+        now: Instant,
+        flight_before: u32,
+        advanced: bool,
+        duplicate: bool,
+        blocks: &[SackBlock],
+    ) {
         let delivery = self.snd.sent.on_ack(self.snd.una(), blocks);
         let cwnd_limited = self.cwnd_limited_at_ack();
         let smss = self.snd.mss() as u32;

@@ -560,6 +560,7 @@ impl Connection {
     /// Queue data for sending; return how many bytes were taken (RFC 9293 3.10.2).
     ///
     /// Data queued in SYN-SENT or SYN-RECEIVED goes out once the connection is established.
+    #[inline]
     pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
         self.check_send()?;
         if data.is_empty() {
@@ -617,6 +618,7 @@ impl Connection {
 
     /// Read received data; `Ok(0)` means the peer closed and everything was read
     /// (RFC 9293 3.10.3).
+    #[inline]
     pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize, RecvError> {
         if let Some(nothing) = self.recv_nothing() {
             return nothing;
@@ -870,8 +872,8 @@ impl Connection {
     /// Let the receive buffer grow with what the application reads (see
     /// [`RecvSpace::autotune`]).
     fn autotune_recv(&mut self, now: Instant) {
-        let (srtt, max) = (self.rel.rtt.srtt(), self.config.recv_buffer_max);
-        self.rcv.autotune(now, srtt, max, self.growth_allowed);
+        let (srtt_us, max) = (self.rel.rtt.srtt_us(), self.config.recv_buffer_max);
+        self.rcv.autotune(now, srtt_us, max, self.growth_allowed);
     }
 
     /// Return whether SACK was negotiated (both SYNs offered it, RFC 2018).

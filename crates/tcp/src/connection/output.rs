@@ -363,7 +363,10 @@ impl Connection {
             flags |= Flags::CWR;
         }
         let offset = (seq - self.snd.buf_seq()) as usize;
-        let t = self.write_segment(now, buf, seq, flags, TcpOptions::NONE, Some((offset, len)))?;
+        let kind = if retransmission { TransmitKind::Retransmission } else { TransmitKind::Data };
+        let t = self.write_segment(now, buf, seq, flags, None, Some((offset, len)), kind, ect);
+        // Nothing written, nothing to record.
+        t?;
         let seg_len = (len + fin as usize) as u32;
         if retransmission {
             self.stats.retransmits += 1;
@@ -402,11 +405,7 @@ impl Connection {
         if !retransmission || !self.timers.is_armed(Timer::LossProbe) {
             self.arm_loss_probe(now);
         }
-        Some(Transmit {
-            kind: if retransmission { TransmitKind::Retransmission } else { TransmitKind::Data },
-            ect,
-            ..t
-        })
+        t
     }
 
     /// Return the payload that fits in `buf` behind the header a data segment will carry:
@@ -449,7 +448,10 @@ impl Connection {
             self.ecn.requested = true;
             flags |= Flags::ECE | Flags::CWR;
         }
-        let t = self.write_segment(now, buf, self.snd.iss(), flags, options, None)?;
+        let kind = if retransmission { TransmitKind::Retransmission } else { TransmitKind::Syn };
+        let t = self.write_segment(now, buf, self.snd.iss(), flags, Some(&options), None, kind, false);
+        // Nothing written, nothing to record.
+        t?;
         self.snd.syn_sent();
         if retransmission {
             self.stats.retransmits += 1;
@@ -458,25 +460,32 @@ impl Connection {
             self.rel.time_syn(self.snd.nxt(), now);
         }
         self.timers.set_if_idle(Timer::Retransmit, self.rel.rtt.rto_deadline(now));
-        Some(Transmit { kind: if retransmission { TransmitKind::Retransmission } else { TransmitKind::Syn }, ..t })
+        t
     }
 
     /// Send a segment with no data: an ACK, a window update, or a probe with `seq`.
     fn send_ack(&mut self, now: Instant, buf: &mut [u8], seq: SeqNum, kind: TransmitKind) -> Option<Transmit> {
-        let t = self.write_segment(now, buf, seq, Flags::ACK, TcpOptions::NONE, None)?;
-        Some(Transmit { kind, ..t })
+        self.write_segment(now, buf, seq, Flags::ACK, None, None, kind, false)
     }
 
     /// Write one segment from this connection. ACK-bearing segments carry RCV.NXT, the
     /// window and (with SACK) the out-of-order blocks; sending one settles any owed ACK.
+    ///
+    /// The `Transmit` is described whole here, `kind` and `ect` from the caller, so that
+    /// the callers return it as it is rather than copy it into another with those fields.
+    /// `syn_options` are a SYN's options (`None` for any other segment, whose options are
+    /// filled in here, in the segment itself rather than in a copy passed in).
+    #[allow(clippy::too_many_arguments)]
     fn write_segment(
         &mut self,
         now: Instant,
         buf: &mut [u8],
         seq: SeqNum,
         mut flags: Flags,
-        mut options: TcpOptions,
+        syn_options: Option<&TcpOptions>,
         data: Option<(usize, usize)>,
+        kind: TransmitKind,
+        ect: bool,
     ) -> Option<Transmit> {
         let remote = self.remote?;
         let window = if flags.syn() {
@@ -484,18 +493,11 @@ impl Connection {
         } else {
             self.rcv.advertise_window()
         };
-        if flags.ack() && self.sack_enabled && !flags.syn() {
-            self.rcv.sack_blocks(&mut options, self.ts.enabled());
-        }
-        // RFC 7323 3.2: once negotiated, on every segment but RST (the SYN's is set above).
-        if !flags.syn() {
-            options.timestamps = self.ts.option(now);
-        }
         // RFC 3168 6.1.3: ECE on every ACK from a CE mark until the peer's CWR.
         if flags.ack() && !flags.syn() && self.ecn.ok && self.ecn.echo {
             flags |= Flags::ECE;
         }
-        let seg = Segment {
+        let mut seg = Segment {
             src_port: self.local.port(),
             dst_port: remote.port(),
             seq,
@@ -503,9 +505,19 @@ impl Connection {
             flags,
             window,
             urgent: 0,
-            options,
+            options: TcpOptions::NONE,
             payload: &[],
         };
+        if let Some(options) = syn_options {
+            seg.options = *options;
+        }
+        if flags.ack() && self.sack_enabled && !flags.syn() {
+            self.rcv.sack_blocks(&mut seg.options, self.ts.enabled());
+        }
+        // RFC 7323 3.2: once negotiated, on every segment but RST (the SYN's come with it).
+        if !flags.syn() {
+            seg.options.timestamps = self.ts.option(now);
+        }
         let hlen = match seg.write_header(buf) {
             Ok(n) => n,
             Err(e) => {
@@ -530,16 +542,7 @@ impl Connection {
             self.timers.stop(Timer::DelayedAck);
         }
         log::trace!("{:?} {}: out {:?}", self.tuple(), self.state, Segment { payload: &buf[hlen..len], ..seg });
-        Some(Transmit {
-            len,
-            src: self.local,
-            dst: remote,
-            kind: TransmitKind::Data,
-            flags,
-            seq,
-            payload_len,
-            ect: false,
-        })
+        Some(Transmit { len, src: self.local, dst: remote, kind, flags, seq, payload_len, ect })
     }
 
     /// Write a reset that does not follow from the send sequence.

@@ -397,6 +397,15 @@ pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// `Segment::parse_unchecked` takes an empty option area as no options without calling
+    /// `parse_options`: this is what the call would return.
+    #[test]
+    fn no_option_bytes_parse_as_no_options() {
+        let (opts, skipped) = parse_options(&[]);
+        assert_eq!(opts, TcpOptions::NONE);
+        assert!(skipped.is_none());
+    }
+
     /// The options of a Linux SYN: MSS 1460, SACK-permitted, timestamps, NOP, window scale 7.
     const LINUX_SYN: [u8; 20] = [
         0x02, 0x04, 0x05, 0xb4, // MSS 1460

@@ -272,7 +272,11 @@ impl<'a> Segment<'a> {
             }
             HeaderSliceError::Len(e) => ParseError::DataOffsetPastEnd { header_len: e.required_len, len: bytes.len() },
         })?;
-        let (options, skipped) = parse_options(header.options());
+        // A header without options (every segment of a connection without timestamps,
+        // while nothing is held out of order) has nothing to parse: what `parse_options`
+        // returns for no bytes, without the call and the copy of what it returns.
+        let area = header.options();
+        let (options, skipped) = if area.is_empty() { (TcpOptions::NONE, None) } else { parse_options(area) };
         if let Some(skipped) = skipped {
             log::debug!(
                 "segment {} -> {} seq {}: {skipped}, segment kept",
