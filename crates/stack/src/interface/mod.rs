@@ -94,6 +94,10 @@ pub struct Interface {
     events: VecDeque<(SocketId, Event)>,
     /// The queue's length past which `compact_events` runs next.
     events_compact_at: usize,
+    /// A frame was received or a timer fired since the last `deliver_events`: only these
+    /// give a connection events (its segments, ICMP errors and timeouts; the user's calls
+    /// give none), so without either `deliver_events` has nothing to pass on.
+    events_due: bool,
     counters: Counters,
     /// The TCP counters of the connections removed from the table (see `tcp_totals`).
     ended: TcpTotals,
@@ -168,6 +172,7 @@ impl Interface {
             note: String::new(),
             events: VecDeque::new(),
             events_compact_at: EVENTS_COMPACT_MIN,
+            events_due: false,
             counters: Counters::default(),
             ended: TcpTotals::default(),
             ports,
@@ -287,6 +292,7 @@ impl Interface {
     /// Process one received Ethernet frame. Never panics on any bytes.
     pub fn receive(&mut self, now: Instant, frame: &[u8]) {
         self.note.clear();
+        self.events_due = true;
         self.receive_frame(now, frame);
         if let Some(owner) = self.misrouted.take()
             && self.foreign.len() < MAX_FOREIGN
@@ -353,6 +359,7 @@ impl Interface {
     /// [`handle_timeouts`](Self::handle_timeouts) when a timer may be due.
     #[inline(never)]
     fn fire_timeouts(&mut self, now: Instant) {
+        self.events_due = true;
         self.expire_fragments(now);
         self.solicit_neighbours(now);
         self.conns.expire_timers(now);

@@ -310,7 +310,18 @@ impl Interface {
 
     /// Pass on the events of the connections touched since the last transmit, so the
     /// application sees what arrived before replies go out (call after receiving).
+    ///
+    /// Events come only from what arrives and what times out (a connection's segments, the
+    /// ICMP errors quoting them, its timers: `Connection::handle_segment`, `handle_icmp`,
+    /// `handle_timeout`); the user's calls (`send`, `recv`, `close`, `abort`, ...) give
+    /// none. So when no frame was received and no timer fired since the last call, the
+    /// connections touched since (by the user's calls) have no event to pass on, and the
+    /// walk over them is skipped: the poll after an application's write, on both ends of
+    /// every exchange.
     pub fn deliver_events(&mut self) {
+        if !std::mem::take(&mut self.events_due) {
+            return;
+        }
         for k in 0..self.conns.dirty.len() {
             let index = self.conns.dirty[k];
             if self.conns.slots[index as usize].sock.is_some() {
