@@ -29,7 +29,7 @@ impl Interface {
         if sock.conn.remote_addr().is_none() {
             // Back in LISTEN after an RST in SYN-RECEIVED: nothing to send; settle removes it.
             sock.dirty = false;
-            self.settle(now, index);
+            self.settle(now, index, true);
             return Ok(Some(0));
         }
         let max_frame = self.mtu + ETH_LEN;
@@ -119,7 +119,10 @@ impl Interface {
         if let Some(sock) = self.conns.slots[index as usize].sock.as_mut() {
             sock.dirty = false;
         }
-        self.settle(now, index);
+        // A pass that asked for no segment (`nothing_to_transmit` said so first: the hop is
+        // taken before the first `poll_transmit`) left the window and the flight as
+        // `apply_budgets` counted them at its start.
+        self.settle(now, index, hop.is_none());
         Ok(Some(sent))
     }
 }

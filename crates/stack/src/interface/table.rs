@@ -386,14 +386,19 @@ impl Interface {
         self.events_compact_at = (2 * self.events.len()).max(EVENTS_COMPACT_MIN);
     }
 
-    /// After a connection ran: pass its events on, note its next timer, and remove it when
-    /// nobody needs it any more.
-    pub(super) fn settle(&mut self, now: Instant, index: u32) {
+    /// After a connection ran: count its window and data in flight, pass its events on,
+    /// note its next timer, and remove it when nobody needs it any more. With `counted`,
+    /// the window and the data in flight are as `apply_budgets` counted them before the
+    /// pass (it asked for no segment: only writing one moves the window's right edge or
+    /// SND.MAX, and only one received RCV.NXT or SND.UNA), and are not counted again.
+    pub(super) fn settle(&mut self, now: Instant, index: u32, counted: bool) {
         let slot = &mut self.conns.slots[index as usize];
         // Delivering events removes no connection: the generation stays.
         let id = SocketId { index, generation: slot.generation };
         let mut sock = slot.sock.as_deref_mut().expect("live");
-        sock.count_budgets(&mut self.conns.offered_bytes, &mut self.conns.flight_bytes);
+        if !counted {
+            sock.count_budgets(&mut self.conns.offered_bytes, &mut self.conns.flight_bytes);
+        }
         // `deliver`, with the connection in hand; looked up again only after events.
         if let Some(first) = sock.conn.poll_event() {
             self.deliver_from(index, first);
