@@ -324,11 +324,6 @@ impl Connections {
         slot.sock.as_deref_mut()
     }
 
-    /// Return the id of the connection in slot `index`.
-    pub(super) fn id(&self, index: u32) -> SocketId {
-        SocketId { index, generation: self.slots[index as usize].generation }
-    }
-
     /// Put connection `index` on the dirty list (once), for `transmit` to send what it has.
     pub(super) fn mark_dirty(&mut self, index: u32) {
         if let Some(sock) = self.slots[index as usize].sock.as_mut()

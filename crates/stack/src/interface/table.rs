@@ -344,26 +344,32 @@ impl Interface {
     /// [`deliver`](Self::deliver) from its `first` event on.
     #[inline(never)]
     fn deliver_from(&mut self, index: u32, first: Event) {
-        let id = self.conns.id(index);
-        let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
+        let slot = &mut self.conns.slots[index as usize];
+        let id = SocketId { index, generation: slot.generation };
+        let sock = slot.sock.as_deref_mut().expect("live");
         let owner = sock.owner;
-        let mut established = false;
+        // The kinds taken, a bit each: a connection holds each kind at most once, so the
+        // counters below count each event taken.
+        let mut taken = 0;
         let mut next = Some(first);
         while let Some(event) = next {
             next = sock.conn.poll_event();
-            match event {
-                Event::Established => established = true,
-                Event::TimedOut => self.counters.connections_timed_out += 1,
-                Event::Reset => self.counters.connections_reset += 1,
-                _ => {}
-            }
+            let bit = event_bit(event);
+            taken |= bit;
             // Once per kind while it waits: a busy connection whose application does not
             // poll its events queues each kind once, not once per segment.
-            if owner == Owner::User && sock.user_events & event_bit(event) == 0 {
-                sock.user_events |= event_bit(event);
+            if owner == Owner::User && sock.user_events & bit == 0 {
+                sock.user_events |= bit;
                 self.events.push_back((id, event));
             }
         }
+        if taken & event_bit(Event::TimedOut) != 0 {
+            self.counters.connections_timed_out += 1;
+        }
+        if taken & event_bit(Event::Reset) != 0 {
+            self.counters.connections_reset += 1;
+        }
+        let established = taken & event_bit(Event::Established) != 0;
         if let (Owner::Listener(port, epoch), true) = (owner, established)
             && let Some(l) = self.conns.listeners.get_mut(&port).filter(|l| l.epoch == epoch)
         {
