@@ -173,7 +173,7 @@ pub(super) struct Connections {
     pub(super) tx_backlog: bool,
     /// Buffer storage of removed connections and of idle connections' empty buffers,
     /// zeroed, for the next that need some (see `Interface::release_idle_storage`,
-    /// `remove`, `lend_storage`).
+    /// `remove`, `table::lend`).
     /// Indexed by `table::pool_for`: send-buffer-sized storage, then receive-buffer-sized, so
     /// taking one is a pop.
     pub(super) storage_pool: [Vec<Storage>; 2],

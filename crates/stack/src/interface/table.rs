@@ -31,11 +31,15 @@ fn pool_for((send, recv): (usize, usize), capacity: usize) -> Option<usize> {
     }
 }
 
-/// Give `conn`'s detached buffers storage from `pool` (buffer sizes `sizes`), counting it in
-/// `counters`; with `need`, only that side, allocated if the pool has none (see
-/// `Interface::lend_storage`).
+/// Give `conn`'s detached buffers zeroed storage from `pool` (buffer sizes `sizes`),
+/// counting it in `counters`, before it may need them (a segment with data arrives, or the
+/// application calls), so that taking up storage again allocates nothing while the pool has
+/// some. With `need`, only that side, allocated if the pool has none: a buffer that stays
+/// empty would hold pooled storage that the needy side of this or the next connection then
+/// allocates anew. Takes the connection rather than its slot: its callers (`receive_tcp`,
+/// `Interface::connection_for_user`, `connection_for_read`) hold it already.
 #[inline]
-fn lend(
+pub(super) fn lend(
     conn: &mut Connection,
     sizes: (usize, usize),
     pool: &mut [Vec<Storage>; 2],
@@ -189,19 +193,8 @@ impl Interface {
         }
     }
 
-    /// Give connection `index`'s detached buffers zeroed storage from the pool, before it
-    /// may need them (a segment with data arrives, or the application calls), so that
-    /// taking up storage again allocates nothing while the pool has some. With `need`, only
-    /// that side: a buffer that stays empty would hold pooled storage that the needy side
-    /// of this or the next connection then allocates anew.
-    pub(super) fn lend_storage(&mut self, index: u32, need: Option<Side>) {
-        let Some(sock) = self.conns.slots[index as usize].sock.as_mut() else { return };
-        let sizes = (self.config.tcp.send_buffer, self.config.tcp.recv_buffer);
-        lend(&mut sock.conn, sizes, &mut self.conns.storage_pool, &mut self.counters, need);
-    }
-
     /// Return connection `id` for a user call, marked dirty (`Connections::mark_dirty`) and
-    /// lent storage (`lend_storage`, with `need`), after one lookup of its slot rather than
+    /// lent storage (`lend`, with `need`), after one lookup of its slot rather than
     /// one for each of these (a read and a write on every exchange).
     #[inline]
     pub(super) fn connection_for_user(&mut self, id: SocketId, need: Option<Side>) -> Option<&mut Connection> {
@@ -302,7 +295,7 @@ impl Interface {
     }
 
     /// Return buffers for a new connection: not yet allocated; each takes storage from the
-    /// pool, or allocates it, when it first holds data (`lend_storage`). A SYN, even a
+    /// pool, or allocates it, when it first holds data (`lend`). A SYN, even a
     /// flood of them, allocates no buffer memory.
     pub(super) fn take_buffers(&mut self) -> Buffers {
         Buffers::unallocated(&self.config.tcp)
