@@ -218,7 +218,11 @@ impl Interface {
     pub(crate) fn connection_for_read(&mut self, id: SocketId) -> Option<ForRead<'_>> {
         let slot = self.conns.slots.get_mut(id.index as usize).filter(|s| s.generation == id.generation)?;
         let sock = slot.sock.as_deref_mut()?;
-        if let Some(nothing) = sock.conn.recv_nothing() {
+        // The buffer's length first (a load, inlined): `recv_nothing`, a call, only when it
+        // is empty, to say what the read returns.
+        if sock.conn.recv_available() == 0
+            && let Some(nothing) = sock.conn.recv_nothing()
+        {
             return Some(ForRead::Nothing(&sock.conn, nothing));
         }
         if !sock.dirty {
