@@ -58,6 +58,9 @@ fn event_bit(event: Event) -> u8 {
 pub struct Interface {
     config: StackConfig,
     addrs: Addresses,
+    /// Our IPv4 subnet's directed broadcast address (`Interface::directed_broadcast` of
+    /// `addrs`, which do not change), for the martian check of every datagram received.
+    directed_broadcast: Option<Ipv4Addr>,
     /// `config.tcp` for IPv6 connections: the MSS fits the MTU behind the longer header.
     tcp6: TcpConfig,
     mac: [u8; 6],
@@ -145,8 +148,10 @@ impl Interface {
         let cookies = SynCookies::new(derive_key(&tcp.isn_secret, b"bypass SYN cookie key"));
         let ports =
             EphemeralPorts::new(derive_key(&tcp.isn_secret, b"bypass RFC 6056 port key"), config.ephemeral_ports);
+        let addrs = Addresses::new(config.ipv4, config.ipv6.clone(), mac);
         Interface {
-            addrs: Addresses::new(config.ipv4, config.ipv6.clone(), mac),
+            directed_broadcast: Self::directed_broadcast(&addrs),
+            addrs,
             tcp6,
             arp: ArpCache::new(config.arp),
             ndp: NdpCache::new(NdpConfig {
