@@ -386,8 +386,9 @@ impl Interface {
     /// Write everything due into `device` (without flushing it). Return how many frames.
     pub fn transmit(&mut self, now: Instant, device: &mut dyn Device) -> std::io::Result<usize> {
         let mut sent = 0;
-        let (our_mac, tx_checksum) = (self.mac, self.config.tcp.tx_checksum);
         while let Some((reply, note)) = self.control.pop_front() {
+            // Read here, where a reply is written: most calls have none.
+            let (our_mac, tx_checksum) = (self.mac, self.config.tcp.tx_checksum);
             let mut len = 0;
             let notes = &self.notes;
             let ok = device.send(&mut |buf: &mut [u8]| {
