@@ -90,13 +90,22 @@ impl ArpCache {
         ArpCache { config, ..ArpCache::default() }
     }
 
-    /// Return the MAC address of `ip` if known and fresh.
+    /// Return the MAC address of `ip` if known and fresh. Inlined down to the check of the
+    /// last address looked up, which answers for every segment a connection sends to the
+    /// same next hop; the table's lookup out of line.
+    #[inline]
     pub fn lookup(&self, ip: Ipv4Addr, now: Instant) -> Option<[u8; 6]> {
         if let Some((last, mac, expires)) = self.last.get()
             && last == ip
         {
             return (expires > now).then_some(mac);
         }
+        self.lookup_entry(ip, now)
+    }
+
+    /// [`lookup`](Self::lookup) of an address other than the last one looked up.
+    #[inline(never)]
+    fn lookup_entry(&self, ip: Ipv4Addr, now: Instant) -> Option<[u8; 6]> {
         let entry = self.entries.get(&ip)?;
         self.last.set(Some((ip, entry.mac, entry.expires)));
         (entry.expires > now).then_some(entry.mac)

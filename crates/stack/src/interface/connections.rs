@@ -173,7 +173,7 @@ pub(super) struct Connections {
     pub(super) tx_backlog: bool,
     /// Buffer storage of removed connections and of idle connections' empty buffers,
     /// zeroed, for the next that need some (see `Interface::release_idle_storage`,
-    /// `remove`, `lend_storage`).
+    /// `remove`, `table::lend`).
     /// Indexed by `table::pool_for`: send-buffer-sized storage, then receive-buffer-sized, so
     /// taking one is a pop.
     pub(super) storage_pool: [Vec<Storage>; 2],
@@ -322,11 +322,6 @@ impl Connections {
             return None;
         }
         slot.sock.as_deref_mut()
-    }
-
-    /// Return the id of the connection in slot `index`.
-    pub(super) fn id(&self, index: u32) -> SocketId {
-        SocketId { index, generation: self.slots[index as usize].generation }
     }
 
     /// Put connection `index` on the dirty list (once), for `transmit` to send what it has.

@@ -29,11 +29,10 @@ impl Interface {
         if sock.conn.remote_addr().is_none() {
             // Back in LISTEN after an RST in SYN-RECEIVED: nothing to send; settle removes it.
             sock.dirty = false;
-            self.settle(now, index);
+            self.settle(now, index, true);
             return Ok(Some(0));
         }
         let max_frame = self.mtu + ETH_LEN;
-        let our_mac = self.mac;
         // The addresses and the next hop, taken before the first segment: a connection that
         // has nothing to send (it received a segment that needs no answer yet, or the
         // application read) takes no frame from the device, and copies no address.
@@ -62,7 +61,7 @@ impl Interface {
                     // The headers come from the connection's template, made again when the
                     // next hop's address has changed since it was made.
                     if sock.headers.as_ref().is_none_or(|h| h.dst_mac() != mac) {
-                        sock.headers = Some(HeaderTemplate::new(our_mac, mac, *src, *dst, IpNumber::TCP));
+                        sock.headers = Some(HeaderTemplate::new(self.mac, mac, *src, *dst, IpNumber::TCP));
                     }
                     let Sock { conn, headers: template, .. } = &mut **sock;
                     let template = template.as_ref().expect("made above");
@@ -98,7 +97,7 @@ impl Interface {
                     let mut buf = self.spare.pop().unwrap_or_default();
                     buf.resize(max_frame, 0);
                     if let Some(t) = sock.conn.poll_transmit(now, &mut buf[headers..]) {
-                        write_ip_headers(&mut buf, our_mac, [0; 6], *src, *dst, IpNumber::TCP, t.len, ect(&t));
+                        write_ip_headers(&mut buf, self.mac, [0; 6], *src, *dst, IpNumber::TCP, t.len, ect(&t));
                         buf.truncate(headers + t.len);
                         produced = Some(t);
                         self.hold_for_resolution(now, *dst, buf);
@@ -119,7 +118,10 @@ impl Interface {
         if let Some(sock) = self.conns.slots[index as usize].sock.as_mut() {
             sock.dirty = false;
         }
-        self.settle(now, index);
+        // A pass that asked for no segment (`nothing_to_transmit` said so first: the hop is
+        // taken before the first `poll_transmit`) left the window and the flight as
+        // `apply_budgets` counted them at its start.
+        self.settle(now, index, hop.is_none());
         Ok(Some(sent))
     }
 }

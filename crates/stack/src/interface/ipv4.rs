@@ -84,10 +84,7 @@ impl Interface {
     /// `fib_validate_source` treats a local source as martian unless `accept_local`).
     pub(super) fn martian(&self, src: Ipv4Addr) -> Option<&'static str> {
         let ours = self.addrs.ipv4?;
-        let prefix = ours.prefix_len.min(32);
-        let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
-        // A /31 has no broadcast address (RFC 3021), and a /32 has no other host.
-        let directed = (prefix <= 30).then(|| Ipv4Addr::from((u32::from(ours.addr) & mask) | !mask));
+        let directed = self.directed_broadcast;
         if src == ours.addr {
             Some("our own address")
         } else if src.is_broadcast() {
@@ -136,6 +133,15 @@ impl Interface {
             (4, _) => self.drop(Drop::IcmpIgnored, "source quench (ignored, RFC 6633)"),
             _ => self.drop(Drop::IcmpIgnored, "not an echo request or an error"),
         }
+    }
+
+    /// Return the directed broadcast address of our IPv4 subnet, if it has one: a /31 has
+    /// no broadcast address (RFC 3021), and a /32 has no other host.
+    pub(super) fn directed_broadcast(addrs: &Addresses) -> Option<Ipv4Addr> {
+        let ours = addrs.ipv4?;
+        let prefix = ours.prefix_len.min(32);
+        let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
+        (prefix <= 30).then(|| Ipv4Addr::from((u32::from(ours.addr) & mask) | !mask))
     }
 
     /// Return the next hop towards IPv4 `dst`: `dst` itself in our subnet, else the gateway

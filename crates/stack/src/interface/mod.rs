@@ -58,6 +58,9 @@ fn event_bit(event: Event) -> u8 {
 pub struct Interface {
     config: StackConfig,
     addrs: Addresses,
+    /// Our IPv4 subnet's directed broadcast address (`Interface::directed_broadcast` of
+    /// `addrs`, which do not change), for the martian check of every datagram received.
+    directed_broadcast: Option<Ipv4Addr>,
     /// `config.tcp` for IPv6 connections: the MSS fits the MTU behind the longer header.
     tcp6: TcpConfig,
     mac: [u8; 6],
@@ -94,6 +97,10 @@ pub struct Interface {
     events: VecDeque<(SocketId, Event)>,
     /// The queue's length past which `compact_events` runs next.
     events_compact_at: usize,
+    /// A frame was received or a timer fired since the last `deliver_events`: only these
+    /// give a connection events (its segments, ICMP errors and timeouts; the user's calls
+    /// give none), so without either `deliver_events` has nothing to pass on.
+    events_due: bool,
     counters: Counters,
     /// The TCP counters of the connections removed from the table (see `tcp_totals`).
     ended: TcpTotals,
@@ -141,8 +148,10 @@ impl Interface {
         let cookies = SynCookies::new(derive_key(&tcp.isn_secret, b"bypass SYN cookie key"));
         let ports =
             EphemeralPorts::new(derive_key(&tcp.isn_secret, b"bypass RFC 6056 port key"), config.ephemeral_ports);
+        let addrs = Addresses::new(config.ipv4, config.ipv6.clone(), mac);
         Interface {
-            addrs: Addresses::new(config.ipv4, config.ipv6.clone(), mac),
+            directed_broadcast: Self::directed_broadcast(&addrs),
+            addrs,
             tcp6,
             arp: ArpCache::new(config.arp),
             ndp: NdpCache::new(NdpConfig {
@@ -168,6 +177,7 @@ impl Interface {
             note: String::new(),
             events: VecDeque::new(),
             events_compact_at: EVENTS_COMPACT_MIN,
+            events_due: false,
             counters: Counters::default(),
             ended: TcpTotals::default(),
             ports,
@@ -287,6 +297,7 @@ impl Interface {
     /// Process one received Ethernet frame. Never panics on any bytes.
     pub fn receive(&mut self, now: Instant, frame: &[u8]) {
         self.note.clear();
+        self.events_due = true;
         self.receive_frame(now, frame);
         if let Some(owner) = self.misrouted.take()
             && self.foreign.len() < MAX_FOREIGN
@@ -353,6 +364,7 @@ impl Interface {
     /// [`handle_timeouts`](Self::handle_timeouts) when a timer may be due.
     #[inline(never)]
     fn fire_timeouts(&mut self, now: Instant) {
+        self.events_due = true;
         self.expire_fragments(now);
         self.solicit_neighbours(now);
         self.conns.expire_timers(now);
@@ -374,8 +386,9 @@ impl Interface {
     /// Write everything due into `device` (without flushing it). Return how many frames.
     pub fn transmit(&mut self, now: Instant, device: &mut dyn Device) -> std::io::Result<usize> {
         let mut sent = 0;
-        let (our_mac, tx_checksum) = (self.mac, self.config.tcp.tx_checksum);
         while let Some((reply, note)) = self.control.pop_front() {
+            // Read here, where a reply is written: most calls have none.
+            let (our_mac, tx_checksum) = (self.mac, self.config.tcp.tx_checksum);
             let mut len = 0;
             let notes = &self.notes;
             let ok = device.send(&mut |buf: &mut [u8]| {

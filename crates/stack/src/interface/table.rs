@@ -31,11 +31,15 @@ fn pool_for((send, recv): (usize, usize), capacity: usize) -> Option<usize> {
     }
 }
 
-/// Give `conn`'s detached buffers storage from `pool` (buffer sizes `sizes`), counting it in
-/// `counters`; with `need`, only that side, allocated if the pool has none (see
-/// `Interface::lend_storage`).
+/// Give `conn`'s detached buffers zeroed storage from `pool` (buffer sizes `sizes`),
+/// counting it in `counters`, before it may need them (a segment with data arrives, or the
+/// application calls), so that taking up storage again allocates nothing while the pool has
+/// some. With `need`, only that side, allocated if the pool has none: a buffer that stays
+/// empty would hold pooled storage that the needy side of this or the next connection then
+/// allocates anew. Takes the connection rather than its slot: its callers (`receive_tcp`,
+/// `Interface::connection_for_user`, `connection_for_read`) hold it already.
 #[inline]
-fn lend(
+pub(super) fn lend(
     conn: &mut Connection,
     sizes: (usize, usize),
     pool: &mut [Vec<Storage>; 2],
@@ -189,19 +193,8 @@ impl Interface {
         }
     }
 
-    /// Give connection `index`'s detached buffers zeroed storage from the pool, before it
-    /// may need them (a segment with data arrives, or the application calls), so that
-    /// taking up storage again allocates nothing while the pool has some. With `need`, only
-    /// that side: a buffer that stays empty would hold pooled storage that the needy side
-    /// of this or the next connection then allocates anew.
-    pub(super) fn lend_storage(&mut self, index: u32, need: Option<Side>) {
-        let Some(sock) = self.conns.slots[index as usize].sock.as_mut() else { return };
-        let sizes = (self.config.tcp.send_buffer, self.config.tcp.recv_buffer);
-        lend(&mut sock.conn, sizes, &mut self.conns.storage_pool, &mut self.counters, need);
-    }
-
     /// Return connection `id` for a user call, marked dirty (`Connections::mark_dirty`) and
-    /// lent storage (`lend_storage`, with `need`), after one lookup of its slot rather than
+    /// lent storage (`lend`, with `need`), after one lookup of its slot rather than
     /// one for each of these (a read and a write on every exchange).
     #[inline]
     pub(super) fn connection_for_user(&mut self, id: SocketId, need: Option<Side>) -> Option<&mut Connection> {
@@ -225,7 +218,11 @@ impl Interface {
     pub(crate) fn connection_for_read(&mut self, id: SocketId) -> Option<ForRead<'_>> {
         let slot = self.conns.slots.get_mut(id.index as usize).filter(|s| s.generation == id.generation)?;
         let sock = slot.sock.as_deref_mut()?;
-        if let Some(nothing) = sock.conn.recv_nothing() {
+        // The buffer's length first (a load, inlined): `recv_nothing`, a call, only when it
+        // is empty, to say what the read returns.
+        if sock.conn.recv_available() == 0
+            && let Some(nothing) = sock.conn.recv_nothing()
+        {
             return Some(ForRead::Nothing(&sock.conn, nothing));
         }
         if !sock.dirty {
@@ -302,7 +299,7 @@ impl Interface {
     }
 
     /// Return buffers for a new connection: not yet allocated; each takes storage from the
-    /// pool, or allocates it, when it first holds data (`lend_storage`). A SYN, even a
+    /// pool, or allocates it, when it first holds data (`lend`). A SYN, even a
     /// flood of them, allocates no buffer memory.
     pub(super) fn take_buffers(&mut self) -> Buffers {
         Buffers::unallocated(&self.config.tcp)
@@ -310,7 +307,18 @@ impl Interface {
 
     /// Pass on the events of the connections touched since the last transmit, so the
     /// application sees what arrived before replies go out (call after receiving).
+    ///
+    /// Events come only from what arrives and what times out (a connection's segments, the
+    /// ICMP errors quoting them, its timers: `Connection::handle_segment`, `handle_icmp`,
+    /// `handle_timeout`); the user's calls (`send`, `recv`, `close`, `abort`, ...) give
+    /// none. So when no frame was received and no timer fired since the last call, the
+    /// connections touched since (by the user's calls) have no event to pass on, and the
+    /// walk over them is skipped: the poll after an application's write, on both ends of
+    /// every exchange.
     pub fn deliver_events(&mut self) {
+        if !std::mem::take(&mut self.events_due) {
+            return;
+        }
         for k in 0..self.conns.dirty.len() {
             let index = self.conns.dirty[k];
             if self.conns.slots[index as usize].sock.is_some() {
@@ -333,26 +341,32 @@ impl Interface {
     /// [`deliver`](Self::deliver) from its `first` event on.
     #[inline(never)]
     fn deliver_from(&mut self, index: u32, first: Event) {
-        let id = self.conns.id(index);
-        let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
+        let slot = &mut self.conns.slots[index as usize];
+        let id = SocketId { index, generation: slot.generation };
+        let sock = slot.sock.as_deref_mut().expect("live");
         let owner = sock.owner;
-        let mut established = false;
+        // The kinds taken, a bit each: a connection holds each kind at most once, so the
+        // counters below count each event taken.
+        let mut taken = 0;
         let mut next = Some(first);
         while let Some(event) = next {
             next = sock.conn.poll_event();
-            match event {
-                Event::Established => established = true,
-                Event::TimedOut => self.counters.connections_timed_out += 1,
-                Event::Reset => self.counters.connections_reset += 1,
-                _ => {}
-            }
+            let bit = event_bit(event);
+            taken |= bit;
             // Once per kind while it waits: a busy connection whose application does not
             // poll its events queues each kind once, not once per segment.
-            if owner == Owner::User && sock.user_events & event_bit(event) == 0 {
-                sock.user_events |= event_bit(event);
+            if owner == Owner::User && sock.user_events & bit == 0 {
+                sock.user_events |= bit;
                 self.events.push_back((id, event));
             }
         }
+        if taken & event_bit(Event::TimedOut) != 0 {
+            self.counters.connections_timed_out += 1;
+        }
+        if taken & event_bit(Event::Reset) != 0 {
+            self.counters.connections_reset += 1;
+        }
+        let established = taken & event_bit(Event::Established) != 0;
         if let (Owner::Listener(port, epoch), true) = (owner, established)
             && let Some(l) = self.conns.listeners.get_mut(&port).filter(|l| l.epoch == epoch)
         {
@@ -375,14 +389,19 @@ impl Interface {
         self.events_compact_at = (2 * self.events.len()).max(EVENTS_COMPACT_MIN);
     }
 
-    /// After a connection ran: pass its events on, note its next timer, and remove it when
-    /// nobody needs it any more.
-    pub(super) fn settle(&mut self, now: Instant, index: u32) {
+    /// After a connection ran: count its window and data in flight, pass its events on,
+    /// note its next timer, and remove it when nobody needs it any more. With `counted`,
+    /// the window and the data in flight are as `apply_budgets` counted them before the
+    /// pass (it asked for no segment: only writing one moves the window's right edge or
+    /// SND.MAX, and only one received RCV.NXT or SND.UNA), and are not counted again.
+    pub(super) fn settle(&mut self, now: Instant, index: u32, counted: bool) {
         let slot = &mut self.conns.slots[index as usize];
         // Delivering events removes no connection: the generation stays.
         let id = SocketId { index, generation: slot.generation };
         let mut sock = slot.sock.as_deref_mut().expect("live");
-        sock.count_budgets(&mut self.conns.offered_bytes, &mut self.conns.flight_bytes);
+        if !counted {
+            sock.count_budgets(&mut self.conns.offered_bytes, &mut self.conns.flight_bytes);
+        }
         // `deliver`, with the connection in hand; looked up again only after events.
         if let Some(first) = sock.conn.poll_event() {
             self.deliver_from(index, first);

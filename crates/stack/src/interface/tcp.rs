@@ -38,13 +38,21 @@ impl Interface {
         self.counters.bytes_copied += seg.payload.len() as u64;
         let tuple = FourTuple { local: SocketAddr::new(dst, seg.dst_port), remote: SocketAddr::new(src, seg.src_port) };
         if let Some(index) = self.conns.find(&tuple) {
-            if self.reopen_time_wait(now, index, seg) {
-                return;
+            // One lookup of its slot for all the connection's work here, but for a SYN that
+            // may reopen a connection in TIME-WAIT (only one the application let go of).
+            let mut sock = self.conns.slots[index as usize].sock.as_deref_mut().expect("table points at live slots");
+            if sock.owner == Owner::Released {
+                if self.reopen_time_wait(now, index, seg) {
+                    return;
+                }
+                sock = self.conns.slots[index as usize].sock.as_deref_mut().expect("live");
             }
             if !seg.payload.is_empty() {
-                self.lend_storage(index, Some(bypass_tcp::Side::Recv));
+                // The receive buffer's storage, lent with the connection in hand.
+                let sizes = (self.config.tcp.send_buffer, self.config.tcp.recv_buffer);
+                let side = Some(bypass_tcp::Side::Recv);
+                super::table::lend(&mut sock.conn, sizes, &mut self.conns.storage_pool, &mut self.counters, side);
             }
-            let sock = self.conns.slots[index as usize].sock.as_mut().expect("table points at live slots");
             let before = sock.conn.state();
             let acked_before = sock.conn.snd_una();
             // From the peer it is bound to, with the ECN field; a connection back in LISTEN
@@ -56,23 +64,27 @@ impl Interface {
                 sock.conn.handle_segment(now, seg)
             };
             sock.peer_mac = Some(src_mac);
-            // New data acknowledged is proof the neighbour (or the router towards the peer)
-            // is reachable: RFC 4861 7.3.1's upper-layer confirmation, which keeps a neighbour
-            // in use REACHABLE instead of probing it every ReachableTime.
-            if let IpAddr::V6(peer) = src
-                && sock.conn.snd_una() != acked_before
-            {
-                let hop = self.next_hop6(now, peer);
-                self.ndp.confirm(hop, now);
-            }
-            let sock = self.conns.slots[index as usize].sock.as_mut().expect("table points at live slots");
+            let acked = sock.conn.snd_una() != acked_before;
             if self.notes.is_some() {
                 note_segment(&mut self.note, seg, &sock.conn, Direction::In, before);
                 if let Some(reason) = outcome.drop_reason() {
                     let _ = write!(self.note, " | dropped by TCP: {reason:?}");
                 }
             }
-            self.conns.mark_dirty(index);
+            // `Connections::mark_dirty`, with the connection in hand.
+            if !sock.dirty {
+                sock.dirty = true;
+                self.conns.dirty.push(index);
+            }
+            // New data acknowledged is proof the neighbour (or the router towards the peer)
+            // is reachable: RFC 4861 7.3.1's upper-layer confirmation, which keeps a neighbour
+            // in use REACHABLE instead of probing it every ReachableTime.
+            if let IpAddr::V6(peer) = src
+                && acked
+            {
+                let hop = self.next_hop6(now, peer);
+                self.ndp.confirm(hop, now);
+            }
             return;
         }
         if self.conns.listeners.contains_key(&seg.dst_port) {

@@ -526,7 +526,20 @@ impl NdpCache {
     }
 
     /// Return when [`due`](Self::due) next has a solicitation to send or a neighbour to give up on.
+    /// Inlined down to the check for no timer set (a host speaking IPv4 alone, or one with
+    /// no neighbour to solicit), which a poll asks on every turn; the timers' first entry out
+    /// of line.
+    #[inline]
     pub fn next_timeout(&self) -> Option<Instant> {
+        if self.timers.is_empty() {
+            return None;
+        }
+        self.first_timeout()
+    }
+
+    /// [`next_timeout`](Self::next_timeout) with a timer set.
+    #[inline(never)]
+    fn first_timeout(&self) -> Option<Instant> {
         self.timers.first().map(|&(t, _)| t)
     }
 
