@@ -36,6 +36,80 @@ pub enum Event {
     Unreachable,
 }
 
+impl Event {
+    /// Every kind, in the order a connection hands them out (`Connection::poll_event`).
+    pub const ALL: [Event; 8] = [
+        Event::Established,
+        Event::Readable,
+        Event::Writable,
+        Event::PeerClosed,
+        Event::Closed,
+        Event::Reset,
+        Event::TimedOut,
+        Event::Unreachable,
+    ];
+
+    /// Return this kind's bit in an [`Events`] set: its place in [`Event::ALL`].
+    #[inline]
+    const fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
+/// A set of kinds of [`Event`], as a connection keeps what it has to tell: each kind at most
+/// once, however many times it happened since the user last asked
+/// ([`Connection::take_events`](crate::Connection::take_events)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Events(u8);
+
+impl Events {
+    /// The empty set.
+    pub const NONE: Events = Events(0);
+
+    /// Return the set of `event` alone.
+    #[inline]
+    pub const fn of(event: Event) -> Events {
+        Events(event.bit())
+    }
+
+    /// Return the set as bits, one per kind in the order of [`Event::ALL`]: for a host that
+    /// keeps such sets itself.
+    #[inline]
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+
+    /// Return the set of the kinds whose bits are set in `bits` (see [`bits`](Events::bits)).
+    #[inline]
+    pub const fn from_bits(bits: u8) -> Events {
+        Events(bits)
+    }
+
+    /// Return whether the set holds no kind.
+    #[inline]
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Return whether the set holds `event`.
+    #[inline]
+    pub const fn contains(self, event: Event) -> bool {
+        self.0 & event.bit() != 0
+    }
+
+    /// Return the set with `event` added.
+    #[inline]
+    pub const fn with(self, event: Event) -> Events {
+        Events(self.0 | event.bit())
+    }
+
+    /// Return the kinds of the set in the order of [`Event::ALL`] (the order
+    /// `Connection::poll_event` hands them out).
+    pub fn iter(self) -> impl Iterator<Item = Event> {
+        Event::ALL.into_iter().filter(move |&e| self.contains(e))
+    }
+}
+
 /// What made a connection change state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cause {
@@ -195,4 +269,29 @@ pub struct Stats {
     /// The rate the pacer lets data out at, bytes per second (Linux's `tcpi_pacing_rate`);
     /// 0 while unpaced (slow start, no RTT estimate yet, or pacing off).
     pub pacing_rate: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_its_own_bit_in_the_order_of_all() {
+        for (i, event) in Event::ALL.into_iter().enumerate() {
+            assert_eq!(Events::of(event).bits(), 1 << i, "{event:?}");
+        }
+    }
+
+    #[test]
+    fn a_set_lists_each_of_its_kinds_once_in_the_order_of_all() {
+        for bits in 0..=u8::MAX {
+            let set = Events::from_bits(bits);
+            let listed: Vec<Event> = set.iter().collect();
+            let expected: Vec<Event> = Event::ALL.into_iter().filter(|&e| bits & Events::of(e).bits() != 0).collect();
+            assert_eq!(listed, expected);
+            assert_eq!(set.is_empty(), bits == 0);
+            let rebuilt = listed.iter().fold(Events::NONE, |set, &e| set.with(e));
+            assert_eq!(rebuilt, set);
+        }
+    }
 }

@@ -112,7 +112,7 @@ pub use connection::{
 };
 pub use controller::Algorithm;
 pub use ecn::{Ecn, IpEcn};
-pub use event::{Cause, Event, Stats, Transition, UserCall};
+pub use event::{Cause, Event, Events, Stats, Transition, UserCall};
 pub use icmp::{IcmpError, IcmpIgnored, IcmpOutcome};
 pub use outcome::{DropReason, Outcome};
 pub use reassembly::{Assembler, TooManyRanges};

@@ -1202,6 +1202,24 @@ fn simultaneous_close_goes_through_closing() {
     assert_eq!(c.state(), State::TimeWait);
 }
 
+/// `take_events` hands out at once what `poll_event` hands out one at a time, in the same
+/// order, and leaves nothing behind.
+#[test]
+fn take_events_takes_what_poll_event_would() {
+    let step = |c: &mut Connection, iss: SeqNum| {
+        c.handle_segment(ms(2), &peer(iss, Flags::ACK | Flags::FIN, b"last"));
+    };
+    let (mut one_by_one, iss) = established_passive(&config());
+    step(&mut one_by_one, iss);
+    let (mut at_once, iss) = established_passive(&config());
+    step(&mut at_once, iss);
+    let taken = at_once.take_events();
+    assert_eq!(taken.iter().collect::<Vec<_>>(), events(&mut one_by_one));
+    assert!(taken.contains(Event::Readable) && taken.contains(Event::PeerClosed));
+    assert_eq!(at_once.poll_event(), None);
+    assert!(at_once.take_events().is_empty());
+}
+
 #[test]
 fn passive_close_through_close_wait_and_last_ack() {
     let (mut c, iss) = established_passive(&config());

@@ -46,7 +46,7 @@ pub(super) struct Sock {
     /// Its data in flight, as last counted in `Connections::flight_bytes`.
     pub(super) in_flight: u32,
     /// The events of it waiting in the user's queue (`Interface::events`), a bit each
-    /// (`event_bit`): an event already waiting is not queued again.
+    /// (`Events::bits`): an event already waiting is not queued again.
     pub(super) user_events: u8,
     /// The deadline of its live entry in `Connections::timers`. A deadline that moves later
     /// leaves the entry be: when it comes up early, the connection is armed again for its

@@ -40,20 +40,6 @@ const MAX_FOREIGN: usize = 4096;
 /// The user's event queue is compacted (`Interface::compact_events`) only past this length.
 const EVENTS_COMPACT_MIN: usize = 1024;
 
-/// The bit of `event` in `Sock::user_events`.
-fn event_bit(event: Event) -> u8 {
-    1 << match event {
-        Event::Established => 0,
-        Event::Readable => 1,
-        Event::Writable => 2,
-        Event::PeerClosed => 3,
-        Event::Closed => 4,
-        Event::Reset => 5,
-        Event::TimedOut => 6,
-        Event::Unreachable => 7,
-    }
-}
-
 /// The host: address, ARP, listeners and connections; see the module docs.
 pub struct Interface {
     config: StackConfig,

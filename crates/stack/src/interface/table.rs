@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use bypass_tcp::Storage;
-use bypass_tcp::{Buffers, Connection, Event, FourTuple, Instant, RecvError, Side, State};
+use bypass_tcp::{Buffers, Connection, Event, Events, FourTuple, Instant, RecvError, Side, State};
 
 use super::*;
 
@@ -333,41 +333,35 @@ impl Interface {
     #[inline]
     pub(super) fn deliver(&mut self, index: u32) {
         let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
-        if let Some(first) = sock.conn.poll_event() {
-            self.deliver_from(index, first);
+        let taken = sock.conn.take_events();
+        if !taken.is_empty() {
+            self.deliver_from(index, taken);
         }
     }
 
-    /// [`deliver`](Self::deliver) from its `first` event on.
+    /// [`deliver`](Self::deliver) of the events `taken` from the connection.
     #[inline(never)]
-    fn deliver_from(&mut self, index: u32, first: Event) {
+    fn deliver_from(&mut self, index: u32, taken: Events) {
         let slot = &mut self.conns.slots[index as usize];
         let id = SocketId { index, generation: slot.generation };
         let sock = slot.sock.as_deref_mut().expect("live");
         let owner = sock.owner;
-        // The kinds taken, a bit each: a connection holds each kind at most once, so the
-        // counters below count each event taken.
-        let mut taken = 0;
-        let mut next = Some(first);
-        while let Some(event) = next {
-            next = sock.conn.poll_event();
-            let bit = event_bit(event);
-            taken |= bit;
-            // Once per kind while it waits: a busy connection whose application does not
-            // poll its events queues each kind once, not once per segment.
-            if owner == Owner::User && sock.user_events & bit == 0 {
-                sock.user_events |= bit;
-                self.events.push_back((id, event));
-            }
+        // Once per kind while it waits: a busy connection whose application does not poll
+        // its events queues each kind once, not once per segment; an exchange's `Readable`
+        // and `Writable`, when both wait already, cost this one test.
+        let new = Events::from_bits(taken.bits() & !sock.user_events);
+        if owner == Owner::User && !new.is_empty() {
+            sock.user_events |= new.bits();
+            self.events.extend(new.iter().map(|event| (id, event)));
         }
-        if taken & event_bit(Event::TimedOut) != 0 {
+        // A connection holds each kind at most once, so these count each event taken.
+        if taken.contains(Event::TimedOut) {
             self.counters.connections_timed_out += 1;
         }
-        if taken & event_bit(Event::Reset) != 0 {
+        if taken.contains(Event::Reset) {
             self.counters.connections_reset += 1;
         }
-        let established = taken & event_bit(Event::Established) != 0;
-        if let (Owner::Listener(port, epoch), true) = (owner, established)
+        if let (Owner::Listener(port, epoch), true) = (owner, taken.contains(Event::Established))
             && let Some(l) = self.conns.listeners.get_mut(&port).filter(|l| l.epoch == epoch)
         {
             l.half_open = l.half_open.saturating_sub(1);
@@ -403,8 +397,9 @@ impl Interface {
             sock.count_budgets(&mut self.conns.offered_bytes, &mut self.conns.flight_bytes);
         }
         // `deliver`, with the connection in hand; looked up again only after events.
-        if let Some(first) = sock.conn.poll_event() {
-            self.deliver_from(index, first);
+        let taken = sock.conn.take_events();
+        if !taken.is_empty() {
+            self.deliver_from(index, taken);
             sock = self.conns.slots[index as usize].sock.as_deref_mut().expect("live");
         }
         let owner = sock.owner;

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
-use bypass_tcp::{Connection, Event, FourTuple, Instant, State};
+use bypass_tcp::{Connection, Event, Events, FourTuple, Instant, State};
 
 use super::*;
 
@@ -201,7 +201,7 @@ impl Interface {
     pub fn poll_event(&mut self) -> Option<(SocketId, Event)> {
         while let Some((id, event)) = self.events.pop_front() {
             if let Some(sock) = self.conns.sock_mut(id).filter(|s| s.owner == Owner::User) {
-                sock.user_events &= !event_bit(event);
+                sock.user_events &= !Events::of(event).bits();
                 return Some((id, event));
             }
         }

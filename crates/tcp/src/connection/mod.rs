@@ -30,7 +30,7 @@ use crate::config::{Config, Keepalive};
 use crate::controller::Controller;
 use crate::delivery::DeliveryRate;
 use crate::ecn::EcnState;
-use crate::event::{Cause, Event, Stats, Transition, UserCall};
+use crate::event::{Cause, Event, Events, Stats, Transition, UserCall};
 use crate::isn::IsnGenerator;
 use crate::path::{Path, default_mss};
 use crate::recv_space::{RecvSpace, wscale_offer};
@@ -142,15 +142,6 @@ struct PendingReset {
     /// `Some` sends RST|ACK with this acknowledgment number.
     pub ack: Option<SeqNum>,
 }
-
-const EV_ESTABLISHED: u8 = 1 << 0;
-const EV_READABLE: u8 = 1 << 1;
-const EV_WRITABLE: u8 = 1 << 2;
-const EV_PEER_CLOSED: u8 = 1 << 3;
-const EV_CLOSED: u8 = 1 << 4;
-const EV_RESET: u8 = 1 << 5;
-const EV_TIMED_OUT: u8 = 1 << 6;
-const EV_UNREACHABLE: u8 = 1 << 7;
 
 /// Transitions kept per connection; a connection makes a dozen in a normal life.
 const TRACE_LIMIT: usize = 64;
@@ -264,7 +255,7 @@ pub enum Side {
 #[repr(C)]
 pub struct Connection {
     state: State,
-    events: u8,
+    events: Events,
     failure: Option<Failure>,
     /// Opened from LISTEN (RFC 9293 3.10.7.4: an RST in SYN-RECEIVED returns there).
     passive: bool,
@@ -376,7 +367,7 @@ impl Connection {
             challenge: ChallengeLimit::default(),
             last_invalid_ack: None,
             pending_reset: None,
-            events: 0,
+            events: Events::NONE,
             failure: None,
             stats: Stats::default(),
             trace,
@@ -540,21 +531,20 @@ impl Connection {
 
     /// Return the next event for the application.
     pub fn poll_event(&mut self) -> Option<Event> {
-        if self.events == 0 {
+        let bits = self.events.bits();
+        if bits == 0 {
             return None;
         }
-        let bit = self.events & self.events.wrapping_neg();
-        self.events &= !bit;
-        Some(match bit {
-            EV_ESTABLISHED => Event::Established,
-            EV_READABLE => Event::Readable,
-            EV_WRITABLE => Event::Writable,
-            EV_PEER_CLOSED => Event::PeerClosed,
-            EV_CLOSED => Event::Closed,
-            EV_RESET => Event::Reset,
-            EV_TIMED_OUT => Event::TimedOut,
-            _ => Event::Unreachable,
-        })
+        self.events = Events::from_bits(bits & (bits - 1));
+        Some(Event::ALL[bits.trailing_zeros() as usize])
+    }
+
+    /// Take every event waiting for the application at once, each kind once, as a set (in
+    /// the order [`poll_event`](Connection::poll_event) would hand them out:
+    /// [`Events::iter`]).
+    #[inline]
+    pub fn take_events(&mut self) -> Events {
+        std::mem::take(&mut self.events)
     }
 
     /// Queue data for sending; return how many bytes were taken (RFC 9293 3.10.2).
@@ -1009,16 +999,7 @@ impl Connection {
     }
 
     fn emit(&mut self, event: Event) {
-        self.events |= match event {
-            Event::Established => EV_ESTABLISHED,
-            Event::Readable => EV_READABLE,
-            Event::Writable => EV_WRITABLE,
-            Event::PeerClosed => EV_PEER_CLOSED,
-            Event::Closed => EV_CLOSED,
-            Event::Reset => EV_RESET,
-            Event::TimedOut => EV_TIMED_OUT,
-            Event::Unreachable => EV_UNREACHABLE,
-        };
+        self.events = self.events.with(event);
     }
 
     /// Restart the keep-alive timer after activity.
