@@ -106,7 +106,15 @@ impl Events {
     /// Return the kinds of the set in the order of [`Event::ALL`] (the order
     /// `Connection::poll_event` hands them out).
     pub fn iter(self) -> impl Iterator<Item = Event> {
-        Event::ALL.into_iter().filter(move |&e| self.contains(e))
+        let mut bits = self.0;
+        std::iter::from_fn(move || {
+            if bits == 0 {
+                return None;
+            }
+            let event = Event::ALL[bits.trailing_zeros() as usize];
+            bits &= bits - 1;
+            Some(event)
+        })
     }
 }
 
