@@ -115,18 +115,7 @@ pub fn event_name(event: Event) -> &'static str {
 }
 
 fn parse_event(word: &str) -> Option<Event> {
-    [
-        Event::Established,
-        Event::Readable,
-        Event::Writable,
-        Event::PeerClosed,
-        Event::Closed,
-        Event::Reset,
-        Event::TimedOut,
-        Event::Unreachable,
-    ]
-    .into_iter()
-    .find(|&e| event_name(e) == word)
+    Event::ALL.into_iter().find(|&e| event_name(e) == word)
 }
 
 /// An application call (see the crate docs for what each does).
