@@ -267,9 +267,12 @@ fn ce_marks_from_the_path_reach_our_tcp_and_the_kernel_sender_answers_the_echo()
         common::set_congestion_control(&conn, "reno");
         conn.set_write_timeout(Some(DEADLINE)).unwrap();
         conn.write_all(&common::data(0xec6, BULK)).expect("kernel client write");
-        let info = common::tcp_info(&conn);
         conn.shutdown(std::net::Shutdown::Write).unwrap();
         let _ = common::read_to_eof(&conn, DEADLINE);
+        // Only now: `write_all` returns once the data is in the socket's send buffer, which
+        // may be before the first echo of a CE mark came back; our FIN comes after the ACKs
+        // of all the data, so by its end of stream the kernel has taken every ECE.
+        let info = common::tcp_info(&conn);
         (server.join().expect("our server thread"), (info.tcpi_total_retrans, info.tcpi_snd_ssthresh))
     });
     let peer = common::peer_changes(&lab, &before);
