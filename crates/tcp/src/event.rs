@@ -103,6 +103,18 @@ impl Events {
         Events(self.0 | event.bit())
     }
 
+    /// Return the kinds of this set that are not in `other`.
+    #[inline]
+    pub const fn without(self, other: Events) -> Events {
+        Events(self.0 & !other.0)
+    }
+
+    /// Return the kinds of this set and of `other`.
+    #[inline]
+    pub const fn union(self, other: Events) -> Events {
+        Events(self.0 | other.0)
+    }
+
     /// Return the kinds of the set in the order of [`Event::ALL`] (the order
     /// `Connection::poll_event` hands them out).
     pub fn iter(self) -> impl Iterator<Item = Event> {

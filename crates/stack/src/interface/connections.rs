@@ -9,7 +9,7 @@ use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 
 use bypass_tcp::Storage;
-use bypass_tcp::{Connection, FourTuple, Instant};
+use bypass_tcp::{Connection, Events, FourTuple, Instant};
 
 use super::SocketId;
 use crate::syncookie::RecentOverflow;
@@ -45,9 +45,9 @@ pub(super) struct Sock {
     pub(super) offered: u32,
     /// Its data in flight, as last counted in `Connections::flight_bytes`.
     pub(super) in_flight: u32,
-    /// The events of it waiting in the user's queue (`Interface::events`), a bit each
-    /// (`Events::bits`): an event already waiting is not queued again.
-    pub(super) user_events: u8,
+    /// The kinds of its events waiting in the user's queue (`Interface::events`): an event
+    /// already waiting is not queued again.
+    pub(super) user_events: Events,
     /// The deadline of its live entry in `Connections::timers`. A deadline that moves later
     /// leaves the entry be: when it comes up early, the connection is armed again for its
     /// real deadline. One that moves earlier adds an entry and makes the old one stale.
@@ -88,7 +88,7 @@ impl Sock {
             headers,
         } = self;
         (*t, *o, *m, *dirty, *orphan) = (tuple, owner, peer_mac, false, None);
-        (*capacity, *offered, *in_flight, *user_events, *scheduled, *queued) = (0, 0, 0, 0, None, false);
+        (*capacity, *offered, *in_flight, *user_events, *scheduled, *queued) = (0, 0, 0, Events::NONE, None, false);
         (*active_at, *idle_listed, *headers) = (now, false, None);
     }
 

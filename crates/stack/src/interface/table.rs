@@ -150,7 +150,7 @@ impl Interface {
             capacity: 0,
             offered: 0,
             in_flight: 0,
-            user_events: 0,
+            user_events: Events::NONE,
             scheduled: None,
             queued: false,
             active_at: now,
@@ -349,9 +349,9 @@ impl Interface {
         // Once per kind while it waits: a busy connection whose application does not poll
         // its events queues each kind once, not once per segment; an exchange's `Readable`
         // and `Writable`, when both wait already, cost this one test.
-        let new = Events::from_bits(taken.bits() & !sock.user_events);
+        let new = taken.without(sock.user_events);
         if owner == Owner::User && !new.is_empty() {
-            sock.user_events |= new.bits();
+            sock.user_events = sock.user_events.union(new);
             self.events.extend(new.iter().map(|event| (id, event)));
         }
         // A connection holds each kind at most once, so these count each event taken.

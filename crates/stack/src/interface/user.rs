@@ -201,7 +201,7 @@ impl Interface {
     pub fn poll_event(&mut self) -> Option<(SocketId, Event)> {
         while let Some((id, event)) = self.events.pop_front() {
             if let Some(sock) = self.conns.sock_mut(id).filter(|s| s.owner == Owner::User) {
-                sock.user_events &= !Events::of(event).bits();
+                sock.user_events = sock.user_events.without(Events::of(event));
                 return Some((id, event));
             }
         }
