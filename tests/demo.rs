@@ -265,6 +265,24 @@ fn quick_demo_measures_every_transport_and_cleans_up() {
         assert!(syscalls > 0.0, "{name}: the devices' system calls are counted:\n{row}");
     }
     assert!(md.contains("0 raw AF_XDP frames, no TCP") && md.contains("round trips"), "the floor row:\n{md}");
+    // The floor brackets every lab row of the 64-byte round trip on one connection, which
+    // reads its p50 against the two floors around it (and only that workload's rows do).
+    assert!(md.contains("| p50 vs best kernel | p50 vs floor |"), "the floor's column:\n{md}");
+    assert_eq!(md.matches("| p50 vs floor |").count(), 1, "on one table only:\n{md}");
+    for (name, _) in TRANSPORTS {
+        let row = json_row(&json, name, "rr-64B-1c");
+        let ratio = number_after(row, "vs_floor").unwrap_or_else(|| panic!("{name}: no p50 vs floor:\n{row}"));
+        let before =
+            number_after(row, "floor_p50_before_us").unwrap_or_else(|| panic!("{name}: no floor before:\n{row}"));
+        let after = number_after(row, "floor_p50_after_us").unwrap_or_else(|| panic!("{name}: no floor after:\n{row}"));
+        let p50 = number_after(row, "p50_us").unwrap();
+        assert!(before > 0.0 && after > 0.0, "{name}: floors {before} and {after} µs");
+        assert!(
+            (ratio / (p50 / ((before + after) / 2.0)) - 1.0).abs() < 1e-3,
+            "{name}: {ratio} is not p50 over the floors:\n{row}"
+        );
+        assert!(!json_row(&json, name, "rr-64B-100c").contains("floor_p50"), "{name}: 100 connections bracketed");
+    }
 
     // The three charts: well-formed SVG, linked from results.md, with every transport drawn.
     for name in ["latency-cdf.svg", "throughput.svg", "cpu.svg"] {

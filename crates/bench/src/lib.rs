@@ -51,8 +51,11 @@
 //! stack's 10.77.0.2 stays unknown to the kernel; our client's 10.77.0.4 is unknown to the
 //! peer's kernel too (AF_XDP takes every frame of px0 away from it while the row runs).
 //! Transports run one after the other (at most two spinning threads on a 2-core machine).
-//! Each repetition measures the floor, the bulk floors (raw AF_XDP frames streamed one way,
-//! per bulk direction and MTU: the `vs floor` column), every row and the HTTP row once, in an order rotated
+//! Each repetition measures the floor (right before and right after each 64-byte,
+//! one-connection request/response row, whose p50 it reads against the mean of the two: the
+//! `p50 vs floor` column; as a slot of its own when no such row runs), the bulk floors (raw
+//! AF_XDP frames streamed one way, per bulk direction and MTU: the bulk tables' `vs floor`
+//! column), every row and the HTTP row once, in an order rotated
 //! from one repetition to the next (see `rotation`), so a slow phase of the machine lands on
 //! all rows alike; every figure is the median of the repetitions, and every ratio the median
 //! of per-repetition ratios, shown with its range and marked unsettled past a 20% spread.
@@ -151,6 +154,13 @@ impl Workload {
             Workload::Connect => "connect".into(),
             Workload::File => "file".into(),
         }
+    }
+
+    /// Return whether the floor (row 0: 64-byte raw AF_XDP frames bounced one at a time)
+    /// bounds this workload's rows, and so is measured right before and right after each of
+    /// them: the 64-byte request/response on one connection.
+    pub fn floored(self) -> bool {
+        self == Workload::Rr { size: 64, conns: 1 }
     }
 
     /// Return whether this is a bulk stream (measured in Gbit/s, no latency).
@@ -766,6 +776,40 @@ fn bulk_floor_keys(transports: &[Transport], workloads: &[Workload]) -> Vec<(Wor
     keys
 }
 
+/// Row 0's measurements over a run, in the order measured.
+#[derive(Default)]
+struct Floors {
+    /// Round trips of each measurement, and the time it may take.
+    rounds: usize,
+    limit: Duration,
+    /// Each measurement, with its repetition (counted from 0).
+    measured: Vec<(usize, Floor)>,
+    /// Whether a measurement failed: none is tried again.
+    failed: bool,
+}
+
+impl Floors {
+    /// Measure the floor once in repetition `rep`, keep it, and return its p50 (µs); `None`
+    /// if it has failed, this time (said once) or before.
+    fn measure(&mut self, lab: &Lab, rep: usize) -> Option<f64> {
+        if self.failed {
+            return None;
+        }
+        match measure_floor(lab, self.rounds, self.limit) {
+            Ok(floor) => {
+                let p50 = floor.p50_us;
+                self.measured.push((rep, floor));
+                Some(p50)
+            }
+            Err(e) => {
+                eprintln!("bypass demo: the raw AF_XDP floor could not be measured: {e}");
+                self.failed = true;
+                None
+            }
+        }
+    }
+}
+
 /// Measure the floor in `lab` (both programs are gone when it returns).
 fn measure_floor(lab: &Lab, rounds: usize, limit: Duration) -> Result<Floor, String> {
     let r = bypass_lab::floor::xdp_pingpong(lab, rounds, 64, limit).map_err(|e| e.to_string())?;
@@ -984,7 +1028,10 @@ pub fn run(args: Options) -> Result<(), String> {
     // What one repetition measures, in table order: the floor, every row, the application
     // row (its three servers, in an order of their own that rotates too).
     let mut slots: Vec<Slot> = Vec::new();
-    if floor_wanted && lab_up {
+    // The rows the floor bounds get it right before and right after each of them (row 0's
+    // figures are then those floors); without such a row it is a slot of its own.
+    let bracketed = |t: Transport, w: Workload| floor_wanted && lab_up && w.floored() && t != Transport::StackMemory;
+    if floor_wanted && lab_up && !results.iter().any(|(t, w, _, why)| why.is_none() && bracketed(*t, *w)) {
         slots.push(Slot::Floor);
     }
     // The bulk floors, measured in every repetition too, as the bulk rows they bound.
@@ -995,26 +1042,23 @@ pub fn run(args: Options) -> Result<(), String> {
     if app_bench.is_some() {
         slots.push(Slot::App);
     }
-    let mut floors: Vec<(usize, Floor)> = Vec::new();
-    let mut floor_failed = false;
+    let mut floors =
+        Floors { rounds: if args.quick { 5_000 } else { 20_000 }, limit: duration * 4, ..Floors::default() };
+    // The floor measured right after the last row it bracketed: the next slot's floor
+    // before, if that slot is a bracketed row too.
+    let mut floor_after: Option<f64> = None;
     'outer: for rep in 0..runs {
         for slot in rotation(&slots, rep, runs) {
             if interrupted.load(Ordering::Relaxed) {
                 break 'outer;
             }
+            let floor_just_measured = floor_after.take();
             match (slot, &net) {
-                (Slot::Floor, Net::Lab(lab)) if !floor_failed => {
+                (Slot::Floor, Net::Lab(lab)) => {
                     if progress {
                         eprint!("\r\x1b[K[floor] raw AF_XDP frames, run {}/{runs}", rep + 1);
                     }
-                    let rounds = if args.quick { 5_000 } else { 20_000 };
-                    match measure_floor(lab, rounds, duration * 4) {
-                        Ok(floor) => floors.push((rep, floor)),
-                        Err(e) => {
-                            eprintln!("bypass demo: the raw AF_XDP floor could not be measured: {e}");
-                            floor_failed = true;
-                        }
-                    }
+                    floors.measure(lab, rep);
                 }
                 (Slot::BulkFloor(k), Net::Lab(lab)) if !bulk_failed[k] => {
                     let (workload, jumbo) = bulk_keys[k];
@@ -1063,8 +1107,41 @@ pub fn run(args: Options) -> Result<(), String> {
                     port += 1;
                     let (t, workload) = (*t, *workload);
                     let source = source.as_ref();
+                    // The floor right before the row: the one just measured after the row
+                    // before it, or a new one.
+                    let lab = match &net {
+                        Net::Lab(lab) if bracketed(t, workload) => Some(lab),
+                        _ => None,
+                    };
+                    let before = lab.and_then(|lab| {
+                        floor_just_measured.or_else(|| {
+                            if progress {
+                                eprint!(
+                                    "\r\x1b[K[floor] raw AF_XDP frames, before {}, run {}/{runs}",
+                                    t.name(),
+                                    rep + 1
+                                );
+                            }
+                            floors.measure(lab, rep)
+                        })
+                    });
                     match measure(&net, t, workload, port, warmup, duration, &interrupted, &mut conditions, source) {
-                        Ok(run) => measured.push((rep, run)),
+                        Ok(mut run) => {
+                            if let (Some(lab), Some(before)) = (lab, before) {
+                                if progress {
+                                    eprint!(
+                                        "\r\x1b[K[floor] raw AF_XDP frames, after {}, run {}/{runs}",
+                                        t.name(),
+                                        rep + 1
+                                    );
+                                }
+                                if let Some(after) = floors.measure(lab, rep) {
+                                    run.0.floor_bracket_us = Some((before, after));
+                                    floor_after = Some(after);
+                                }
+                            }
+                            measured.push((rep, run));
+                        }
                         Err(e) => *failure = Some(e),
                     }
                 }
@@ -1135,8 +1212,8 @@ pub fn run(args: Options) -> Result<(), String> {
             },
         });
     }
-    conditions.floor = Floor::median(&floors.iter().map(|(_, f)| f.clone()).collect::<Vec<_>>());
-    conditions.floor_runs = floors;
+    conditions.floor = Floor::median(&floors.measured.iter().map(|(_, f)| f.clone()).collect::<Vec<_>>());
+    conditions.floor_runs = floors.measured;
     let net_was_lab = matches!(net, Net::Lab(_));
     drop(net); // remove the lab before printing, on every path from here
     if interrupted.load(Ordering::Relaxed) {

@@ -33,6 +33,10 @@ pub struct Run {
     pub units: f64,
     /// A file row's copies, where each happens, per byte delivered.
     pub file: Option<super::file::PerByte>,
+    /// The floor's p50 (µs) measured just before and just after this measurement, for the
+    /// rows the floor bounds (see [`Workload::floored`]); per repetition only (`None` in
+    /// the medians: a ratio to it is taken within each repetition).
+    pub floor_bracket_us: Option<(f64, f64)>,
 }
 
 impl Run {
@@ -76,6 +80,7 @@ impl Run {
             },
             units,
             file: None,
+            floor_bracket_us: None,
         }
     }
 }
@@ -126,6 +131,7 @@ impl Run {
                 let all: Vec<super::file::PerByte> = runs.iter().filter_map(|r| r.file).collect();
                 super::file::PerByte::median(&all)
             }),
+            floor_bracket_us: None,
         }
     }
 }
@@ -223,20 +229,23 @@ pub struct Row {
 /// Return the column headers of `workload`'s table.
 fn header(workload: Workload) -> Vec<&'static str> {
     match workload {
-        Workload::Rr { .. } => vec![
-            "transport",
-            "p50 µs",
-            "p99 µs",
-            "p99.9 µs",
-            "req/s",
-            "p50 vs 2",
-            "p50 vs 2d",
-            "p50 vs best kernel",
-            "CPU µs/req",
-            "syscalls/req",
-            "ctx sw/req",
-            "copies/byte",
-        ],
+        Workload::Rr { .. } => {
+            let mut h = vec![
+                "transport",
+                "p50 µs",
+                "p99 µs",
+                "p99.9 µs",
+                "req/s",
+                "p50 vs 2",
+                "p50 vs 2d",
+                "p50 vs best kernel",
+            ];
+            if workload.floored() {
+                h.push("p50 vs floor");
+            }
+            h.extend(["CPU µs/req", "syscalls/req", "ctx sw/req", "copies/byte"]);
+            h
+        }
         Workload::Connect => vec![
             "transport",
             "p50 µs",
@@ -337,6 +346,22 @@ pub fn vs_best_kernel(rows: &[Row], row: &Row) -> Option<Spread> {
     Spread::of(&per_run)
 }
 
+/// Return `row`'s p50 as a ratio to the floor's, for the rows the floor bounds: one per
+/// repetition, each against the floor measured right before and right after the row in that
+/// repetition (the mean of the two p50s), so that the machine's speed has no time to move
+/// between the two sides of a ratio; `None` where no repetition had its bracket.
+pub fn p50_vs_floor(row: &Row) -> Option<Spread> {
+    let per_run: Vec<f64> = row
+        .per_run
+        .iter()
+        .filter_map(|(_, run)| {
+            let (before, after) = run.floor_bracket_us?;
+            Some(run.p50_us / ((before + after) / 2.0))
+        })
+        .collect();
+    Spread::of(&per_run)
+}
+
 /// Return the bulk floors of `workload` at the MTU of `transport`'s rows, one per repetition
 /// that measured it: none for a non-bulk workload or the in-memory row (no veth).
 fn floors_for(c: &Conditions, workload: Workload, transport: Transport) -> impl Iterator<Item = &BulkFloor> {
@@ -403,6 +428,9 @@ fn cells(rows: &[Row], conditions: &Conditions, workload: Workload) -> Vec<Vec<S
                         c.push(format!("{:.0}", f.rate));
                         c.extend(ratio_cells(r));
                         c.push(vs_best_kernel(rows, r).map_or("-".into(), |x| x.cell()));
+                        if workload.floored() {
+                            c.push(p50_vs_floor(r).map_or("-".into(), |x| x.cell()));
+                        }
                         c.push(format!("{:.2}", f.cpu_per_unit));
                     }
                     c.push(format!("{:.1}", f.syscalls_per_unit));
@@ -482,7 +510,7 @@ pub fn conditions_line(c: &Conditions) -> String {
     s
 }
 
-const LEGEND: &str = "latency measured by the client (round trip; for the connection rate: connect + exchange + close); `vs 2` and `vs 2d`: ratio to row 2 (busy-polling kernel TCP, offloads off: the same frames on the wire as the userspace stacks) and to row 2d (the same with the kernel's default offloads: what a user gets out of the box, and the one to compare with) in the same run (p50: lower is better; Gbit/s: higher is better); `vs best kernel`: ratio to the best kernel row of the workload in the same run, the best of rows 2, 2d, 2u and 2ud (kernel TCP with read/write or io_uring, offloads off or default) in that repetition; `vs floor` (bulk): ratio to the bulk floor of the same direction and MTU in the same run, MTU-sized raw AF_XDP frames streamed one way in copy mode through our AF_XDP device with no TCP and no payload written (the bound for a stack on copy-mode AF_XDP at both ends, as row 5b; a row with a kernel socket at one end does not pay AF_XDP's cost there and may pass it; the floor's UDP payload is 12 bytes per frame more than a TCP segment's with timestamps); `<- kernel`: a kernel client against our server (the mixed case); `<-> ours`: our stack at both ends; CPU, syscalls (syscr+syscw of /proc/thread-self/io: read/write-family calls, every call of the kernel ends, including those a busy-polling loop makes in vain; plus the socket, connect, poll, accept4, setsockopt, ioctl and close calls the kernel ends make, counted where the demo makes them; plus, for our stack and smoltcp, the calls their packet device made, counted by the device: AF_XDP sendto/recvfrom/poll, AF_PACKET sendmmsg/ppoll) and context switches (voluntary + involuntary, getrusage RUSAGE_THREAD) are client + server threads per unit of work; copies/byte = CPU copies per byte per direction, end to end, as `X ours + N kernel`: X measured by our stack at our ends (for smoltcp, counted by its server), N made by the kernel (from its code path: see each row's copies below)";
+const LEGEND: &str = "latency measured by the client (round trip; for the connection rate: connect + exchange + close); `vs 2` and `vs 2d`: ratio to row 2 (busy-polling kernel TCP, offloads off: the same frames on the wire as the userspace stacks) and to row 2d (the same with the kernel's default offloads: what a user gets out of the box, and the one to compare with) in the same run (p50: lower is better; Gbit/s: higher is better); `vs best kernel`: ratio to the best kernel row of the workload in the same run, the best of rows 2, 2d, 2u and 2ud (kernel TCP with read/write or io_uring, offloads off or default) in that repetition; `vs floor` (bulk): ratio to the bulk floor of the same direction and MTU in the same run, MTU-sized raw AF_XDP frames streamed one way in copy mode through our AF_XDP device with no TCP and no payload written (the bound for a stack on copy-mode AF_XDP at both ends, as row 5b; a row with a kernel socket at one end does not pay AF_XDP's cost there and may pass it; the floor's UDP payload is 12 bytes per frame more than a TCP segment's with timestamps); `p50 vs floor` (64-byte request/response, one connection): the row's p50 over row 0's, the raw AF_XDP frames bounced with no TCP, measured right before and right after the row in the same repetition (their mean: the floor brackets each row, so the machine's speed has no time to move between the two sides of the ratio); `<- kernel`: a kernel client against our server (the mixed case); `<-> ours`: our stack at both ends; CPU, syscalls (syscr+syscw of /proc/thread-self/io: read/write-family calls, every call of the kernel ends, including those a busy-polling loop makes in vain; plus the socket, connect, poll, accept4, setsockopt, ioctl and close calls the kernel ends make, counted where the demo makes them; plus, for our stack and smoltcp, the calls their packet device made, counted by the device: AF_XDP sendto/recvfrom/poll, AF_PACKET sendmmsg/ppoll) and context switches (voluntary + involuntary, getrusage RUSAGE_THREAD) are client + server threads per unit of work; copies/byte = CPU copies per byte per direction, end to end, as `X ours + N kernel`: X measured by our stack at our ends (for smoltcp, counted by its server), N made by the kernel (from its code path: see each row's copies below)";
 
 fn failures(rows: &[Row]) -> Vec<String> {
     rows.iter()
@@ -497,12 +525,18 @@ fn failures(rows: &[Row]) -> Vec<String> {
 fn floor_line(c: &Conditions) -> Option<String> {
     let f = c.floor.as_ref()?;
     Some(format!(
-        "0 raw AF_XDP frames, no TCP (the floor for any bypass stack here): p50 {:.1} µs, p99 {:.1} µs, p99.9 {:.1} µs over {} round trips{} ({})",
+        "0 raw AF_XDP frames, no TCP (the floor for any bypass stack here): p50 {:.1} µs, p99 {:.1} µs, p99.9 {:.1} µs over {} round trips{}{} ({})",
         f.p50_us,
         f.p99_us,
         f.p999_us,
         f.rounds,
         if f.lost > 0 { format!(", {} lost", f.lost) } else { String::new() },
+        match c.floor_runs.len() {
+            n if n > c.runs => format!(
+                " (medians of {n} measurements, each right before or after a row of 64-byte request/response on one connection, which reads its p50 against the two around it)"
+            ),
+            _ => String::new(),
+        },
         f.mode
     ))
 }
@@ -628,7 +662,13 @@ fn jn(x: f64) -> String {
 
 /// Return one repetition's figures as a JSON object.
 fn run_json(rep: usize, f: &Run, bulk: bool) -> String {
-    format!("{{\"repetition\": {}, {}}}", rep + 1, figure_fields(f, bulk))
+    let floor = match f.floor_bracket_us {
+        Some((before, after)) => {
+            format!(", \"floor_p50_before_us\": {}, \"floor_p50_after_us\": {}", jn(before), jn(after))
+        }
+        None => String::new(),
+    };
+    format!("{{\"repetition\": {}, {}{floor}}}", rep + 1, figure_fields(f, bulk))
 }
 
 /// Return a file row's copies per byte as a JSON object.
@@ -815,8 +855,9 @@ pub fn json(rows: &[Row], c: &Conditions) -> String {
         );
         let best = vs_best_kernel(rows, r);
         let _ = write!(o, ", \"vs_best_kernel\": {}, \"vs_best_kernel_spread\": {}", ratio(&best), spread(&best));
-        if r.workload.is_bulk() {
-            let floor = vs_floor(c, r);
+        if r.workload.is_bulk() || r.workload.floored() {
+            // Gbit/s over the bulk floor's, or p50 over the floor's bracket.
+            let floor = if r.workload.is_bulk() { vs_floor(c, r) } else { p50_vs_floor(r) };
             let _ = write!(o, ", \"vs_floor\": {}, \"vs_floor_spread\": {}", ratio(&floor), spread(&floor));
         }
         if let Some(f) = &r.figures {
@@ -954,6 +995,58 @@ mod tests {
         assert!(line.contains("\"vs_floor\": 0.625, \"vs_floor_spread\": {\"median\": 0.625"), "{line}");
         assert!(line.contains("\"vs_row_2d\": null"), "the old keys stay: {line}");
         assert!(json.contains("\"bulk_floor\": [{\"repetition\": 1, \"workload\": \"bulk-up\", \"path\": \"px0 -> bx0\", \"mtu\": 1500, \"gbit_s\": 4.0000"), "{json}");
+    }
+
+    #[test]
+    fn the_round_trip_is_read_against_the_floor_around_it() {
+        let w = Workload::Rr { size: 64, conns: 1 };
+        // (repetition, p50, the floor's p50 before and after the row)
+        type Measured = (usize, f64, Option<(f64, f64)>);
+        let bracketed = |p50s: &[Measured]| {
+            let mut r = row(Transport::StackXdpBoth, w, &[]);
+            r.per_run = p50s
+                .iter()
+                .map(|&(k, p50_us, floor_bracket_us)| (k, Run { p50_us, floor_bracket_us, ..Run::default() }))
+                .collect();
+            r.runs = r.per_run.len();
+            r.figures = Some(Run::median(&r.per_run.iter().map(|(_, r)| *r).collect::<Vec<_>>()));
+            r
+        };
+        // The machine slows down 2x in repetition 1, floor and row alike; the floor moved
+        // from 4 to 6 µs during repetition 2's row (the mean of the two, 5, is its floor);
+        // repetition 3 lost its floor after the row.
+        let ours = bracketed(&[
+            (0, 6.0, Some((5.0, 5.0))),
+            (1, 12.0, Some((10.0, 10.0))),
+            (2, 6.0, Some((4.0, 6.0))),
+            (3, 9.0, None),
+        ]);
+        let s = p50_vs_floor(&ours).unwrap();
+        assert_eq!(s.per_run, vec![1.2, 1.2, 1.2], "per repetition, against its own bracket");
+        assert_eq!(s.cell(), "1.20x (1.20-1.20)");
+        // A row never bracketed has no ratio.
+        assert_eq!(p50_vs_floor(&row(Transport::KernelBusy, w, &[(0, 10.0)])), None);
+
+        // The column on this workload's table only, and the JSON keys.
+        let kernel = bracketed(&[(0, 10.0, Some((5.0, 5.0))), (1, 20.0, Some((10.0, 10.0)))]);
+        let kernel = Row { transport: Transport::KernelBusy, ..kernel };
+        let many = row(Transport::StackXdpBoth, Workload::Rr { size: 64, conns: 100 }, &[(0, 100.0)]);
+        let rows = [kernel, ours, many];
+        let c = Conditions::default();
+        let md = markdown(&rows, &c, "");
+        assert!(md.contains("| p50 vs best kernel | p50 vs floor | CPU µs/req |"), "{md}");
+        assert!(md.contains("| 0.60x (0.60-0.60) | 1.20x (1.20-1.20) |"), "{md}");
+        assert!(md.contains("| 2 kernel TCP, busy-poll |") && md.contains("| 2.00x (2.00-2.00) |"), "{md}");
+        assert_eq!(md.matches("| p50 vs floor |").count(), 1, "not on the 100-connection table: {md}");
+        let json = json(&rows, &c);
+        let line = json
+            .lines()
+            .find(|l| l.contains("\"transport\": \"stack-afxdp-both\", ") && l.contains("\"connections\": 1,"))
+            .unwrap();
+        assert!(line.contains("\"vs_floor\": 1.2, \"vs_floor_spread\": {\"median\": 1.2"), "{line}");
+        assert!(line.contains("\"floor_p50_before_us\": 4.0000, \"floor_p50_after_us\": 6.0000}"), "{line}");
+        let line = json.lines().find(|l| l.contains("\"connections\": 100,")).unwrap();
+        assert!(!line.contains("vs_floor"), "{line}");
     }
 
     #[test]
