@@ -54,8 +54,8 @@
 //! Each repetition measures the floor (right before and right after each 64-byte,
 //! one-connection request/response row, whose p50 it reads against the mean of the two: the
 //! `p50 vs floor` column; as a slot of its own when no such row runs), the bulk floors (raw
-//! AF_XDP frames streamed one way, per bulk direction and MTU: the bulk tables' `vs floor`
-//! column), every row and the HTTP row once, in an order rotated
+//! AF_XDP frames streamed one way, per bulk direction and MTU, each right before the rows of
+//! its workload: the bulk tables' `vs floor` column), every row and the HTTP row once, in an order rotated
 //! from one repetition to the next (see `rotation`), so a slow phase of the machine lands on
 //! all rows alike; every figure is the median of the repetitions, and every ratio the median
 //! of per-repetition ratios, shown with its range and marked unsettled past a 20% spread.
@@ -1034,11 +1034,11 @@ pub fn run(args: Options) -> Result<(), String> {
     if floor_wanted && lab_up && !results.iter().any(|(t, w, _, why)| why.is_none() && bracketed(*t, *w)) {
         slots.push(Slot::Floor);
     }
-    // The bulk floors, measured in every repetition too, as the bulk rows they bound.
+    // The bulk floors, measured in every repetition too, as the bulk rows they bound: each
+    // right before the rows of its workload, so that the rotation keeps it beside them.
     let bulk_keys = if lab_up { bulk_floor_keys(&transports, &workloads) } else { Vec::new() };
     let mut bulk_failed = vec![false; bulk_keys.len()];
-    slots.extend((0..bulk_keys.len()).map(Slot::BulkFloor));
-    slots.extend((0..results.len()).map(Slot::Row));
+    slots.extend(slots_beside(&bulk_keys, &results.iter().map(|(_, w, _, _)| *w).collect::<Vec<_>>()));
     if app_bench.is_some() {
         slots.push(Slot::App);
     }
@@ -1297,6 +1297,20 @@ enum Slot {
     Row(usize),
     /// The application row's three servers.
     App,
+}
+
+/// Return the slots of the rows, whose workloads are `rows` (grouped by workload), with each
+/// bulk floor `keys[k]` right before the first row of its workload (a floor whose workload
+/// has no row goes first).
+fn slots_beside(keys: &[(Workload, bool)], rows: &[Workload]) -> Vec<Slot> {
+    let mut slots: Vec<Slot> = (0..keys.len()).filter(|&k| !rows.contains(&keys[k].0)).map(Slot::BulkFloor).collect();
+    for (i, &w) in rows.iter().enumerate() {
+        if i == 0 || rows[i - 1] != w {
+            slots.extend((0..keys.len()).filter(|&k| keys[k].0 == w).map(Slot::BulkFloor));
+        }
+        slots.push(Slot::Row(i));
+    }
+    slots
 }
 
 /// Return the order repetition `rep` of `runs` measures `slots` in: all of them, rotated to
@@ -1640,6 +1654,20 @@ mod tests {
         // One repetition runs in table order; no slots, no order.
         assert_eq!(rotation(&slots, 0, 1).collect::<Vec<_>>(), slots);
         assert_eq!(rotation(&[], 2, 3).count(), 0);
+    }
+
+    #[test]
+    fn each_bulk_floor_goes_right_before_the_rows_of_its_workload() {
+        use Workload::{BulkDown, BulkUp, Connect};
+        let rr = Workload::Rr { size: 64, conns: 1 };
+        let keys = [(BulkUp, false), (BulkUp, true), (BulkDown, false)];
+        let rows = [rr, rr, BulkUp, BulkUp, BulkDown, Connect];
+        use Slot::{BulkFloor as F, Row as R};
+        assert_eq!(slots_beside(&keys, &rows), vec![R(0), R(1), F(0), F(1), R(2), R(3), F(2), R(4), R(5)]);
+        // A floor with no row of its workload still runs, first; no rows, only floors.
+        assert_eq!(slots_beside(&keys, &[rr, BulkUp]), vec![F(2), R(0), F(0), F(1), R(1)]);
+        assert_eq!(slots_beside(&keys, &[]), vec![F(0), F(1), F(2)]);
+        assert_eq!(slots_beside(&[], &rows).len(), rows.len());
     }
 
     #[test]
