@@ -530,7 +530,10 @@ impl Connection {
             None => 0,
         };
         let len = hlen + payload_len;
-        if let Err(e) = wire::set_checksum_as(self.config.tx_checksum, &mut buf[..len], self.local.ip(), remote.ip()) {
+        // `write_header` left the checksum field zero: the whole segment is summed in one pass.
+        let filled = wire::PseudoSum::new(self.local.ip(), remote.ip())
+            .and_then(|pseudo| wire::fill_checksum(self.config.tx_checksum, pseudo, &mut buf[..len]));
+        if let Err(e) = filled {
             log::error!("{:?}: cannot checksum a segment: {e}", self.tuple());
             return None;
         }
