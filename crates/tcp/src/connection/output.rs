@@ -545,7 +545,7 @@ impl Connection {
             self.timers.stop(Timer::DelayedAck);
         }
         log::trace!("{:?} {}: out {:?}", self.tuple(), self.state, Segment { payload: &buf[hlen..len], ..seg });
-        Some(Transmit { len, src: self.local, dst: remote, kind, flags, seq, payload_len, ect })
+        Some(Transmit { len, kind, flags, seq, payload_len, ect })
     }
 
     /// Write a reset that does not follow from the send sequence.
@@ -571,16 +571,7 @@ impl Connection {
             }
         };
         self.stats.segs_out += 1;
-        Some(Transmit {
-            len,
-            src,
-            dst: rst.dst,
-            kind: TransmitKind::Reset,
-            flags,
-            seq: rst.seq,
-            payload_len: 0,
-            ect: false,
-        })
+        Some(Transmit { len, kind: TransmitKind::Reset, flags, seq: rst.seq, payload_len: 0, ect: false })
     }
 
     /// Arm a timer when data waits and nothing is in flight to bring an ACK: with the window
