@@ -487,7 +487,7 @@ impl Connection {
         kind: TransmitKind,
         ect: bool,
     ) -> Option<Transmit> {
-        let remote = self.remote?;
+        let remote = self.remote.as_ref()?;
         let window = if flags.syn() {
             self.rcv.advertise_syn_window(initial_recv_window(&self.config))
         } else {
@@ -531,7 +531,7 @@ impl Connection {
         };
         let len = hlen + payload_len;
         // `write_header` left the checksum field zero: the whole segment is summed in one pass.
-        let filled = wire::PseudoSum::new(self.local.ip(), remote.ip())
+        let filled = wire::PseudoSum::of(&self.local, remote)
             .and_then(|pseudo| wire::fill_checksum(self.config.tx_checksum, pseudo, &mut buf[..len]));
         if let Err(e) = filled {
             log::error!("{:?}: cannot checksum a segment: {e}", self.tuple());

@@ -6,7 +6,7 @@
 //! quarter of an instruction a byte against etherparse's two-thirds: the checksum was the
 //! largest single cost of a bulk segment sent or received.
 
-use core::net::IpAddr;
+use core::net::{IpAddr, SocketAddr};
 
 use etherparse::checksum::Sum16BitWords;
 use etherparse::{TcpHeader, ip_number};
@@ -251,6 +251,24 @@ impl PseudoSum {
         }
     }
 
+    /// Return the sum for segments from `src` to `dst`, as [`new`](Self::new) for their
+    /// addresses, read where they are (no `IpAddr` built from each).
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    #[inline]
+    pub(crate) fn of(src: &SocketAddr, dst: &SocketAddr) -> Result<Self, EmitError> {
+        let word = |b: [u8; 4]| u64::from(u32::from_ne_bytes(b));
+        let proto = u64::from(u16::from_ne_bytes([0, ip_number::TCP.0]));
+        match (src, dst) {
+            (SocketAddr::V4(src), SocketAddr::V4(dst)) => {
+                Ok(PseudoSum { sum: word(src.ip().octets()) + word(dst.ip().octets()) + proto, v6: false })
+            }
+            _ => Self::new(src.ip(), dst.ip()),
+        }
+    }
+
     /// Return the pseudo-header's sum for a `len`-byte segment, as [`pseudo_header`] gives.
     #[inline]
     fn with_len(self, len: usize) -> Result<Sum16BitWords, EmitError> {
@@ -316,6 +334,20 @@ mod tests {
             let base = Sum16BitWords::new().add_slice(&start);
             let base2 = Sum16BitWords::new().add_slice(&start);
             prop_assert_eq!(add_words(base, data).ones_complement(), base2.add_slice(data).ones_complement());
+        }
+
+        /// `PseudoSum::of` reads the addresses where they are and gives what `new` gives
+        /// for them, an error for two families included.
+        #[test]
+        fn the_pseudo_sum_of_socket_addresses_is_news(
+            (a4, b4, a6, b6) in any::<(u32, u32, u128, u128)>(),
+            (p, q) in any::<(u16, u16)>(),
+            pick in 0..4usize,
+        ) {
+            let v4 = |a: u32, port| SocketAddr::new(IpAddr::V4(a.into()), port);
+            let v6 = |a: u128, port| SocketAddr::new(IpAddr::V6(a.into()), port);
+            let (src, dst) = [(v4(a4, p), v4(b4, q)), (v6(a6, p), v6(b6, q)), (v4(a4, p), v6(b6, q)), (v6(a6, p), v4(b4, q))][pick];
+            prop_assert_eq!(PseudoSum::of(&src, &dst), PseudoSum::new(src.ip(), dst.ip()));
         }
 
         /// Words of all ones carry out of every addition: the end-around carries must all
