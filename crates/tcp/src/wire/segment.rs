@@ -356,7 +356,11 @@ impl Segment<'_> {
             0, 0, u0, u1,
         ];
         *fixed = bytes;
-        write_option_area(&self.options, options);
+        // No option at all (every segment of a connection without timestamps while nothing
+        // is held out of order): no call to find that out.
+        if !options.is_empty() {
+            write_option_area(&self.options, options);
+        }
         Ok(header_len)
     }
 
