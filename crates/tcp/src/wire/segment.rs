@@ -325,6 +325,7 @@ impl Segment<'_> {
     ///
     /// [`EmitError::BufferTooSmall`] when `buf` is shorter than
     /// [`Segment::header_len`]; `buf` is unchanged then.
+    #[inline]
     pub fn write_header(&self, buf: &mut [u8]) -> Result<usize, EmitError> {
         let header_len = self.header_len();
         let available = buf.len();
