@@ -45,9 +45,11 @@
 //!     fn pass(now: Instant, from: &mut Connection, to: &mut Connection) -> bool {
 //!         let mut buf = [0u8; 1600];
 //!         let mut moved = false;
+//!         // A segment goes from one's address to the other's.
+//!         let (src, dst) = (from.local_addr().ip(), to.local_addr().ip());
 //!         while let Some(t) = from.poll_transmit(now, &mut buf) {
-//!             let seg = Segment::parse(&buf[..t.len], t.src.ip(), t.dst.ip()).unwrap();
-//!             to.handle_segment_from(now, t.src.ip(), &seg);
+//!             let seg = Segment::parse(&buf[..t.len], src, dst).unwrap();
+//!             to.handle_segment_from(now, src, &seg);
 //!             moved = true;
 //!         }
 //!         moved

@@ -520,7 +520,7 @@ impl RecvSpace {
     /// 7323 Appendix F; Linux's tcp_shrink_window): the receive buffer keeps a reserve for
     /// it, and only where the reserve is spent and the buffer could not hold the rounded
     /// edge is the window rounded down, retracting by less than one unit.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn advertise_window(&mut self) -> u16 {
         let capacity = self.buf.capacity() as u32;
         let unit = 1u32 << self.wscale;

@@ -236,14 +236,14 @@ pub enum SimError {
         /// The buffer's size.
         capacity: usize,
     },
-    /// `poll_transmit` addressed a segment to the wrong place.
+    /// `poll_transmit` wrote a segment whose ports are not the sender's and its peer's.
     #[error("{side} sent {src} -> {dst} (ports in header {src_port} -> {dst_port})")]
     Misrouted {
         /// The sender.
         side: Side,
-        /// `Transmit::src`.
+        /// The sender's address.
         src: SocketAddr,
-        /// `Transmit::dst`.
+        /// Its peer's address.
         dst: SocketAddr,
         /// Source port in the segment.
         src_port: u16,
@@ -779,6 +779,10 @@ impl Pair {
                 self.fail(SimError::Livelock { at: now, what: "poll_transmit never returned None" });
                 return true;
             }
+            // Every segment goes from the sender's address to its peer's (`Transmit` names
+            // neither): the checksum, checked below, covers both addresses, the header both
+            // ports.
+            let (src, dst) = (end.addr, peer_addr);
             let Some(bytes) = tx_buf.get_mut(..t.len) else {
                 self.fail(SimError::Oversized { side: from, len: t.len, capacity: TX_BUFFER });
                 return true;
@@ -786,18 +790,18 @@ impl Pair {
             if let Some(limit) = end.window_clamp
                 && !t.flags.syn()
             {
-                clamp_window(bytes, limit, end.conn.sequence_space().rcv_wscale, t.src.ip(), t.dst.ip());
+                clamp_window(bytes, limit, end.conn.sequence_space().rcv_wscale, src.ip(), dst.ip());
             }
             let bytes = &*bytes;
-            let seg = match Segment::parse(bytes, t.src.ip(), t.dst.ip()) {
+            let seg = match Segment::parse(bytes, src.ip(), dst.ip()) {
                 Ok(seg) => seg,
                 Err(error) => {
                     self.fail(SimError::BadSegment { side: from, len: t.len, error });
                     return true;
                 }
             };
-            if t.src != end.addr || t.dst != peer_addr || seg.src_port != t.src.port() || seg.dst_port != t.dst.port() {
-                let (src, dst, src_port, dst_port) = (t.src, t.dst, seg.src_port, seg.dst_port);
+            if seg.src_port != src.port() || seg.dst_port != dst.port() {
+                let (src_port, dst_port) = (seg.src_port, seg.dst_port);
                 self.fail(SimError::Misrouted { side: from, src, dst, src_port, dst_port });
                 return true;
             }

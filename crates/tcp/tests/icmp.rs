@@ -53,7 +53,8 @@ fn drain(c: &mut Connection, now: Instant) -> Vec<Out> {
     let mut buf = [0xa5u8; 2048];
     let mut out = Vec::new();
     while let Some(t) = c.poll_transmit(now, &mut buf) {
-        let seg = Segment::parse(&buf[..t.len], t.src.ip(), t.dst.ip()).expect("we emit valid segments");
+        let dst = c.remote_addr().expect("every connection here has its peer");
+        let seg = Segment::parse(&buf[..t.len], c.local_addr().ip(), dst.ip()).expect("we emit valid segments");
         out.push(Out { kind: t.kind, seq: seg.seq, payload: seg.payload.to_vec() });
         assert!(out.len() < 1000, "poll_transmit never stops");
     }

@@ -28,11 +28,12 @@ fn deliver(
 ) -> Vec<Outcome> {
     let mut buf = [0xa5u8; 2048];
     let mut outcomes = Vec::new();
+    let (src, dst) = (from.local_addr().ip(), to.local_addr().ip());
     while let Some(t) = from.poll_transmit(now, &mut buf) {
         let mut bytes = tamper(buf[..t.len].to_vec());
-        set_checksum(&mut bytes, t.src.ip(), t.dst.ip()).unwrap();
-        let seg = Segment::parse(&bytes, t.src.ip(), t.dst.ip()).expect("a malformed option keeps the segment");
-        outcomes.push(to.handle_segment_from(now, t.src.ip(), &seg));
+        set_checksum(&mut bytes, src, dst).unwrap();
+        let seg = Segment::parse(&bytes, src, dst).expect("a malformed option keeps the segment");
+        outcomes.push(to.handle_segment_from(now, src, &seg));
     }
     outcomes
 }

@@ -67,7 +67,9 @@ fn drain(c: &mut Connection, now: Instant) -> Vec<Out> {
         let nothing = c.nothing_to_transmit(now);
         let Some(t) = c.poll_transmit(now, &mut buf) else { break };
         assert!(!nothing, "nothing_to_transmit said nothing, then poll_transmit sent {:?}", t.kind);
-        let seg = Segment::parse(&buf[..t.len], t.src.ip(), t.dst.ip()).expect("we emit valid segments");
+        // To the peer: a connection in LISTEN has no remote address, and answers `remote()`.
+        let dst = c.remote_addr().unwrap_or_else(remote);
+        let seg = Segment::parse(&buf[..t.len], c.local_addr().ip(), dst.ip()).expect("we emit valid segments");
         assert_eq!(seg.flags, t.flags);
         assert_eq!(seg.payload.len(), t.payload_len);
         out.push(Out {

@@ -101,15 +101,18 @@ pub enum TransmitKind {
 }
 
 /// One segment written by `poll_transmit`: `buf[..len]` holds the TCP header and payload,
-/// checksum filled in for the pseudo-header of `src` -> `dst`.
+/// checksum filled in for the pseudo-header of its addresses.
+///
+/// It goes from [`Connection::local_addr`] to [`Connection::remote_addr`]; a reset
+/// answering a segment in LISTEN or CLOSED, to that segment's source (RFC 9293 3.10.7.1), the
+/// address given with it to [`Connection::handle_segment_from`], which a connection in
+/// LISTEN has no remote address for. The addresses are not carried here: a host writes the
+/// IP header from what it holds per connection, and filling two `SocketAddr`s into every
+/// segment's description cost about 24 instructions a segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Transmit {
     /// Bytes written into the caller's buffer.
     pub len: usize,
-    /// Our address (IP source).
-    pub src: SocketAddr,
-    /// The peer's address (IP destination).
-    pub dst: SocketAddr,
     /// What it is.
     pub kind: TransmitKind,
     /// Its control bits.

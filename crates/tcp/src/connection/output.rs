@@ -475,7 +475,13 @@ impl Connection {
     /// the callers return it as it is rather than copy it into another with those fields.
     /// `syn_options` are a SYN's options (`None` for any other segment, whose options are
     /// filled in here, in the segment itself rather than in a copy passed in).
+    ///
+    /// Inlined into each of its three callers (`send_segment`, `send_ack`, `send_syn`): its
+    /// eight arguments are then where the caller has them, not stored for a call, and the
+    /// constants each caller passes (no SYN options, no data, the kind) fold away.
+    /// `#[inline]` alone left it out of line.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn write_segment(
         &mut self,
         now: Instant,
@@ -487,7 +493,7 @@ impl Connection {
         kind: TransmitKind,
         ect: bool,
     ) -> Option<Transmit> {
-        let remote = self.remote?;
+        let remote = self.remote.as_ref()?;
         let window = if flags.syn() {
             self.rcv.advertise_syn_window(initial_recv_window(&self.config))
         } else {
@@ -530,7 +536,10 @@ impl Connection {
             None => 0,
         };
         let len = hlen + payload_len;
-        if let Err(e) = wire::set_checksum_as(self.config.tx_checksum, &mut buf[..len], self.local.ip(), remote.ip()) {
+        // `write_header` left the checksum field zero: the whole segment is summed in one pass.
+        let filled = wire::PseudoSum::of(&self.local, remote)
+            .and_then(|pseudo| wire::fill_checksum(self.config.tx_checksum, pseudo, &mut buf[..len]));
+        if let Err(e) = filled {
             log::error!("{:?}: cannot checksum a segment: {e}", self.tuple());
             return None;
         }
@@ -542,7 +551,7 @@ impl Connection {
             self.timers.stop(Timer::DelayedAck);
         }
         log::trace!("{:?} {}: out {:?}", self.tuple(), self.state, Segment { payload: &buf[hlen..len], ..seg });
-        Some(Transmit { len, src: self.local, dst: remote, kind, flags, seq, payload_len, ect })
+        Some(Transmit { len, kind, flags, seq, payload_len, ect })
     }
 
     /// Write a reset that does not follow from the send sequence.
@@ -568,16 +577,7 @@ impl Connection {
             }
         };
         self.stats.segs_out += 1;
-        Some(Transmit {
-            len,
-            src,
-            dst: rst.dst,
-            kind: TransmitKind::Reset,
-            flags,
-            seq: rst.seq,
-            payload_len: 0,
-            ect: false,
-        })
+        Some(Transmit { len, kind: TransmitKind::Reset, flags, seq: rst.seq, payload_len: 0, ect: false })
     }
 
     /// Arm a timer when data waits and nothing is in flight to bring an ACK: with the window

@@ -6,7 +6,7 @@
 //! quarter of an instruction a byte against etherparse's two-thirds: the checksum was the
 //! largest single cost of a bulk segment sent or received.
 
-use core::net::IpAddr;
+use core::net::{IpAddr, SocketAddr};
 
 use etherparse::checksum::Sum16BitWords;
 use etherparse::{TcpHeader, ip_number};
@@ -213,6 +213,101 @@ pub fn set_checksum_as(mode: Checksum, segment: &mut [u8], src: IpAddr, dst: IpA
     Ok(())
 }
 
+/// The sum of a pseudo-header but for its length: both addresses and the protocol (RFC 9293
+/// 3.1, RFC 8200 8.1), as 16-bit words in native byte order (as [`Sum16BitWords`] keeps
+/// them), for [`fill_checksum`]. Every segment of a connection has the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PseudoSum {
+    /// The words summed, not folded: two IPv6 addresses are sixteen 16-bit words, far from
+    /// overflowing.
+    sum: u64,
+    /// IPv6: the length is a 32-bit field (RFC 8200 8.1); IPv4: a 16-bit one (RFC 9293 3.1).
+    v6: bool,
+}
+
+impl PseudoSum {
+    /// Return the sum for segments from `src` to `dst`.
+    ///
+    /// # Errors
+    ///
+    /// [`EmitError::AddressFamilyMismatch`] when `src` and `dst` differ in IP version.
+    #[inline]
+    pub(crate) fn new(src: IpAddr, dst: IpAddr) -> Result<Self, EmitError> {
+        let word = |b: [u8; 4]| u64::from(u32::from_ne_bytes(b));
+        let proto = u64::from(u16::from_ne_bytes([0, ip_number::TCP.0]));
+        match (src, dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                Ok(PseudoSum { sum: word(src.octets()) + word(dst.octets()) + proto, v6: false })
+            }
+            (IpAddr::V6(src), IpAddr::V6(dst)) => {
+                let sum = [src.octets(), dst.octets()]
+                    .iter()
+                    .flat_map(|a| a.as_chunks::<4>().0.iter())
+                    .map(|w| word(*w))
+                    .sum::<u64>();
+                Ok(PseudoSum { sum: sum + proto, v6: true })
+            }
+            _ => Err(EmitError::AddressFamilyMismatch),
+        }
+    }
+
+    /// Return the sum for segments from `src` to `dst`, as [`new`](Self::new) for their
+    /// addresses, read where they are (no `IpAddr` built from each).
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    #[inline]
+    pub(crate) fn of(src: &SocketAddr, dst: &SocketAddr) -> Result<Self, EmitError> {
+        let word = |b: [u8; 4]| u64::from(u32::from_ne_bytes(b));
+        let proto = u64::from(u16::from_ne_bytes([0, ip_number::TCP.0]));
+        match (src, dst) {
+            (SocketAddr::V4(src), SocketAddr::V4(dst)) => {
+                Ok(PseudoSum { sum: word(src.ip().octets()) + word(dst.ip().octets()) + proto, v6: false })
+            }
+            _ => Self::new(src.ip(), dst.ip()),
+        }
+    }
+
+    /// Return the pseudo-header's sum for a `len`-byte segment, as [`pseudo_header`] gives.
+    #[inline]
+    fn with_len(self, len: usize) -> Result<Sum16BitWords, EmitError> {
+        let len_word = if self.v6 {
+            let len = u32::try_from(len).map_err(|_| EmitError::TooLong { len, max: u32::MAX as usize })?;
+            u64::from(u32::from_ne_bytes(len.to_be_bytes()))
+        } else {
+            let len = u16::try_from(len).map_err(|_| EmitError::TooLong { len, max: u16::MAX.into() })?;
+            u64::from(u16::from_ne_bytes(len.to_be_bytes()))
+        };
+        Ok(Sum16BitWords::new().add_8bytes((self.sum + len_word).to_ne_bytes()))
+    }
+}
+
+/// Fill the checksum field of `segment` (header and payload) as `mode` asks, on top of the
+/// pseudo-header `pseudo`: what [`set_checksum_as`] stores, for a segment whose checksum
+/// field is zero (as [`Segment::write_header`](super::Segment::write_header) leaves it), so
+/// that the whole segment is summed in one pass from its first byte, with the pseudo-header
+/// summed once per connection rather than per segment.
+///
+/// # Errors
+///
+/// As [`set_checksum_as`]; `segment` is unchanged on error.
+#[inline]
+pub(crate) fn fill_checksum(mode: Checksum, pseudo: PseudoSum, segment: &mut [u8]) -> Result<(), EmitError> {
+    if segment.len() < FIXED_LEN {
+        return Err(EmitError::BufferTooSmall { needed: FIXED_LEN, available: segment.len() });
+    }
+    debug_assert_eq!(segment[16..18], [0, 0], "the checksum field is summed as it is");
+    let sum = pseudo.with_len(segment.len())?;
+    let checksum = match mode {
+        // A zero field adds nothing: the sum over the whole segment is the sum without it.
+        Checksum::Full => checksum_value(&add_words(sum, segment)),
+        Checksum::PseudoHeader => u16::from_be_bytes((!sum.ones_complement()).to_ne_bytes()),
+    };
+    store_checksum(segment, checksum);
+    Ok(())
+}
+
 /// Store `checksum` in the checksum field (bytes 16..18) of `segment`, if it has one.
 #[inline]
 pub(super) fn store_checksum(segment: &mut [u8], checksum: u16) {
@@ -239,6 +334,20 @@ mod tests {
             let base = Sum16BitWords::new().add_slice(&start);
             let base2 = Sum16BitWords::new().add_slice(&start);
             prop_assert_eq!(add_words(base, data).ones_complement(), base2.add_slice(data).ones_complement());
+        }
+
+        /// `PseudoSum::of` reads the addresses where they are and gives what `new` gives
+        /// for them, an error for two families included.
+        #[test]
+        fn the_pseudo_sum_of_socket_addresses_is_news(
+            (a4, b4, a6, b6) in any::<(u32, u32, u128, u128)>(),
+            (p, q) in any::<(u16, u16)>(),
+            pick in 0..4usize,
+        ) {
+            let v4 = |a: u32, port| SocketAddr::new(IpAddr::V4(a.into()), port);
+            let v6 = |a: u128, port| SocketAddr::new(IpAddr::V6(a.into()), port);
+            let (src, dst) = [(v4(a4, p), v4(b4, q)), (v6(a6, p), v6(b6, q)), (v4(a4, p), v6(b6, q)), (v6(a6, p), v4(b4, q))][pick];
+            prop_assert_eq!(PseudoSum::of(&src, &dst), PseudoSum::new(src.ip(), dst.ip()));
         }
 
         /// Words of all ones carry out of every addition: the end-around carries must all

@@ -57,6 +57,7 @@ mod options;
 mod segment;
 
 pub use checksum::{Checksum, set_checksum, set_checksum_as};
+pub(crate) use checksum::{PseudoSum, fill_checksum};
 pub use options::{SackBlock, SackBlocks, TcpOptions, Timestamps};
 pub use segment::{Flags, Segment};
 

@@ -325,6 +325,7 @@ impl Segment<'_> {
     ///
     /// [`EmitError::BufferTooSmall`] when `buf` is shorter than
     /// [`Segment::header_len`]; `buf` is unchanged then.
+    #[inline]
     pub fn write_header(&self, buf: &mut [u8]) -> Result<usize, EmitError> {
         let header_len = self.header_len();
         let available = buf.len();
@@ -356,7 +357,11 @@ impl Segment<'_> {
             0, 0, u0, u1,
         ];
         *fixed = bytes;
-        write_option_area(&self.options, options);
+        // No option at all (every segment of a connection without timestamps while nothing
+        // is held out of order): no call to find that out.
+        if !options.is_empty() {
+            write_option_area(&self.options, options);
+        }
         Ok(header_len)
     }
 
@@ -408,7 +413,7 @@ mod tests {
     use super::*;
     use crate::wire::checksum::checksum_value;
     use crate::wire::options::tests::{arb_options, as_written};
-    use crate::wire::{SackBlock, SackBlocks, Timestamps, set_checksum, set_checksum_as};
+    use crate::wire::{PseudoSum, SackBlock, SackBlocks, Timestamps, fill_checksum, set_checksum, set_checksum_as};
 
     // Fixtures: SYN_V4, SYN_V6 and DATA_V4 are segments Linux 6.18 sent over
     // `lo`, with the addresses rewritten to documentation prefixes (and MSS and
@@ -735,6 +740,27 @@ mod tests {
         assert_eq!(jumbo.emit(V6_CLIENT, V6_SERVER, &mut out), Ok(65_556));
     }
 
+    /// `fill_checksum` fails where `set_checksum_as` fails, with the same error, and leaves
+    /// the segment as it was: addresses of two families, a segment too long for IPv4's
+    /// pseudo-header, one shorter than a header.
+    #[test]
+    fn fill_checksum_fails_as_set_checksum_does() {
+        assert_eq!(PseudoSum::new(V4_CLIENT, V6_SERVER), Err(EmitError::AddressFamilyMismatch));
+        let mut big = vec![0; 65_556];
+        let v4 = PseudoSum::new(V4_CLIENT, V4_SERVER).unwrap();
+        let v6 = PseudoSum::new(V6_CLIENT, V6_SERVER).unwrap();
+        let expected = set_checksum_as(Checksum::Full, &mut big.clone(), V4_CLIENT, V4_SERVER);
+        assert_eq!(expected, Err(EmitError::TooLong { len: 65_556, max: 65_535 }));
+        assert_eq!(fill_checksum(Checksum::Full, v4, &mut big), expected);
+        assert!(big.iter().all(|&b| b == 0));
+        assert_eq!(fill_checksum(Checksum::PseudoHeader, v4, &mut big), expected);
+        assert_eq!(fill_checksum(Checksum::Full, v6, &mut big), Ok(()));
+        let mut short = [0; 19];
+        let expected = set_checksum_as(Checksum::Full, &mut short.clone(), V4_CLIENT, V4_SERVER);
+        assert_eq!(fill_checksum(Checksum::Full, v4, &mut short), expected);
+        assert_eq!(short, [0; 19]);
+    }
+
     #[test]
     fn errors_read_as_sentences() {
         let e = ParseError::BadChecksum { expected: 0x1234, found: 0xabcd };
@@ -843,6 +869,34 @@ mod tests {
             let completed = checksum_value(&Sum16BitWords::new().add_slice(&partial));
             partial[16..18].copy_from_slice(&completed.to_be_bytes());
             prop_assert_eq!(partial, full);
+        }
+
+        /// The sender's path (`write_header`, the payload put behind it, then `fill_checksum`
+        /// on the connection's pseudo-header sum) writes the bytes `emit_as` writes, in both
+        /// checksum modes, for both families, with and without options, for payloads summed
+        /// by either loop of `add_words` (below and above `WORDS_FROM`).
+        #[test]
+        fn the_senders_checksum_is_emits(
+            f in arb_fields(),
+            (src, dst) in arb_addrs(),
+            long in proptest::collection::vec(any::<u8>(), 0..1600),
+            use_long in any::<bool>(),
+            pseudo_only in any::<bool>(),
+        ) {
+            let mut seg = segment(&f);
+            if use_long {
+                seg.payload = &long;
+            }
+            let mode = if pseudo_only { Checksum::PseudoHeader } else { Checksum::Full };
+            let len = seg.header_len() + seg.payload.len();
+            let mut general = vec![0xa5; len + 8];
+            prop_assert_eq!(seg.emit_as(mode, src, dst, &mut general), Ok(len));
+            let mut ours = vec![0xa5; len + 8];
+            let hl = seg.write_header(&mut ours).unwrap();
+            ours[hl..len].copy_from_slice(seg.payload);
+            let pseudo = PseudoSum::new(src, dst).unwrap();
+            prop_assert_eq!(fill_checksum(mode, pseudo, &mut ours[..len]), Ok(()));
+            prop_assert_eq!(ours, general);
         }
 
         #[test]

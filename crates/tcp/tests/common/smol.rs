@@ -120,6 +120,9 @@ pub struct OurHost {
     /// Events reported by the connection, oldest first.
     pub events: Vec<Event>,
     fault: Option<String>,
+    /// The source of the last segment handed to the connection: where a reset answering it
+    /// from LISTEN goes, which has no remote address.
+    last_src: Option<Ipv4Addr>,
 }
 
 impl OurHost {
@@ -134,6 +137,7 @@ impl OurHost {
             rst_out: 0,
             events: Vec::new(),
             fault: None,
+            last_src: None,
         }
     }
 
@@ -184,6 +188,7 @@ impl OurHost {
         };
         log::trace!("{now} ours <- {seg:?}");
         self.rst_in += u64::from(seg.flags.rst());
+        self.last_src = Some(src);
         match self.conn.tuple() {
             None => {
                 self.conn.handle_segment_from(now, src.into(), &seg);
@@ -199,7 +204,8 @@ impl OurHost {
     fn output(&mut self, now: Instant, tx: &mut Link) {
         const IP: usize = Ipv4Header::MIN_LEN;
         while let Some(t) = self.conn.poll_transmit(now, &mut self.buf[IP..]) {
-            let header = Ipv4Header::new(t.len as u16, 64, IpNumber::TCP, ipv4(t.src).octets(), ipv4(t.dst).octets())
+            let dst = self.conn.remote_addr().map(ipv4).or(self.last_src).expect("a segment answers a peer");
+            let header = Ipv4Header::new(t.len as u16, 64, IpNumber::TCP, self.ip.octets(), dst.octets())
                 .expect("a segment fits in an IPv4 packet");
             // `write` fills in the header checksum.
             header.write(&mut &mut self.buf[..IP]).expect("room for the IPv4 header");
