@@ -417,6 +417,10 @@ impl Connection {
     /// window), carries no RST, SYN or FIN, and its ACK is in range (RFC 5961 5.2) and not
     /// a duplicate (RFC 5681 2). The test `input::tests::takes_what_the_general_path_takes`
     /// holds it to the general path.
+    ///
+    /// Out of line: the ACK path inlined here as in `process_ack` would otherwise weigh on
+    /// `handle_segment_from`'s frame for every segment.
+    #[inline(never)]
     fn on_predicted(&mut self, now: Instant, seg: &Segment<'_>) -> Outcome {
         // RFC 7323 4.3 (2), and R3 of 5.3.
         if let Some(ts) = seg.options.timestamps {
@@ -561,8 +565,9 @@ impl Connection {
     /// Apply an ACK of data to the scoreboard and let loss recovery act on it.
     ///
     /// Inlined into its two callers, `process_ack` and header prediction's `on_predicted`,
-    /// down to the ACK of an exchange; the general path is a function of its own.
-    #[inline]
+    /// down to the ACK of an exchange (forced: with two callers it would go out of line,
+    /// and the exchange's ACK with it); the general path is a function of its own.
+    #[inline(always)]
     fn on_data_ack(&mut self, now: Instant, flight_before: u32, advanced: bool, duplicate: bool, blocks: &[SackBlock]) {
         // The ACK of a request/response exchange: the one segment in flight, sent once,
         // acknowledged whole, no SACK blocks, and no loss under way. It goes the general
@@ -695,7 +700,9 @@ impl Connection {
         self.rel.recovery.on_ecn_echo(now, (flight, self.snd.max()), &self.snd.sent, smss, &mut self.rel.cc);
     }
 
-    /// SND.UNA < SEG.ACK =< SND.NXT: new data acknowledged.
+    /// SND.UNA < SEG.ACK =< SND.NXT: new data acknowledged. Inlined into its two callers,
+    /// `process_ack` and `on_predicted` (forced, as `on_data_ack`).
+    #[inline(always)]
     fn on_new_ack(&mut self, now: Instant, ack: SeqNum) {
         // A buffer full up to this ACK held the application back (send-buffer autotuning).
         if self.snd.buf.free() < self.snd.mss() as usize {
