@@ -42,6 +42,8 @@ enum Op {
     /// The segment at `index` (modulo those in flight) towards `side` arrives, as sent or
     /// changed by `tweak`, CE-marked or not; kept in flight as well when `dup`.
     Deliver { side: usize, index: usize, tweak: Tweak, ce: bool, dup: bool },
+    /// The first segment towards `side` arrives, changed by each of `tweaks` in turn.
+    DeliverWith { side: usize, tweaks: Vec<Tweak>, ce: bool },
     /// The segment at `index` towards `side` is lost.
     Lose { side: usize, index: usize },
     /// Time passes, and both handle their timeouts.
@@ -214,7 +216,13 @@ impl Run {
                 }
                 let index = index % self.wire[side].len();
                 let bytes = if dup { self.wire[side][index].clone() } else { self.wire[side].remove(index) };
-                self.deliver(side, &bytes, tweak, ce);
+                self.deliver(side, &bytes, &[tweak], ce);
+            }
+            Op::DeliverWith { side, ref tweaks, ce } => {
+                if !self.wire[side].is_empty() {
+                    let bytes = self.wire[side].remove(0);
+                    self.deliver(side, &bytes, tweaks, ce);
+                }
             }
             Op::Lose { side, index } => {
                 if !self.wire[side].is_empty() {
@@ -249,26 +257,11 @@ impl Run {
     }
 
     /// `bytes` arrive at `side`, changed by `tweak`.
-    fn deliver(&mut self, side: usize, bytes: &[u8], tweak: Tweak, ce: bool) {
+    fn deliver(&mut self, side: usize, bytes: &[u8], tweaks: &[Tweak], ce: bool) {
         let (src, dst) = (self.addrs[1 - side], self.addrs[side]);
         let mut seg = Segment::parse(bytes, src.ip(), dst.ip()).expect("we emit valid segments");
-        match tweak {
-            Tweak::None => {}
-            Tweak::Flags(bits) => seg.flags = Flags::from_bits(seg.flags.bits() | bits),
-            Tweak::Seq(d) => seg.seq = SeqNum(seg.seq.0.wrapping_add_signed(d)),
-            Tweak::Ack(d) => seg.ack = SeqNum(seg.ack.0.wrapping_add_signed(d)),
-            Tweak::Window(w) => seg.window = w,
-            Tweak::Tsval(d) => {
-                if let Some(ts) = seg.options.timestamps {
-                    seg.options.timestamps = Some(Timestamps { tsval: ts.tsval.wrapping_add_signed(d), ..ts });
-                }
-            }
-            Tweak::NoTimestamps => seg.options.timestamps = None,
-            Tweak::Sack(at, len) => {
-                let left = seg.ack + at;
-                seg.options.sack_blocks.push(SackBlock { left, right: left + len });
-            }
-            Tweak::Cut(n) => seg.payload = &seg.payload[..n.min(seg.payload.len())],
+        for &tweak in tweaks {
+            seg = tweaked(seg, tweak);
         }
         let conn = &mut self.conns[side];
         if conn.state() == State::Established && {
@@ -319,6 +312,29 @@ impl Run {
             c.flight_cap,
         );
     }
+}
+
+/// `seg` changed by `tweak`.
+fn tweaked(mut seg: Segment<'_>, tweak: Tweak) -> Segment<'_> {
+    match tweak {
+        Tweak::None => {}
+        Tweak::Flags(bits) => seg.flags = Flags::from_bits(seg.flags.bits() | bits),
+        Tweak::Seq(d) => seg.seq = SeqNum(seg.seq.0.wrapping_add_signed(d)),
+        Tweak::Ack(d) => seg.ack = SeqNum(seg.ack.0.wrapping_add_signed(d)),
+        Tweak::Window(w) => seg.window = w,
+        Tweak::Tsval(d) => {
+            if let Some(ts) = seg.options.timestamps {
+                seg.options.timestamps = Some(Timestamps { tsval: ts.tsval.wrapping_add_signed(d), ..ts });
+            }
+        }
+        Tweak::NoTimestamps => seg.options.timestamps = None,
+        Tweak::Sack(at, len) => {
+            let left = seg.ack + at;
+            seg.options.sack_blocks.push(SackBlock { left, right: left + len });
+        }
+        Tweak::Cut(n) => seg.payload = &seg.payload[..n.min(seg.payload.len())],
+    }
+    seg
 }
 
 /// Run `ops` after the handshake, with prediction or without; return the log and the
@@ -406,5 +422,76 @@ fn an_exchange_and_a_transfer_are_predicted() {
         let (general, _) = run(&settings, &ops, true);
         assert_same(&fast, &general);
         assert!(predicted >= 190, "{settings:?}: only {predicted} segments predicted");
+    }
+}
+
+/// Each of prediction's conditions at its edge, on the segment of a request/response
+/// exchange (64 bytes, acknowledging the 64 the other side sent): the change that just
+/// breaks a condition sends it the general way, the one that just keeps it (or a change
+/// prediction allows) leaves it predicted, and either way the two runs agree.
+#[test]
+fn each_condition_at_its_edge() {
+    use Tweak::*;
+    let (predicted, general) = (true, false);
+    let fin = crate::wire::Flags::FIN.bits();
+    let cases: Vec<(&str, bool, Vec<Tweak>, bool, bool)> = vec![
+        // (what, timestamps on, tweaks, CE, predicted)
+        ("as sent", true, vec![], false, predicted),
+        ("PSH", true, vec![Flags(crate::wire::Flags::PSH.bits())], false, predicted),
+        ("FIN", true, vec![Flags(fin)], false, general),
+        ("SYN", true, vec![Flags(crate::wire::Flags::SYN.bits())], false, general),
+        ("RST", true, vec![Flags(crate::wire::Flags::RST.bits())], false, general),
+        ("URG", true, vec![Flags(crate::wire::Flags::URG.bits())], false, general),
+        ("ECE", true, vec![Flags(crate::wire::Flags::ECE.bits())], false, general),
+        ("CWR", true, vec![Flags(crate::wire::Flags::CWR.bits())], false, general),
+        ("NS", true, vec![Flags(crate::wire::Flags::NS.bits())], false, general),
+        ("SEG.SEQ one past RCV.NXT", true, vec![Seq(1)], false, general),
+        ("SEG.SEQ one before RCV.NXT", true, vec![Seq(-1)], false, general),
+        ("SEG.ACK at SND.UNA, with text", true, vec![Ack(-64)], false, predicted),
+        ("SEG.ACK one before SND.UNA", true, vec![Ack(-65)], false, general),
+        ("SEG.ACK one past SND.MAX", true, vec![Ack(1)], false, general),
+        ("SEG.ACK one short of SND.MAX", true, vec![Ack(-1)], false, predicted),
+        ("a pure ACK of new data", true, vec![Cut(0)], false, predicted),
+        ("a pure ACK at SND.UNA", true, vec![Cut(0), Ack(-64)], false, general),
+        ("a window of zero", true, vec![Window(0)], false, predicted),
+        ("a window update", true, vec![Window(1)], false, predicted),
+        ("TSval equal to TS.Recent's successor", true, vec![Tsval(1)], false, predicted),
+        ("TSval one tick older than sent", true, vec![Tsval(-1)], false, predicted),
+        ("TSval far older than TS.Recent", true, vec![Tsval(-1_000_000)], false, general),
+        ("no timestamps, when in use", true, vec![NoTimestamps], false, general),
+        ("no timestamps, when not in use", false, vec![], false, predicted),
+        ("a SACK block", true, vec![Sack(100, 10)], false, general),
+        ("a CE mark", true, vec![], true, general),
+    ];
+    for (what, timestamps, tweaks, ce, expected) in cases {
+        let settings = Settings {
+            timestamps,
+            sack: true,
+            window_scaling: true,
+            ecn: true,
+            delayed_ack: false,
+            keepalive: true,
+            nagle: true,
+            newreno: true,
+            buffer: 64 * 1024,
+        };
+        // The server sends 64 bytes, the client takes them and answers with 64 that
+        // acknowledge them, which reach the server changed by `tweaks`.
+        let mut ops = vec![
+            Op::Send { side: 1, len: 64 },
+            Op::Poll { side: 1 },
+            Op::Wait { ms: 2 },
+            Op::Deliver { side: 0, index: 0, tweak: Tweak::None, ce: false, dup: false },
+            Op::Recv { side: 0, len: 64 },
+            Op::Send { side: 0, len: 64 },
+            Op::Poll { side: 0 },
+        ];
+        let (_, before) = run(&settings, &ops, false);
+        ops.push(Op::DeliverWith { side: 1, tweaks, ce });
+        ops.extend([Op::Poll { side: 1 }, Op::Recv { side: 1, len: 100 }, Op::Poll { side: 0 }]);
+        let (fast, after) = run(&settings, &ops, false);
+        let (slow, _) = run(&settings, &ops, true);
+        assert_eq!(after - before == 1, expected, "{what}: predicted {}", after - before);
+        assert_same(&fast, &slow);
     }
 }
