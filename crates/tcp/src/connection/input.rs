@@ -442,7 +442,7 @@ impl Connection {
         }
         // Seventh: segment text.
         if !seg.payload.is_empty() {
-            match self.receive_text(now, seg) {
+            match self.receive_text_inline(now, seg) {
                 Ok(true) => self.on_fin(now, seg),
                 Ok(false) => {}
                 Err(dropped) => return dropped,
@@ -729,7 +729,17 @@ impl Connection {
     /// Seventh step: take the text of an acceptable segment into the receive space
     /// ([`RecvSpace::take_text`](crate::recv_space::RecvSpace::take_text)). Return whether
     /// a FIN is now in order, or the outcome of a segment dropped.
+    ///
+    /// Out of line for the general path; header prediction inlines its own copy
+    /// ([`receive_text_inline`](Self::receive_text_inline)).
+    #[inline(never)]
     fn receive_text(&mut self, now: Instant, seg: &Segment<'_>) -> Result<bool, Outcome> {
+        self.receive_text_inline(now, seg)
+    }
+
+    /// [`receive_text`](Self::receive_text), inlined into its callers.
+    #[inline(always)]
+    fn receive_text_inline(&mut self, now: Instant, seg: &Segment<'_>) -> Result<bool, Outcome> {
         let Ok(text) = self.rcv.take_text(seg.seq, seg.payload, seg.flags.fin(), self.sack_enabled) else {
             return Err(self.drop_segment(seg, DropReason::ReassemblyFull));
         };
