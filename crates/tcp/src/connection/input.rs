@@ -384,7 +384,7 @@ impl Connection {
     /// Return whether `seg`, arrived in ESTABLISHED, is the segment header prediction expects (Van
     /// Jacobson's, as 4.4BSD's `tcp_input` and Linux's `tcp_rcv_established` with
     /// `pred_flags`), which [`on_predicted`](Self::on_predicted) takes without the general
-    /// path's tests: ACK alone (PSH allowed; no SYN, FIN, RST, URG, ECE, CWR), at RCV.NXT
+    /// path's tests: ACK alone (PSH allowed; no SYN, FIN, RST, URG, ECE, CWR, NS), at RCV.NXT
     /// with its text within the window, timestamps that pass PAWS (RFC 7323 5.3, R1), no
     /// SACK blocks, no CE mark, a SEG.ACK in [SND.UNA, SND.MAX] that acknowledges new data
     /// or comes with text (not a duplicate ACK or a pure window update), on a connection
@@ -440,7 +440,9 @@ impl Connection {
             self.rel.reset_keepalives();
             self.arm_keepalive(now);
         }
-        // Seventh: segment text.
+        // Seventh: segment text. ESTABLISHED can receive, and has taken no FIN (`on_fin`
+        // leaves it), so the general path's test of both finds nothing.
+        debug_assert!(self.state.can_receive() && !self.rcv.fin_received());
         if !seg.payload.is_empty() {
             match self.receive_text_inline(now, seg) {
                 Ok(true) => self.on_fin(now, seg),
