@@ -215,6 +215,9 @@ impl Controller for CongestionControl {
     fn set_mss(&mut self, smss: u32) {
         dispatch!(self, set_mss(smss))
     }
+    // Inlined (forced) into both copies of the connection's ACK path (see
+    // `Recovery::on_sole_ack`), NewReno's growth with it.
+    #[inline(always)]
     fn on_ack(&mut self, ack: &AckInfo) {
         dispatch!(self, on_ack(ack))
     }

@@ -417,8 +417,11 @@ impl Recovery {
     /// to begin or end. `srtt` is the connection's smoothed RTT after the ACK,
     /// `flight_before` what was in flight before it, `cwnd_limited` as in
     /// [`AckContext`].
+    ///
+    /// Inlined (forced) into both copies of the connection's ACK path, `process_ack`'s and
+    /// header prediction's: left to the compiler, it goes out of line in both.
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub fn on_sole_ack(
         &mut self,
         now: Instant,

@@ -52,6 +52,28 @@ pub(crate) struct Reliability {
     pub cc: CongestionControl,
 }
 
+/// Every field but the buffer's bytes (its length and capacity instead), for the tests
+/// that compare two connections' states.
+#[cfg(test)]
+impl std::fmt::Debug for Reliability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reliability")
+            .field("pacer", &self.pacer)
+            .field("recovery", &self.recovery)
+            .field("rtt", &self.rtt)
+            .field("rtt_probe", &self.rtt_probe)
+            .field("unacked_since", &self.unacked_since)
+            .field("last_rtt_sample_us", &self.last_rtt_sample_us)
+            .field("last_ack_at", &self.last_ack_at)
+            .field("rto_count", &self.rto_count)
+            .field("persist_backoff", &self.persist_backoff)
+            .field("probes_unanswered", &self.probes_unanswered)
+            .field("keepalive_sent", &self.keepalive_sent)
+            .field("cc", &self.cc)
+            .finish()
+    }
+}
+
 impl Reliability {
     pub(crate) fn new(config: &Config, mss: u16) -> Self {
         Reliability {

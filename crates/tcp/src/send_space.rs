@@ -82,6 +82,38 @@ pub(crate) struct SendSpace {
     pub buf: RingBuffer,
 }
 
+/// Every field but the buffer's bytes (its length and capacity instead), for the tests
+/// that compare two connections' states.
+#[cfg(test)]
+impl std::fmt::Debug for SendSpace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendSpace")
+            .field("acked_total", &self.acked_total)
+            .field("last_data_at", &self.last_data_at)
+            .field("sent", &self.sent)
+            .field("iss_floor", &self.iss_floor)
+            .field("iss", &self.iss)
+            .field("una", &self.una)
+            .field("nxt", &self.nxt)
+            .field("max", &self.max)
+            .field("wnd", &self.wnd)
+            .field("wl1", &self.wl1)
+            .field("wl2", &self.wl2)
+            .field("max_wnd", &self.max_wnd)
+            .field("sws_max_wnd", &self.sws_max_wnd)
+            .field("buf_seq", &self.buf_seq)
+            .field("pipe_high", &self.pipe_high)
+            .field("pipe_high_until", &self.pipe_high_until)
+            .field("mss", &self.mss)
+            .field("syn_acked", &self.syn_acked)
+            .field("fin_queued", &self.fin_queued)
+            .field("limited", &self.limited)
+            .field("wscale", &self.wscale)
+            .field("buf", &(self.buf.len(), self.buf.capacity()))
+            .finish()
+    }
+}
+
 impl SendSpace {
     pub(crate) fn new(storage: Storage, mss: u16, sent: SentQueue) -> Self {
         SendSpace {

@@ -57,6 +57,7 @@ impl Connection {
             State::Closed => self.on_closed(src, seg),
             State::Listen => self.on_listen(now, src, seg),
             State::SynSent => self.on_syn_sent(now, seg),
+            State::Established if self.predicted(seg) => self.on_predicted(now, seg),
             _ => self.on_synchronized(now, seg),
         }
     }
@@ -380,6 +381,78 @@ impl Connection {
         Outcome::Accepted
     }
 
+    /// Return whether `seg`, arrived in ESTABLISHED, is the segment header prediction expects (Van
+    /// Jacobson's, as 4.4BSD's `tcp_input` and Linux's `tcp_rcv_established` with
+    /// `pred_flags`), which [`on_predicted`](Self::on_predicted) takes without the general
+    /// path's tests: ACK alone (PSH allowed; no SYN, FIN, RST, URG, ECE, CWR, NS), at RCV.NXT
+    /// with its text within the window, timestamps that pass PAWS (RFC 7323 5.3, R1), no
+    /// SACK blocks, no CE mark, a SEG.ACK in [SND.UNA, SND.MAX] that acknowledges new data
+    /// or comes with text (not a duplicate ACK or a pure window update), on a connection
+    /// the application has not released. Anything else goes the general way.
+    ///
+    /// Unlike BSD's prediction, the ACK of new data and in-order text may come together
+    /// (as Linux's fast path takes them): the segment of a request/response exchange.
+    #[inline]
+    fn predicted(&self, seg: &Segment<'_>) -> bool {
+        #[cfg(test)]
+        if tests::general_only() {
+            return false;
+        }
+        seg.flags.without(Flags::PSH) == Flags::ACK
+            && seg.seq == self.rcv.nxt()
+            && (seg.ack != self.snd.una() || !seg.payload.is_empty())
+            && !seg.ack.before(self.snd.una())
+            && !seg.ack.after(self.snd.max())
+            && seg.payload.len() <= self.rcv.window() as usize
+            && seg.options.sack_blocks.is_empty()
+            && self.ts.passes_paws(seg.options.timestamps)
+            && !self.ce_in
+            && !self.released
+            && self.snd.syn_acked()
+    }
+
+    /// Take a segment [`predicted`](Self::predicted) says is the expected one: what the
+    /// general path (`on_synchronized`, `process_ack`) does for it, without its tests. The
+    /// segment is acceptable (RFC 9293 3.10.7.4, first: at RCV.NXT, its text within the
+    /// window), carries no RST, SYN or FIN, and its ACK is in range (RFC 5961 5.2) and not
+    /// a duplicate (RFC 5681 2). The test `input::tests::takes_what_the_general_path_takes`
+    /// holds it to the general path.
+    ///
+    /// Out of line: the ACK path inlined here as in `process_ack` would otherwise weigh on
+    /// `handle_segment_from`'s frame for every segment.
+    #[inline(never)]
+    fn on_predicted(&mut self, now: Instant, seg: &Segment<'_>) -> Outcome {
+        // RFC 7323 4.3 (2), and R3 of 5.3.
+        if let Some(ts) = seg.options.timestamps {
+            self.ts.update_recent(now, seg.seq, ts.tsval);
+        }
+        // Fifth: the ACK field (`process_ack`, for SND.UNA =< SEG.ACK =< SND.MAX).
+        self.rel.reset_window_probes();
+        self.path.clear_error();
+        self.rel.note_ack(now);
+        if seg.ack != self.snd.una() {
+            let flight_before = self.snd.in_flight();
+            self.on_new_ack(now, seg.ack);
+            self.on_data_ack(now, flight_before, true, false, &[]);
+        }
+        self.take_window(seg);
+        if self.config.keepalive.is_some() {
+            self.rel.reset_keepalives();
+            self.arm_keepalive(now);
+        }
+        // Seventh: segment text. ESTABLISHED can receive, and has taken no FIN (`on_fin`
+        // leaves it), so the general path's test of both finds nothing.
+        debug_assert!(self.state.can_receive() && !self.rcv.fin_received());
+        if !seg.payload.is_empty() {
+            match self.receive_text_inline(now, seg) {
+                Ok(true) => self.on_fin(now, seg),
+                Ok(false) => {}
+                Err(dropped) => return dropped,
+            }
+        }
+        Outcome::Accepted
+    }
+
     /// A segment that fails the acceptability test (RFC 9293 3.10.7.4, first): dropped,
     /// and acknowledged unless it is a RST.
     fn on_unacceptable(&mut self, now: Instant, seg: &Segment<'_>) -> Outcome {
@@ -472,7 +545,13 @@ impl Connection {
         if self.ecn.ok && syn_was_acked && seg.flags.contains(Flags::ECE) && !seg.flags.syn() {
             self.on_ecn_echo(now);
         }
-        // Window update (RFC 9293 3.10.7.4).
+        self.take_window(seg);
+        Ok(())
+    }
+
+    /// Window update (RFC 9293 3.10.7.4, fifth), for an ACK at or after SND.UNA.
+    #[inline]
+    fn take_window(&mut self, seg: &Segment<'_>) {
         if self.snd.update_window(seg) {
             if self.snd.wnd() > 0 {
                 self.timers.stop(Timer::Persist);
@@ -483,14 +562,14 @@ impl Connection {
                 self.rel.reset_rto_count();
             }
         }
-        Ok(())
     }
 
     /// Apply an ACK of data to the scoreboard and let loss recovery act on it.
     ///
-    /// Inlined into `process_ack`, its one caller, down to the ACK of an exchange; the
-    /// general path is a function of its own.
-    #[inline]
+    /// Inlined into its two callers, `process_ack` and header prediction's `on_predicted`,
+    /// down to the ACK of an exchange (forced: with two callers it would go out of line,
+    /// and the exchange's ACK with it); the general path is a function of its own.
+    #[inline(always)]
     fn on_data_ack(&mut self, now: Instant, flight_before: u32, advanced: bool, duplicate: bool, blocks: &[SackBlock]) {
         // The ACK of a request/response exchange: the one segment in flight, sent once,
         // acknowledged whole, no SACK blocks, and no loss under way. It goes the general
@@ -623,7 +702,9 @@ impl Connection {
         self.rel.recovery.on_ecn_echo(now, (flight, self.snd.max()), &self.snd.sent, smss, &mut self.rel.cc);
     }
 
-    /// SND.UNA < SEG.ACK =< SND.NXT: new data acknowledged.
+    /// SND.UNA < SEG.ACK =< SND.NXT: new data acknowledged. Inlined into its two callers,
+    /// `process_ack` and `on_predicted` (forced, as `on_data_ack`).
+    #[inline(always)]
     fn on_new_ack(&mut self, now: Instant, ack: SeqNum) {
         // A buffer full up to this ACK held the application back (send-buffer autotuning).
         if self.snd.buf.free() < self.snd.mss() as usize {
@@ -650,7 +731,17 @@ impl Connection {
     /// Seventh step: take the text of an acceptable segment into the receive space
     /// ([`RecvSpace::take_text`](crate::recv_space::RecvSpace::take_text)). Return whether
     /// a FIN is now in order, or the outcome of a segment dropped.
+    ///
+    /// Out of line for the general path; header prediction inlines its own copy
+    /// ([`receive_text_inline`](Self::receive_text_inline)).
+    #[inline(never)]
     fn receive_text(&mut self, now: Instant, seg: &Segment<'_>) -> Result<bool, Outcome> {
+        self.receive_text_inline(now, seg)
+    }
+
+    /// [`receive_text`](Self::receive_text), inlined into its callers.
+    #[inline(always)]
+    fn receive_text_inline(&mut self, now: Instant, seg: &Segment<'_>) -> Result<bool, Outcome> {
         let Ok(text) = self.rcv.take_text(seg.seq, seg.payload, seg.flags.fin(), self.sack_enabled) else {
             return Err(self.drop_segment(seg, DropReason::ReassemblyFull));
         };
@@ -707,3 +798,6 @@ impl Connection {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
