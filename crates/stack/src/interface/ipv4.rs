@@ -55,6 +55,11 @@ impl Interface {
         }
         // The ECN field goes up to TCP with the segment (RFC 3168 5).
         let ecn = IpEcn::from_tos(ip.ecn().value());
+        if protocol == IpNumber::TCP {
+            // `receive_ipv4_payload`'s first arm, called from here: a segment (nearly every
+            // datagram) goes to TCP without passing through a second call's arguments.
+            return self.receive_tcp(now, src_mac, src.into(), dst.into(), body, ecn);
+        }
         self.receive_ipv4_payload(now, src_mac, src, dst, protocol, body, ecn);
     }
 
