@@ -45,13 +45,7 @@ impl Interface {
         let body = &payload[header.len()..total];
         let protocol = ip.protocol();
         if ip.more_fragments() || ip.fragments_offset().value() != 0 {
-            let key = FragmentKey::ipv4(src, dst, ip.identification(), protocol.0);
-            let offset = usize::from(ip.fragments_offset().value()) * 8;
-            // The reassembler keeps RFC 3168 5.3's rule for the fragments' ECN fields.
-            let frag = Fragment::new(offset, ip.more_fragments(), body).with_ecn(IpEcn::from_tos(ip.ecn().value()));
-            return self.reassemble(now, key, frag, |host, datagram| {
-                host.receive_ipv4_payload(now, src_mac, src, dst, protocol, datagram.payload, datagram.ecn)
-            });
+            return self.receive_ipv4_fragment(now, src_mac, ip, body);
         }
         // The ECN field goes up to TCP with the segment (RFC 3168 5).
         let ecn = IpEcn::from_tos(ip.ecn().value());
@@ -61,6 +55,21 @@ impl Interface {
             return self.receive_tcp(now, src_mac, src.into(), dst.into(), body, ecn);
         }
         self.receive_ipv4_payload(now, src_mac, src, dst, protocol, body, ecn);
+    }
+
+    /// A fragment of a datagram (RFC 791 3.2), `body` the data behind its header `ip`:
+    /// to the reassembler, and the datagram it completes to its protocol. Out of line: the
+    /// reassembly's code and locals would otherwise weigh on every datagram's path.
+    #[inline(never)]
+    fn receive_ipv4_fragment(&mut self, now: Instant, src_mac: [u8; 6], ip: Ipv4HeaderSlice<'_>, body: &[u8]) {
+        let (src, dst, protocol) = (ip.source_addr(), ip.destination_addr(), ip.protocol());
+        let key = FragmentKey::ipv4(src, dst, ip.identification(), protocol.0);
+        let offset = usize::from(ip.fragments_offset().value()) * 8;
+        // The reassembler keeps RFC 3168 5.3's rule for the fragments' ECN fields.
+        let frag = Fragment::new(offset, ip.more_fragments(), body).with_ecn(IpEcn::from_tos(ip.ecn().value()));
+        self.reassemble(now, key, frag, |host, datagram| {
+            host.receive_ipv4_payload(now, src_mac, src, dst, protocol, datagram.payload, datagram.ecn)
+        });
     }
 
     #[allow(clippy::too_many_arguments)]
