@@ -83,6 +83,7 @@ const HOST_KINDS: Events = Events::of(Event::Established).with(Event::TimedOut).
 /// waiting yet (to be queued), or one the host acts on. An exchange's `Readable` and
 /// `Writable`, when both wait already (an application that takes its events after a
 /// while, or never), ask nothing: an AND and a test instead of the call.
+///
 /// Most calls find no event at all (after a segment that only acknowledged, and in
 /// `settle` after a connection sent): that is tested first, alone, as before the sets.
 #[inline]
@@ -332,7 +333,11 @@ impl Interface {
     /// connections touched since (by the user's calls) have no event to pass on, and the
     /// walk over them is skipped: the poll after an application's write, on both ends of
     /// every exchange.
-    /// Inlined down to that test: the poll after a write pays it, not a call.
+    ///
+    /// Inlined down to that test, and to one connection's delivery when it is the only one
+    /// touched (a host answering one request): the poll after a write pays the test, and
+    /// the poll that received a request one connection's `deliver`, not a call; more go
+    /// through the walk (`deliver_dirty`).
     #[inline]
     pub fn deliver_events(&mut self) {
         if std::mem::take(&mut self.events_due) {
@@ -347,8 +352,8 @@ impl Interface {
         }
     }
 
-    /// [`deliver_events`](Self::deliver_events) when a frame was received or a timer fired:
-    /// the walk over the connections touched since.
+    /// [`deliver_events`](Self::deliver_events) when a frame was received or a timer fired
+    /// and other than one connection was touched since: the walk over them.
     #[inline(never)]
     fn deliver_dirty(&mut self) {
         for k in 0..self.conns.dirty.len() {
