@@ -175,6 +175,52 @@ fn a_read_that_opens_a_closed_window_sends_the_update_at_the_next_poll() {
 }
 
 #[test]
+fn poll_rx_passes_on_the_events_of_what_it_received() {
+    // An application that splits its poll (`poll_rx`, its own work, `poll_tx`) sees a
+    // segment's events after `poll_rx`, before anything is transmitted: with one
+    // connection touched (`deliver_events`' one-connection path) and with two (its walk).
+    let mut net = net(LinkConfig::default(), |_| {});
+    let listener = net.b.listen(7).unwrap();
+    let (c1, s1) = net.connect(SocketAddrV4::new(B, 7).into(), listener);
+    let (c2, s2) = net.connect(SocketAddrV4::new(B, 7).into(), listener);
+    // Each write goes out at once, its predecessor's ACK delayed or not (Nagle's off).
+    net.b.set_nodelay(s1, true);
+    net.b.set_nodelay(s2, true);
+    let arrive = |net: &mut Net| {
+        let at = net.a.device().next_arrival().expect("a segment on its way");
+        net.now = at;
+        net.a.device().clock().advance_to(at);
+        net.a.set_time(at);
+        net.b.set_time(at);
+    };
+    for servers in [&[s1][..], &[s1, s2][..]] {
+        while net.a.poll_event().is_some() {}
+        for &s in servers {
+            net.b.write(s, b"ping").unwrap();
+        }
+        net.b.poll().unwrap();
+        // Received in one `poll_rx` or two (no `poll_tx` between them), two segments leave
+        // two connections marked for transmit, whose events the walk passes on.
+        let mut received = 0;
+        while received < servers.len() {
+            arrive(&mut net);
+            received += net.a.poll_rx().unwrap();
+        }
+        let mut readable: Vec<SocketId> = std::iter::from_fn(|| net.a.poll_event())
+            .filter(|(_, e)| *e == Event::Readable)
+            .map(|(id, _)| id)
+            .collect();
+        readable.sort_by_key(|id| *id == c2);
+        assert_eq!(readable, [c1, c2][..servers.len()], "{} connection(s)", servers.len());
+        net.a.poll_tx().unwrap();
+        let mut buf = [0u8; 8];
+        for c in [c1, c2].into_iter().take(servers.len()) {
+            assert_eq!(net.a.read(c, &mut buf).unwrap(), 4);
+        }
+    }
+}
+
+#[test]
 fn events_an_application_never_takes_do_not_pile_up() {
     // An application that reads and writes without ever taking its events (the echo loops
     // of the examples do) must not grow the event queue by one entry a segment: each kind

@@ -34,6 +34,10 @@ impl Interface {
         }
     }
 
+    /// Count a frame dropped for `reason`, log it and note it. Cold and out of line: the
+    /// receive path's many drop sites would otherwise each carry its logging code.
+    #[cold]
+    #[inline(never)]
     pub(super) fn drop(&mut self, reason: Drop, what: &str) {
         self.counters.drop(reason);
         log::debug!("drop {}: {what}", reason.name());

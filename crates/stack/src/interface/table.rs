@@ -73,6 +73,24 @@ pub(crate) enum ForRead<'a> {
 /// twice `StackConfig::buffer_pool`, if more).
 const STORAGE_POOL: usize = 256;
 
+/// The kinds of event the host acts on itself when a connection hands them over
+/// (`Interface::deliver_from`): `Established` (a listener's child joins its accept queue),
+/// `TimedOut` and `Reset` (counted).
+const HOST_KINDS: Events = Events::of(Event::Established).with(Event::TimedOut).with(Event::Reset);
+
+/// Return whether the events `taken` from a connection whose user already has the kinds
+/// `waiting` in its queue (`Sock::user_events`) ask anything of `deliver_from`: a kind not
+/// waiting yet (to be queued), or one the host acts on. An exchange's `Readable` and
+/// `Writable`, when both wait already (an application that takes its events after a
+/// while, or never), ask nothing: an AND and a test instead of the call.
+///
+/// Most calls find no event at all (after a segment that only acknowledged, and in
+/// `settle` after a connection sent): that is tested first, alone, as before the sets.
+#[inline]
+fn needs_delivery(taken: Events, waiting: Events) -> bool {
+    !taken.is_empty() && !taken.without(waiting.without(HOST_KINDS)).is_empty()
+}
+
 impl Interface {
     /// The most a connection holding `own` bytes of a budget of `budget` bytes may hold now,
     /// when `total` bytes of it are held: what is left of the budget, up to an equal share
@@ -315,10 +333,29 @@ impl Interface {
     /// connections touched since (by the user's calls) have no event to pass on, and the
     /// walk over them is skipped: the poll after an application's write, on both ends of
     /// every exchange.
+    ///
+    /// Inlined down to that test, and to one connection's delivery when it is the only one
+    /// touched (a host answering one request): the poll after a write pays the test, and
+    /// the poll that received a request one connection's `deliver`, not a call; more go
+    /// through the walk (`deliver_dirty`).
+    #[inline]
     pub fn deliver_events(&mut self) {
-        if !std::mem::take(&mut self.events_due) {
-            return;
+        if std::mem::take(&mut self.events_due) {
+            if let [index] = self.conns.dirty[..] {
+                // One connection touched (a host answering one request): `deliver` inlined.
+                if self.conns.slots[index as usize].sock.is_some() {
+                    self.deliver(index);
+                }
+            } else {
+                self.deliver_dirty();
+            }
         }
+    }
+
+    /// [`deliver_events`](Self::deliver_events) when a frame was received or a timer fired
+    /// and other than one connection was touched since: the walk over them.
+    #[inline(never)]
+    fn deliver_dirty(&mut self) {
         for k in 0..self.conns.dirty.len() {
             let index = self.conns.dirty[k];
             if self.conns.slots[index as usize].sock.is_some() {
@@ -329,12 +366,14 @@ impl Interface {
 
     /// Move `index`'s events to the user's queue; an established listener child joins the
     /// accept queue. Most calls find none (after a segment that only acknowledged, and
-    /// again in `settle` after the connection sent): they return after one check, inlined.
+    /// again in `settle` after the connection sent), or only kinds already waiting in the
+    /// user's queue that the host does not act on (`needs_delivery`): they return after
+    /// one check, inlined.
     #[inline]
     pub(super) fn deliver(&mut self, index: u32) {
         let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
         let taken = sock.conn.take_events();
-        if !taken.is_empty() {
+        if needs_delivery(taken, sock.user_events) {
             self.deliver_from(index, taken);
         }
     }
@@ -398,7 +437,7 @@ impl Interface {
         }
         // `deliver`, with the connection in hand; looked up again only after events.
         let taken = sock.conn.take_events();
-        if !taken.is_empty() {
+        if needs_delivery(taken, sock.user_events) {
             self.deliver_from(index, taken);
             sock = self.conns.slots[index as usize].sock.as_deref_mut().expect("live");
         }
@@ -441,6 +480,27 @@ impl Interface {
             }
             Owner::Released => self.remove(index),
             Owner::User => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `needs_delivery` is false exactly when `deliver_from` would do nothing: no kind to
+    /// queue (every kind taken already waits) and none it acts on itself, for every set
+    /// taken and every set waiting (an owner other than the user queues nothing, so for it
+    /// a false answer is only the more certain).
+    #[test]
+    fn needs_delivery_is_false_exactly_when_deliver_from_does_nothing() {
+        for taken in 0..=u8::MAX {
+            for waiting in 0..=u8::MAX {
+                let (taken, waiting) = (Events::from_bits(taken), Events::from_bits(waiting));
+                let queues = !taken.without(waiting).is_empty();
+                let acts = [Event::Established, Event::TimedOut, Event::Reset].into_iter().any(|e| taken.contains(e));
+                assert_eq!(needs_delivery(taken, waiting), queues || acts, "taken {taken:?}, waiting {waiting:?}");
+            }
         }
     }
 }

@@ -141,6 +141,9 @@ impl Interface {
     }
 
     /// A segment for a listening port with no connection (RFC 9293 3.10.7.2, RFC 4987).
+    /// Out of line: the new connection it may build on the stack (2.3 KiB) would otherwise
+    /// make the demux's frame that large for every segment.
+    #[inline(never)]
     pub(super) fn receive_for_listener(&mut self, now: Instant, src_mac: [u8; 6], tuple: FourTuple, seg: &Segment<'_>) {
         let port = seg.dst_port;
         let flags = seg.flags;
