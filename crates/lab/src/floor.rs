@@ -64,23 +64,30 @@ pub fn xdp_pingpong(lab: &Lab, rounds: usize, payload: usize, limit: Duration) -
     Ok(FloorResult { rtts, lost, mode })
 }
 
-/// Turn every frame around until `stop`.
+/// Turn every frame around until `stop`: each batch is copied into one scratch buffer kept
+/// across batches (no allocation per frame, which would slow the floor and flatter every
+/// ratio read against it), its addresses and ports swapped there, and sent back.
 fn reflect(mut device: XdpDevice, stop: &AtomicBool) {
-    let mut pending: Vec<Vec<u8>> = Vec::with_capacity(64);
+    let mut scratch: Vec<u8> = Vec::with_capacity(64 * 2048);
+    let mut spans: Vec<std::ops::Range<usize>> = Vec::with_capacity(64);
     while !stop.load(Ordering::Relaxed) {
+        scratch.clear();
+        spans.clear();
         let _ = device.recv(64, &mut |frame| {
             if frame.len() >= 42 {
-                let mut f = frame.to_vec();
-                swap(&mut f);
-                pending.push(f);
+                let start = scratch.len();
+                scratch.extend_from_slice(frame);
+                swap(&mut scratch[start..]);
+                spans.push(start..scratch.len());
             }
         });
-        if pending.is_empty() {
+        if spans.is_empty() {
             continue;
         }
-        for f in pending.drain(..) {
+        for span in spans.drain(..) {
+            let f = &scratch[span];
             let _ = device.send(&mut |buf| {
-                buf[..f.len()].copy_from_slice(&f);
+                buf[..f.len()].copy_from_slice(f);
                 f.len()
             });
         }
