@@ -921,6 +921,11 @@ impl Connection {
     }
 
     /// Return a snapshot of the statistics.
+    ///
+    /// Inlined: a caller that reads only the counters (the host, when it removes a
+    /// connection, adds them to its totals) then computes none of the gauges (the RTTs,
+    /// the delivery and pacing rates).
+    #[inline]
     pub fn stats(&self) -> Stats {
         let (min_rtt, max_rtt, rtt_samples) = self.rel.recovery.rtt_range();
         Stats {
