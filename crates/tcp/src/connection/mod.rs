@@ -326,13 +326,15 @@ impl ChallengeLimit {
 
 /// Give `$then` every field of a new connection with its initial value, for a connection
 /// on `$local` (and `$remote`, once known) in `$state`, with `$config`, the buffers' storage
-/// `$send` and `$recv` and an empty trace and sent queue to keep: `build_fields` makes the
+/// `$send` and `$recv` and an empty trace and sent queue to keep, and with `$open` (`Some`
+/// of the ISS and the timestamp offset of an active open, see `Connection::connect_with`)
+/// the send space and the timestamp clock started: `build_fields` makes the
 /// struct expression of [`Connection::blank_with`], `assign_fields` the assignments in place
 /// of [`Connection::renew`]. One list for both, so that a connection renewed in a used place
 /// is the one built anew; the struct expression names every field (or does not compile), and
 /// so then does the list.
 macro_rules! with_initial_fields {
-    ($then:ident, $target:tt, $config:ident, $local:ident, $remote:ident, $state:ident, $send:ident, $recv:ident, $trace:ident, $sent:ident) => {{
+    ($then:ident, $target:tt, $config:ident, $local:ident, $remote:ident, $state:ident, $send:ident, $recv:ident, $trace:ident, $sent:ident, $open:expr) => {{
         let rcv_wscale_offer = if $config.window_scaling { wscale_offer($config) } else { 0 };
         let mss = default_mss($local.ip()).min($config.mss);
         $then!($target {
@@ -346,9 +348,21 @@ macro_rules! with_initial_fields {
             sack_enabled: false,
             growth_allowed: true,
             flight_cap: u32::MAX,
-            snd: SendSpace::new($send, mss, $sent),
+            snd: {
+                let mut snd = SendSpace::new($send, mss, $sent);
+                if let Some((iss, _)) = $open {
+                    snd.start(iss);
+                }
+                snd
+            },
             rcv: RecvSpace::new($recv, rcv_wscale_offer, $config.mss),
-            ts: Timestamping::default(),
+            ts: {
+                let mut ts = Timestamping::default();
+                if let Some((_, offset)) = $open {
+                    ts.set_offset(offset);
+                }
+                ts
+            },
             rel: Reliability::new($config, mss),
             timers: TimerTable::default(),
             delivery: DeliveryRate::default(),
@@ -366,6 +380,9 @@ macro_rules! with_initial_fields {
         })
     }};
 }
+
+/// `with_initial_fields`'s `$open` for a connection not opened yet.
+const NOT_OPENED: Option<(SeqNum, u32)> = None;
 
 /// The struct expression of `with_initial_fields`'s list.
 macro_rules! build_fields {
@@ -403,7 +420,19 @@ impl Connection {
         sent: SentQueue,
     ) -> Self {
         let Buffers { send, recv } = buffers.for_config(config);
-        with_initial_fields!(build_fields, Connection, config, local, remote, state, send, recv, trace, sent)
+        with_initial_fields!(
+            build_fields,
+            Connection,
+            config,
+            local,
+            remote,
+            state,
+            send,
+            recv,
+            trace,
+            sent,
+            NOT_OPENED
+        )
     }
 
     /// Make this connection's place a [`blank`](Connection::blank) connection, as if newly
@@ -423,7 +452,7 @@ impl Connection {
         let sent = std::mem::take(&mut self.snd.sent).recycled(SENT_CAPACITY);
         let Buffers { send, recv } = buffers.for_config(config);
         let state = State::Closed;
-        with_initial_fields!(assign_fields, self, config, local, remote, state, send, recv, trace, sent);
+        with_initial_fields!(assign_fields, self, config, local, remote, state, send, recv, trace, sent, NOT_OPENED);
     }
 
     /// Choose our ISS for the tuple (RFC 9293 3.4.1, RFC 6528) and set up the send space.
@@ -443,11 +472,23 @@ impl Connection {
 
     /// [`connect`](Connection::connect) with the storage of a finished connection (see
     /// [`Buffers`]); buffers of other sizes than `config` asks for are replaced.
+    ///
+    /// Built whole in the place it is returned in, already in SYN-SENT (as
+    /// [`connect_in`](Connection::connect_in) makes it: a blank connection, its send space
+    /// and timestamp clock started by `init_send_space`, its move to SYN-SENT by `set_state`
+    /// traced), so that it is not built blank in a local, changed there, and then copied
+    /// whole (2.3 KiB) into the place it is returned in.
     pub fn connect_with(config: &Config, tuple: FourTuple, now: Instant, buffers: Buffers) -> Connection {
-        let mut c = Connection::blank(config, tuple.local, Some(tuple.remote), State::Closed, buffers);
-        c.init_send_space(now);
-        c.set_state(now, State::SynSent, Cause::User(UserCall::Connect));
-        c
+        let (local, remote) = (tuple.local, Some(tuple.remote));
+        let generator = IsnGenerator::new(config.isn_secret);
+        let open = Some(generator.isn_and_timestamp_offset(&tuple, now));
+        let (from, state, cause) = (State::Closed, State::SynSent, Cause::User(UserCall::Connect));
+        log::trace!("{:?}: {} -> {}", Some(tuple), from, state);
+        let mut trace = Vec::with_capacity(TRACE_CAPACITY);
+        trace.push(Transition { at: now, from, to: state, cause });
+        let sent = SentQueue::with_capacity(SENT_CAPACITY);
+        let Buffers { send, recv } = buffers.for_config(config);
+        with_initial_fields!(build_fields, Connection, config, local, remote, state, send, recv, trace, sent, open)
     }
 
     /// [`connect_with`](Connection::connect_with) in the place of this connection, which it
