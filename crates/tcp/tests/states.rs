@@ -2292,3 +2292,65 @@ fn a_connection_opened_in_a_used_place_is_one_opened_anew() {
     let iss = one(&mut Connection::connect(&config(), t, ms(5)), ms(5)).seq;
     same_life(&mut fresh, &mut renewed, REMOTE_ISN, iss, false);
 }
+
+proptest::proptest! {
+    /// An active open built whole in its place (`connect`, through `connect_with`) is the one
+    /// built blank in a used place and then started (`connect_in`: `init_send_space`, then
+    /// `set_state` to SYN-SENT), for any tuple, time and choice of options: the same SYN
+    /// (ISS, options, TSval: the timestamp offset), trace, timer, statistics and window,
+    /// and the same after the peer's SYN-ACK.
+    #[test]
+    fn an_active_open_built_whole_is_one_started_in_a_used_place(
+        local_port in 1u16..,
+        remote_port in 1u16..,
+        remote_host in 1u8..255,
+        at in 0u64..(1 << 40),
+        timestamps: bool,
+        window_scaling: bool,
+        sack: bool,
+        ecn: bool,
+        secret: [u8; 16],
+        peer_iss: u32,
+    ) {
+        let config = Config {
+            timestamps,
+            window_scaling,
+            sack,
+            ecn: if ecn { Ecn::Request } else { Ecn::Off },
+            isn_secret: secret,
+            ..config()
+        };
+        let t = FourTuple {
+            local: SocketAddr::new(local().ip(), local_port),
+            remote: SocketAddr::new([10, 0, 0, remote_host].into(), remote_port),
+        };
+        let now = Instant::from_micros(at);
+        let mut fresh = Connection::connect(&config, t, now);
+        let mut renewed = used();
+        renewed.connect_in(&config, t, now, bypass_tcp::Buffers::new(&config));
+        let syn = drain(&mut fresh, now);
+        proptest::prop_assert_eq!(format!("{syn:?}"), format!("{:?}", drain(&mut renewed, now)));
+        proptest::prop_assert_eq!(seen(&mut fresh, now), seen(&mut renewed, now));
+        let tsecr = syn[0].options.timestamps.map_or(0, |ts| ts.tsval);
+        let syn_ack = Segment {
+            src_port: remote_port,
+            dst_port: local_port,
+            seq: SeqNum(peer_iss),
+            ack: syn[0].seq + 1u32,
+            flags: Flags::SYN | Flags::ACK,
+            options: TcpOptions {
+                mss: Some(1400),
+                window_scale: window_scaling.then_some(5),
+                sack_permitted: sack,
+                timestamps: timestamps.then_some(Timestamps { tsval: 77, tsecr }),
+                ..TcpOptions::NONE
+            },
+            ..TEMPLATE
+        };
+        let later = now + Duration::from_millis(3);
+        for c in [&mut fresh, &mut renewed] {
+            c.handle_segment(later, &syn_ack);
+        }
+        proptest::prop_assert_eq!(seen(&mut fresh, later), seen(&mut renewed, later));
+    }
+}

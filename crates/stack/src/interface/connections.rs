@@ -154,10 +154,11 @@ pub(super) struct Connections {
     /// The 4-tuple index, hashed by foldhash's keyed folded multiply (`tuple_hash.rs`): SipHash
     /// cost about 200 instructions a segment once connections interleave.
     pub(super) table: HashMap<FourTuple, u32, TupleHasher>,
-    /// The slot `find` last found: most segments in a row are for one connection (the
-    /// one exchanging requests, the one moving bulk), and checking this slot's tuple is
-    /// cheaper than hashing the tuple. Needs no upkeep: a slot holds the connection of a
-    /// tuple only while the table maps that tuple to it (tuples are fixed at `insert`).
+    /// The slot `find` last found, or `insert` last filled: most segments in a row are for
+    /// one connection (the one exchanging requests, the one moving bulk, the one just
+    /// opened), and checking this slot's tuple is cheaper than hashing the tuple. Needs no
+    /// upkeep: a slot holds the connection of a tuple only while the table maps that tuple
+    /// to it (tuples are fixed at `insert`).
     last_found: Cell<u32>,
     /// The listeners by port, hashed by foldhash (`ListenerHasher`): the standard library's
     /// SipHash-1-3 of a port cost about 100 instructions a lookup, and a connection's
@@ -249,6 +250,9 @@ impl Connections {
         let id = SocketId { index, generation: slot.generation };
         let replaced = self.table.insert(tuple, index);
         debug_assert!(replaced.is_none(), "{tuple} is in the table already");
+        // The next segment is most likely this connection's (the SYN-ACK to our SYN, the ACK
+        // of our SYN-ACK): `find` then checks this slot first instead of hashing the tuple.
+        self.last_found.set(index);
         id
     }
 

@@ -189,6 +189,10 @@ impl Interface {
         id
     }
 
+    /// Take connection `index` out of the table for good: its counters go to the host's
+    /// totals, its empty buffers' storage to the pool and its box to the spares. Out of
+    /// line: once a connection, and `settle`, which calls it, is on every segment's path.
+    #[inline(never)]
     pub(super) fn remove(&mut self, index: u32) {
         if let Some(mut sock) = self.conns.remove(index) {
             let stats = sock.conn.stats();
