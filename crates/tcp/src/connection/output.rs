@@ -16,7 +16,7 @@ use crate::state::State;
 use crate::time::Instant;
 use crate::timer::Timer;
 use crate::wire;
-use crate::wire::{Flags, Segment};
+use crate::wire::{Flags, PlainHeader, Segment};
 use crate::wire::{TcpOptions, Timestamps};
 
 /// A TCP header without options.
@@ -503,28 +503,26 @@ impl Connection {
         if flags.ack() && !flags.syn() && self.ecn.ok && self.ecn.echo {
             flags |= Flags::ECE;
         }
-        let mut seg = Segment {
-            src_port: self.local.port(),
-            dst_port: remote.port(),
-            seq,
-            ack: if flags.ack() { self.rcv.nxt() } else { SeqNum(0) },
-            flags,
-            window,
-            urgent: 0,
-            options: TcpOptions::NONE,
-            payload: &[],
-        };
-        if let Some(options) = syn_options {
-            seg.options = *options;
-        }
-        if flags.ack() && self.sack_enabled && !flags.syn() {
-            self.rcv.sack_blocks(&mut seg.options, self.ts.enabled());
-        }
+        let (src_port, dst_port) = (self.local.port(), remote.port());
+        let ack = if flags.ack() { self.rcv.nxt() } else { SeqNum(0) };
         // RFC 7323 3.2: once negotiated, on every segment but RST (the SYN's come with it).
-        if !flags.syn() {
-            seg.options.timestamps = self.ts.option(now);
-        }
-        let hlen = match seg.write_header(buf) {
+        let timestamps = if flags.syn() { None } else { self.ts.option(now) };
+        let blocks = flags.ack() && self.sack_enabled && !flags.syn() && self.rcv.sack_blocks_due();
+        // A header whose only option is the timestamps (every segment but a SYN and one
+        // with SACK blocks) is written from these values as they are, without a `Segment`.
+        let written = if syn_options.is_none() && !blocks {
+            PlainHeader { src_port, dst_port, seq, ack, flags, window, timestamps }.write(buf)
+        } else {
+            let mut options = syn_options.copied().unwrap_or(TcpOptions::NONE);
+            if blocks {
+                self.rcv.fill_sack_blocks(&mut options, self.ts.enabled());
+            }
+            if !flags.syn() {
+                options.timestamps = timestamps;
+            }
+            Segment { src_port, dst_port, seq, ack, flags, window, urgent: 0, options, payload: &[] }.write_header(buf)
+        };
+        let hlen = match written {
             Ok(n) => n,
             Err(e) => {
                 log::error!("{:?}: cannot write a segment: {e}", self.tuple());
@@ -550,7 +548,11 @@ impl Connection {
             self.rcv.ack_sent();
             self.timers.stop(Timer::DelayedAck);
         }
-        log::trace!("{:?} {}: out {:?}", self.tuple(), self.state, Segment { payload: &buf[hlen..len], ..seg });
+        if log::log_enabled!(log::Level::Trace)
+            && let Ok(seg) = Segment::parse_unchecked(&buf[..len])
+        {
+            log::trace!("{:?} {}: out {:?}", self.tuple(), self.state, seg);
+        }
         Some(Transmit { len, kind, flags, seq, payload_len, ect })
     }
 
