@@ -173,6 +173,10 @@ impl RingBuffer {
 
     /// Copy committed bytes starting `offset` bytes after the front into `buf`
     /// without consuming them; return the count (0 if `offset >= len()`).
+    ///
+    /// Inlined (forced) into the segment writers: left to the compiler, the output side's
+    /// prediction called it.
+    #[inline(always)]
     pub fn peek(&self, offset: usize, buf: &mut [u8]) -> usize {
         if offset >= self.len {
             return 0;
