@@ -262,6 +262,7 @@ impl<'a> Segment<'a> {
     ///
     /// [`ParseError::Truncated`], [`ParseError::DataOffsetTooSmall`],
     /// [`ParseError::DataOffsetPastEnd`].
+    #[inline]
     pub fn parse_unchecked(bytes: &'a [u8]) -> Result<Segment<'a>, ParseError> {
         let Some((fixed, _)) = bytes.split_first_chunk::<FIXED_LEN>() else {
             return Err(ParseError::Truncated { len: bytes.len() });
