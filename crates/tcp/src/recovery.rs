@@ -808,6 +808,7 @@ impl Recovery {
     /// recovery in progress. `srtt_us` is the smoothed RTT in microseconds, `rto_at` when
     /// the retransmission timer would fire. (In microseconds, not `Duration`s: this runs
     /// on every segment sent.)
+    #[inline]
     pub fn probe_deadline(
         &self,
         now: Instant,
