@@ -141,6 +141,7 @@ impl RingBuffer {
     }
 
     /// Append as much of `data` as fits in [`free`](Self::free) and commit it; return the count.
+    #[inline]
     pub fn push(&mut self, data: &[u8]) -> usize {
         let n = data.len().min(self.free());
         self.copy_in(self.len, &data[..n]);
