@@ -141,6 +141,7 @@ impl RingBuffer {
     }
 
     /// Append as much of `data` as fits in [`free`](Self::free) and commit it; return the count.
+    #[inline]
     pub fn push(&mut self, data: &[u8]) -> usize {
         let n = data.len().min(self.free());
         self.copy_in(self.len, &data[..n]);
@@ -173,6 +174,10 @@ impl RingBuffer {
 
     /// Copy committed bytes starting `offset` bytes after the front into `buf`
     /// without consuming them; return the count (0 if `offset >= len()`).
+    ///
+    /// Inlined (forced) into the segment writers: left to the compiler, the output side's
+    /// prediction called it.
+    #[inline(always)]
     pub fn peek(&self, offset: usize, buf: &mut [u8]) -> usize {
         if offset >= self.len {
             return 0;

@@ -43,6 +43,12 @@ const MAX_UNDO_RANGES: usize = 1024;
 /// `tcp_max_reordering`, 300 segments).
 const MAX_REORDERING: u32 = 300;
 
+/// Return `d` in whole microseconds (every RTT here is a whole number of them: the clock's
+/// unit), saturating.
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
 /// The worst-case delayed-ACK time a probe must outwait when one segment is in flight (RFC
 /// 8985 section 7.2: WCDelAckT, 200 ms).
 const WORST_DELAYED_ACK: Duration = Duration::from_millis(200);
@@ -105,12 +111,16 @@ pub(crate) struct Recovery {
     /// RACK.xmit_ts and RACK.end_seq: the most recently sent segment delivered.
     rack_xmit: Option<(Instant, SeqNum)>,
     /// RACK.rtt: the RTT of that segment.
-    rack_rtt: Option<Duration>,
+    ///
+    /// This and the two RTTs below in microseconds, as the clock gives them and the RTT
+    /// estimator keeps them (every sample is a whole number of them): compared and kept on
+    /// every ACK without `Duration`s, made one where a `Duration` is read.
+    rack_rtt: Option<u64>,
     /// The smallest RTT seen (RACK's min_RTT).
-    min_rtt: Option<Duration>,
+    min_rtt: Option<u64>,
     /// The largest per-ACK RTT sample, and the count of them (for `Stats`: the base RTT
     /// plus the most queueing seen).
-    max_rtt: Option<Duration>,
+    max_rtt: Option<u64>,
     /// The connection's smoothed RTT at the last ACK: the reordering window's ceiling.
     srtt: Option<Duration>,
     rtt_samples: u64,
@@ -184,7 +194,7 @@ impl Recovery {
     /// Return the smallest RTT seen (RACK's min_RTT), the largest per-ACK sample, and the
     /// count of per-ACK samples, for [`Stats`](crate::Stats).
     pub fn rtt_range(&self) -> (Option<Duration>, Option<Duration>, u64) {
-        (self.min_rtt, self.max_rtt, self.rtt_samples)
+        (self.min_rtt.map(Duration::from_micros), self.max_rtt.map(Duration::from_micros), self.rtt_samples)
     }
 
     /// Return whether a reduction is under way: a fast recovery, or a timeout's (or a fall
@@ -258,7 +268,7 @@ impl Recovery {
         // needs N_RTT_SAMPLE = 8 a round (RFC 9406 4.2), which one per flight never gave.
         let rtt = if ctx.advanced { d.rtt_sample(ctx.now).or(ctx.rtt) } else { ctx.rtt };
         if let Some(rtt) = rtt {
-            self.note_rtt(rtt);
+            self.note_rtt(micros(rtt));
         }
         self.srtt = ctx.srtt;
         // RFC 8985 6.2 step 1: a resend delivered counts for RACK unless the delivery may be
@@ -387,7 +397,7 @@ impl Recovery {
                 delivered: d.delivered,
                 in_flight: ctx.flight_before,
                 rtt,
-                min_rtt: self.min_rtt,
+                min_rtt: self.min_rtt.map(Duration::from_micros),
                 app_limited: d.app_limited || !ctx.cwnd_limited,
             });
         }
@@ -436,7 +446,7 @@ impl Recovery {
         // show that the general path acts on each (the caller asks `quiet` first).
         // The cumulative ACK's sample (`Delivery::rtt_sample`), which is RACK's too: the
         // newest segment delivered is this one.
-        let rtt = now.saturating_duration_since(seg.sent_at);
+        let rtt = now.as_micros().saturating_sub(seg.sent_at.as_micros());
         self.note_rtt(rtt);
         self.srtt = srtt;
         self.rack_rtt = Some(rtt);
@@ -453,8 +463,8 @@ impl Recovery {
             now,
             delivered: seg.len(),
             in_flight: flight_before,
-            rtt: Some(rtt),
-            min_rtt: self.min_rtt,
+            rtt: Some(Duration::from_micros(rtt)),
+            min_rtt: self.min_rtt.map(Duration::from_micros),
             app_limited: seg.app_limited || !cwnd_limited,
         });
     }
@@ -540,7 +550,7 @@ impl Recovery {
     /// min_RTT after their resend: the delivery was of the originals (RFC 8985 6.2 step 1).
     fn resend_was_needless(&self, now: Instant, d: &Delivery) -> bool {
         let (Some((_, _, at)), Some(min_rtt)) = (d.resent, self.min_rtt) else { return false };
-        now.saturating_duration_since(at) < min_rtt
+        now.as_micros().saturating_sub(at.as_micros()) < min_rtt
     }
 
     /// Without SACK, the originals of the resends `d` delivered arrived: the network held
@@ -798,6 +808,7 @@ impl Recovery {
     /// recovery in progress. `srtt_us` is the smoothed RTT in microseconds, `rto_at` when
     /// the retransmission timer would fire. (In microseconds, not `Duration`s: this runs
     /// on every segment sent.)
+    #[inline]
     pub fn probe_deadline(
         &self,
         now: Instant,
@@ -835,24 +846,25 @@ impl Recovery {
     fn rack_update(&mut self, now: Instant, d: &Delivery, resends: bool) {
         let candidate = match (d.newest, d.newest_any) {
             (Some((at, end)), _) => {
-                let rtt = now.saturating_duration_since(at);
+                let rtt = now.as_micros().saturating_sub(at.as_micros());
                 self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
                 Some((at, end))
             }
             (None, Some((at, end))) if resends => {
-                let rtt = now.saturating_duration_since(at);
+                let rtt = now.as_micros().saturating_sub(at.as_micros());
                 self.min_rtt.is_some_and(|m| rtt >= m).then_some((at, end))
             }
             _ => None,
         };
         let Some((at, end)) = candidate else { return };
-        self.rack_rtt = Some(now.saturating_duration_since(at));
+        self.rack_rtt = Some(now.as_micros().saturating_sub(at.as_micros()));
         self.advance_rack_xmit(at, end);
     }
 
-    /// Count an RTT sample in min_RTT, the largest RTT seen and the samples taken.
+    /// Count an RTT sample (microseconds) in min_RTT, the largest RTT seen and the samples
+    /// taken.
     #[inline]
-    fn note_rtt(&mut self, rtt: Duration) {
+    fn note_rtt(&mut self, rtt: u64) {
         self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
         self.max_rtt = Some(self.max_rtt.map_or(rtt, |m| m.max(rtt)));
         self.rtt_samples += 1;
@@ -879,7 +891,8 @@ impl Recovery {
         if !self.reordering_seen && (self.in_recovery() || sent.sacked() >= DUP_THRESH * smss) {
             return Duration::ZERO;
         }
-        let window = self.min_rtt.map_or(Duration::ZERO, |m| m / 4) * self.reo_wnd_mult.max(1);
+        // A quarter of min_RTT in nanoseconds, as a `Duration` divides.
+        let window = self.min_rtt.map_or(Duration::ZERO, |m| Duration::from_micros(m) / 4) * self.reo_wnd_mult.max(1);
         self.srtt.map_or(window, |srtt| window.min(srtt))
     }
 
@@ -891,7 +904,7 @@ impl Recovery {
             // All acknowledged (every ACK of a request/response exchange): nothing to mark.
             return None;
         }
-        let ((xmit, xmit_end), rtt) = (self.rack_xmit?, self.rack_rtt?);
+        let ((xmit, xmit_end), rtt) = (self.rack_xmit?, self.rack_rtt.map(Duration::from_micros)?);
         let wait = rtt + self.reo_wnd(sent, smss);
         let mut next: Option<Instant> = None;
         for i in 0..sent.len() {
@@ -1016,7 +1029,7 @@ mod tests {
         // multiplier raised once per round trip in which a D-SACK arrives.
         let (mut r, mut sent) = (Recovery::default(), SentQueue::default());
         let mut cc = CongestionControl::new(Algorithm::Cubic, 1000);
-        r.min_rtt = Some(Duration::from_millis(4));
+        r.min_rtt = Some(4_000);
         r.reordering_seen = true;
         // D-SACKs count only while they report no more than was resent (Linux's
         // tcp_dsack_seen): resend as many segments as the test D-SACKs.
@@ -1201,7 +1214,7 @@ mod tests {
         };
         for (after, undone, thresh) in [(2, true, 18), (25, false, DUP_THRESH)] {
             let (mut r, mut sent, mut cc, before) = after_a_timeout_and_one_resend();
-            r.min_rtt = Some(Duration::from_millis(20));
+            r.min_rtt = Some(20_000);
             r.dup_acks = 17;
             let t = Instant::from_millis(after);
             let ctx = AckContext { sack: false, ..ack(t, 2000, 5000) };
@@ -1219,7 +1232,7 @@ mod tests {
         for k in 1..5 {
             sent.push(SeqNum(k * 1000), SeqNum(k * 1000 + 1000), Instant::ZERO, false);
         }
-        r.min_rtt = Some(Duration::from_millis(20));
+        r.min_rtt = Some(20_000);
         let before = cc.ssthresh();
         for _ in 0..3 {
             let ctx = AckContext {

@@ -593,9 +593,21 @@ impl RecvSpace {
     /// ACKs' chances to be seen, where always naming the lowest would leave the rest for
     /// the sender to resend although we hold them.
     ///
-    /// Inlined down to the case of no block (every segment sent asks), the walk out of line.
-    #[inline]
+    /// For the tests: a segment's writer asks [`sack_blocks_due`](Self::sack_blocks_due)
+    /// (inlined, every segment sent asks) and calls [`fill_sack_blocks`](Self::fill_sack_blocks),
+    /// the walk, out of line, only when it says so.
+    #[cfg(test)]
     pub(crate) fn sack_blocks(&mut self, options: &mut TcpOptions, ts: bool) {
+        if self.sack_blocks_due() {
+            self.fill_sack_blocks(options, ts);
+        }
+    }
+
+    /// Return whether an ACK sent now carries SACK blocks, which
+    /// [`fill_sack_blocks`](Self::fill_sack_blocks) then fills; with none, forget the
+    /// blocks last reported, as [`sack_blocks`](Self::sack_blocks) does.
+    #[inline]
+    pub(crate) fn sack_blocks_due(&mut self) -> bool {
         // Nothing held out of order and no duplicate waiting, as on nearly every ACK: no
         // block to send, and none reported. Two counts, in the receive space's hot line,
         // rather than the walk below over the blocks last reported and the ranges.
@@ -603,15 +615,15 @@ impl RecvSpace {
             if !self.sack_reported.is_empty() {
                 self.sack_reported = SackBlocks::new();
             }
-            return;
+            return false;
         }
-        self.fill_sack_blocks(options, ts);
+        true
     }
 
     /// [`sack_blocks`](Self::sack_blocks) with out-of-order data held or a duplicate to
     /// report.
     #[inline(never)]
-    fn fill_sack_blocks(&mut self, options: &mut TcpOptions, ts: bool) {
+    pub(crate) fn fill_sack_blocks(&mut self, options: &mut TcpOptions, ts: bool) {
         // A duplicate received goes first, once (D-SACK, RFC 2883 section 4).
         let dsack = self.dsack.pop();
         if let Some((left, right)) = dsack {

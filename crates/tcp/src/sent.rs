@@ -171,6 +171,7 @@ impl SentQueue {
     }
 
     /// Record new data `start..end` sent at `now` (`start` is SND.MAX).
+    #[inline(always)]
     pub fn push(&mut self, start: SeqNum, end: SeqNum, now: Instant, app_limited: bool) {
         debug_assert!(self.segs.back().is_none_or(|s| s.end == start), "new data starts at SND.MAX");
         self.in_flight += end - start;

@@ -800,4 +800,4 @@ impl Connection {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

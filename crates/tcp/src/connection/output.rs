@@ -16,7 +16,7 @@ use crate::state::State;
 use crate::time::Instant;
 use crate::timer::Timer;
 use crate::wire;
-use crate::wire::{Flags, Segment};
+use crate::wire::{Flags, PlainHeader, Segment};
 use crate::wire::{TcpOptions, Timestamps};
 
 /// A TCP header without options.
@@ -99,6 +99,14 @@ impl Connection {
                 return None;
             }
             _ => {}
+        }
+        // New data in ESTABLISHED with nothing unusual pending: what `send_new` and
+        // `send_segment` would send, on a straight path.
+        if self.state == State::Established
+            && self.snd.unsent() > 0
+            && let Some(t) = self.send_predicted(now, buf)
+        {
+            return Some(t);
         }
         // Segments detected lost go first (RFC 6675 5, NextSeg rule 1; RFC 8985 6.3).
         if let Some(t) = self.retransmit_lost(now, buf) {
@@ -240,6 +248,13 @@ impl Connection {
 
     /// Arm the tail-loss probe after progress or a transmission (RFC 8985 7.2).
     pub(super) fn arm_loss_probe(&mut self, now: Instant) {
+        self.arm_loss_probe_inline(now);
+    }
+
+    /// [`arm_loss_probe`](Self::arm_loss_probe), inlined (forced) into the output side's
+    /// prediction, where the compiler would call it.
+    #[inline(always)]
+    fn arm_loss_probe_inline(&mut self, now: Instant) {
         let flight = self.snd.in_flight();
         let rto_at = self.timers.get(Timer::Retransmit);
         match self.rel.recovery.probe_deadline(
@@ -311,6 +326,125 @@ impl Connection {
         // What `send_from` would work out again from SND.MAX: the length already fits the
         // data, the MSS and the buffer, and the FIN goes where the data ends.
         self.send_segment(now, next, len as usize, with_fin, data_end, buf)
+    }
+
+    /// Send new data from SND.MAX in ESTABLISHED, as [`send_new`](Self::send_new) and
+    /// `send_segment` would, on a straight path for the segment nearly every segment sent
+    /// is (an exchange's request or reply, a bulk sender's data): the output side's header
+    /// prediction. Return `None`, having changed nothing, unless all of this holds, and the
+    /// general path then decides as before: data queued and no FIN (so no FIN to place);
+    /// nothing marked lost (`retransmit_lost` would find nothing); no pacing (the pacer
+    /// lets everything out); no restart after idle due (RFC 5681 4.1); no SACK blocks to
+    /// send (the header carries the timestamps at most, and the payload room is the
+    /// general path's); a segment the windows, Nagle and SWS avoidance let out now
+    /// (RFC 9293 3.7.4, 3.8.6.2.1, rules 1 to 3: the override, 4, is the general path's);
+    /// and a pseudo-header sum for the connection's addresses, with the segment short
+    /// enough for IPv4's length field (so that neither writing nor the checksum can fail).
+    ///
+    /// The test `input::tests::sends_what_the_general_path_sends` holds it to the general
+    /// path.
+    #[inline(never)]
+    fn send_predicted(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        #[cfg(test)]
+        if super::input::tests::general_send_only() {
+            return None;
+        }
+        let unsent = self.snd.unsent();
+        if unsent == 0 || self.snd.fin_queued() || self.snd.sent.lost() != 0 || self.config.pacing {
+            return None;
+        }
+        let (next, una) = (self.snd.max(), self.snd.una());
+        if !self.snd.syn_acked()
+            || (una == next
+                && self
+                    .snd
+                    .last_data_at()
+                    .is_some_and(|at| now.as_micros().saturating_sub(at.as_micros()) > self.rel.rtt.rto_us()))
+            || (self.sack_enabled && self.rcv.has_sack_blocks())
+        {
+            return None;
+        }
+        let remote = self.remote.as_ref()?;
+        let dst_port = remote.port();
+        let pseudo = wire::PseudoSum::of(&self.local, remote).ok()?;
+        // `send_new`'s decision, for a segment from SND.MAX without FIN, unforced.
+        let smss = u32::from(self.snd.mss());
+        let peer_room = self.snd.wnd().min(self.flight_cap).saturating_sub(next - una);
+        let pipe = self.rel.recovery.pipe(&self.snd.sent, smss);
+        let usable = peer_room.min(self.rel.cc.cwnd().saturating_sub(pipe));
+        let timestamps = self.ts.option(now);
+        let hlen = BASE_HEADER + self.ts.option_len();
+        let full = (smss as usize).min(buf.len().saturating_sub(hlen)) as u32;
+        let len = unsent.min(full).min(usable);
+        if len == 0 || hlen + len as usize > usize::from(u16::MAX) {
+            return None;
+        }
+        let max_wnd = if self.snd.sws_max_wnd() > 0 { self.snd.sws_max_wnd() } else { self.snd.wnd() };
+        let send = len == full
+            || (max_wnd > 0 && len >= max_wnd / 2)
+            || (len == unsent && (!self.config.nagle || next == una));
+        if !send {
+            return None;
+        }
+        // `send_segment` and `write_segment` for new data (RFC 3168 6.1.5 and 6.1.3 for
+        // ECT, CWR and ECE, as there).
+        let seq = next;
+        let mut flags = Flags::ACK;
+        if len == unsent {
+            flags |= Flags::PSH;
+        }
+        let ect = self.ecn.ok;
+        if ect && self.ecn.queue_cwr {
+            self.ecn.queue_cwr = false;
+            flags |= Flags::CWR;
+        }
+        let window = self.rcv.advertise_window();
+        if self.ecn.ok && self.ecn.echo {
+            flags |= Flags::ECE;
+        }
+        if self.sack_enabled {
+            // None to send (above): this forgets the blocks last reported, as there.
+            let blocks = self.rcv.sack_blocks_due();
+            debug_assert!(!blocks);
+        }
+        let ack = self.rcv.nxt();
+        let header = PlainHeader { src_port: self.local.port(), dst_port, seq, ack, flags, window, timestamps };
+        // Neither fails: `buf` holds the header and `len` bytes, fewer than 65,536.
+        let hlen = header.write(buf).ok()?;
+        let offset = (seq - self.snd.buf_seq()) as usize;
+        let payload_len = self.snd.buf.peek(offset, &mut buf[hlen..hlen + len as usize]);
+        let total = hlen + payload_len;
+        wire::fill_checksum(self.config.tx_checksum, pseudo, &mut buf[..total]).ok()?;
+        self.stats.segs_out += 1;
+        self.stats.bytes_out += payload_len as u64;
+        self.ts.ack_sent(ack);
+        self.rcv.ack_sent();
+        self.timers.stop(Timer::DelayedAck);
+        if log::log_enabled!(log::Level::Trace)
+            && let Ok(seg) = Segment::parse_unchecked(&buf[..total])
+        {
+            log::trace!("{:?} {}: out {:?}", self.tuple(), self.state, seg);
+        }
+        // The record of new data, as `send_segment` keeps it.
+        let end = seq + len;
+        self.rel.time_segment(end, now);
+        let app_limited = len == unsent && pipe + len < self.rel.cc.cwnd();
+        self.snd.sent.push(seq, end, now, app_limited);
+        self.snd.sent_new(end);
+        self.rel.recovery.on_sent(seq, len, false, self.ts.tsval(now));
+        self.snd.raise_pipe_high(self.rel.recovery.pipe(&self.snd.sent, smss));
+        self.snd.resume_at_max();
+        self.snd.note_data_sent(now);
+        if self.rel.unacked_since().is_none() {
+            self.set_unacked_since(Some(now));
+        }
+        if !self.timers.is_armed(Timer::Retransmit) {
+            self.timers.set(Timer::Retransmit, self.rel.rtt.rto_deadline(now));
+        }
+        self.arm_loss_probe_inline(now);
+        #[cfg(test)]
+        super::input::tests::count_predicted_send();
+        Some(Transmit { len: total, kind: TransmitKind::Data, flags, seq, payload_len, ect })
     }
 
     /// Write the segment starting at `seq` with up to `max_len` bytes of data (and the FIN
@@ -503,28 +637,26 @@ impl Connection {
         if flags.ack() && !flags.syn() && self.ecn.ok && self.ecn.echo {
             flags |= Flags::ECE;
         }
-        let mut seg = Segment {
-            src_port: self.local.port(),
-            dst_port: remote.port(),
-            seq,
-            ack: if flags.ack() { self.rcv.nxt() } else { SeqNum(0) },
-            flags,
-            window,
-            urgent: 0,
-            options: TcpOptions::NONE,
-            payload: &[],
-        };
-        if let Some(options) = syn_options {
-            seg.options = *options;
-        }
-        if flags.ack() && self.sack_enabled && !flags.syn() {
-            self.rcv.sack_blocks(&mut seg.options, self.ts.enabled());
-        }
+        let (src_port, dst_port) = (self.local.port(), remote.port());
+        let ack = if flags.ack() { self.rcv.nxt() } else { SeqNum(0) };
         // RFC 7323 3.2: once negotiated, on every segment but RST (the SYN's come with it).
-        if !flags.syn() {
-            seg.options.timestamps = self.ts.option(now);
-        }
-        let hlen = match seg.write_header(buf) {
+        let timestamps = if flags.syn() { None } else { self.ts.option(now) };
+        let blocks = flags.ack() && self.sack_enabled && !flags.syn() && self.rcv.sack_blocks_due();
+        // A header whose only option is the timestamps (every segment but a SYN and one
+        // with SACK blocks) is written from these values as they are, without a `Segment`.
+        let written = if syn_options.is_none() && !blocks {
+            PlainHeader { src_port, dst_port, seq, ack, flags, window, timestamps }.write(buf)
+        } else {
+            let mut options = syn_options.copied().unwrap_or(TcpOptions::NONE);
+            if blocks {
+                self.rcv.fill_sack_blocks(&mut options, self.ts.enabled());
+            }
+            if !flags.syn() {
+                options.timestamps = timestamps;
+            }
+            Segment { src_port, dst_port, seq, ack, flags, window, urgent: 0, options, payload: &[] }.write_header(buf)
+        };
+        let hlen = match written {
             Ok(n) => n,
             Err(e) => {
                 log::error!("{:?}: cannot write a segment: {e}", self.tuple());
@@ -550,7 +682,11 @@ impl Connection {
             self.rcv.ack_sent();
             self.timers.stop(Timer::DelayedAck);
         }
-        log::trace!("{:?} {}: out {:?}", self.tuple(), self.state, Segment { payload: &buf[hlen..len], ..seg });
+        if log::log_enabled!(log::Level::Trace)
+            && let Ok(seg) = Segment::parse_unchecked(&buf[..len])
+        {
+            log::trace!("{:?} {}: out {:?}", self.tuple(), self.state, seg);
+        }
         Some(Transmit { len, kind, flags, seq, payload_len, ect })
     }
 

@@ -292,7 +292,7 @@ impl PseudoSum {
 /// # Errors
 ///
 /// As [`set_checksum_as`]; `segment` is unchanged on error.
-#[inline]
+#[inline(always)]
 pub(crate) fn fill_checksum(mode: Checksum, pseudo: PseudoSum, segment: &mut [u8]) -> Result<(), EmitError> {
     if segment.len() < FIXED_LEN {
         return Err(EmitError::BufferTooSmall { needed: FIXED_LEN, available: segment.len() });

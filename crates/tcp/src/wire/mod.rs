@@ -59,6 +59,7 @@ mod segment;
 pub use checksum::{Checksum, set_checksum, set_checksum_as};
 pub(crate) use checksum::{PseudoSum, fill_checksum};
 pub use options::{SackBlock, SackBlocks, TcpOptions, Timestamps};
+pub(crate) use segment::PlainHeader;
 pub use segment::{Flags, Segment};
 
 /// Why bytes could not be parsed as a TCP segment.

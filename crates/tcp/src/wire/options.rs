@@ -164,7 +164,7 @@ impl fmt::Debug for TcpOptions {
 // ---------------------------------------------------------------------------
 
 /// Option kinds (IANA "TCP Option Kind Numbers").
-mod kind {
+pub(super) mod kind {
     pub const EOL: u8 = 0;
     pub const NOP: u8 = 1;
     pub const MSS: u8 = 2;

@@ -16,7 +16,7 @@ use etherparse::err::tcp::{HeaderError, HeaderSliceError};
 use super::checksum::{
     Checksum, FIXED_LEN, add_words, checksum_field, compute_checksum, pseudo_header, store_checksum,
 };
-use super::options::{TcpOptions, options_len, parse_options, write_option_area};
+use super::options::{TcpOptions, Timestamps, kind, options_len, parse_options, write_option_area};
 use super::{EmitError, ParseError};
 use crate::seq::SeqNum;
 
@@ -262,6 +262,7 @@ impl<'a> Segment<'a> {
     ///
     /// [`ParseError::Truncated`], [`ParseError::DataOffsetTooSmall`],
     /// [`ParseError::DataOffsetPastEnd`].
+    #[inline]
     pub fn parse_unchecked(bytes: &'a [u8]) -> Result<Segment<'a>, ParseError> {
         let Some((fixed, _)) = bytes.split_first_chunk::<FIXED_LEN>() else {
             return Err(ParseError::Truncated { len: bytes.len() });
@@ -301,6 +302,71 @@ impl<'a> Segment<'a> {
             options,
             payload,
         })
+    }
+}
+
+/// The header of a segment whose only option is the timestamps option, or none: every
+/// segment of a connection but its SYN and those that carry SACK blocks. What
+/// [`Segment::write_header`] writes for a `Segment` with these fields, no urgent pointer,
+/// and options `TcpOptions { timestamps, ..TcpOptions::NONE }`, written without building
+/// that 96-byte value and sizing its option area from each option's presence.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PlainHeader {
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub seq: SeqNum,
+    pub ack: SeqNum,
+    pub flags: Flags,
+    pub window: u16,
+    pub timestamps: Option<Timestamps>,
+}
+
+impl PlainHeader {
+    /// Return the header length: 20 bytes, and 12 more with timestamps (two NOPs before
+    /// the 10-byte option, as Linux aligns it, RFC 7323 Appendix A).
+    #[inline(always)]
+    pub(crate) fn len(&self) -> usize {
+        if self.timestamps.is_some() { FIXED_LEN + 12 } else { FIXED_LEN }
+    }
+
+    /// Write the header into `buf` and return its length, the checksum field left zero, as
+    /// [`Segment::write_header`] does.
+    ///
+    /// # Errors
+    ///
+    /// [`EmitError::BufferTooSmall`] when `buf` is shorter than the header; `buf` is
+    /// unchanged then.
+    #[inline(always)]
+    pub(crate) fn write(&self, buf: &mut [u8]) -> Result<usize, EmitError> {
+        let header_len = self.len();
+        let Some((fixed, options)) =
+            buf.get_mut(..header_len).and_then(|header| header.split_first_chunk_mut::<FIXED_LEN>())
+        else {
+            return Err(EmitError::BufferTooSmall { needed: header_len, available: buf.len() });
+        };
+        let [sp0, sp1] = self.src_port.to_be_bytes();
+        let [dp0, dp1] = self.dst_port.to_be_bytes();
+        let [s0, s1, s2, s3] = self.seq.0.to_be_bytes();
+        let [a0, a1, a2, a3] = self.ack.0.to_be_bytes();
+        let data_offset = (header_len / 4) as u8;
+        let [ns, flags] = self.flags.bits().to_be_bytes();
+        let [w0, w1] = self.window.to_be_bytes();
+        #[rustfmt::skip]
+        let bytes = [
+            sp0, sp1, dp0, dp1,
+            s0, s1, s2, s3,
+            a0, a1, a2, a3,
+            (data_offset << 4) | (ns & 1), flags, w0, w1,
+            0, 0, 0, 0,
+        ];
+        *fixed = bytes;
+        if let (Some(ts), Some(area)) = (self.timestamps, options.first_chunk_mut::<12>()) {
+            let [v0, v1, v2, v3] = ts.tsval.to_be_bytes();
+            let [e0, e1, e2, e3] = ts.tsecr.to_be_bytes();
+            // NOP, NOP, kind 8, length 10 (RFC 7323 3.2), TSval, TSecr.
+            *area = [kind::NOP, kind::NOP, kind::TIMESTAMPS, 10, v0, v1, v2, v3, e0, e1, e2, e3];
+        }
+        Ok(header_len)
     }
 }
 
@@ -897,6 +963,34 @@ mod tests {
             let pseudo = PseudoSum::new(src, dst).unwrap();
             prop_assert_eq!(fill_checksum(mode, pseudo, &mut ours[..len]), Ok(()));
             prop_assert_eq!(ours, general);
+        }
+
+        /// A header whose only option is the timestamps (or none), written as a
+        /// `PlainHeader`, is the bytes `write_header` writes for the same `Segment`, in a
+        /// buffer prefilled so that unwritten bytes show, and the same error into a buffer
+        /// too short, which is left as it was.
+        #[test]
+        fn a_plain_header_is_write_headers(
+            (src_port, dst_port, seq, ack) in any::<(u16, u16, u32, u32)>(),
+            (flags, window) in (0u16..0x200, any::<u16>()),
+            ts in proptest::option::of(any::<(u32, u32)>()),
+            short in 0usize..32,
+        ) {
+            let timestamps = ts.map(|(tsval, tsecr)| Timestamps { tsval, tsecr });
+            let (seq, ack, flags) = (SeqNum(seq), SeqNum(ack), Flags::from_bits(flags));
+            let seg = Segment {
+                src_port, dst_port, seq, ack, flags, window, urgent: 0,
+                options: TcpOptions { timestamps, ..TcpOptions::NONE }, payload: &[],
+            };
+            let plain = PlainHeader { src_port, dst_port, seq, ack, flags, window, timestamps };
+            prop_assert_eq!(plain.len(), seg.header_len());
+            let (mut general, mut ours) = ([0xa5u8; 64], [0xa5u8; 64]);
+            prop_assert_eq!(plain.write(&mut ours), seg.write_header(&mut general));
+            prop_assert_eq!(ours, general);
+            let short = short.min(plain.len() - 1);
+            let (mut general, mut ours) = ([0xa5u8; 64], [0xa5u8; 64]);
+            prop_assert_eq!(plain.write(&mut ours[..short]), seg.write_header(&mut general[..short]));
+            prop_assert_eq!(ours, [0xa5u8; 64]);
         }
 
         #[test]

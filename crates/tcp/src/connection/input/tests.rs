@@ -23,11 +23,26 @@ use crate::wire::{Flags, SackBlock, Segment, Timestamps};
 thread_local! {
     /// Send every segment the general way (header prediction off), for the comparison.
     static GENERAL_ONLY: Cell<bool> = const { Cell::new(false) };
+    /// Write every segment the general way (the output side's prediction,
+    /// `send_predicted`, off), for the comparison.
+    static GENERAL_SEND: Cell<bool> = const { Cell::new(false) };
+    /// Segments `send_predicted` wrote on this thread.
+    static PREDICTED_SENDS: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Return whether header prediction is off on this thread.
 pub(super) fn general_only() -> bool {
     GENERAL_ONLY.with(Cell::get)
+}
+
+/// Return whether the output side's prediction is off on this thread.
+pub(in crate::connection) fn general_send_only() -> bool {
+    GENERAL_SEND.with(Cell::get)
+}
+
+/// Count a segment `send_predicted` wrote.
+pub(in crate::connection) fn count_predicted_send() {
+    PREDICTED_SENDS.with(|n| n.set(n.get() + 1));
 }
 
 /// What a run does next.
@@ -116,11 +131,12 @@ struct Settings {
     keepalive: bool,
     nagle: bool,
     newreno: bool,
+    pacing: bool,
     buffer: usize,
 }
 
 fn settings() -> impl Strategy<Value = Settings> {
-    (any::<[bool; 8]>(), prop::sample::select(vec![1024usize, 4096, 16 * 1024, 64 * 1024])).prop_map(|(b, buffer)| {
+    (any::<[bool; 9]>(), prop::sample::select(vec![1024usize, 4096, 16 * 1024, 64 * 1024])).prop_map(|(b, buffer)| {
         Settings {
             timestamps: b[0],
             sack: b[1],
@@ -130,6 +146,7 @@ fn settings() -> impl Strategy<Value = Settings> {
             keepalive: b[5],
             nagle: b[6],
             newreno: b[7],
+            pacing: b[8],
             buffer,
         }
     })
@@ -151,6 +168,7 @@ impl Settings {
             }),
             nagle: self.nagle,
             congestion: if self.newreno { Algorithm::NewReno } else { Algorithm::Cubic },
+            pacing: self.pacing,
             send_buffer: self.buffer,
             recv_buffer: self.buffer,
             send_buffer_max: self.buffer * 4,
@@ -340,7 +358,17 @@ fn tweaked(mut seg: Segment<'_>, tweak: Tweak) -> Segment<'_> {
 /// Run `ops` after the handshake, with prediction or without; return the log and the
 /// segments prediction took.
 fn run(settings: &Settings, ops: &[Op], general: bool) -> (String, usize) {
-    GENERAL_ONLY.with(|g| g.set(general));
+    let (log, predicted, _) = run_with(settings, ops, general, false);
+    (log, predicted)
+}
+
+/// Run `ops` after the handshake, with the input side's prediction or without
+/// (`general_in`), and the output side's or without (`general_out`); return the log, the
+/// segments prediction took and those `send_predicted` wrote.
+fn run_with(settings: &Settings, ops: &[Op], general_in: bool, general_out: bool) -> (String, usize, usize) {
+    GENERAL_ONLY.with(|g| g.set(general_in));
+    GENERAL_SEND.with(|g| g.set(general_out));
+    PREDICTED_SENDS.with(|n| n.set(0));
     let mut r = Run::new(settings);
     let handshake = [
         Op::Poll { side: 0 },
@@ -354,7 +382,8 @@ fn run(settings: &Settings, ops: &[Op], general: bool) -> (String, usize) {
         r.apply(op);
     }
     GENERAL_ONLY.with(|g| g.set(false));
-    (r.log, r.predicted)
+    GENERAL_SEND.with(|g| g.set(false));
+    (r.log, r.predicted, PREDICTED_SENDS.with(Cell::get))
 }
 
 /// Compare two logs line by line, naming the first that differs.
@@ -376,6 +405,18 @@ proptest! {
         assert_same(&fast, &general);
         let _ = predicted;
     }
+
+    /// The output side's prediction (`send_predicted`) held to the general path
+    /// (`send_new`, `send_segment`): the same segments, byte for byte, events and state,
+    /// input prediction on in both runs.
+    #[test]
+    fn sends_what_the_general_path_sends(settings in settings(), ops in prop::collection::vec(op(), 1..300)) {
+        let (fast, _, sent) = run_with(&settings, &ops, false, false);
+        let (general, _, none) = run_with(&settings, &ops, false, true);
+        prop_assert_eq!(none, 0);
+        assert_same(&fast, &general);
+        let _ = sent;
+    }
 }
 
 /// The request/response exchange and a one-way transfer, with and without timestamps,
@@ -392,6 +433,7 @@ fn an_exchange_and_a_transfer_are_predicted() {
             keepalive: false,
             nagle: true,
             newreno: false,
+            pacing: true,
             buffer: 64 * 1024,
         };
         let mut ops = Vec::new();
@@ -473,6 +515,7 @@ fn each_condition_at_its_edge() {
             keepalive: true,
             nagle: true,
             newreno: true,
+            pacing: true,
             buffer: 64 * 1024,
         };
         // The server sends 64 bytes, the client takes them and answers with 64 that
@@ -493,5 +536,147 @@ fn each_condition_at_its_edge() {
         let (slow, _) = run(&settings, &ops, true);
         assert_eq!(after - before == 1, expected, "{what}: predicted {}", after - before);
         assert_same(&fast, &slow);
+    }
+}
+
+/// The exchange and a one-way transfer, without pacing: the output side's prediction
+/// writes nearly every data segment, and the two runs agree.
+#[test]
+fn an_exchange_and_a_transfer_are_sent_predicted() {
+    for b in 0..16u8 {
+        let settings = Settings {
+            timestamps: b & 1 != 0,
+            sack: b & 2 != 0,
+            window_scaling: true,
+            ecn: b & 4 != 0,
+            delayed_ack: true,
+            keepalive: false,
+            nagle: b & 8 != 0,
+            newreno: true,
+            pacing: false,
+            buffer: 64 * 1024,
+        };
+        let mut ops = Vec::new();
+        for _ in 0..50 {
+            ops.extend([
+                Op::Send { side: 0, len: 64 },
+                Op::Poll { side: 0 },
+                Op::Deliver { side: 1, index: 0, tweak: Tweak::None, ce: false, dup: false },
+                Op::Recv { side: 1, len: 64 },
+                Op::Send { side: 1, len: 64 },
+                Op::Poll { side: 1 },
+                Op::Deliver { side: 0, index: 0, tweak: Tweak::None, ce: false, dup: false },
+                Op::Recv { side: 0, len: 64 },
+                Op::Wait { ms: 1 },
+            ]);
+        }
+        for _ in 0..50 {
+            ops.extend([
+                Op::Send { side: 0, len: 2896 },
+                Op::Poll { side: 0 },
+                Op::Deliver { side: 1, index: 0, tweak: Tweak::None, ce: false, dup: false },
+                Op::Deliver { side: 1, index: 0, tweak: Tweak::None, ce: false, dup: false },
+                Op::Recv { side: 1, len: 70_000 },
+                Op::Poll { side: 1 },
+                Op::Deliver { side: 0, index: 0, tweak: Tweak::None, ce: false, dup: false },
+                Op::Wait { ms: 1 },
+            ]);
+        }
+        let (fast, _, sent) = run_with(&settings, &ops, false, false);
+        let (general, _, none) = run_with(&settings, &ops, false, true);
+        assert_same(&fast, &general);
+        assert_eq!(none, 0);
+        assert!(sent >= 190, "{settings:?}: only {sent} segments sent predicted");
+    }
+}
+
+/// Each of the output side's conditions at its edge: after the same history, the last
+/// poll of side 1 writes its data predicted or the general way, as expected, and either
+/// way the two runs agree.
+#[test]
+fn each_send_condition_at_its_edge() {
+    let deliver = |side| Op::Deliver { side, index: 0, tweak: Tweak::None, ce: false, dup: false };
+    let send = |len| Op::Send { side: 1, len };
+    let poll = Op::Poll { side: 1 };
+    let base = Settings {
+        timestamps: true,
+        sack: true,
+        window_scaling: true,
+        ecn: true,
+        delayed_ack: true,
+        keepalive: false,
+        nagle: true,
+        newreno: true,
+        pacing: false,
+        buffer: 64 * 1024,
+    };
+    // (what, settings, history, predicted)
+    let cases: Vec<(&str, Settings, Vec<Op>, bool)> = vec![
+        ("data, nothing in flight", base.clone(), vec![], true),
+        ("without timestamps", Settings { timestamps: false, ..base.clone() }, vec![], true),
+        ("paced", Settings { pacing: true, ..base.clone() }, vec![], false),
+        // Nagle holds a small segment while one is unacknowledged; without Nagle it goes.
+        ("behind unacknowledged data, Nagle", base.clone(), vec![send(64), poll.clone()], false),
+        (
+            "behind unacknowledged data, no Nagle",
+            Settings { nagle: false, ..base.clone() },
+            vec![send(64), poll.clone()],
+            true,
+        ),
+        // A full segment goes whatever Nagle says.
+        ("a full segment behind unacknowledged data", base.clone(), vec![send(64), poll.clone(), send(4000)], true),
+        // The FIN queued behind the data.
+        ("FIN queued", base.clone(), vec![Op::Close { side: 1 }], false),
+        // Out-of-order data held: the ACK carries SACK blocks.
+        (
+            "SACK blocks to send",
+            base.clone(),
+            vec![
+                Op::Send { side: 0, len: 3000 },
+                Op::Poll { side: 0 },
+                Op::Deliver { side: 1, index: 1, tweak: Tweak::None, ce: false, dup: false },
+            ],
+            false,
+        ),
+        (
+            "out-of-order data, no SACK",
+            Settings { sack: false, ..base.clone() },
+            vec![
+                Op::Send { side: 0, len: 3000 },
+                Op::Poll { side: 0 },
+                Op::Deliver { side: 1, index: 1, tweak: Tweak::None, ce: false, dup: false },
+            ],
+            true,
+        ),
+        // A segment lost and found lost by the timeout: the retransmission goes first.
+        (
+            "a segment marked lost",
+            base.clone(),
+            vec![send(64), poll.clone(), Op::Lose { side: 0, index: 0 }, Op::Wait { ms: 1500 }],
+            false,
+        ),
+        // Idle past the RTO after an exchange: the restart window (RFC 5681 4.1).
+        (
+            "idle past the RTO",
+            Settings { delayed_ack: false, ..base.clone() },
+            vec![send(64), poll.clone(), deliver(0), Op::Poll { side: 0 }, deliver(1), Op::Wait { ms: 1500 }],
+            false,
+        ),
+        (
+            "idle, not past the RTO",
+            Settings { delayed_ack: false, ..base.clone() },
+            vec![send(64), poll.clone(), deliver(0), Op::Poll { side: 0 }, deliver(1), Op::Wait { ms: 1 }],
+            true,
+        ),
+    ];
+    for (what, settings, history, expected) in cases {
+        let mut ops = history;
+        let (_, _, before) = run_with(&settings, &ops, false, false);
+        ops.extend([send(64), poll.clone()]);
+        let (fast, _, after) = run_with(&settings, &ops, false, false);
+        let (general, _, none) = run_with(&settings, &ops, false, true);
+        assert_eq!(none, 0);
+        assert_eq!(after > before, expected, "{what}: {} sent predicted in the last poll", after - before);
+        assert_same(&fast, &general);
     }
 }
