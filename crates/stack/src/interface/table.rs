@@ -112,6 +112,7 @@ impl Interface {
     /// its buffers, after one lookup of its slot. The window budget is shared among the
     /// connections that can still be sent data (all but the orphans, whose data would be
     /// answered with RST); the flight budget among all of them.
+    #[inline(always)]
     pub(super) fn apply_budgets(&mut self, index: u32) {
         let conns = &mut self.conns;
         let Some(sock) = conns.slots[index as usize].sock.as_deref_mut() else { return };
