@@ -234,6 +234,7 @@ impl Interface {
     /// with what a read returns then ([`Connection::recv_nothing`]; `Nothing`). Reading
     /// nothing changes nothing, so it costs no pass through the connection's output and
     /// settling.
+    #[inline(always)]
     pub(crate) fn connection_for_read(&mut self, id: SocketId) -> Option<ForRead<'_>> {
         let slot = self.conns.slots.get_mut(id.index as usize).filter(|s| s.generation == id.generation)?;
         let sock = slot.sock.as_deref_mut()?;
