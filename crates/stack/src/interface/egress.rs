@@ -65,11 +65,14 @@ impl Interface {
                     }
                     let Sock { conn, headers: template, .. } = &mut **sock;
                     let template = template.as_ref().expect("made above");
-                    let ok = device.send(&mut |buf: &mut [u8]| {
+                    // By value where a copy is all it needs (the time, the lengths), so the
+                    // frame's closure reads them without a pointer each.
+                    let out = &mut produced;
+                    let ok = device.send(&mut move |buf: &mut [u8]| {
                         let end = buf.len().min(max_frame);
                         let before = conn.state();
                         let t = conn.poll_transmit(now, &mut buf[headers..end]);
-                        produced = t;
+                        *out = t;
                         match t {
                             Some(t) => {
                                 template.write(buf, t.len, ect(&t));
