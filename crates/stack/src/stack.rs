@@ -272,7 +272,9 @@ impl<D: Device> Stack<D> {
         let received = self.with_device(|iface, device| -> io::Result<usize> {
             let mut received = 0;
             for _ in 0..RX_DRAIN {
-                let n = device.recv(RX_BATCH, &mut |frame| iface.receive(now, frame))?;
+                // By value: the interface's reference and the time, not pointers to them.
+                let rx = &mut *iface;
+                let n = device.recv(RX_BATCH, &mut move |frame| rx.receive(now, frame))?;
                 received += n;
                 if n < RX_BATCH {
                     break;
