@@ -243,8 +243,13 @@ impl<D: Device> Stack<D> {
     /// [`poll_rx`](Stack::poll_rx), then its own work, then [`poll_tx`](Stack::poll_tx), so
     /// its replies carry the ACKs instead of following them.
     pub fn poll(&mut self) -> io::Result<bool> {
-        let received = self.poll_rx()?;
-        let sent = self.poll_tx()?;
+        let received = self.receive_and_fire()?;
+        // `poll_tx`'s time, read before the events are passed on: a connection the batch
+        // touched that has nothing to send is settled with them, as `transmit` would settle
+        // it at `now` with nothing between (`Interface::deliver_events_settling`).
+        let now = self.now();
+        self.iface.deliver_events_settling(now);
+        let sent = self.transmit_at(now)?;
         Ok(received > 0 || sent > 0)
     }
 
@@ -255,11 +260,21 @@ impl<D: Device> Stack<D> {
     /// stopped (a tail-loss probe of a few round trips is shorter than the time a loaded
     /// host takes to get to the back of its ring).
     pub fn poll_rx(&mut self) -> io::Result<usize> {
+        let received = self.receive_and_fire()?;
+        self.iface.deliver_events();
+        Ok(received)
+    }
+
+    /// [`poll_rx`](Stack::poll_rx) but for passing the events on.
+    #[inline]
+    fn receive_and_fire(&mut self) -> io::Result<usize> {
         let now = self.now();
         let received = self.with_device(|iface, device| -> io::Result<usize> {
             let mut received = 0;
             for _ in 0..RX_DRAIN {
-                let n = device.recv(RX_BATCH, &mut |frame| iface.receive(now, frame))?;
+                // By value: the interface's reference and the time, not pointers to them.
+                let rx = &mut *iface;
+                let n = device.recv(RX_BATCH, &mut move |frame| rx.receive(now, frame))?;
                 received += n;
                 if n < RX_BATCH {
                     break;
@@ -271,7 +286,6 @@ impl<D: Device> Stack<D> {
             Ok(received)
         })?;
         self.iface.handle_timeouts(now);
-        self.iface.deliver_events();
         Ok(received)
     }
 
@@ -284,6 +298,12 @@ impl<D: Device> Stack<D> {
     /// timeout when the connection has nothing new to send.
     pub fn poll_tx(&mut self) -> io::Result<usize> {
         let now = self.now();
+        self.transmit_at(now)
+    }
+
+    /// [`poll_tx`](Stack::poll_tx) at `now`.
+    #[inline]
+    fn transmit_at(&mut self, now: Instant) -> io::Result<usize> {
         self.with_device(|iface, device| {
             let sent = iface.transmit(now, device)?;
             device.flush()?;

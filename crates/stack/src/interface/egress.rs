@@ -65,11 +65,14 @@ impl Interface {
                     }
                     let Sock { conn, headers: template, .. } = &mut **sock;
                     let template = template.as_ref().expect("made above");
-                    let ok = device.send(&mut |buf: &mut [u8]| {
+                    // By value where a copy is all it needs (the time, the lengths), so the
+                    // frame's closure reads them without a pointer each.
+                    let out = &mut produced;
+                    let ok = device.send(&mut move |buf: &mut [u8]| {
                         let end = buf.len().min(max_frame);
                         let before = conn.state();
                         let t = conn.poll_transmit(now, &mut buf[headers..end]);
-                        produced = t;
+                        *out = t;
                         match t {
                             Some(t) => {
                                 template.write(buf, t.len, ect(&t));
@@ -123,6 +126,30 @@ impl Interface {
         // `apply_budgets` counted them at its start.
         self.settle(now, index, hop.is_none());
         Ok(Some(sent))
+    }
+
+    /// The pass of `transmit_one` over connection `index`, the one connection touched
+    /// since the last delivery, made after a receive because it has nothing to send: its
+    /// budgets applied, its events passed on, its timer noted, and unmarked. The caller
+    /// ([`deliver_events_settling`](Self::deliver_events_settling)) has checked that it is
+    /// a bound connection the user holds and that `nothing_to_transmit` says so.
+    ///
+    /// `nothing_to_transmit` was asked before `apply_budgets`, where `transmit_one` asks
+    /// it after: its answer reads none of what `apply_budgets` sets (the window and flight
+    /// caps, the permission to grow the buffers), and what it does when it answers `true`
+    /// (stopping the persist and SWS override timers) changes none of what
+    /// `apply_budgets` counts (the window offered, the data in flight, the buffers).
+    #[inline(never)]
+    pub(super) fn settle_quiet(&mut self, now: Instant, index: u32) {
+        if let Some(sock) = self.conns.slots[index as usize].sock.as_mut() {
+            sock.dirty = false;
+        }
+        self.conns.dirty.clear();
+        self.apply_budgets(index);
+        // The window and the data in flight as `apply_budgets` just counted them; never
+        // closed (`nothing_to_transmit` answers `true` only from ESTABLISHED to LAST-ACK),
+        // so `settle`'s removal has nothing to do.
+        self.settle_running(now, index, true);
     }
 }
 

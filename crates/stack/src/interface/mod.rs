@@ -370,7 +370,21 @@ impl Interface {
     }
 
     /// Write everything due into `device` (without flushing it). Return how many frames.
+    /// Inlined down to the check for nothing due (no reply queued, no connection marked:
+    /// the poll after one that settled its connection, `deliver_events_settling`), the
+    /// work out of line in `transmit_due`.
+    #[inline]
     pub fn transmit(&mut self, now: Instant, device: &mut dyn Device) -> std::io::Result<usize> {
+        if self.control.is_empty() && self.conns.dirty.is_empty() {
+            self.conns.tx_backlog = false;
+            return Ok(0);
+        }
+        self.transmit_due(now, device)
+    }
+
+    /// [`transmit`](Self::transmit) with a reply queued or a connection marked.
+    #[inline(never)]
+    fn transmit_due(&mut self, now: Instant, device: &mut dyn Device) -> std::io::Result<usize> {
         let mut sent = 0;
         while let Some((reply, note)) = self.control.pop_front() {
             // Read here, where a reply is written: most calls have none.

@@ -112,6 +112,7 @@ impl Interface {
     /// its buffers, after one lookup of its slot. The window budget is shared among the
     /// connections that can still be sent data (all but the orphans, whose data would be
     /// answered with RST); the flight budget among all of them.
+    #[inline(always)]
     pub(super) fn apply_budgets(&mut self, index: u32) {
         let conns = &mut self.conns;
         let Some(sock) = conns.slots[index as usize].sock.as_deref_mut() else { return };
@@ -237,6 +238,7 @@ impl Interface {
     /// with what a read returns then ([`Connection::recv_nothing`]; `Nothing`). Reading
     /// nothing changes nothing, so it costs no pass through the connection's output and
     /// settling.
+    #[inline(always)]
     pub(crate) fn connection_for_read(&mut self, id: SocketId) -> Option<ForRead<'_>> {
         let slot = self.conns.slots.get_mut(id.index as usize).filter(|s| s.generation == id.generation)?;
         let sock = slot.sock.as_deref_mut()?;
@@ -356,6 +358,48 @@ impl Interface {
         }
     }
 
+    /// [`deliver_events`](Self::deliver_events) for a caller that calls
+    /// [`transmit`](Self::transmit) next, with nothing between (`Stack::poll`): when one
+    /// connection was touched, it is a bound connection the user holds, nothing waits in
+    /// the control queue and the connection has nothing to send now (a segment whose ACK
+    /// is delayed), its pass through `transmit` is made here, instead of a delivery here
+    /// and a pass finding nothing there (`settle_quiet`).
+    ///
+    /// That `transmit` would make the same pass and write no frame: it writes the control
+    /// queue first (empty), then makes a pass over each connection marked (this one
+    /// alone), which asks `nothing_to_transmit` (here `true`) and then settles it. Were
+    /// the application to call in between, that pass would come after its call, and could
+    /// differ (a deadline noted before a write that moves it later, the budgets counted
+    /// before a read): so [`Stack::poll_rx`], after which the application works, calls
+    /// `deliver_events`, and only [`Stack::poll`] this. A listener's child (which
+    /// `transmit` resets when its listener has gone) and a connection back in LISTEN take
+    /// their pass in `transmit` as before.
+    ///
+    /// [`Stack::poll`]: crate::Stack::poll
+    /// [`Stack::poll_rx`]: crate::Stack::poll_rx
+    #[inline]
+    pub fn deliver_events_settling(&mut self, now: Instant) {
+        if std::mem::take(&mut self.events_due) {
+            if let [index] = self.conns.dirty[..] {
+                // One connection touched: its pass made here when it is a bound connection
+                // of the user's with nothing to send, else `deliver` inlined, as in
+                // `deliver_events`.
+                let Some(sock) = self.conns.slots[index as usize].sock.as_mut() else { return };
+                if sock.owner == Owner::User
+                    && sock.conn.remote_addr().is_some()
+                    && self.control.is_empty()
+                    && sock.conn.nothing_to_transmit(now)
+                {
+                    self.settle_quiet(now, index);
+                } else {
+                    self.deliver(index);
+                }
+            } else {
+                self.deliver_dirty();
+            }
+        }
+    }
+
     /// [`deliver_events`](Self::deliver_events) when a frame was received or a timer fired
     /// and other than one connection was touched since: the walk over them.
     #[inline(never)]
@@ -426,12 +470,12 @@ impl Interface {
         self.events_compact_at = (2 * self.events.len()).max(EVENTS_COMPACT_MIN);
     }
 
-    /// After a connection ran: count its window and data in flight, pass its events on,
-    /// note its next timer, and remove it when nobody needs it any more. With `counted`,
-    /// the window and the data in flight are as `apply_budgets` counted them before the
-    /// pass (it asked for no segment: only writing one moves the window's right edge or
-    /// SND.MAX, and only one received RCV.NXT or SND.UNA), and are not counted again.
-    pub(super) fn settle(&mut self, now: Instant, index: u32, counted: bool) {
+    /// [`settle`](Self::settle) but for the removal: count, pass the events on, note the
+    /// next timer; return the connection's owner and state. Inlined into `settle` and into
+    /// the pass of a connection with nothing to send (`settle_quiet`), which is never
+    /// closed.
+    #[inline(always)]
+    pub(super) fn settle_running(&mut self, now: Instant, index: u32, counted: bool) -> (Owner, State) {
         let slot = &mut self.conns.slots[index as usize];
         // Delivering events removes no connection: the generation stays.
         let id = SocketId { index, generation: slot.generation };
@@ -458,9 +502,20 @@ impl Interface {
             sock.scheduled = Some(t);
             self.conns.timers.insert(now, t, (id.index, id.generation));
         }
+        (owner, state)
+    }
+
+    /// After a connection ran: count its window and data in flight, pass its events on,
+    /// note its next timer, and remove it when nobody needs it any more. With `counted`,
+    /// the window and the data in flight are as `apply_budgets` counted them before the
+    /// pass (it asked for no segment: only writing one moves the window's right edge or
+    /// SND.MAX, and only one received RCV.NXT or SND.UNA), and are not counted again.
+    pub(super) fn settle(&mut self, now: Instant, index: u32, counted: bool) {
+        let (owner, state) = self.settle_running(now, index, counted);
         if !matches!(state, State::Closed | State::Listen) {
             return;
         }
+        let sock = self.conns.slots[index as usize].sock.as_deref_mut().expect("live");
         match owner {
             Owner::Listener(port, epoch) => {
                 let queued = std::mem::take(&mut sock.queued);
