@@ -723,7 +723,7 @@ impl Connection {
     ///
     /// Inlined down to the case of no data waiting (every poll that finds nothing to send
     /// asks, several times an exchange): a few stores, without a call.
-    #[inline]
+    #[inline(always)]
     fn update_persist(&mut self, now: Instant) {
         let waiting = self.state.is_synchronized() && self.snd.max() == self.snd.una() && self.snd.has_unsent();
         if !waiting {
