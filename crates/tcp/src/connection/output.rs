@@ -432,15 +432,7 @@ impl Connection {
         self.snd.sent.push(seq, end, now, app_limited);
         self.snd.sent_new(end);
         self.rel.recovery.on_sent(seq, len, false, self.ts.tsval(now));
-        self.snd.raise_pipe_high(self.rel.recovery.pipe(&self.snd.sent, smss));
-        self.snd.resume_at_max();
-        self.snd.note_data_sent(now);
-        if self.rel.unacked_since().is_none() {
-            self.set_unacked_since(Some(now));
-        }
-        if !self.timers.is_armed(Timer::Retransmit) {
-            self.timers.set(Timer::Retransmit, self.rel.rtt.rto_deadline(now));
-        }
+        self.after_data_sent(now, smss);
         self.arm_loss_probe_inline(now);
         #[cfg(test)]
         super::input::tests::count_predicted_send();
@@ -521,18 +513,7 @@ impl Connection {
         if self.config.pacing {
             self.rel.pacer.spend(seg_len);
         }
-        // The most in flight this round trip, for whether cwnd was what limited the sender.
-        self.snd.raise_pipe_high(self.rel.recovery.pipe(&self.snd.sent, self.snd.mss() as u32));
-        self.snd.resume_at_max();
-        self.snd.note_data_sent(now);
-        if self.rel.unacked_since().is_none() {
-            self.set_unacked_since(Some(now));
-        }
-        // RFC 6298 5.1: start the timer if it is not running (its deadline computed only
-        // then: a sender with data in flight finds it running on every segment).
-        if !self.timers.is_armed(Timer::Retransmit) {
-            self.timers.set(Timer::Retransmit, self.rel.rtt.rto_deadline(now));
-        }
+        self.after_data_sent(now, self.snd.mss() as u32);
         // RFC 8985 7.2: restart the probe timer after new data, so that it counts from the
         // flight's last segment (a flight of one more segment than when it was armed may
         // also drop the worst-case delayed-ACK allowance).
@@ -714,6 +695,24 @@ impl Connection {
         };
         self.stats.segs_out += 1;
         Some(Transmit { len, kind: TransmitKind::Reset, flags, seq: rst.seq, payload_len: 0, ect: false })
+    }
+
+    /// What sending data leaves to do, on the general path and the predicted one alike: the
+    /// most in flight this round trip (for whether cwnd was what limited the sender), the
+    /// send position back at SND.MAX, the time data last went out, and the retransmission
+    /// timer started if it is not running (RFC 6298 5.1; its deadline computed only then: a
+    /// sender with data in flight finds it running on every segment).
+    #[inline(always)]
+    fn after_data_sent(&mut self, now: Instant, smss: u32) {
+        self.snd.raise_pipe_high(self.rel.recovery.pipe(&self.snd.sent, smss));
+        self.snd.resume_at_max();
+        self.snd.note_data_sent(now);
+        if self.rel.unacked_since().is_none() {
+            self.set_unacked_since(Some(now));
+        }
+        if !self.timers.is_armed(Timer::Retransmit) {
+            self.timers.set(Timer::Retransmit, self.rel.rtt.rto_deadline(now));
+        }
     }
 
     /// Arm a timer when data waits and nothing is in flight to bring an ACK: with the window

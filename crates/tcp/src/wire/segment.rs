@@ -305,6 +305,43 @@ impl<'a> Segment<'a> {
     }
 }
 
+/// The 20 bytes of the fixed TCP header (RFC 9293 3.1), checksum zero, for a header of
+/// `header_len` bytes in all (at most 60, so its data offset fits in 4 bits).
+///
+/// Written as one array: etherparse's writers go through `io::Write` or an `ArrayVec` with
+/// its own copy of the options, which the per-packet path does without. The tests check
+/// these bytes against `etherparse::TcpHeader::to_bytes`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn fixed_header(
+    src_port: u16,
+    dst_port: u16,
+    seq: SeqNum,
+    ack: SeqNum,
+    header_len: usize,
+    flags: Flags,
+    window: u16,
+    urgent: u16,
+) -> [u8; FIXED_LEN] {
+    let [sp0, sp1] = src_port.to_be_bytes();
+    let [dp0, dp1] = dst_port.to_be_bytes();
+    let [s0, s1, s2, s3] = seq.0.to_be_bytes();
+    let [a0, a1, a2, a3] = ack.0.to_be_bytes();
+    let data_offset = (header_len / 4) as u8;
+    let [ns, flags] = flags.bits().to_be_bytes();
+    let [w0, w1] = window.to_be_bytes();
+    let [u0, u1] = urgent.to_be_bytes();
+    #[rustfmt::skip]
+    let bytes = [
+        sp0, sp1, dp0, dp1,
+        s0, s1, s2, s3,
+        a0, a1, a2, a3,
+        (data_offset << 4) | (ns & 1), flags, w0, w1,
+        0, 0, u0, u1,
+    ];
+    bytes
+}
+
 /// The header of a segment whose only option is the timestamps option, or none: every
 /// segment of a connection but its SYN and those that carry SACK blocks. What
 /// [`Segment::write_header`] writes for a `Segment` with these fields, no urgent pointer,
@@ -344,22 +381,7 @@ impl PlainHeader {
         else {
             return Err(EmitError::BufferTooSmall { needed: header_len, available: buf.len() });
         };
-        let [sp0, sp1] = self.src_port.to_be_bytes();
-        let [dp0, dp1] = self.dst_port.to_be_bytes();
-        let [s0, s1, s2, s3] = self.seq.0.to_be_bytes();
-        let [a0, a1, a2, a3] = self.ack.0.to_be_bytes();
-        let data_offset = (header_len / 4) as u8;
-        let [ns, flags] = self.flags.bits().to_be_bytes();
-        let [w0, w1] = self.window.to_be_bytes();
-        #[rustfmt::skip]
-        let bytes = [
-            sp0, sp1, dp0, dp1,
-            s0, s1, s2, s3,
-            a0, a1, a2, a3,
-            (data_offset << 4) | (ns & 1), flags, w0, w1,
-            0, 0, 0, 0,
-        ];
-        *fixed = bytes;
+        *fixed = fixed_header(self.src_port, self.dst_port, self.seq, self.ack, header_len, self.flags, self.window, 0);
         if let (Some(ts), Some(area)) = (self.timestamps, options.first_chunk_mut::<12>()) {
             let [v0, v1, v2, v3] = ts.tsval.to_be_bytes();
             let [e0, e1, e2, e3] = ts.tsecr.to_be_bytes();
@@ -401,28 +423,16 @@ impl Segment<'_> {
         else {
             return Err(too_small);
         };
-        // The fixed header is written as one array: etherparse's writers go
-        // through `io::Write` or an `ArrayVec` with its own copy of the
-        // options, which this per-packet path does without. The tests check
-        // these bytes against `etherparse::TcpHeader::to_bytes`.
-        let [sp0, sp1] = self.src_port.to_be_bytes();
-        let [dp0, dp1] = self.dst_port.to_be_bytes();
-        let [s0, s1, s2, s3] = self.seq.0.to_be_bytes();
-        let [a0, a1, a2, a3] = self.ack.0.to_be_bytes();
-        // header_len is at most 60, so the data offset fits in 4 bits.
-        let data_offset = (header_len / 4) as u8;
-        let [ns, flags] = self.flags.bits().to_be_bytes();
-        let [w0, w1] = self.window.to_be_bytes();
-        let [u0, u1] = self.urgent.to_be_bytes();
-        #[rustfmt::skip]
-        let bytes = [
-            sp0, sp1, dp0, dp1,
-            s0, s1, s2, s3,
-            a0, a1, a2, a3,
-            (data_offset << 4) | (ns & 1), flags, w0, w1,
-            0, 0, u0, u1,
-        ];
-        *fixed = bytes;
+        *fixed = fixed_header(
+            self.src_port,
+            self.dst_port,
+            self.seq,
+            self.ack,
+            header_len,
+            self.flags,
+            self.window,
+            self.urgent,
+        );
         // No option at all (every segment of a connection without timestamps while nothing
         // is held out of order): no call to find that out.
         if !options.is_empty() {
