@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bypass_bench::EchoServer;
 use bypass_device::{Device, PcapNgCapture};
-use bypass_io::xdp::{SynShield, XdpConfig, XdpDevice, XdpError, XdpMode};
+use bypass_io::xdp::{SynShield, XdpConfig, XdpDevice, XdpError, XdpMode, XdpSynCookies};
 use bypass_io::{PacketConfig, PacketDevice, netdev};
 use bypass_lab::testlab::{Lab, LabConfig};
 use bypass_stack::{Stack, StackConfig};
@@ -276,6 +276,13 @@ struct EchoArgs {
     /// dropped for a full lane).
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "256")]
     syn_lane: Option<u32>,
+    /// Answer the SYNs beyond --syn-rate with SYN cookies in the XDP program itself (sent
+    /// back out of the interface, `device.syn_cookies_xdp` counts them) instead of shedding
+    /// them, so that clients still connect during a flood; the stack then checks every ACK
+    /// to a listener as a cookie. Their connections go without window scaling, SACK and
+    /// timestamps, which such a cookie cannot carry.
+    #[arg(long, requires = "syn_rate")]
+    xdp_syn_cookies: bool,
 }
 
 #[derive(clap::Args)]
@@ -424,6 +431,9 @@ fn echo(args: EchoArgs) -> Result<(), String> {
     if args.syn_rate > 0 && args.backend == Backend::Packet {
         return Err("--syn-rate needs the xdp backend (the shield runs in its XDP program)".into());
     }
+    if args.xdp_syn_cookies && args.backend == Backend::Packet {
+        return Err("--xdp-syn-cookies needs the xdp backend (the cookies are made in its XDP program)".into());
+    }
     if args.syn_lane.is_some() && args.backend == Backend::Packet {
         return Err("--syn-lane needs the xdp backend (the XDP program steers the SYNs)".into());
     }
@@ -448,6 +458,7 @@ fn echo(args: EchoArgs) -> Result<(), String> {
     }
     config.window_budget = args.window_budget;
     config.flight_budget = args.flight_budget;
+    config.syn_cookies_from_device = args.xdp_syn_cookies;
     let addrs = args.stack.ip.iter().map(|(a, p)| format!("{a}/{p}")).collect::<Vec<_>>().join(" and ");
     let idle = args.idle_timeout.map(Duration::from_secs_f64);
 
@@ -479,6 +490,18 @@ fn echo(args: EchoArgs) -> Result<(), String> {
                 SynShield { burst: args.syn_burst.unwrap_or(shield.burst), ..shield }
             });
             xdp.syn_lane = args.syn_lane;
+            if args.xdp_syn_cookies {
+                let iface = &args.stack.iface;
+                let mtu = netdev::mtu(iface).map_err(|e| format!("cannot read the MTU of {iface}: {e}"))?;
+                let answer = config.syn_cookie_answer(mtu as usize);
+                xdp.syn_cookies = Some(XdpSynCookies {
+                    key: answer.key,
+                    mss4: answer.mss4,
+                    window4: answer.window4,
+                    mss6: answer.mss6,
+                    window6: answer.window6,
+                });
+            }
             let queues: Vec<u32> = (0..args.queues).collect();
             let devices = XdpDevice::open_queues(xdp, &queues).map_err(|e| xdp_error(e, &args.stack.iface))?;
             for d in &devices {
@@ -647,7 +670,12 @@ fn serve<D: Device>(
     pcap: Option<&std::path::Path>,
     stop: &AtomicBool,
 ) -> Result<String, String> {
+    let device_cookies = config.syn_cookies_from_device;
     let mut stack = Stack::new(device, config);
+    if device_cookies {
+        // The XDP program counts cookie periods on CLOCK_MONOTONIC.
+        stack.align_syn_cookie_clock(bypass_io::xdp::monotonic_now);
+    }
     if let Some(path) = pcap {
         let info = stack.device().info().clone();
         let description = format!("bypass echo: {}", info.mode);

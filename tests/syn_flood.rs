@@ -11,6 +11,9 @@
 //! - the SYNs let through meet the SYN cookies (`syn_cookies_sent`), and a kernel client still
 //!   connects and echoes during the flood: its SYN passes when a token is free;
 //! - without `--syn-rate`, nothing is shed;
+//! - with `--xdp-syn-cookies`, the XDP program answers the SYNs beyond the shield's rate with
+//!   the stack's SYN cookies (`device.syn_cookies_xdp`), and new clients connect at their
+//!   first SYN during the flood, the stack rebuilding their connections from those cookies;
 //! - with `--syn-lane`, the SYNs arrive through the SYN lane, a receive ring of their own
 //!   (`device.syn_lane` taken and `device.syn_lane_full` dropped there account for the
 //!   flood), established connections keep echoing and a new client connects; with the
@@ -27,6 +30,7 @@ mod common;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use bypass_io::xdp::PassProgram;
 use bypass_lab::syn_flood::{FloodConfig, SynFlood};
 use bypass_lab::testlab::{Lab, lab_available};
 use common::{Backend, Counters, EchoServer};
@@ -261,4 +265,73 @@ fn syn_flood_through_the_syn_lane_leaves_established_connections_their_ring() {
         taken > 0 && taken + full <= admitted_at_most + u64::from(attempts),
         "the lane takes what the shield admits: {taken} taken, {full} dropped, at most {admitted_at_most} admitted: {c}"
     );
+}
+
+#[test]
+fn syn_flood_beyond_the_shield_is_answered_in_xdp_and_clients_connect_at_once() {
+    let test = "syn_xdpc";
+    if !lab_available(test) {
+        return;
+    }
+    common::init_log();
+    let lab = common::create_lab(test, 1);
+    // A shield of one SYN a second: almost every SYN, the clients' too, is the program's to
+    // answer, so the connections the stack rebuilds from cookies are the program's cookies.
+    let args = ["--rx-ring", "4096", "--syn-rate", "1", "--syn-burst", "1", "--xdp-syn-cookies"];
+    // The peer's end of the veth takes the program's answers only with an XDP program of its
+    // own (see `PassProgram`).
+    let _peer_xdp = lab.in_peer(|| PassProgram::attach(&lab.peer_if)).expect("a pass program on the peer's veth");
+    let started = Instant::now();
+    let server = EchoServer::start(&lab, Backend::Xdp, &args);
+    let addr = common::server_addr(&lab);
+    let established = common::peer_connect_many(&lab, addr, ESTABLISHED);
+    let flooder = flood(&lab, 5);
+    std::thread::sleep(Duration::from_millis(500)); // the flood under way, the bucket empty
+    for (i, stream) in established.iter().enumerate() {
+        common::echo_with_reader(stream, &common::data(50 + i as u64, 4096), Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("established connection {i} during the flood: {e}"));
+    }
+    // Clients connecting now: without the program's answers their SYNs would be shed, all
+    // but one a second. The answers to the flood fill the peer's receive ring too, so a
+    // client's answer can be lost: each client has until just after its first retransmission.
+    const CLIENTS: u64 = 10;
+    let mut at_once = 0;
+    for i in 0..CLIENTS {
+        let started = Instant::now();
+        let client = lab
+            .in_peer(|| TcpStream::connect_timeout(&addr, Duration::from_millis(1_500)))
+            .unwrap_or_else(|e| panic!("new client {i} during the flood, by its second SYN: {e}"));
+        at_once += u64::from(started.elapsed() < Duration::from_millis(500));
+        common::echo_with_reader(&client, &common::data(70 + i, 4096), Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("new client {i} during the flood: {e}"));
+    }
+    let report = flooder.stop().expect("the SYN flood");
+    drop(established);
+    let c = server.stop().counters;
+    // The SYNs the bucket let through while the server ran: its burst and one a second.
+    let admitted_at_most = 2 + started.elapsed().as_secs();
+    let (shed, answered) = (counter(&c, "syn_shed"), counter(&c, "syn_cookies_xdp"));
+    println!(
+        "XDP cookies beyond 1 SYN/s: {} SYNs in {:.1?}; {at_once} of {CLIENTS} clients connected at their first SYN; syn_shed {shed}, syn_cookies_xdp {answered}, syn_cookies_accepted {}, rx_fill_ring_empty {}",
+        report.sent,
+        report.elapsed,
+        counter(&c, "syn_cookies_accepted"),
+        counter(&c, "rx_fill_ring_empty"),
+    );
+    assert!(answered > 0 && answered == shed, "every SYN beyond the bucket answered in XDP: {c}");
+    let accepted = counter(&c, "syn_cookies_accepted");
+    assert!(
+        accepted + admitted_at_most >= CLIENTS,
+        "the stack rebuilt {accepted} connections from cookies; at most {admitted_at_most} SYNs reached it: {c}"
+    );
+    assert!(at_once + 2 >= CLIENTS, "only {at_once} of {CLIENTS} clients connected at their first SYN: {c}");
+}
+
+#[test]
+fn the_xdp_programs_cookie_codec_is_the_stacks() {
+    // The program's cookie (bypass_io::xdp::cookie) must be bit for bit the stack's: same
+    // MSS table, same period; the MAC's layout is checked against SipHash in the io crate's
+    // tests, and end to end above.
+    assert_eq!(bypass_io::xdp::COOKIE_MSS, bypass_stack::SYN_COOKIE_MSS);
+    assert_eq!(bypass_io::xdp::COOKIE_PERIOD_NS, bypass_stack::SYN_COOKIE_PERIOD_SECS * 1_000_000_000);
 }

@@ -46,6 +46,11 @@ pub fn kernel_ipv6_addrs(iface: &str) -> io::Result<Vec<Ipv6Addr>> {
         .collect())
 }
 
+/// Return the MTU of the interface `iface` (`SIOCGIFMTU`).
+pub fn mtu(iface: &str) -> io::Result<u32> {
+    crate::ifreq::mtu(iface)
+}
+
 /// Return whether an interface named `iface` exists in this network namespace.
 pub fn exists(iface: &str) -> bool {
     std::path::Path::new("/sys/class/net").join(iface).exists()

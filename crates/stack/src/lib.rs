@@ -45,6 +45,8 @@ pub mod wire;
 pub use addr::{Addresses, Cidr};
 pub use counters::{Counters, Drop};
 pub use interface::{
-    ConnectError, ConnectionInfo, Interface, ListenError, ListenerId, ListenerInfo, SocketId, StackConfig, TcpTotals,
+    ConnectError, ConnectionInfo, Interface, ListenError, ListenerId, ListenerInfo, SocketId, StackConfig,
+    SynCookieAnswer, TcpTotals,
 };
 pub use stack::{CaptureId, Readiness, Stack, Stream, Time};
+pub use syncookie::{MSS_TABLE as SYN_COOKIE_MSS, PERIOD_SECS as SYN_COOKIE_PERIOD_SECS};

@@ -185,6 +185,21 @@ impl<D: Device> Stack<D> {
         }
     }
 
+    /// Count SYN cookie periods on `CLOCK_MONOTONIC`, which `monotonic` reads (as
+    /// `bypass_io::xdp::monotonic_now` does), so that the host checks the cookies a device
+    /// makes on that clock (`bpf_ktime_get_ns` in the XDP program): the host's own clock
+    /// starts at zero when the stack is made. The host's time is read first and rounded up,
+    /// so the host runs a microsecond or so ahead of that clock, never behind, and never takes
+    /// a cookie made at the end of a period for one from the future. Does nothing on virtual
+    /// time.
+    pub fn align_syn_cookie_clock(&mut self, monotonic: impl FnOnce() -> std::time::Duration) {
+        if let Time::Real(_) = self.time {
+            let ours = self.now().as_micros();
+            let epoch = (monotonic().as_micros() as u64 + 1).saturating_sub(ours);
+            self.iface.set_syn_cookie_epoch(epoch);
+        }
+    }
+
     /// Return the current time as the TCP core sees it.
     pub fn now(&self) -> Instant {
         match self.time {

@@ -31,18 +31,27 @@ use bypass_tcp::{FourTuple, Instant, SeqNum};
 use siphasher::sip::SipHasher24;
 
 /// MSS values a cookie can encode, ascending.
-const MSS_TABLE: [u16; 8] = [536, 1200, 1220, 1360, 1400, 1440, 1460, 8960];
+pub const MSS_TABLE: [u16; 8] = [536, 1200, 1220, 1360, 1400, 1440, 1460, 8960];
 
 /// Seconds per cookie period.
-const PERIOD_SECS: u64 = 64;
+pub const PERIOD_SECS: u64 = 64;
 
 /// Bits of the MAC: the low 24 bits of the cookie.
 const MAC_MASK: u32 = 0x00ff_ffff;
+
+/// Return the cookie key of a host whose TCP secret is `isn_secret`.
+pub(crate) fn key(isn_secret: &[u8; 16]) -> [u8; 16] {
+    crate::ports::derive_key(isn_secret, b"bypass SYN cookie key")
+}
 
 /// The cookie secret and codec.
 #[derive(Clone)]
 pub struct SynCookies {
     key: [u8; 16],
+    /// Microseconds added to the host's time to give the clock periods are counted on: 0 by
+    /// default (the host's epoch), or what makes it `CLOCK_MONOTONIC` when another party (the
+    /// XDP program) makes cookies with the same key on that clock.
+    epoch_micros: u64,
 }
 
 impl core::fmt::Debug for SynCookies {
@@ -54,11 +63,17 @@ impl core::fmt::Debug for SynCookies {
 impl SynCookies {
     /// Return a codec keyed by `key` (keep it secret; fill it from a random source).
     pub fn new(key: [u8; 16]) -> Self {
-        SynCookies { key }
+        SynCookies { key, epoch_micros: 0 }
     }
 
-    fn period(now: Instant) -> u32 {
-        ((now.as_micros() / 1_000_000 / PERIOD_SECS) % 32) as u32
+    /// Count periods on the host's time plus `micros` from now on (see
+    /// [`Interface::set_syn_cookie_epoch`](crate::Interface::set_syn_cookie_epoch)).
+    pub fn set_epoch(&mut self, micros: u64) {
+        self.epoch_micros = micros;
+    }
+
+    fn period(&self, now: Instant) -> u32 {
+        (((now.as_micros() + self.epoch_micros) / 1_000_000 / PERIOD_SECS) % 32) as u32
     }
 
     /// Return the cookie for `tuple`, `peer_isn`, period `t` and MSS index `index`: both
@@ -83,7 +98,7 @@ impl SynCookies {
     pub fn make(&self, tuple: &FourTuple, peer_isn: SeqNum, peer_mss: Option<u16>, now: Instant) -> SeqNum {
         let mss = peer_mss.unwrap_or(536);
         let index = MSS_TABLE.iter().rposition(|&m| m <= mss).unwrap_or(0) as u32;
-        SeqNum(self.cookie(tuple, peer_isn, Self::period(now), index))
+        SeqNum(self.cookie(tuple, peer_isn, self.period(now), index))
     }
 
     /// Check the ACK number of a segment completing a cookie handshake: `ack - 1` must be,
@@ -93,7 +108,7 @@ impl SynCookies {
         let cookie = ack - 1u32;
         let t = cookie.0 >> 27;
         let index = (cookie.0 >> 24) & 7;
-        let age = (Self::period(now) + 32 - t) % 32;
+        let age = (self.period(now) + 32 - t) % 32;
         if age > 1 {
             return None;
         }

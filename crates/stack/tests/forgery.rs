@@ -435,3 +435,63 @@ fn a_child_reset_before_accept_leaves_the_backlog_and_the_queue() {
 fn remote_port(host: &Interface, id: bypass_stack::SocketId) -> u16 {
     host.connection(id).and_then(|c| c.tuple()).map(|t| t.remote.port()).expect("live connection")
 }
+
+// -------------------------------------------------------------------------------------
+// Cookies made by the device (the XDP program's): checked without an overflow of our own.
+// -------------------------------------------------------------------------------------
+
+#[test]
+fn a_cookie_made_elsewhere_with_our_key_completes_a_handshake_with_syn_cookies_from_device() {
+    // The maker stands in for the XDP program: same secret, periods counted from the same
+    // epoch (seconds of CLOCK_MONOTONIC, say) as the host's.
+    let epoch = 1_000_000 * 1_000_000; // 10^6 s, in microseconds
+    let now = Instant::from_millis(1_000);
+    let mut maker = host(|c| c.syn_queue = 0);
+    maker.set_syn_cookie_epoch(epoch);
+    maker.listen(PORT).unwrap();
+    let mut device_made = host(|c| c.syn_cookies_from_device = true);
+    device_made.set_syn_cookie_epoch(epoch);
+    let listener = device_made.listen(PORT).unwrap();
+
+    let cookie = syn_ack_iss(&mut maker, now, 40_030, 7_000);
+    let later = now + Duration::from_millis(300);
+    receive(&mut device_made, later, PEER, &ack(40_030, 7_001, cookie.wrapping_add(1)));
+    assert_eq!(device_made.counters().syn_cookies_accepted, 1, "{}", device_made.counters());
+    assert!(device_made.accept(listener).is_some());
+
+    // Forged or stale ones still fail: the check itself is the same.
+    receive(&mut device_made, later, PEER, &ack(40_031, 7_001, cookie.wrapping_add(1)));
+    let mut stale = host(|c| c.syn_cookies_from_device = true);
+    stale.set_syn_cookie_epoch(epoch + 3 * 64 * 1_000_000);
+    stale.listen(PORT).unwrap();
+    receive(&mut stale, later, PEER, &ack(40_030, 7_001, cookie.wrapping_add(1)));
+    assert_eq!(stale.counters().drops(Drop::BadSynCookie), 1, "three periods later: expired");
+    assert_eq!(device_made.counters().drops(Drop::BadSynCookie), 1, "another port's ACK");
+
+    // Without the setting the host does not even check it (no overflow of its own).
+    let mut plain = host(|_| {});
+    plain.set_syn_cookie_epoch(epoch);
+    plain.listen(PORT).unwrap();
+    receive(&mut plain, later, PEER, &ack(40_030, 7_001, cookie.wrapping_add(1)));
+    assert_eq!(plain.counters().drops(Drop::StrayAck), 1);
+}
+
+#[test]
+fn the_answer_for_a_device_is_what_the_host_s_cookie_syn_ack_says() {
+    // `syn_cookie_answer` gives the device the MSS and window the host's own cookie SYN-ACK
+    // (to a SYN without timestamps, so with the MSS option alone) announces.
+    let mut maker = host(|c| c.syn_queue = 0);
+    maker.listen(PORT).unwrap();
+    let now = Instant::from_millis(1_000);
+    receive(&mut maker, now, PEER, &syn(40_040, 1));
+    let mut sink = sink();
+    maker.transmit(now, &mut sink).unwrap();
+    let (_, f) = &sink.sent()[0];
+    let answer = StackConfig::new(US, 24, SECRET).syn_cookie_answer(1500);
+    assert_eq!(f[47], 0x12, "SYN-ACK");
+    assert_eq!(f[46] >> 4, 6, "the MSS option alone");
+    assert_eq!(&f[54..58], &[2, 4, (answer.mss4 >> 8) as u8, answer.mss4 as u8]);
+    assert_eq!(u16::from_be_bytes([f[48], f[49]]), answer.window4);
+    assert_eq!((answer.mss4, answer.mss6), (1460, 1440));
+    assert_eq!(answer.window6 as u32, StackConfig::new(US, 24, SECRET).tcp.recv_buffer.min(14_400) as u32);
+}

@@ -147,6 +147,14 @@ pub struct Config {
     pub ecn: Ecn,
 }
 
+impl Config {
+    /// Return the window a SYN or SYN-ACK advertises (unscaled, RFC 7323 2.2): ten segments,
+    /// within the receive buffer and 16 bits.
+    pub fn initial_recv_window(&self) -> u32 {
+        crate::recv_space::initial_recv_window(self)
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {

@@ -26,6 +26,7 @@
 //! `umem.rs` ([`Umem`]) and `socket.rs` ([`XskSocket`]) the safe frame-token API; this
 //! module the [`Device`].
 
+pub mod cookie;
 mod error;
 pub mod program;
 mod socket;
@@ -42,10 +43,11 @@ use bypass_device::{Device, DeviceInfo};
 
 use crate::ifreq;
 
+pub use cookie::{COOKIE_MSS, COOKIE_PERIOD_NS, XdpSynCookies};
 pub use error::XdpError;
-pub use program::{AttachMode, MAX_ADDRS_PER_FAMILY, SynShield, XdpProgram};
+pub use program::{AttachMode, MAX_ADDRS_PER_FAMILY, PassProgram, SynShield, XdpProgram};
 pub use socket::XskSocket;
-pub use sys::{RxTaken, TxChecksum, XdpStatistics};
+pub use sys::{RxTaken, TxChecksum, XdpStatistics, monotonic_now};
 pub use umem::{Frame, Span, SpanLayout, Umem};
 
 use socket::BindOptions;
@@ -137,6 +139,14 @@ pub struct XdpConfig {
     /// queue's own ring. Counted as `syn_lane` (SYNs taken) and `syn_lane_full` (dropped by
     /// the kernel for a full lane). `None` (the default): SYNs arrive with everything else.
     pub syn_lane: Option<u32>,
+    /// SYN cookies in the XDP program, with the shield: the SYNs beyond its rate are
+    /// answered with the stack's SYN cookie by the program itself (`XDP_TX`, see
+    /// [`cookie`]), not dropped, so that clients still connect during a flood; counted as
+    /// `syn_cookies_xdp` (they count in `syn_shed` too: none of them reaches the stack). The
+    /// stack must hold the same key and check cookies without an overflow of its own
+    /// (`bypass_stack`'s `StackConfig::syn_cookies_from_device`). `None` (the default): the
+    /// shield drops them.
+    pub syn_cookies: Option<XdpSynCookies>,
 }
 
 /// SYNs [`XdpDevice::recv`] takes from the SYN lane at most per call, and only once the
@@ -167,6 +177,7 @@ impl XdpConfig {
             tx_spans: 64,
             syn_shield: None,
             syn_lane: None,
+            syn_cookies: None,
         }
     }
 
@@ -180,6 +191,11 @@ impl XdpConfig {
         program::check_addrs(&self.addrs)?;
         if let Some(shield) = self.syn_shield {
             shield.check()?;
+        }
+        if self.syn_cookies.is_some() && self.syn_shield.is_none() {
+            return Err(XdpError::InvalidConfig(
+                "SYN cookies in the XDP program answer the SYNs beyond the SYN shield's rate: set a shield too".into(),
+            ));
         }
         let bad = |msg: String| Err(XdpError::InvalidConfig(msg));
         for (name, n) in [
@@ -462,7 +478,7 @@ impl XdpDevice {
             &config.addrs,
             config.mode,
             max_queue + 1,
-            config.syn_shield,
+            config.syn_shield.map(|shield| (shield, config.syn_cookies.as_ref())),
             config.syn_lane.is_some(),
         )?);
         let want_zero_copy = match config.zero_copy {
@@ -737,6 +753,9 @@ impl Device for XdpDevice {
         ]);
         if let Some(shed) = self.program.syn_shed(self.socket.queue()) {
             counters.push(("syn_shed", shed));
+        }
+        if let Some(answered) = self.program.syn_cookies_sent(self.socket.queue()) {
+            counters.push(("syn_cookies_xdp", answered));
         }
         match self.socket.syn_lane_statistics() {
             Some(Ok(st)) => counters.extend([("syn_lane", c.syn_lane), ("syn_lane_full", st.rx_ring_full)]),

@@ -243,6 +243,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use super::XdpMode;
+use super::cookie::{self, XdpSynCookies};
 use super::error::XdpError;
 use super::sys;
 pub use super::sys::BpfInsn;
@@ -256,12 +257,12 @@ pub const XDP_REDIRECT: u32 = 4;
 
 /// Helper function numbers (`enum bpf_func_id`).
 const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
-const BPF_FUNC_KTIME_GET_NS: i32 = 5;
+pub(crate) const BPF_FUNC_KTIME_GET_NS: i32 = 5;
 const BPF_FUNC_REDIRECT_MAP: i32 = 51;
 
 /// Offsets of the fields of `struct xdp_md`, the program's context.
-const XDP_MD_DATA: i16 = 0;
-const XDP_MD_DATA_END: i16 = 4;
+pub(crate) const XDP_MD_DATA: i16 = 0;
+pub(crate) const XDP_MD_DATA_END: i16 = 4;
 const XDP_MD_RX_QUEUE_INDEX: i16 = 16;
 
 /// eBPF opcode parts (`linux/bpf_common.h`, `linux/bpf.h`). An opcode is the OR of a class,
@@ -270,7 +271,9 @@ mod op {
     // Instruction classes (low three bits).
     pub const LD: u8 = 0x00;
     pub const LDX: u8 = 0x01;
+    pub const ST: u8 = 0x02;
     pub const STX: u8 = 0x03;
+    pub const ALU: u8 = 0x04;
     pub const JMP: u8 = 0x05;
     pub const JMP32: u8 = 0x06;
     pub const ALU64: u8 = 0x07;
@@ -286,14 +289,22 @@ mod op {
     // ALU operations.
     pub const ADD: u8 = 0x00;
     pub const SUB: u8 = 0x10;
+    pub const DIV: u8 = 0x30;
+    pub const OR: u8 = 0x40;
     pub const AND: u8 = 0x50;
     pub const LSH: u8 = 0x60;
+    pub const RSH: u8 = 0x70;
+    pub const XOR: u8 = 0xa0;
     pub const MOV: u8 = 0xb0;
+    /// Byte swap (`BPF_END`, in the 32-bit ALU class), here to big-endian (`BPF_TO_BE`).
+    pub const END: u8 = 0xd0;
+    pub const TO_BE: u8 = 0x08;
     // Jump operations.
     pub const JA: u8 = 0x00;
     pub const JEQ: u8 = 0x10;
     pub const JGT: u8 = 0x20;
     pub const JNE: u8 = 0x50;
+    pub const JLT: u8 = 0xa0;
     pub const CALL: u8 = 0x80;
     pub const EXIT: u8 = 0x90;
     // Operand source: the immediate (K) or the source register (X).
@@ -354,6 +365,8 @@ pub enum Cond {
     Ne,
     /// `>` (unsigned)
     Gt,
+    /// `<` (unsigned)
+    Lt,
 }
 
 impl Cond {
@@ -362,6 +375,7 @@ impl Cond {
             Cond::Eq => op::JEQ,
             Cond::Ne => op::JNE,
             Cond::Gt => op::JGT,
+            Cond::Lt => op::JLT,
         }
     }
 }
@@ -427,6 +441,17 @@ impl Asm {
         self.emit(op::STX | op::MEM | size, dst, src, off, 0);
     }
 
+    /// `*(size *)(dst + off) = imm` (for `U64`, the immediate sign-extended)
+    pub fn store_imm(&mut self, size: Size, dst: Reg, off: i16, imm: i32) {
+        let size = match size {
+            Size::U8 => op::B,
+            Size::U16 => op::H,
+            Size::U32 => op::W,
+            Size::U64 => op::DW,
+        };
+        self.emit(op::ST | op::MEM | size, dst, Reg::R0, off, imm);
+    }
+
     /// `lock *(u64 *)(dst + off) += src` (an atomic add, `BPF_ATOMIC | BPF_ADD`)
     pub fn atomic_add64(&mut self, dst: Reg, off: i16, src: Reg) {
         self.emit(op::STX | op::ATOMIC | op::DW, dst, src, off, i32::from(op::ADD));
@@ -471,6 +496,37 @@ impl Asm {
     /// `dst <<= imm`
     pub fn lsh_imm(&mut self, dst: Reg, imm: i32) {
         self.emit(op::ALU64 | op::LSH | op::K, dst, Reg::R0, 0, imm);
+    }
+
+    /// `dst >>= imm` (logical)
+    pub fn rsh_imm(&mut self, dst: Reg, imm: i32) {
+        self.emit(op::ALU64 | op::RSH | op::K, dst, Reg::R0, 0, imm);
+    }
+
+    /// `dst |= src`
+    pub fn or(&mut self, dst: Reg, src: Reg) {
+        self.emit(op::ALU64 | op::OR | op::X, dst, src, 0, 0);
+    }
+
+    /// `dst ^= src`
+    pub fn xor(&mut self, dst: Reg, src: Reg) {
+        self.emit(op::ALU64 | op::XOR | op::X, dst, src, 0, 0);
+    }
+
+    /// `dst ^= imm` (immediate sign-extended)
+    pub fn xor_imm(&mut self, dst: Reg, imm: i32) {
+        self.emit(op::ALU64 | op::XOR | op::K, dst, Reg::R0, 0, imm);
+    }
+
+    /// `dst /= src` (unsigned; a zero divisor gives zero)
+    pub fn div(&mut self, dst: Reg, src: Reg) {
+        self.emit(op::ALU64 | op::DIV | op::X, dst, src, 0, 0);
+    }
+
+    /// `dst = be<bits>(dst)`: the low `bits` (16, 32 or 64) of `dst` from network to host byte
+    /// order on a little-endian host (or back: a swap either way), the rest cleared.
+    pub fn be(&mut self, dst: Reg, bits: i32) {
+        self.emit(op::ALU | op::END | op::TO_BE, dst, Reg::R0, 0, bits);
     }
 
     /// `if dst <cond> src goto target` (64-bit comparison)
@@ -729,18 +785,26 @@ fn jump_if_ipv6(a: &mut Asm, addrs: &[Ipv6Addr], target: Label) {
 /// value per queue: the bucket's schedule, then the count of SYNs shed), bare TCP SYNs to our
 /// addresses go through the bucket first (see the module docs). With `lane` (the number of
 /// queue slots, at most [`MAX_QUEUE_SLOTS`]), bare TCP SYNs that pass go to the key of their
-/// queue plus `lane`: the SYN lane (see the module docs).
+/// queue plus `lane`: the SYN lane (see the module docs). With `cookies` (and a shield),
+/// the SYNs the bucket has no token for are answered with a SYN cookie from the program
+/// ([`cookie`](super::cookie)), not dropped.
 pub fn steering_program(
     addrs: &[IpAddr],
     xskmap: BorrowedFd<'_>,
     shield: Option<(SynShield, BorrowedFd<'_>)>,
     lane: Option<u32>,
     fallback: u32,
+    cookies: Option<&XdpSynCookies>,
 ) -> Result<Vec<BpfInsn>, XdpError> {
     use Reg::*;
     let (v4, v6) = check_addrs(addrs)?;
     if let Some((settings, _)) = shield {
         settings.check()?;
+    }
+    if cookies.is_some() && shield.is_none() {
+        return Err(XdpError::InvalidConfig(
+            "SYN cookies in the XDP program answer the SYNs beyond the SYN shield's rate: set a shield too".into(),
+        ));
     }
     if let Some(slots) = lane
         && !(1..=MAX_QUEUE_SLOTS).contains(&slots)
@@ -757,6 +821,9 @@ pub fn steering_program(
     }
 
     let mut a = Asm::new();
+    if cookies.is_some() {
+        a.store(Size::U64, R10, cookie::CTX_SLOT, R1); // for the answer, after calls
+    }
     let (ipv4, ipv6, solicited, ns, redirect, pass) =
         (a.label(), a.label(), a.label(), a.label(), a.label(), a.label());
     // Where a frame to one of our unicast addresses goes: through the SYN test, with a shield
@@ -871,7 +938,7 @@ pub fn steering_program(
 
         a.bind(syn);
         if let Some((settings, map)) = shield {
-            shield_syn(&mut a, settings, map, admitted);
+            shield_syn(&mut a, settings, map, admitted, cookies.map(|c| (c, !v4.is_empty(), !v6.is_empty())));
         }
         if let Some(slots) = lane {
             // lane: (reached from the bucket, or straight from the SYN test)
@@ -899,8 +966,16 @@ pub fn steering_program(
 }
 
 /// Emit the SYN shield's test at the `syn` label (see the module docs): take a token from the
-/// queue's bucket in `map` and go on to `admitted`, or shed the SYN.
-fn shield_syn(a: &mut Asm, settings: SynShield, map: BorrowedFd<'_>, admitted: Label) {
+/// queue's bucket in `map` and go on to `admitted`, or shed the SYN: drop it, or with
+/// `answer` (the cookies' settings, and whether we own IPv4 and IPv6 addresses) answer it
+/// with a SYN cookie ([`cookie`](super::cookie)).
+fn shield_syn(
+    a: &mut Asm,
+    settings: SynShield,
+    map: BorrowedFd<'_>,
+    admitted: Label,
+    answer: Option<(&XdpSynCookies, bool, bool)>,
+) {
     use Reg::*;
     let shed = a.label();
     a.call(BPF_FUNC_KTIME_GET_NS);
@@ -927,6 +1002,12 @@ fn shield_syn(a: &mut Asm, settings: SynShield, map: BorrowedFd<'_>, admitted: L
     a.bind(shed);
     a.mov_imm(R1, 1);
     a.atomic_add64(R0, 8, R1);
+    if let Some((cookies, v4, v6)) = answer {
+        let drop = a.label();
+        a.store(Size::U64, R10, cookie::VALUE_SLOT, R0); // to count the answer
+        cookie::emit_answer(a, cookies, v4, v6, drop);
+        a.bind(drop);
+    }
     a.mov_imm(R0, XDP_DROP as i32);
     a.exit();
 }
@@ -979,6 +1060,51 @@ pub struct XdpProgram {
     /// Bare SYNs go to the SYN lane's socket of their queue, at key `queue + slots`.
     lane: bool,
     frags: bool,
+    /// The SYNs beyond the shield's rate are answered with cookies.
+    cookies: bool,
+}
+
+/// A program that passes every frame to the kernel (`XDP_PASS`), attached in driver mode,
+/// detached on drop: the peer end of a veth needs one to take the frames an XDP program on
+/// the other end sends back with `XDP_TX` (the SYN cookies' answers, [`cookie`](super::cookie)).
+///
+/// A veth's `XDP_TX` puts frames on its peer's receive ring, which only the peer's NAPI
+/// drains. The peer runs NAPI if it has an XDP program or GRO on, but the sending veth kicks
+/// the peer's NAPI only if the peer has an XDP program (`veth_xdp_flush`, drivers/net/veth.c):
+/// without one, the frames wait until the peer's next frame from the normal path, and are
+/// dropped when the ring (256 entries) is full. A real NIC sends them out without help.
+pub struct PassProgram {
+    link: OwnedFd,
+    _prog: OwnedFd,
+    iface: String,
+}
+
+impl PassProgram {
+    /// Load the program and attach it to `iface` in driver mode.
+    pub fn attach(iface: &str) -> Result<PassProgram, XdpError> {
+        let ifindex =
+            crate::ifreq::index(iface).map_err(|e| XdpError::from_io(format!("find the interface {iface}"), e))?;
+        let mut a = Asm::new();
+        a.mov_imm(Reg::R0, XDP_PASS as i32);
+        a.exit();
+        let prog = sys::xdp_prog_load(&a.finish(), "bypass_pass", true).map_err(|(source, log)| {
+            match source.raw_os_error() {
+                Some(libc::EPERM) => XdpError::NotPermitted { what: "loading an XDP program".into(), source },
+                _ => XdpError::ProgramRejected { log, source },
+            }
+        })?;
+        let link = super::retry_busy(|| sys::xdp_link_create(prog.as_fd(), ifindex, AttachMode::Driver.flags()))
+            .map_err(|e| link_error(iface, AttachMode::Driver, e))?;
+        Ok(PassProgram { link, _prog: prog, iface: iface.to_string() })
+    }
+}
+
+impl Drop for PassProgram {
+    fn drop(&mut self) {
+        if let Err(e) = sys::xdp_link_detach(self.link.as_fd()) {
+            log::debug!("detach the pass program from {}: {e}; it goes when its link closes", self.iface);
+        }
+    }
 }
 
 impl Drop for XdpProgram {
@@ -995,16 +1121,18 @@ impl Drop for XdpProgram {
 impl XdpProgram {
     /// Load the steering program for our addresses `addrs` and attach it to `iface` (index
     /// `ifindex`) in `mode`, with room for sockets on queues `0..slots` (and, with `lane`,
-    /// for each queue's SYN lane after them).
+    /// for each queue's SYN lane after them); with `shield`, the SYN shield, and the SYN
+    /// cookies it answers the SYNs beyond its rate with, if any.
     pub(crate) fn attach(
         iface: &str,
         ifindex: u32,
         addrs: &[IpAddr],
         mode: XdpMode,
         slots: u32,
-        shield: Option<SynShield>,
+        shield: Option<(SynShield, Option<&XdpSynCookies>)>,
         lane: bool,
     ) -> Result<XdpProgram, XdpError> {
+        let (shield, cookies) = shield.map_or((None, None), |(s, c)| (Some(s), c));
         check_addrs(addrs)?; // before anything is created
         if let Some(settings) = shield {
             settings.check()?;
@@ -1029,6 +1157,7 @@ impl XdpProgram {
             shield.zip(shield_map.as_ref().map(AsFd::as_fd)),
             lane.then_some(slots),
             XDP_PASS,
+            cookies,
         )?;
         let attach = |m: AttachMode| {
             super::retry_busy(|| sys::xdp_link_create(prog.as_fd(), ifindex, m.flags()))
@@ -1066,6 +1195,7 @@ impl XdpProgram {
             slots,
             lane,
             frags,
+            cookies: cookies.is_some(),
         })
     }
 
@@ -1113,6 +1243,27 @@ impl XdpProgram {
         }
     }
 
+    /// Return the SYNs the program has answered with a SYN cookie on `queue` (see
+    /// [`cookie`](super::cookie)), or `None` without its cookies or if the map cannot be read.
+    pub fn syn_cookies_sent(&self, queue: u32) -> Option<u64> {
+        if !self.cookies {
+            return None;
+        }
+        let map = self.shield_map.as_ref()?;
+        match sys::shield_map_get(map.as_fd(), queue) {
+            Ok(value) => Some(answered_count(&value)),
+            Err(e) => {
+                log::debug!("read the SYN shield's map of {} queue {queue}: {e}", self.iface);
+                None
+            }
+        }
+    }
+
+    /// Return whether the program answers the SYNs beyond the shield's rate with cookies.
+    pub fn syn_cookies(&self) -> bool {
+        self.cookies
+    }
+
     /// Return the number of queue slots in the XSKMAP.
     pub fn slots(&self) -> u32 {
         self.slots
@@ -1154,6 +1305,12 @@ fn shed_count(value: &[u8; sys::SHIELD_VALUE_SIZE]) -> u64 {
     u64::from_ne_bytes(value[8..16].try_into().expect("8 bytes"))
 }
 
+/// Return the count of SYNs answered with a cookie in a value of the shield's map: its third
+/// `u64`.
+fn answered_count(value: &[u8; sys::SHIELD_VALUE_SIZE]) -> u64 {
+    u64::from_ne_bytes(value[16..24].try_into().expect("8 bytes"))
+}
+
 /// Load the steering program for our addresses `addrs` using `xskmap` (and the SYN shield
 /// `shield` with its map, and the SYN lane after `lane` queue slots), with `fallback` as the redirect's fallback action. Return it and
 /// whether it is multi-buffer aware.
@@ -1169,8 +1326,9 @@ pub(crate) fn load(
     shield: Option<(SynShield, BorrowedFd<'_>)>,
     lane: Option<u32>,
     fallback: u32,
+    cookies: Option<&XdpSynCookies>,
 ) -> Result<(OwnedFd, bool), XdpError> {
-    let insns = steering_program(addrs, xskmap, shield, lane, fallback)?;
+    let insns = steering_program(addrs, xskmap, shield, lane, fallback, cookies)?;
     let error = |(source, log): (std::io::Error, String)| match source.raw_os_error() {
         Some(libc::EPERM) => XdpError::NotPermitted { what: "loading the XDP program".into(), source },
         _ => XdpError::ProgramRejected { log, source },
@@ -1272,7 +1430,7 @@ mod tests {
     #[test]
     fn jumps_land_where_the_listing_says() {
         let file = std::fs::File::open("/dev/null").unwrap();
-        let insns = steering_program(&[US4.into(), US6.into()], file.as_fd(), None, None, XDP_PASS).unwrap();
+        let insns = steering_program(&[US4.into(), US6.into()], file.as_fd(), None, None, XDP_PASS, None).unwrap();
         assert_eq!(insns.len(), 71, "the module docs list 71 instruction slots");
         let target = |at: usize| (at as isize + 1 + insns[at].off as isize) as usize;
         let (redirect, pass) = (63, 69);
@@ -1301,9 +1459,9 @@ mod tests {
     #[test]
     fn one_family_leaves_out_the_other() {
         let file = std::fs::File::open("/dev/null").unwrap();
-        let v4 = steering_program(&[US4.into()], file.as_fd(), None, None, XDP_PASS).unwrap();
+        let v4 = steering_program(&[US4.into()], file.as_fd(), None, None, XDP_PASS, None).unwrap();
         assert_eq!(v4.len(), 71 - 1 - 41, "no IPv6 dispatch (8) and no IPv6 blocks (22-62)");
-        let v6 = steering_program(&[US6.into()], file.as_fd(), None, None, XDP_PASS).unwrap();
+        let v6 = steering_program(&[US6.into()], file.as_fd(), None, None, XDP_PASS, None).unwrap();
         assert_eq!(v6.len(), 71 - 1 - 12, "no IPv4 dispatch (7) and no ARP or IPv4 blocks (10-21)");
     }
 
@@ -1422,7 +1580,8 @@ mod tests {
     /// Load the program for `addrs` with an empty XSKMAP and `XDP_DROP` as the redirect's
     /// fallback, so that "redirect" shows as `XDP_DROP`.
     fn load_for_test(map: &OwnedFd, addrs: &[IpAddr]) -> OwnedFd {
-        let (prog, frags) = load(addrs, map.as_fd(), None, None, XDP_DROP).unwrap_or_else(|e| panic!("{addrs:?}: {e}"));
+        let (prog, frags) =
+            load(addrs, map.as_fd(), None, None, XDP_DROP, None).unwrap_or_else(|e| panic!("{addrs:?}: {e}"));
         assert!(frags, "{addrs:?}: this kernel (6.x) loads the program multi-buffer aware");
         prog
     }
@@ -1601,7 +1760,7 @@ mod tests {
     fn load_shielded(addrs: &[IpAddr], shield: SynShield) -> (OwnedFd, OwnedFd, OwnedFd) {
         let xsks = sys::xskmap_create(1, "bypass_test").expect("create XSKMAP");
         let map = sys::shield_map_create(1, "bypass_test").expect("create the shield map");
-        let (prog, _) = load(addrs, xsks.as_fd(), Some((shield, map.as_fd())), None, XDP_TX)
+        let (prog, _) = load(addrs, xsks.as_fd(), Some((shield, map.as_fd())), None, XDP_TX, None)
             .unwrap_or_else(|e| panic!("{addrs:?}: {e}"));
         (prog, map, xsks)
     }
@@ -1668,7 +1827,7 @@ mod tests {
             return;
         }
         let map = sys::xskmap_create(1, "bypass_test").expect("create XSKMAP");
-        let (prog, _) = load(&[US4.into(), US6.into()], map.as_fd(), None, None, XDP_TX).unwrap();
+        let (prog, _) = load(&[US4.into(), US6.into()], map.as_fd(), None, None, XDP_TX, None).unwrap();
         for i in 0..1000 {
             assert_eq!(verdict(&prog, &tcp4(US4.octets(), SYN, 0)), XDP_TX, "IPv4 SYN {i}");
             assert_eq!(verdict(&prog, &tcp6(US6, SYN)), XDP_TX, "IPv6 SYN {i}");
@@ -1716,9 +1875,10 @@ mod tests {
     fn the_shield_leaves_the_rest_of_the_listing_alone() {
         let file = std::fs::File::open("/dev/null").unwrap();
         let addrs = [US4.into(), US6.into()];
-        let plain = steering_program(&addrs, file.as_fd(), None, None, XDP_PASS).unwrap();
+        let plain = steering_program(&addrs, file.as_fd(), None, None, XDP_PASS, None).unwrap();
         let shield = SynShield { rate: 1000, burst: 10 };
-        let shielded = steering_program(&addrs, file.as_fd(), Some((shield, file.as_fd())), None, XDP_PASS).unwrap();
+        let shielded =
+            steering_program(&addrs, file.as_fd(), Some((shield, file.as_fd())), None, XDP_PASS, None).unwrap();
         let calls = |insns: &[BpfInsn]| {
             insns.iter().filter(|i| i.code == op::JMP | op::CALL).map(|i| i.imm).collect::<Vec<_>>()
         };
@@ -1764,13 +1924,14 @@ mod tests {
             SynShield { rate: 1, burst: 0 },
             SynShield { rate: 1_000_000_001, burst: 1 },
         ] {
-            let err =
-                steering_program(&[US4.into()], map.as_fd(), Some((bad, map.as_fd())), None, XDP_PASS).unwrap_err();
+            let err = steering_program(&[US4.into()], map.as_fd(), Some((bad, map.as_fd())), None, XDP_PASS, None)
+                .unwrap_err();
             assert!(matches!(err, XdpError::InvalidConfig(_)), "{bad:?}: {err}");
         }
         let ok = SynShield { rate: 1_000_000_000, burst: u32::MAX };
-        let insns = steering_program(&[US4.into()], map.as_fd(), Some((ok, map.as_fd())), None, XDP_PASS).unwrap();
-        let plain = steering_program(&[US4.into()], map.as_fd(), None, None, XDP_PASS).unwrap();
+        let insns =
+            steering_program(&[US4.into()], map.as_fd(), Some((ok, map.as_fd())), None, XDP_PASS, None).unwrap();
+        let plain = steering_program(&[US4.into()], map.as_fd(), None, None, XDP_PASS, None).unwrap();
         assert!(insns.len() > plain.len());
     }
 }

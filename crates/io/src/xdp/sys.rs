@@ -187,8 +187,9 @@ pub fn xskmap_create(max_entries: u32, name: &str) -> io::Result<OwnedFd> {
     Ok(owned_fd(fd))
 }
 
-/// Bytes of a value of the SYN shield's array map: two `u64`s (see `program`).
-pub const SHIELD_VALUE_SIZE: usize = 16;
+/// Bytes of a value of the SYN shield's array map: three `u64`s (see `program`): the
+/// bucket's schedule, the SYNs shed, the SYNs of those answered with a cookie.
+pub const SHIELD_VALUE_SIZE: usize = 24;
 
 /// Create an array map of `max_entries` zeroed values of [`SHIELD_VALUE_SIZE`] bytes (keys
 /// are 32-bit indices).
@@ -311,6 +312,37 @@ pub fn xdp_test_run(prog: BorrowedFd<'_>, frame: &[u8]) -> io::Result<u32> {
     // `data_size_in` readable bytes; `data_out` is null with size 0, so nothing is written.
     unsafe { bpf(BPF_PROG_TEST_RUN, &mut attr)? };
     Ok(attr.retval)
+}
+
+/// Run the XDP program `prog` once on `frame` as [`xdp_test_run`] does, and return the action
+/// and the frame as the program left it.
+#[cfg(test)]
+pub fn xdp_test_run_frame(prog: BorrowedFd<'_>, frame: &[u8]) -> io::Result<(u32, Vec<u8>)> {
+    let mut out = vec![0u8; 4096];
+    let mut attr = TestRunAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        data_size_in: frame.len() as u32,
+        data_in: frame.as_ptr() as u64,
+        data_size_out: out.len() as u32,
+        data_out: out.as_mut_ptr() as u64,
+        repeat: 1,
+        ..Default::default()
+    };
+    // SAFETY: `TestRunAttr` is the `BPF_PROG_TEST_RUN` member; `data_in` points to
+    // `data_size_in` readable bytes and `data_out` to `data_size_out` writable ones, into
+    // which the kernel writes at most that many (it fails with ENOSPC rather than overrun).
+    unsafe { bpf(BPF_PROG_TEST_RUN, &mut attr)? };
+    out.truncate(attr.data_size_out as usize);
+    Ok((attr.retval, out))
+}
+
+/// Return `CLOCK_MONOTONIC` now: the clock `bpf_ktime_get_ns` reads, and `std::time::Instant`
+/// on Linux.
+pub fn monotonic_now() -> std::time::Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 // ---------------------------------------------------------------------------------------------

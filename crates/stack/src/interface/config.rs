@@ -48,6 +48,11 @@ pub struct StackConfig {
     /// none on the others. The window runs from the latest cookie, and a cookie itself
     /// lives 64 to 128 s, so the default refuses only a handshake's ACK more than 120 s late.
     pub syn_cookie_valid: Duration,
+    /// Check every ACK to a listener as a possible cookie, as if a cookie had just been sent:
+    /// set it when the device answers SYNs with our cookies itself (the XDP program's cookies,
+    /// [`StackConfig::syn_cookie_answer`]), which the host never sees being sent. Off by
+    /// default (Linux's `tcp_syncookies` = 1 checks only after an overflow, as we do).
+    pub syn_cookies_from_device: bool,
     /// Established connections per listener waiting for `accept`.
     pub accept_backlog: usize,
     /// Most connections in the table.
@@ -104,7 +109,63 @@ pub struct StackConfig {
     pub buffer_memory: usize,
 }
 
+/// What a device needs to answer SYNs with the host's own SYN cookies: the key, and the MSS
+/// and window the host's cookie SYN-ACKs announce for each family (see
+/// [`StackConfig::syn_cookie_answer`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SynCookieAnswer {
+    /// The SipHash key of the host's cookies.
+    pub key: [u8; 16],
+    /// The MSS announced over IPv4.
+    pub mss4: u16,
+    /// The window announced over IPv4 (unscaled).
+    pub window4: u16,
+    /// The MSS announced over IPv6.
+    pub mss6: u16,
+    /// The window announced over IPv6 (unscaled).
+    pub window6: u16,
+}
+
+impl std::fmt::Debug for SynCookieAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SynCookieAnswer")
+            .field("mss4", &self.mss4)
+            .field("window4", &self.window4)
+            .field("mss6", &self.mss6)
+            .field("window6", &self.window6)
+            .finish_non_exhaustive()
+    }
+}
+
 impl StackConfig {
+    /// Return the TCP settings of each family on a link of IP MTU `mtu`: `tcp` with the MSS
+    /// lowered to what fits the MTU with IPv4 and TCP headers, and with IPv6 ones.
+    pub(crate) fn tcp_by_family(&self, mtu: usize) -> (TcpConfig, TcpConfig) {
+        let mut tcp = self.tcp.clone();
+        // Our segments must fit the MTU with IP and TCP headers.
+        tcp.mss = tcp.mss.min((mtu - crate::wire::IPV4_LEN - 20) as u16);
+        let mut tcp6 = tcp.clone();
+        tcp6.mss = tcp.mss.min((mtu - crate::wire::IPV6_LEN - 20) as u16);
+        (tcp, tcp6)
+    }
+
+    /// Return what a device on a link of IP MTU `mtu` needs to answer SYNs with this host's
+    /// SYN cookies, bit for bit as the host would (the key derived from `tcp.isn_secret`; the
+    /// MSS and initial window of each family). A host that lets a device answer for it must
+    /// set [`syn_cookies_from_device`](StackConfig::syn_cookies_from_device), and count
+    /// cookie periods on the device's clock ([`Stack::align_syn_cookie_clock`](crate::Stack::align_syn_cookie_clock)).
+    pub fn syn_cookie_answer(&self, mtu: usize) -> SynCookieAnswer {
+        let (tcp, tcp6) = self.tcp_by_family(mtu);
+        let window = |c: &TcpConfig| c.initial_recv_window() as u16;
+        SynCookieAnswer {
+            key: crate::syncookie::key(&self.tcp.isn_secret),
+            mss4: tcp.mss,
+            window4: window(&tcp),
+            mss6: tcp6.mss,
+            window6: window(&tcp6),
+        }
+    }
+
     /// Return defaults for address `ip`/`prefix_len` (IPv4 or IPv6; add more with
     /// [`with_address`](StackConfig::with_address)), with `secret` keying ISNs and SYN
     /// cookies (fill it from a random source).
@@ -124,6 +185,7 @@ impl StackConfig {
             fragments: ReassemblyConfig::default(),
             syn_queue: 256,
             syn_cookie_valid: Duration::from_secs(120),
+            syn_cookies_from_device: false,
             accept_backlog: 1024,
             max_connections: 1 << 20,
             ephemeral_ports: (49152, 65535),

@@ -113,7 +113,7 @@ mod table;
 mod tcp;
 mod user;
 
-pub use config::StackConfig;
+pub use config::{StackConfig, SynCookieAnswer};
 use connections::{Connections, Listener, Owner, Sock};
 pub use errors::{ConnectError, ListenError};
 use ethernet::mac_string;
@@ -125,13 +125,9 @@ pub(crate) use table::ForRead;
 impl Interface {
     /// Return a host with MAC `mac` and IP MTU `mtu`.
     pub fn new(config: StackConfig, mac: [u8; 6], mtu: usize) -> Self {
-        let mut tcp = config.tcp.clone();
-        // Our segments must fit the MTU with IP and TCP headers.
-        tcp.mss = tcp.mss.min((mtu - IPV4_LEN - 20) as u16);
-        let mut tcp6 = tcp.clone();
-        tcp6.mss = tcp.mss.min((mtu - IPV6_LEN - 20) as u16);
+        let (tcp, tcp6) = config.tcp_by_family(mtu);
         // One secret, separate keys: what one use reveals says nothing about another's.
-        let cookies = SynCookies::new(derive_key(&tcp.isn_secret, b"bypass SYN cookie key"));
+        let cookies = SynCookies::new(crate::syncookie::key(&tcp.isn_secret));
         let ports =
             EphemeralPorts::new(derive_key(&tcp.isn_secret, b"bypass RFC 6056 port key"), config.ephemeral_ports);
         let addrs = Addresses::new(config.ipv4, config.ipv6.clone(), mac);
@@ -231,6 +227,13 @@ impl Interface {
             IpAddr::V4(_) => &self.config.tcp,
             IpAddr::V6(_) => &self.tcp6,
         }
+    }
+
+    /// Count SYN cookie periods on the host's time plus `micros` (see
+    /// [`Stack::align_syn_cookie_clock`](crate::Stack::align_syn_cookie_clock)): cookies made
+    /// before keep working only if the periods agree.
+    pub fn set_syn_cookie_epoch(&mut self, micros: u64) {
+        self.cookies.set_epoch(micros);
     }
 
     /// Return our addresses.

@@ -200,7 +200,7 @@ impl Interface {
             return;
         }
         if flags.ack() && !flags.syn() {
-            if !listener.overflow.recent(now, self.config.syn_cookie_valid) {
+            if !self.config.syn_cookies_from_device && !listener.overflow.recent(now, self.config.syn_cookie_valid) {
                 // No cookie can be outstanding, so this ACK is no handshake's last step:
                 // RFC 9293 3.10.7.2 (LISTEN, second: an ACK is bad, send <SEQ=SEG.ACK><CTL=RST>).
                 // Linux checks cookies only after a recent overflow likewise
