@@ -279,8 +279,11 @@ fn syn_flood_beyond_the_shield_is_answered_in_xdp_and_clients_connect_at_once() 
     // answer, so the connections the stack rebuilds from cookies are the program's cookies.
     let args = ["--rx-ring", "4096", "--syn-rate", "1", "--syn-burst", "1", "--xdp-syn-cookies"];
     // The peer's end of the veth takes the program's answers only with an XDP program of its
-    // own (see `PassProgram`).
-    let _peer_xdp = lab.in_peer(|| PassProgram::attach(&lab.peer_if)).expect("a pass program on the peer's veth");
+    // own (see `PassProgram`); this one drops the answers to the flood's spoofed address, as
+    // the network beyond a real NIC would.
+    let _peer_xdp = lab
+        .in_peer(|| PassProgram::attach_dropping_others(&lab.peer_if, lab.peer_ip))
+        .expect("a pass program on the peer's veth");
     let started = Instant::now();
     let server = EchoServer::start(&lab, Backend::Xdp, &args);
     let addr = common::server_addr(&lab);
@@ -292,8 +295,8 @@ fn syn_flood_beyond_the_shield_is_answered_in_xdp_and_clients_connect_at_once() 
             .unwrap_or_else(|e| panic!("established connection {i} during the flood: {e}"));
     }
     // Clients connecting now: without the program's answers their SYNs would be shed, all
-    // but one a second. The answers to the flood fill the peer's receive ring too, so a
-    // client's answer can be lost: each client has until just after its first retransmission.
+    // but one a second. The answers to the flood share the peer's receive ring, so a client's
+    // answer can be lost: each client has until just after its first retransmission.
     const CLIENTS: u64 = 10;
     let mut at_once = 0;
     for i in 0..CLIENTS {

@@ -43,7 +43,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bypass_device::Device;
-use bypass_io::xdp::{SynShield, XdpConfig, XdpDevice};
+use bypass_io::netdev;
+use bypass_io::xdp::{PassProgram, SynShield, XdpConfig, XdpDevice, XdpSynCookies, monotonic_now};
 use bypass_lab::syn_flood::{FloodConfig, FloodReport, SynFlood};
 use bypass_lab::testlab::{Lab, pin_to_cpu};
 use bypass_stack::{Stack, StackConfig};
@@ -95,6 +96,9 @@ pub enum Server {
     Laned,
     /// Our stack over AF_XDP with [`SHIELD`] and the SYN lane.
     ShieldedLaned,
+    /// Our stack over AF_XDP with [`SHIELD`], the SYNs beyond it answered with SYN cookies by
+    /// the XDP program itself ([`XdpConfig::syn_cookies`]).
+    ShieldedCookies,
     /// Our stack over AF_XDP with a shield that lets one SYN a second through: every SYN of
     /// the flood is dropped in the XDP program, and what is left of the flood's cost is the
     /// veth's and the program's, the floor of any shield in XDP here.
@@ -102,8 +106,15 @@ pub enum Server {
 }
 
 impl Server {
-    const ALL: [Server; 6] =
-        [Server::Kernel, Server::Ours, Server::Shielded, Server::Laned, Server::ShieldedLaned, Server::ShedAll];
+    const ALL: [Server; 7] = [
+        Server::Kernel,
+        Server::Ours,
+        Server::Shielded,
+        Server::Laned,
+        Server::ShieldedLaned,
+        Server::ShieldedCookies,
+        Server::ShedAll,
+    ];
 
     fn label(self) -> String {
         match self {
@@ -118,6 +129,10 @@ impl Server {
                 let s = shield();
                 format!("ours/AF_XDP, SYN cookies, shield {} SYN/s, burst {}, SYN lane of {LANE}", s.rate, s.burst)
             }
+            Server::ShieldedCookies => {
+                let s = shield();
+                format!("ours/AF_XDP, shield {} SYN/s, burst {}, SYN cookies in XDP beyond it", s.rate, s.burst)
+            }
             Server::ShedAll => "ours/AF_XDP, every SYN shed in XDP (1 SYN/s): the floor of a shield".into(),
         }
     }
@@ -129,6 +144,7 @@ impl Server {
             Server::Shielded => "ours-shielded",
             Server::Laned => "ours-lane",
             Server::ShieldedLaned => "ours-shielded-lane",
+            Server::ShieldedCookies => "ours-shielded-xdp-cookies",
             Server::ShedAll => "ours-shed-all",
         }
     }
@@ -213,11 +229,12 @@ pub fn measure(lab: &Lab, kernel_ip: Ipv4Addr, runs: usize, duration: Duration, 
             let setup = Setup { lab, addr, duration, flood_cpu, seed: rep as u64 + 1 };
             let result = match row.server {
                 Server::Kernel => kernel(&setup),
-                Server::Ours => ours(&setup, None, None),
-                Server::Shielded => ours(&setup, Some(shield()), None),
-                Server::Laned => ours(&setup, None, Some(LANE)),
-                Server::ShieldedLaned => ours(&setup, Some(shield()), Some(LANE)),
-                Server::ShedAll => ours(&setup, Some(SynShield { rate: 1, burst: 1 }), None),
+                Server::Ours => ours(&setup, None, None, false),
+                Server::Shielded => ours(&setup, Some(shield()), None, false),
+                Server::Laned => ours(&setup, None, Some(LANE), false),
+                Server::ShieldedLaned => ours(&setup, Some(shield()), Some(LANE), false),
+                Server::ShieldedCookies => ours(&setup, Some(shield()), None, true),
+                Server::ShedAll => ours(&setup, Some(SynShield { rate: 1, burst: 1 }), None, false),
             };
             match result {
                 Ok(run) => row.runs.push(run),
@@ -287,13 +304,41 @@ impl Probe {
     }
 }
 
-/// Our stack over AF_XDP as the server, with `shield` or none, and a SYN lane of `lane`
-/// entries or none.
-fn ours(setup: &Setup, shield: Option<SynShield>, lane: Option<u32>) -> Result<(Phase, Phase), String> {
+/// Our stack over AF_XDP as the server, with `shield` or none, a SYN lane of `lane` entries
+/// or none, and with `xdp_cookies` the SYNs beyond the shield answered by the XDP program.
+fn ours(
+    setup: &Setup,
+    shield: Option<SynShield>,
+    lane: Option<u32>,
+    xdp_cookies: bool,
+) -> Result<(Phase, Phase), String> {
     let lab = setup.lab;
-    let config = XdpConfig { syn_shield: shield, syn_lane: lane, ..XdpConfig::new(&lab.bypass_if, lab.bypass_ip) };
+    let mut stack_config = StackConfig::new(lab.bypass_ip, lab.prefix_len, crate::stack::secret());
+    let mut config = XdpConfig { syn_shield: shield, syn_lane: lane, ..XdpConfig::new(&lab.bypass_if, lab.bypass_ip) };
+    // The peer's end of the veth takes the program's answers only with an XDP program of its
+    // own (see `PassProgram`): for this row, the kernel clients receive through one, which
+    // drops the answers to the flood's spoofed address as the network beyond a NIC would.
+    let _peer_xdp = if xdp_cookies {
+        let mtu = lab.in_bypass(|| netdev::mtu(&lab.bypass_if)).map_err(|e| format!("the MTU of the lab: {e}"))?;
+        let answer = stack_config.syn_cookie_answer(mtu as usize);
+        config.syn_cookies = Some(XdpSynCookies {
+            key: answer.key,
+            mss4: answer.mss4,
+            window4: answer.window4,
+            mss6: answer.mss6,
+            window6: answer.window6,
+        });
+        stack_config.syn_cookies_from_device = true;
+        let pass = lab.in_peer(|| PassProgram::attach_dropping_others(&lab.peer_if, lab.peer_ip));
+        Some(pass.map_err(|e| format!("an XDP program on the peer's veth: {e}"))?)
+    } else {
+        None
+    };
     let device = lab.in_bypass(|| XdpDevice::open(config)).map_err(|e| format!("AF_XDP unavailable: {e}"))?;
-    let mut stack = Stack::new(device, StackConfig::new(lab.bypass_ip, lab.prefix_len, crate::stack::secret()));
+    let mut stack = Stack::new(device, stack_config);
+    if xdp_cookies {
+        stack.align_syn_cookie_clock(monotonic_now);
+    }
     let port = setup.addr.port();
     let mut echo = EchoServer::new(&mut stack, port, None).map_err(|e| format!("listen on {port}: {e}"))?;
     let probe = Arc::new(Probe::default());
@@ -311,7 +356,8 @@ fn ours(setup: &Setup, shield: Option<SynShield>, lane: Option<u32>) -> Result<(
                     let device = stack.device_mut().device_counters();
                     let get = |name: &str| device.iter().find(|(k, _)| *k == name).map(|&(_, v)| v);
                     Counts {
-                        syn_cookies: stack.counters().syn_cookies_sent,
+                        // The stack's, and the XDP program's.
+                        syn_cookies: stack.counters().syn_cookies_sent + get("syn_cookies_xdp").unwrap_or(0),
                         socket_drops: Some(get("rx_dropped").unwrap_or(0) + get("rx_fill_ring_empty").unwrap_or(0)),
                         // Dropped before the stack: by the shield, and for a full SYN lane.
                         syn_shed: match (get("syn_shed"), get("syn_lane_full")) {
@@ -622,7 +668,7 @@ pub fn markdown(section: &FloodSection) -> String {
     }
     let _ = writeln!(
         out,
-        "\nThe counts (retransmitted, dropped, shed, cookies, new connections) are over the flood phases of every repetition; calm phases had {} retransmissions and {} new connections fail. `retransmitted`: segments the client's kernel sent again on the established connection (`tcpi_total_retrans`): a frame of it lost on the way in. `dropped by the socket`: frames the AF_XDP socket dropped for a full receive ring or an empty fill ring (`XDP_STATISTICS`; the kernel's server has no such socket). `SYNs shed`: SYNs dropped before the stack saw them, by the shield in the XDP program, and, with a SYN lane, by the kernel for a full lane (the lane socket's `rx_ring_full`).",
+        "\nThe counts (retransmitted, dropped, shed, cookies, new connections) are over the flood phases of every repetition; calm phases had {} retransmissions and {} new connections fail. `retransmitted`: segments the client's kernel sent again on the established connection (`tcpi_total_retrans`): a frame of it lost on the way in. `dropped by the socket`: frames the AF_XDP socket dropped for a full receive ring or an empty fill ring (`XDP_STATISTICS`; the kernel's server has no such socket). `SYNs shed`: SYNs dropped before the stack saw them, by the shield in the XDP program, and, with a SYN lane, by the kernel for a full lane (the lane socket's `rx_ring_full`); with SYN cookies in XDP, the SYNs beyond the shield are answered by the program instead (counted in `SYN cookies sent` too), and for that row the peer's end of the veth has an XDP program of its own, without which a veth drops what the other end's program sends back; it passes what is addressed to the peer and drops the answers to the flood's spoofed address, as the network beyond a real NIC would.",
         section.rows.iter().flat_map(|r| &r.runs).map(|r| r.0.retransmits).sum::<u64>(),
         section.rows.iter().flat_map(|r| &r.runs).map(|r| r.0.new_tried - r.0.new_completed).sum::<u64>(),
     );

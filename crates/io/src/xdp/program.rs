@@ -1082,21 +1082,55 @@ pub struct PassProgram {
 impl PassProgram {
     /// Load the program and attach it to `iface` in driver mode.
     pub fn attach(iface: &str) -> Result<PassProgram, XdpError> {
-        let ifindex =
-            crate::ifreq::index(iface).map_err(|e| XdpError::from_io(format!("find the interface {iface}"), e))?;
         let mut a = Asm::new();
         a.mov_imm(Reg::R0, XDP_PASS as i32);
         a.exit();
-        let prog = sys::xdp_prog_load(&a.finish(), "bypass_pass", true).map_err(|(source, log)| {
-            match source.raw_os_error() {
+        Self::attach_insns(iface, &a.finish())
+    }
+
+    /// Attach to `iface` a program that drops IPv4 unicast to any address but `ours` and
+    /// passes everything else, as the network beyond a host would discard what is sent to
+    /// addresses nobody holds: in a lab whose peer namespace both floods a server from a
+    /// spoofed address and runs its clients, the answers to the flood then die at the veth,
+    /// not in the clients' receive path.
+    pub fn attach_dropping_others(iface: &str, ours: Ipv4Addr) -> Result<PassProgram, XdpError> {
+        Self::attach_insns(iface, &drop_others_program(ours))
+    }
+
+    fn attach_insns(iface: &str, insns: &[BpfInsn]) -> Result<PassProgram, XdpError> {
+        let ifindex =
+            crate::ifreq::index(iface).map_err(|e| XdpError::from_io(format!("find the interface {iface}"), e))?;
+        let prog =
+            sys::xdp_prog_load(insns, "bypass_pass", true).map_err(|(source, log)| match source.raw_os_error() {
                 Some(libc::EPERM) => XdpError::NotPermitted { what: "loading an XDP program".into(), source },
                 _ => XdpError::ProgramRejected { log, source },
-            }
-        })?;
+            })?;
         let link = super::retry_busy(|| sys::xdp_link_create(prog.as_fd(), ifindex, AttachMode::Driver.flags()))
             .map_err(|e| link_error(iface, AttachMode::Driver, e))?;
         Ok(PassProgram { link, _prog: prog, iface: iface.to_string() })
     }
+}
+
+/// The program of [`PassProgram::attach_dropping_others`].
+fn drop_others_program(ours: Ipv4Addr) -> Vec<BpfInsn> {
+    use Reg::*;
+    let mut a = Asm::new();
+    let pass = a.label();
+    a.load(Size::U32, R2, R1, XDP_MD_DATA);
+    a.load(Size::U32, R3, R1, XDP_MD_DATA_END);
+    check_end(&mut a, at::IPV4_END, pass);
+    a.load(Size::U16, R5, R2, at::ETHERTYPE);
+    a.jump32_imm(Cond::Ne, R5, ETHERTYPE_IPV4, pass);
+    a.load(Size::U32, R5, R2, at::IPV4_DST);
+    a.jump32_imm(Cond::Eq, R5, u32::from_ne_bytes(ours.octets()), pass);
+    a.and_imm(R5, 0xf0); // the first octet's high bits: multicast and broadcast (224/3) pass
+    a.jump32_imm(Cond::Gt, R5, 0xd0, pass);
+    a.mov_imm(R0, XDP_DROP as i32);
+    a.exit();
+    a.bind(pass);
+    a.mov_imm(R0, XDP_PASS as i32);
+    a.exit();
+    a.finish()
 }
 
 impl Drop for PassProgram {
@@ -1836,6 +1870,25 @@ mod tests {
 
     /// The bucket refills at the configured rate: after a burst is spent, one SYN passes per
     /// `cost_ns`, as the Rust mirror of the bucket says.
+    #[test]
+    fn kernel_drops_ipv4_unicast_to_other_hosts_only() {
+        if !bypass_lab::testlab::lab_available("kernel_drops_ipv4_unicast_to_other_hosts_only") {
+            return;
+        }
+        let prog = sys::xdp_prog_load(&drop_others_program(US4), "bypass_test", true).expect("load");
+        run_cases(
+            &prog,
+            &[
+                ("to us", tcp4(US4.octets(), SYN_ACK, 0), XDP_PASS),
+                ("to another host", tcp4(US4_B.octets(), SYN_ACK, 0), XDP_DROP),
+                ("broadcast", tcp4([255, 255, 255, 255], 0, 0), XDP_PASS),
+                ("multicast", tcp4([224, 0, 0, 1], 0, 0), XDP_PASS),
+                ("ARP", arp(US4_B.octets()), XDP_PASS),
+                ("IPv6", tcp6(US6, SYN_ACK), XDP_PASS),
+            ],
+        );
+    }
+
     #[test]
     fn kernel_refills_the_bucket_at_the_rate() {
         if !bypass_lab::testlab::lab_available("kernel_refills_the_bucket_at_the_rate") {
