@@ -208,8 +208,8 @@
 //!         ; shed:
 //!         r1 = 1
 //!         lock *(u64 *)(r0 + 8) += r1 ; the count of SYNs shed
-//!         r0 = XDP_DROP
-//!         exit
+//!         r0 = XDP_DROP              ; [with cookies: answer it, `cookie` module; its count
+//!         exit                       ;  of answers is the value's third u64]
 //! ```
 //!
 //! The schedule's read and write are not atomic: two CPUs running the program for one queue
@@ -781,8 +781,8 @@ fn jump_if_ipv6(a: &mut Asm, addrs: &[Ipv6Addr], target: Label) {
 /// `fallback` is the action `bpf_redirect_map` returns when no socket is bound on the queue:
 /// [`XDP_PASS`] in production; tests use [`XDP_DROP`] to tell "redirect" from "pass".
 ///
-/// With `shield`, the SYN shield's settings and its map (one 16-byte
-/// value per queue: the bucket's schedule, then the count of SYNs shed), bare TCP SYNs to our
+/// With `shield`, the SYN shield's settings and its map (one 24-byte value per queue: the
+/// bucket's schedule, the count of SYNs shed, the count of those answered with a cookie), bare TCP SYNs to our
 /// addresses go through the bucket first (see the module docs). With `lane` (the number of
 /// queue slots, at most [`MAX_QUEUE_SLOTS`]), bare TCP SYNs that pass go to the key of their
 /// queue plus `lane`: the SYN lane (see the module docs). With `cookies` (and a shield),
