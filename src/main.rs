@@ -493,6 +493,11 @@ fn echo(args: EchoArgs) -> Result<(), String> {
             if args.xdp_syn_cookies {
                 let iface = &args.stack.iface;
                 let mtu = netdev::mtu(iface).map_err(|e| format!("cannot read the MTU of {iface}: {e}"))?;
+                if netdev::driver(iface).is_ok_and(|d| d == "veth") {
+                    eprintln!(
+                        "note: {iface} is a veth: its peer takes the XDP program's SYN-ACKs only if the peer runs an XDP program of its own (see docs/lab.md)"
+                    );
+                }
                 let answer = config.syn_cookie_answer(mtu as usize);
                 xdp.syn_cookies = Some(XdpSynCookies {
                     key: answer.key,
