@@ -32,27 +32,38 @@ pub(crate) fn tcp_ok_v4(header: &[u8], segment: &[u8]) -> bool {
 /// machine's byte order (a last odd byte padded with zero), below 2^36.
 ///
 /// Native-endian 64-bit words added with their carries chained (`carrying_add`: one `adc`
-/// a word), the carry out of each 64-byte block counted apart and added back at the end
-/// (RFC 1071 2 (B), (C)), as `bypass-tcp` sums a segment it sends or parses.
+/// a word), the carry out of each run counted apart and added back at the end (RFC 1071
+/// 2 (B), (C)), as `bypass-tcp` sums a segment it sends or parses. The words past the
+/// last 64-byte block (0 to 7) go in at most three straight runs of four, two and one, not
+/// a loop: a short segment (a request, an ACK) is mostly those.
 #[inline]
 fn sum(data: &[u8]) -> u64 {
+    /// Add `words` to `acc` with their carries chained; return the carry out.
+    #[inline(always)]
+    fn run<const N: usize>(acc: &mut u64, words: &[[u8; 8]; N]) -> u64 {
+        let mut carry = false;
+        for word in words {
+            (*acc, carry) = acc.carrying_add(u64::from_ne_bytes(*word), carry);
+        }
+        u64::from(carry)
+    }
     let mut acc: u64 = 0;
     let mut carries: u64 = 0;
-    let (blocks, rest) = data.as_chunks::<64>();
+    let (words, tail) = data.as_chunks::<8>();
+    let (blocks, mut words) = words.as_chunks::<8>();
     for block in blocks {
-        let word = |i: usize| u64::from_ne_bytes(block[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-        let (mut partial, mut carry) = acc.overflowing_add(word(0));
-        for i in 1..8 {
-            (partial, carry) = partial.carrying_add(word(i), carry);
-        }
-        acc = partial;
-        carries += u64::from(carry);
+        carries += run(&mut acc, block);
     }
-    let (words, tail) = rest.as_chunks::<8>();
-    for word in words {
-        let (partial, carry) = acc.overflowing_add(u64::from_ne_bytes(*word));
-        acc = partial;
-        carries += u64::from(carry);
+    if let Some((four, rest)) = words.split_first_chunk::<4>() {
+        carries += run(&mut acc, four);
+        words = rest;
+    }
+    if let Some((two, rest)) = words.split_first_chunk::<2>() {
+        carries += run(&mut acc, two);
+        words = rest;
+    }
+    if let Some((one, _)) = words.split_first_chunk::<1>() {
+        carries += run(&mut acc, one);
     }
     // End-around carries: a carry out of bit 63 comes back in at bit 0 (2^64 is 1 modulo
     // 0xffff).
