@@ -60,9 +60,16 @@ impl Interface {
             let acked_before = sock.conn.snd_una();
             // From the peer it is bound to, with the ECN field; a connection back in LISTEN
             // takes the segment as before. A bound connection was found by its 4-tuple, so
-            // its peer's address is the segment's source: no need to copy it out.
+            // its peer's address is the segment's source: no need to copy it out. A
+            // segment not marked CE (RFC 3168 5) goes straight to `handle_segment_from`,
+            // which takes every segment as unmarked: what `handle_segment_ecn` does for
+            // it, without the call around.
             let outcome = if sock.conn.remote_addr().is_some() {
-                sock.conn.handle_segment_ecn(now, src, seg, ecn)
+                if ecn == IpEcn::Ce {
+                    sock.conn.handle_segment_ecn(now, src, seg, ecn)
+                } else {
+                    sock.conn.handle_segment_from(now, src, seg)
+                }
             } else {
                 sock.conn.handle_segment(now, seg)
             };
