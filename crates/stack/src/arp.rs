@@ -82,6 +82,8 @@ pub struct ArpCache {
     /// that hits this skips hashing the address (SipHash, about 400 instructions a frame).
     /// Kept equal to `entries`' entry, or cleared, wherever an entry changes or goes.
     last: Cell<Option<(Ipv4Addr, [u8; 6], Instant)>>,
+    /// Changes whenever an entry is added, changed or removed ([`version`](Self::version)).
+    version: u64,
 }
 
 impl ArpCache {
@@ -95,20 +97,36 @@ impl ArpCache {
     /// same next hop; the table's lookup out of line.
     #[inline]
     pub fn lookup(&self, ip: Ipv4Addr, now: Instant) -> Option<[u8; 6]> {
+        self.lookup_expiring(ip, now).map(|(mac, _)| mac)
+    }
+
+    /// [`lookup`](Self::lookup), with when the entry expires: until then, and while the
+    /// [`version`](Self::version) stays the same, every lookup of `ip` returns the same MAC.
+    #[inline]
+    pub fn lookup_expiring(&self, ip: Ipv4Addr, now: Instant) -> Option<([u8; 6], Instant)> {
         if let Some((last, mac, expires)) = self.last.get()
             && last == ip
         {
-            return (expires > now).then_some(mac);
+            return (expires > now).then_some((mac, expires));
         }
         self.lookup_entry(ip, now)
     }
 
-    /// [`lookup`](Self::lookup) of an address other than the last one looked up.
+    /// [`lookup_expiring`](Self::lookup_expiring) of an address other than the last one
+    /// looked up.
     #[inline(never)]
-    fn lookup_entry(&self, ip: Ipv4Addr, now: Instant) -> Option<[u8; 6]> {
+    fn lookup_entry(&self, ip: Ipv4Addr, now: Instant) -> Option<([u8; 6], Instant)> {
         let entry = self.entries.get(&ip)?;
         self.last.set(Some((ip, entry.mac, entry.expires)));
-        (entry.expires > now).then_some(entry.mac)
+        (entry.expires > now).then_some((entry.mac, entry.expires))
+    }
+
+    /// Return a number that changes whenever an entry is added, changed (its MAC or its
+    /// expiry) or removed: a caller that remembers a lookup's answer with this number and
+    /// the entry's expiry may take it again, without the lookup, while both hold.
+    #[inline]
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// Record `ip` at `mac` (RFC 826: from a request aimed at us, or any reply or update);
@@ -147,6 +165,7 @@ impl ArpCache {
         self.next_stamp += 1;
         let expires = now + self.config.ttl;
         self.entries.insert(ip, Entry { mac, expires, stamp });
+        self.version += 1;
         if self.last.get().is_some_and(|(last, _, _)| last == ip) {
             self.last.set(Some((ip, mac, expires)));
         }
@@ -169,6 +188,7 @@ impl ArpCache {
             if let Some((old, stamp)) = self.order.pop_front() {
                 if self.entries.get(&old).is_some_and(|e| e.stamp == stamp) {
                     self.entries.remove(&old);
+                    self.version += 1;
                     if self.last.get().is_some_and(|(last, _, _)| last == old) {
                         self.last.set(None);
                     }
@@ -298,6 +318,35 @@ mod tests {
         assert_eq!(cache.lookup(ip(2), Instant::from_millis(60_000)), None);
         assert!(cache.refresh(ip(2), MAC, Instant::from_millis(60_000)));
         assert!(!cache.refresh(ip(3), MAC, Instant::ZERO));
+    }
+
+    /// Every change of an entry (learned, refreshed, changed, evicted) changes the version,
+    /// and nothing else does: an answer remembered with it (`Sock::hop`) stands exactly
+    /// while lookups would give it.
+    #[test]
+    fn the_version_changes_with_every_entry_and_only_then() {
+        let mut cache = small(2);
+        let mut seen = cache.version();
+        let mut changed = |cache: &ArpCache, expected: bool| {
+            assert_eq!(cache.version() != seen, expected);
+            seen = cache.version();
+        };
+        cache.learn(ip(2), PEER_MAC, ms(0));
+        changed(&cache, true);
+        assert_eq!(cache.lookup_expiring(ip(2), ms(1)), Some((PEER_MAC, ms(60_000))));
+        assert_eq!(cache.lookup(ip(3), ms(1)), None);
+        cache.resolve(ip(4), ms(1));
+        changed(&cache, false);
+        cache.refresh(ip(2), PEER_MAC, ms(2));
+        changed(&cache, true);
+        assert!(!cache.refresh(ip(3), MAC, ms(3)));
+        changed(&cache, false);
+        cache.learn(ip(2), MAC, ms(4));
+        changed(&cache, true);
+        // Room for ip(5) (beside ip(4)'s resolution) evicts ip(2).
+        cache.learn(ip(5), MAC, ms(5));
+        changed(&cache, true);
+        assert_eq!(cache.lookup(ip(2), ms(5)), None);
     }
 
     #[test]

@@ -78,3 +78,54 @@ fn a_connections_segments_follow_its_next_hop_to_a_new_mac_address() {
     assert_headers(&second[0], MAC_B2);
     assert_eq!(host.iface.connection(id).unwrap().state(), State::SynSent);
 }
+
+/// The template's MAC address stands for the next hop's only while the ARP entry it came
+/// from does: once the entry has expired, the next segment is held for a new resolution
+/// (RFC 1122 2.3.2.2) instead of going to the old address, and goes to the address the
+/// new answer gives.
+#[test]
+fn a_connections_segments_stop_at_its_next_hops_expired_mac_address() {
+    let mut config = StackConfig::new(A, 24, [1; 16]);
+    config.arp.ttl = Duration::from_millis(2500);
+    let mut host = Host::new(config, MAC_A);
+    let id = host.iface.connect(host.now, SocketAddr::new(B.into(), 80)).unwrap();
+    assert!(host.sent().is_empty(), "the SYN waits for B's address");
+    host.advance_to(host.now);
+    assert_eq!(host.sent().len(), 1, "an ARP request");
+    host.receive(&arp_reply(MAC_B));
+    let learned = host.now;
+    let syn = host.sent();
+    assert_eq!(syn.len(), 1, "the SYN, released");
+    assert_headers(&syn[0], MAC_B);
+
+    // Step to each retransmission of the SYN: those before the entry expires go to MAC_B
+    // from the template; the first after is held, and an ARP request goes out instead.
+    let mut at = host.now;
+    let mut before = 0;
+    loop {
+        at += Duration::from_millis(50);
+        assert!(at < learned + Duration::from_secs(20), "no retransmission after the entry expired");
+        host.advance_to(at);
+        let sent = host.sent();
+        if sent.is_empty() {
+            continue;
+        }
+        if at < learned + Duration::from_millis(2500) {
+            assert_eq!(sent.len(), 1);
+            assert_headers(&sent[0], MAC_B);
+            before += 1;
+            continue;
+        }
+        assert!(
+            sent.iter().all(|f| f[12..14] == [0x08, 0x06]),
+            "after the entry expired, ARP requests only, no segment to the old address"
+        );
+        break;
+    }
+    assert!(before >= 1, "a retransmission went out while the entry stood");
+    host.receive(&arp_reply(MAC_B2));
+    let released = host.sent();
+    assert_eq!(released.len(), 1, "the held SYN, released");
+    assert_headers(&released[0], MAC_B2);
+    assert_eq!(host.iface.connection(id).unwrap().state(), State::SynSent);
+}

@@ -62,6 +62,11 @@ pub(super) struct Sock {
     /// The Ethernet and IP headers of its segments, for the next hop's MAC address they
     /// carry (`None` until it first sends to a resolved next hop).
     pub(super) headers: Option<HeaderTemplate>,
+    /// While `headers` carries the ARP cache's answer for its next hop: the cache's
+    /// version then and the entry's expiry (`Interface::next_hop_mac_until`). The next
+    /// hop's MAC is the template's while the version is the same and the entry has not
+    /// expired, without a lookup.
+    pub(super) hop: Option<(u64, Instant)>,
 }
 
 impl Sock {
@@ -86,10 +91,11 @@ impl Sock {
             active_at,
             idle_listed,
             headers,
+            hop,
         } = self;
         (*t, *o, *m, *dirty, *orphan) = (tuple, owner, peer_mac, false, None);
         (*capacity, *offered, *in_flight, *user_events, *scheduled, *queued) = (0, 0, 0, Events::NONE, None, false);
-        (*active_at, *idle_listed, *headers) = (now, false, None);
+        (*active_at, *idle_listed, *headers, *hop) = (now, false, None, None);
     }
 
     /// Count the window the connection offers now in `offered_bytes` and its data in flight

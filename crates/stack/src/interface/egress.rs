@@ -33,10 +33,11 @@ impl Interface {
             return Ok(Some(0));
         }
         let max_frame = self.mtu + ETH_LEN;
-        // The addresses and the next hop, taken before the first segment: a connection that
-        // has nothing to send (it received a segment that needs no answer yet, or the
-        // application read) takes no frame from the device, and copies no address.
-        let mut hop: Option<(IpAddr, IpAddr, usize, Option<[u8; 6]>)> = None;
+        // The headers' length and the next hop's MAC (with how long the ARP cache's answer
+        // stands, `Sock::hop`), taken before the first segment: a connection that has
+        // nothing to send (it received a segment that needs no answer yet, or the
+        // application read) takes no frame from the device, and looks nothing up.
+        let mut hop: Option<Hop> = None;
         let mut sent = 0;
         loop {
             let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
@@ -44,15 +45,24 @@ impl Interface {
                 break;
             }
             if hop.is_none() {
-                // Bound (checked above): nothing between there and here unbinds it.
-                let Some(remote) = sock.conn.remote_addr() else { break };
-                let (src, dst, fallback) = (sock.conn.local_addr().ip(), remote.ip(), sock.peer_mac);
-                hop = Some((src, dst, headers_len(dst), self.next_hop_mac(now, dst, fallback)));
+                let version = self.arp.version();
+                hop = match &sock.headers {
+                    // The template carries the ARP cache's answer for the next hop, which
+                    // stands while the cache is unchanged and the entry unexpired: the
+                    // lookup would return the same MAC (`next_hop_mac_until`).
+                    Some(template) if sock.hop.is_some_and(|(v, expires)| v == version && expires > now) => {
+                        Some((template.header_len(), Some(template.dst_mac()), sock.hop))
+                    }
+                    _ => {
+                        // Bound (checked above): nothing between there and here unbinds it.
+                        let Some(remote) = sock.conn.remote_addr() else { break };
+                        let (dst, fallback) = (remote.ip(), sock.peer_mac);
+                        let (mac, until) = self.next_hop_mac_until(now, dst, fallback);
+                        Some((headers_len(dst), mac, until))
+                    }
+                };
             }
-            // Borrowed where they are: only a new template and a held frame read the
-            // addresses, and a sender copying them for every segment paid for it.
-            let Some((src, dst, headers, mac)) = &hop else { break };
-            let (headers, mac) = (*headers, *mac);
+            let Some((headers, mac, until)) = hop else { break };
             let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
             let mut produced = None;
             let (notes, note) = (&self.notes, &mut self.note);
@@ -61,8 +71,10 @@ impl Interface {
                     // The headers come from the connection's template, made again when the
                     // next hop's address has changed since it was made.
                     if sock.headers.as_ref().is_none_or(|h| h.dst_mac() != mac) {
-                        sock.headers = Some(HeaderTemplate::new(self.mac, mac, *src, *dst, IpNumber::TCP));
+                        let Some((src, dst)) = addresses(&sock.conn) else { break };
+                        sock.headers = Some(HeaderTemplate::new(self.mac, mac, src, dst, IpNumber::TCP));
                     }
+                    sock.hop = until;
                     let Sock { conn, headers: template, .. } = &mut **sock;
                     let template = template.as_ref().expect("made above");
                     // By value where a copy is all it needs (the time, the lengths), so the
@@ -97,13 +109,14 @@ impl Interface {
                 None => {
                     // Unresolved: hold the frame until the next hop is (RFC 1122 2.3.2.2,
                     // RFC 4861 7.2.2).
+                    let Some((src, dst)) = addresses(&sock.conn) else { break };
                     let mut buf = self.spare.pop().unwrap_or_default();
                     buf.resize(max_frame, 0);
                     if let Some(t) = sock.conn.poll_transmit(now, &mut buf[headers..]) {
-                        write_ip_headers(&mut buf, self.mac, [0; 6], *src, *dst, IpNumber::TCP, t.len, ect(&t));
+                        write_ip_headers(&mut buf, self.mac, [0; 6], src, dst, IpNumber::TCP, t.len, ect(&t));
                         buf.truncate(headers + t.len);
                         produced = Some(t);
-                        self.hold_for_resolution(now, *dst, buf);
+                        self.hold_for_resolution(now, dst, buf);
                     } else {
                         self.spare.push(buf);
                     }
@@ -151,6 +164,15 @@ impl Interface {
         // so `settle`'s removal has nothing to do.
         self.settle_running(now, index, true);
     }
+}
+
+/// A connection's headers' length, its next hop's MAC (`None`: unresolved), and how long
+/// the ARP cache's answer stands, if it is one (`Sock::hop`).
+type Hop = (usize, Option<[u8; 6]>, Option<(u64, Instant)>);
+
+/// Return a bound connection's local and remote addresses (`None` while it has no peer).
+fn addresses(conn: &bypass_tcp::Connection) -> Option<(IpAddr, IpAddr)> {
+    Some((conn.local_addr().ip(), conn.remote_addr()?.ip()))
 }
 
 /// Return the ECN field for a segment: ECT(0) where the connection marks it ECN-capable

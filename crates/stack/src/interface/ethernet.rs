@@ -21,9 +21,9 @@ impl Interface {
             return self.drop(Drop::Truncated, "frame shorter than an Ethernet header");
         };
         // IPv6 multicast goes to 33:33 and the group's low 32 bits (RFC 2464 7); the IPv6
-        // layer checks the group is one we joined.
-        let multicast6 = eth.destination[..2] == [0x33, 0x33] && self.addrs.has_ipv6();
-        if eth.destination != self.mac && eth.destination != BROADCAST && !multicast6 {
+        // layer checks the group is one we joined. Asked only of a frame not to our MAC.
+        let multicast6 = |eth: &Ethernet2Header| eth.destination[..2] == [0x33, 0x33] && self.addrs.has_ipv6();
+        if eth.destination != self.mac && eth.destination != BROADCAST && !multicast6(&eth) {
             return self.drop(Drop::WrongMac, "not our MAC");
         }
         match eth.ether_type {

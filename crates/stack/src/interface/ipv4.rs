@@ -51,8 +51,11 @@ impl Interface {
         let ecn = IpEcn::from_tos(ip.ecn().value());
         if protocol == IpNumber::TCP {
             // `receive_ipv4_payload`'s first arm, called from here: a segment (nearly every
-            // datagram) goes to TCP without passing through a second call's arguments.
-            return self.receive_tcp(now, src_mac, src.into(), dst.into(), body, ecn);
+            // datagram) goes to TCP without passing through a second call's arguments. Its
+            // checksum is checked here, the pseudo-header's addresses read from the header
+            // in hand; one that fails goes to `Segment::parse`, which says why.
+            let checked = self.rx_verified || crate::wire::sum::tcp_ok_v4(header, body);
+            return self.receive_tcp(now, src_mac, src.into(), dst.into(), body, ecn, checked);
         }
         self.receive_ipv4_payload(now, src_mac, src, dst, protocol, body, ecn);
     }
@@ -84,7 +87,7 @@ impl Interface {
         ecn: IpEcn,
     ) {
         match protocol {
-            IpNumber::TCP => self.receive_tcp(now, src_mac, src.into(), dst.into(), body, ecn),
+            IpNumber::TCP => self.receive_tcp(now, src_mac, src.into(), dst.into(), body, ecn, self.rx_verified),
             IpNumber::ICMP => self.receive_icmp(now, src_mac, src, dst, body),
             _ => self.drop(Drop::UnknownProtocol, "IP protocol"),
         }

@@ -103,7 +103,7 @@ impl Interface {
             }
             _ if src.is_unspecified() => self.drop(Drop::MartianSource, "IPv6 from :: that is not NDP"),
             IpNumber::TCP if dst.is_multicast() => self.drop(Drop::Ipv6NotForUs, "TCP to a multicast group"),
-            IpNumber::TCP => self.receive_tcp(now, src_mac, src.into(), dst.into(), body, ecn),
+            IpNumber::TCP => self.receive_tcp(now, src_mac, src.into(), dst.into(), body, ecn, self.rx_verified),
             _ => self.drop(Drop::UnknownProtocol, "IPv6 next header"),
         }
     }

@@ -80,6 +80,25 @@ impl Interface {
         }
     }
 
+    /// [`next_hop_mac`](Self::next_hop_mac), with the neighbour cache's version and the
+    /// entry's expiry when the MAC is the ARP cache's answer for an IPv4 next hop (the
+    /// next hop of an IPv4 destination is fixed: our subnet and gateway do not change):
+    /// while the version is the same and the entry has not expired, `next_hop_mac` gives
+    /// the same answer for `dst` ([`ArpCache::version`](crate::arp::ArpCache::version)).
+    pub(super) fn next_hop_mac_until(
+        &mut self,
+        now: Instant,
+        dst: IpAddr,
+        fallback: Option<[u8; 6]>,
+    ) -> (Option<[u8; 6]>, Option<(u64, Instant)>) {
+        if let IpAddr::V4(v4) = dst
+            && let Some((mac, expires)) = self.arp.lookup_expiring(self.next_hop(v4), now)
+        {
+            return (Some(mac), Some((self.arp.version(), expires)));
+        }
+        (self.next_hop_mac(now, dst, fallback), None)
+    }
+
     /// Hold `frame`, to `dst`, until its next hop is resolved.
     pub(super) fn hold_for_resolution(&mut self, now: Instant, dst: IpAddr, frame: Vec<u8>) {
         let held = match dst {

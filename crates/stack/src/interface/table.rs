@@ -175,6 +175,7 @@ impl Interface {
             active_at: now,
             idle_listed: false,
             headers: None,
+            hop: None,
         })
     }
 

@@ -11,9 +11,11 @@ use super::*;
 use crate::counters::Drop;
 
 impl Interface {
-    /// A segment from `src` to our address `dst` (its checksum is checked against both).
-    /// Take a TCP segment from `src`, with the ECN field `ecn` of its IP header (RFC 3168
-    /// 5), which its connection sees ([`Connection::handle_segment_ecn`]).
+    /// Take a TCP segment from `src` to our address `dst`, with the ECN field `ecn` of its
+    /// IP header (RFC 3168 5), which its connection sees
+    /// ([`Connection::handle_segment_ecn`]). Its checksum is checked against both
+    /// addresses unless `checked` (the device or the IPv4 layer found it right).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn receive_tcp(
         &mut self,
         now: Instant,
@@ -22,8 +24,9 @@ impl Interface {
         dst: IpAddr,
         body: &[u8],
         ecn: IpEcn,
+        checked: bool,
     ) {
-        let parsed = if self.rx_verified { Segment::parse_unchecked(body) } else { Segment::parse(body, src, dst) };
+        let parsed = if checked { Segment::parse_unchecked(body) } else { Segment::parse(body, src, dst) };
         // Borrowed where it was parsed: moving the 96-byte segment out of the `Result`
         // costs a copy per segment.
         let seg = match &parsed {
@@ -57,9 +60,16 @@ impl Interface {
             let acked_before = sock.conn.snd_una();
             // From the peer it is bound to, with the ECN field; a connection back in LISTEN
             // takes the segment as before. A bound connection was found by its 4-tuple, so
-            // its peer's address is the segment's source: no need to copy it out.
+            // its peer's address is the segment's source: no need to copy it out. A
+            // segment not marked CE (RFC 3168 5) goes straight to `handle_segment_from`,
+            // which takes every segment as unmarked: what `handle_segment_ecn` does for
+            // it, without the call around.
             let outcome = if sock.conn.remote_addr().is_some() {
-                sock.conn.handle_segment_ecn(now, src, seg, ecn)
+                if ecn == IpEcn::Ce {
+                    sock.conn.handle_segment_ecn(now, src, seg, ecn)
+                } else {
+                    sock.conn.handle_segment_from(now, src, seg)
+                }
             } else {
                 sock.conn.handle_segment(now, seg)
             };

@@ -8,6 +8,7 @@
 //! | [`arp`] | ARP requests and replies for Ethernet/IPv4 (RFC 826) |
 //! | [`ndp`] | Neighbour Discovery messages (RFC 4861 4), the ICMPv6 checksum, NDP addresses |
 //! | [`icmp`] | ICMP and ICMPv6 messages: the fixed header, echo replies, quoted TCP, fragments |
+//! | `sum` | the TCP checksum of a segment received over IPv4, checked with the IPv4 header in hand |
 //!
 //! Each codec is a parsed value (the "representation": [`arp::ArpMessage`],
 //! [`ndp::NdpMessage`], [`icmp::IcmpMessage`]) with a `parse` from bytes and writers that
@@ -30,6 +31,7 @@ use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv6FlowLabel
 pub mod arp;
 pub mod icmp;
 pub mod ndp;
+pub(crate) mod sum;
 
 /// Length of an Ethernet II header (no VLAN tag).
 pub const ETH_LEN: usize = Ethernet2Header::LEN;
