@@ -307,7 +307,27 @@ impl RingBuffer {
 
     /// Copy `data` into the ring at logical `offset`; the caller ensures
     /// `offset + data.len() <= capacity()`.
+    ///
+    /// Inlined (forced) down to the common case, storage attached and no wrap: one bounds
+    /// test that the slice's own then needs not repeat, and `memcpy`. Anything else in
+    /// [`copy_in_any`](Self::copy_in_any), out of line.
+    #[inline(always)]
     fn copy_in(&mut self, offset: usize, data: &[u8]) {
+        let start = self.head + offset;
+        let end = start + data.len();
+        // Storage is either attached (`capacity` bytes) or none: within it, attached, and
+        // `start` below the capacity needs no wrap.
+        if !data.is_empty() && end <= self.storage.len() {
+            self.storage[start..end].copy_from_slice(data);
+            self.written = self.written.max(end);
+            return;
+        }
+        self.copy_in_any(offset, data);
+    }
+
+    /// [`copy_in`](Self::copy_in) for any case: no data, storage to attach, or a wrap.
+    #[inline(never)]
+    fn copy_in_any(&mut self, offset: usize, data: &[u8]) {
         if data.is_empty() {
             return;
         }
@@ -325,7 +345,23 @@ impl RingBuffer {
 
     /// Copy bytes at logical `offset` into `buf`; the caller ensures
     /// `offset + buf.len() <= capacity()`.
+    ///
+    /// Inlined (forced) down to the case of no wrap, as [`copy_in`](Self::copy_in); the
+    /// rest in [`copy_out_any`](Self::copy_out_any), out of line.
+    #[inline(always)]
     fn copy_out(&self, offset: usize, buf: &mut [u8]) {
+        let start = self.head + offset;
+        let end = start + buf.len();
+        if end <= self.storage.len() {
+            buf.copy_from_slice(&self.storage[start..end]);
+            return;
+        }
+        self.copy_out_any(offset, buf);
+    }
+
+    /// [`copy_out`](Self::copy_out) for any case.
+    #[inline(never)]
+    fn copy_out_any(&self, offset: usize, buf: &mut [u8]) {
         if buf.is_empty() {
             return;
         }
@@ -806,6 +842,59 @@ mod tests {
             (0usize..12).prop_map(Op::Commit),
             Just(Op::Clear),
         ]
+    }
+
+    /// A ring of `cap` bytes whose storage holds `fill`'s pattern, with its front at `head`,
+    /// `len` committed bytes and `written` as given, detached if `detached`.
+    fn ring_at(cap: usize, head: usize, len: usize, written: usize, detached: bool) -> RingBuffer {
+        let mut ring = RingBuffer::new(cap);
+        if detached {
+            ring.detach().expect("empty");
+        } else {
+            for (i, b) in ring.storage.iter_mut().enumerate() {
+                *b = i as u8 ^ 0x5a;
+            }
+        }
+        ring.head = head;
+        ring.len = len;
+        ring.written = written;
+        ring
+    }
+
+    proptest! {
+        /// The inlined copies (attached storage, no wrap) do what the general ones do, in
+        /// every state a ring can be in: storage and `written` alike after `copy_in`, the
+        /// bytes alike after `copy_out`.
+        #[test]
+        fn the_inlined_copies_are_the_general_ones(
+            cap in 1usize..40,
+            head in 0usize..40,
+            len in 0usize..40,
+            written in 0usize..40,
+            detached in proptest::bool::ANY,
+            offset in 0usize..40,
+            data in proptest::collection::vec(proptest::num::u8::ANY, 0..40),
+        ) {
+            let (head, len, written) = (head % cap, len % (cap + 1), written % (cap + 1));
+            // The callers' contract: `offset + data.len() <= capacity()`.
+            let offset = offset % (cap + 1);
+            let data = &data[..data.len().min(cap - offset)];
+            let detached = detached && len == 0;
+            let mut fast = ring_at(cap, head, len, written, detached);
+            let mut general = ring_at(cap, head, len, written, detached);
+            fast.copy_in(offset, data);
+            general.copy_in_any(offset, data);
+            prop_assert_eq!(&fast.storage, &general.storage);
+            prop_assert_eq!(fast.written, general.written);
+            if !detached {
+                let mut out_fast = vec![0xa5; data.len()];
+                let mut out_general = vec![0xa5; data.len()];
+                fast.copy_out(offset, &mut out_fast);
+                general.copy_out_any(offset, &mut out_general);
+                prop_assert_eq!(&out_fast, &out_general);
+                prop_assert_eq!(&out_fast[..], data, "what was copied in comes back");
+            }
+        }
     }
 
     proptest! {

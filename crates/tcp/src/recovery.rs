@@ -807,8 +807,9 @@ impl Recovery {
     /// or `None` when none may be sent: SACK is needed, no probe may be outstanding, and no
     /// recovery in progress. `srtt_us` is the smoothed RTT in microseconds, `rto_at` when
     /// the retransmission timer would fire. (In microseconds, not `Duration`s: this runs
-    /// on every segment sent.)
-    #[inline]
+    /// on every segment sent.) Inlined, forced: with `arm_loss_probe`'s copies the compiler
+    /// took it out of line again.
+    #[inline(always)]
     pub fn probe_deadline(
         &self,
         now: Instant,

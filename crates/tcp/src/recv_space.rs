@@ -442,6 +442,7 @@ impl RecvSpace {
 
     /// Read committed bytes into `buf` and consume them (see [`consume`](Self::consume));
     /// return how many.
+    #[inline]
     pub(crate) fn read(&mut self, buf: &mut [u8]) -> usize {
         let n = self.buf.peek(0, buf);
         self.consume(n)

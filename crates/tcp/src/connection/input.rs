@@ -36,6 +36,9 @@ impl Connection {
     /// IP header the segment arrived in (RFC 3168 section 5): a segment marked
     /// [`IpEcn::Ce`] on an ECN connection makes our ACKs carry ECE until the peer's CWR
     /// (RFC 3168 6.1.3). The other calls take every segment as unmarked.
+    ///
+    /// Inlined into the host's receive path, which calls it for every segment.
+    #[inline]
     pub fn handle_segment_ecn(&mut self, now: Instant, src: IpAddr, seg: &Segment<'_>, ecn: IpEcn) -> Outcome {
         self.ce_in = ecn == IpEcn::Ce;
         let outcome = self.handle_segment_from(now, src, seg);

@@ -343,7 +343,10 @@ impl Connection {
     ///
     /// The test `input::tests::sends_what_the_general_path_sends` holds it to the general
     /// path.
-    #[inline(never)]
+    ///
+    /// Inlined (forced) into `poll_transmit`, its one caller: no call, and the `Transmit`
+    /// built where `poll_transmit` returns it.
+    #[inline(always)]
     fn send_predicted(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         #[cfg(test)]
         if super::input::tests::general_send_only() {
