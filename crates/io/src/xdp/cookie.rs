@@ -212,14 +212,7 @@ fn emit_family(a: &mut Asm, key: &[u8; 16], f: &Family, drop: Label) {
         a.lsh_imm(R5, 48);
         a.or(R4, R5);
         a.store(Size::U64, R10, MESSAGE_SLOT, R4);
-        a.load(Size::U16, R4, R2, f.src + 2);
-        load_port_shifted(a, R5, tcp, 16);
-        a.or(R4, R5);
-        a.load(Size::U32, R5, R2, tcp + 4);
-        a.be(R5, 32);
-        a.lsh_imm(R5, 32);
-        a.or(R4, R5);
-        a.store(Size::U64, R10, MESSAGE_SLOT - 8, R4);
+        store_tail_word(a, f.src + 2, tcp, MESSAGE_SLOT - 8);
         3
     } else {
         // dst[0..8] | dst[8..16] | lport(2) src[0..6] | src[6..14] | src[14..16] rport(2) isn(4) | t index
@@ -234,14 +227,7 @@ fn emit_family(a: &mut Asm, key: &[u8; 16], f: &Family, drop: Label) {
         a.store(Size::U64, R10, MESSAGE_SLOT - 16, R4);
         a.load(Size::U64, R4, R2, f.src + 6);
         a.store(Size::U64, R10, MESSAGE_SLOT - 24, R4);
-        a.load(Size::U16, R4, R2, f.src + 14);
-        load_port_shifted(a, R5, tcp, 16);
-        a.or(R4, R5);
-        a.load(Size::U32, R5, R2, tcp + 4);
-        a.be(R5, 32);
-        a.lsh_imm(R5, 32);
-        a.or(R4, R5);
-        a.store(Size::U64, R10, MESSAGE_SLOT - 32, R4);
+        store_tail_word(a, f.src + 14, tcp, MESSAGE_SLOT - 32);
         6
     };
     a.mov(R4, R6);
@@ -319,6 +305,20 @@ fn emit_family(a: &mut Asm, key: &[u8; 16], f: &Family, drop: Label) {
     a.atomic_add64(R1, 16, R2);
     a.mov_imm(R0, XDP_TX as i32);
     a.exit();
+}
+
+/// Store at `r10 + slot` the message word of the client's last two address octets (at
+/// `r2 + octets`), its port and its ISN (from the TCP header at `r2 + tcp`), little-endian.
+fn store_tail_word(a: &mut Asm, octets: i16, tcp: i16, slot: i16) {
+    use Reg::*;
+    a.load(Size::U16, R4, R2, octets);
+    load_port_shifted(a, R5, tcp, 16);
+    a.or(R4, R5);
+    a.load(Size::U32, R5, R2, tcp + 4);
+    a.be(R5, 32);
+    a.lsh_imm(R5, 32);
+    a.or(R4, R5);
+    a.store(Size::U64, R10, slot, R4);
 }
 
 /// `dst = be16(*(u16 *)(r2 + off)) << shift`
