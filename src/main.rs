@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bypass_bench::EchoServer;
 use bypass_device::{Device, PcapNgCapture};
-use bypass_io::xdp::{SynShield, XdpConfig, XdpDevice, XdpError, XdpMode, XdpSynCookies};
+use bypass_io::xdp::{SynShield, XdpConfig, XdpDevice, XdpError, XdpMode};
 use bypass_io::{PacketConfig, PacketDevice, netdev};
 use bypass_lab::testlab::{Lab, LabConfig};
 use bypass_stack::{Stack, StackConfig};
@@ -498,14 +498,7 @@ fn echo(args: EchoArgs) -> Result<(), String> {
                         "note: {iface} is a veth: its peer takes the XDP program's SYN-ACKs only if the peer runs an XDP program of its own (see docs/lab.md)"
                     );
                 }
-                let answer = config.syn_cookie_answer(mtu as usize);
-                xdp.syn_cookies = Some(XdpSynCookies {
-                    key: answer.key,
-                    mss4: answer.mss4,
-                    window4: answer.window4,
-                    mss6: answer.mss6,
-                    window6: answer.window6,
-                });
+                xdp.syn_cookies = Some(config.syn_cookie_answer(mtu as usize));
             }
             let queues: Vec<u32> = (0..args.queues).collect();
             let devices = XdpDevice::open_queues(xdp, &queues).map_err(|e| xdp_error(e, &args.stack.iface))?;

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use bypass_device::Device;
 use bypass_io::netdev;
-use bypass_io::xdp::{PassProgram, SynShield, XdpConfig, XdpDevice, XdpSynCookies, monotonic_now};
+use bypass_io::xdp::{PassProgram, SynShield, XdpConfig, XdpDevice, monotonic_now};
 use bypass_lab::syn_flood::{FloodConfig, FloodReport, SynFlood};
 use bypass_lab::testlab::{Lab, pin_to_cpu};
 use bypass_stack::{Stack, StackConfig};
@@ -320,14 +320,7 @@ fn ours(
     // drops the answers to the flood's spoofed address as the network beyond a NIC would.
     let _peer_xdp = if xdp_cookies {
         let mtu = lab.in_bypass(|| netdev::mtu(&lab.bypass_if)).map_err(|e| format!("the MTU of the lab: {e}"))?;
-        let answer = stack_config.syn_cookie_answer(mtu as usize);
-        config.syn_cookies = Some(XdpSynCookies {
-            key: answer.key,
-            mss4: answer.mss4,
-            window4: answer.window4,
-            mss6: answer.mss6,
-            window6: answer.window6,
-        });
+        config.syn_cookies = Some(stack_config.syn_cookie_answer(mtu as usize));
         stack_config.syn_cookies_from_device = true;
         let pass = lab.in_peer(|| PassProgram::attach_dropping_others(&lab.peer_if, lab.peer_ip));
         Some(pass.map_err(|e| format!("an XDP program on the peer's veth: {e}"))?)

@@ -70,6 +70,37 @@ impl ChecksumCaps {
     pub const SOFTWARE: ChecksumCaps = ChecksumCaps { rx_verified: false, tx_offload: false };
 }
 
+/// What a device needs to answer SYNs with the host's own SYN cookies (RFC 4987 section
+/// 3.6), so that a SYN it answers never reaches the host: the cookies' SipHash key, and the
+/// MSS and unscaled window the host's own cookie SYN-ACKs announce for each family. The host
+/// (`bypass-stack`'s `StackConfig::syn_cookie_answer`) makes it; a device that can answer
+/// SYNs (`bypass-io`'s XDP program, `XdpConfig::syn_cookies`) takes it. Its `Debug` leaves
+/// the key out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SynCookieAnswer {
+    /// The SipHash key of the host's cookies.
+    pub key: [u8; 16],
+    /// The MSS announced over IPv4.
+    pub mss4: u16,
+    /// The window announced over IPv4 (unscaled): the host's initial receive window.
+    pub window4: u16,
+    /// The MSS announced over IPv6.
+    pub mss6: u16,
+    /// The window announced over IPv6 (unscaled).
+    pub window6: u16,
+}
+
+impl core::fmt::Debug for SynCookieAnswer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SynCookieAnswer")
+            .field("mss4", &self.mss4)
+            .field("window4", &self.window4)
+            .field("mss6", &self.mss6)
+            .field("window6", &self.window6)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A source and sink of Ethernet frames.
 pub trait Device {
     /// Return facts about the device.

@@ -19,7 +19,9 @@
 //! Both features are on by default. `bypass-tcp` turns them off, so that the TCP core builds
 //! with neither `rand` nor `pcap-file`, and asks for `sim` only with its own `sim` feature.
 //!
-//! Nothing here knows TCP or IP: frames are bytes. `bypass-tcp` takes its [`Instant`] from
+//! Nothing here parses TCP or IP: frames are bytes. What a host and its device agree on
+//! about them is here as plain facts ([`ChecksumCaps`]; [`SynCookieAnswer`], what a device
+//! answers SYNs with on the host's behalf). `bypass-tcp` takes its [`Instant`] from
 //! here, `bypass-stack` its [`Device`] and [`Capture`], and `bypass-io` adds the kernel-bypass
 //! devices (AF_XDP, AF_PACKET) beside the ones here.
 //!
@@ -80,7 +82,7 @@ mod pcap;
 mod scripted;
 
 pub use capture::{Capture, Direction, NoteBoard, Recorder};
-pub use device::{ChecksumCaps, Device, DeviceInfo, Sleeper, Waker};
+pub use device::{ChecksumCaps, Device, DeviceInfo, Sleeper, SynCookieAnswer, Waker};
 pub use impair::{DirectionStats, ImpairStats, Impaired, Impairment};
 #[cfg(feature = "sim")]
 pub use link::{AckCoalescing, Framing, Link, LinkConfig, LinkStats, Packet};

@@ -6,7 +6,7 @@
 //! (`XDP_TX`). It never takes a frame of the receive ring, a copy into the UMEM or a turn
 //! of the stack, and the program keeps no state for it. A client's ACK comes back as any
 //! other segment, to the stack, which rebuilds the connection from the cookie as it does
-//! from its own ([`XdpSynCookies`] must hold the stack's key, MSS and window, and the stack
+//! from its own ([`SynCookieAnswer`] must hold the stack's key, MSS and window, and the stack
 //! must check cookies without waiting for an overflow of its own).
 //!
 //! The cookie is bit for bit the one the stack's codec makes (`bypass_stack`'s
@@ -55,6 +55,8 @@
 //!         exit
 //! ```
 
+use bypass_device::SynCookieAnswer;
+
 use super::program::{Asm, Cond, Label, Reg, Size};
 
 /// MSS values a cookie can encode, ascending: the stack's table, which the cookie's index
@@ -63,33 +65,6 @@ pub const COOKIE_MSS: [u16; 8] = [536, 1200, 1220, 1360, 1400, 1440, 1460, 8960]
 
 /// Nanoseconds of a cookie period: 64 seconds, the stack's.
 pub const COOKIE_PERIOD_NS: u64 = 64_000_000_000;
-
-/// What the XDP program needs to answer a SYN with the stack's cookie (see the module docs).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct XdpSynCookies {
-    /// The stack's SipHash key for cookies (kept in the program's instructions, so readable
-    /// by whoever may dump loaded programs: root).
-    pub key: [u8; 16],
-    /// The MSS we announce over IPv4.
-    pub mss4: u16,
-    /// The window a SYN-ACK over IPv4 advertises (unscaled): the stack's initial window.
-    pub window4: u16,
-    /// The MSS we announce over IPv6.
-    pub mss6: u16,
-    /// The window a SYN-ACK over IPv6 advertises.
-    pub window6: u16,
-}
-
-impl core::fmt::Debug for XdpSynCookies {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("XdpSynCookies")
-            .field("mss4", &self.mss4)
-            .field("window4", &self.window4)
-            .field("mss6", &self.mss6)
-            .field("window6", &self.window6)
-            .finish_non_exhaustive()
-    }
-}
 
 /// Where the entry saves the context for the answer: an 8-byte slot of the stack.
 pub(crate) const CTX_SLOT: i16 = -16;
@@ -129,7 +104,7 @@ const SYN_ACK_RST_FIN: i32 = 0x17;
 
 /// Emit the answer at the current position (see the module docs): for IPv4 if `v4`, IPv6 if
 /// `v6`. A SYN it cannot answer goes to `drop`.
-pub(crate) fn emit_answer(a: &mut Asm, cookies: &XdpSynCookies, v4: bool, v6: bool, drop: Label) {
+pub(crate) fn emit_answer(a: &mut Asm, cookies: &SynCookieAnswer, v4: bool, v6: bool, drop: Label) {
     use Reg::*;
     a.call(super::program::BPF_FUNC_KTIME_GET_NS);
     a.load_imm64(R1, COOKIE_PERIOD_NS);
@@ -442,8 +417,8 @@ mod tests {
     const PEER6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0x1234, 0x5678, 0x9abc, 0xdef0);
     const OUR_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
     const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 9];
-    const COOKIES: XdpSynCookies =
-        XdpSynCookies { key: *b"0123456789abcdef", mss4: 1460, window4: 14600, mss6: 1440, window6: 14400 };
+    const COOKIES: SynCookieAnswer =
+        SynCookieAnswer { key: *b"0123456789abcdef", mss4: 1460, window4: 14600, mss6: 1440, window6: 14400 };
 
     /// The stack's cookie (`bypass_stack`'s `syncookie`), written out again.
     fn reference(local: (IpAddr, u16), remote: (IpAddr, u16), isn: u32, t: u32, index: u32) -> u32 {

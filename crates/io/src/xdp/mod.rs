@@ -43,7 +43,8 @@ use bypass_device::{Device, DeviceInfo};
 
 use crate::ifreq;
 
-pub use cookie::{COOKIE_MSS, COOKIE_PERIOD_NS, XdpSynCookies};
+pub use bypass_device::SynCookieAnswer;
+pub use cookie::{COOKIE_MSS, COOKIE_PERIOD_NS};
 pub use error::XdpError;
 pub use program::{AttachMode, MAX_ADDRS_PER_FAMILY, PassProgram, SynShield, XdpProgram};
 pub use socket::XskSocket;
@@ -146,7 +147,7 @@ pub struct XdpConfig {
     /// stack must hold the same key and check cookies without an overflow of its own
     /// (`bypass_stack`'s `StackConfig::syn_cookies_from_device`). `None` (the default): the
     /// shield drops them.
-    pub syn_cookies: Option<XdpSynCookies>,
+    pub syn_cookies: Option<SynCookieAnswer>,
 }
 
 /// SYNs [`XdpDevice::recv`] takes from the SYN lane at most per call, and only once the

@@ -243,10 +243,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use super::XdpMode;
-use super::cookie::{self, XdpSynCookies};
+use super::cookie;
 use super::error::XdpError;
 use super::sys;
 pub use super::sys::BpfInsn;
+use bypass_device::SynCookieAnswer;
 
 /// XDP action: drop the frame.
 pub const XDP_DROP: u32 = 1;
@@ -794,7 +795,7 @@ pub fn steering_program(
     shield: Option<(SynShield, BorrowedFd<'_>)>,
     lane: Option<u32>,
     fallback: u32,
-    cookies: Option<&XdpSynCookies>,
+    cookies: Option<&SynCookieAnswer>,
 ) -> Result<Vec<BpfInsn>, XdpError> {
     use Reg::*;
     let (v4, v6) = check_addrs(addrs)?;
@@ -974,7 +975,7 @@ fn shield_syn(
     settings: SynShield,
     map: BorrowedFd<'_>,
     admitted: Label,
-    answer: Option<(&XdpSynCookies, bool, bool)>,
+    answer: Option<(&SynCookieAnswer, bool, bool)>,
 ) {
     use Reg::*;
     let shed = a.label();
@@ -1163,7 +1164,7 @@ impl XdpProgram {
         addrs: &[IpAddr],
         mode: XdpMode,
         slots: u32,
-        shield: Option<(SynShield, Option<&XdpSynCookies>)>,
+        shield: Option<(SynShield, Option<&SynCookieAnswer>)>,
         lane: bool,
     ) -> Result<XdpProgram, XdpError> {
         let (shield, cookies) = shield.map_or((None, None), |(s, c)| (Some(s), c));
@@ -1360,7 +1361,7 @@ pub(crate) fn load(
     shield: Option<(SynShield, BorrowedFd<'_>)>,
     lane: Option<u32>,
     fallback: u32,
-    cookies: Option<&XdpSynCookies>,
+    cookies: Option<&SynCookieAnswer>,
 ) -> Result<(OwnedFd, bool), XdpError> {
     let insns = steering_program(addrs, xskmap, shield, lane, fallback, cookies)?;
     let error = |(source, log): (std::io::Error, String)| match source.raw_os_error() {

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use bypass_tcp::Config as TcpConfig;
 
+use bypass_device::SynCookieAnswer;
+
 use crate::addr::Cidr;
 use crate::arp::ArpConfig;
 use crate::fragments::ReassemblyConfig;
@@ -107,34 +109,6 @@ pub struct StackConfig {
     /// stops growing any (as Linux's `tcp_mem` pressure threshold); buffers already grown
     /// keep their size, and new connections still get `tcp.send_buffer + tcp.recv_buffer`.
     pub buffer_memory: usize,
-}
-
-/// What a device needs to answer SYNs with the host's own SYN cookies: the key, and the MSS
-/// and window the host's cookie SYN-ACKs announce for each family (see
-/// [`StackConfig::syn_cookie_answer`]).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct SynCookieAnswer {
-    /// The SipHash key of the host's cookies.
-    pub key: [u8; 16],
-    /// The MSS announced over IPv4.
-    pub mss4: u16,
-    /// The window announced over IPv4 (unscaled).
-    pub window4: u16,
-    /// The MSS announced over IPv6.
-    pub mss6: u16,
-    /// The window announced over IPv6 (unscaled).
-    pub window6: u16,
-}
-
-impl std::fmt::Debug for SynCookieAnswer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SynCookieAnswer")
-            .field("mss4", &self.mss4)
-            .field("window4", &self.window4)
-            .field("mss6", &self.mss6)
-            .field("window6", &self.window6)
-            .finish_non_exhaustive()
-    }
 }
 
 impl StackConfig {

@@ -113,7 +113,8 @@ mod table;
 mod tcp;
 mod user;
 
-pub use config::{StackConfig, SynCookieAnswer};
+pub use bypass_device::SynCookieAnswer;
+pub use config::StackConfig;
 use connections::{Connections, Listener, Owner, Sock};
 pub use errors::{ConnectError, ListenError};
 use ethernet::mac_string;
