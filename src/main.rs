@@ -257,6 +257,13 @@ struct EchoArgs {
     /// FILE, FILE.q1, ...), for Wireshark.
     #[arg(long)]
     pcap: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    syn: SynArgs,
+}
+
+/// What the XDP program does with SYNs under a flood (`bypass echo` and `bypass run`).
+#[derive(clap::Args)]
+struct SynArgs {
     /// Shed SYNs beyond this many per second per queue in the XDP program, before they
     /// take a receive frame (AF_XDP only; `device.syn_shed` counts them). Off (0) by
     /// default: every SYN reaches the stack, whose SYN cookies answer a flood without
@@ -283,6 +290,47 @@ struct EchoArgs {
     /// timestamps, which such a cookie cannot carry.
     #[arg(long, requires = "syn_rate")]
     xdp_syn_cookies: bool,
+}
+
+impl SynArgs {
+    /// Refuse what `backend` cannot do: everything here runs in the XDP program.
+    fn check(&self, backend: Backend) -> Result<(), String> {
+        if backend == Backend::Xdp {
+            return Ok(());
+        }
+        if self.syn_rate > 0 {
+            return Err("--syn-rate needs the xdp backend (the shield runs in its XDP program)".into());
+        }
+        if self.xdp_syn_cookies {
+            return Err("--xdp-syn-cookies needs the xdp backend (the cookies are made in its XDP program)".into());
+        }
+        if self.syn_lane.is_some() {
+            return Err("--syn-lane needs the xdp backend (the XDP program steers the SYNs)".into());
+        }
+        Ok(())
+    }
+
+    /// Set the shield, the lane and the cookies of `xdp`, on interface `iface`, for the
+    /// stacks of `config` (which then take every ACK to a listener as a possible cookie of
+    /// the program's).
+    fn apply(&self, iface: &str, xdp: &mut XdpConfig, config: &mut StackConfig) -> Result<(), String> {
+        xdp.syn_shield = (self.syn_rate > 0).then(|| {
+            let shield = SynShield::new(self.syn_rate);
+            SynShield { burst: self.syn_burst.unwrap_or(shield.burst), ..shield }
+        });
+        xdp.syn_lane = self.syn_lane;
+        config.syn_cookies_from_device = self.xdp_syn_cookies;
+        if self.xdp_syn_cookies {
+            let mtu = netdev::mtu(iface).map_err(|e| format!("cannot read the MTU of {iface}: {e}"))?;
+            if netdev::driver(iface).is_ok_and(|d| d == "veth") {
+                eprintln!(
+                    "note: {iface} is a veth: its peer takes the XDP program's SYN-ACKs only if the peer runs an XDP program of its own (see docs/lab.md)"
+                );
+            }
+            xdp.syn_cookies = Some(config.syn_cookie_answer(mtu as usize));
+        }
+        Ok(())
+    }
 }
 
 #[derive(clap::Args)]
@@ -428,15 +476,7 @@ fn echo(args: EchoArgs) -> Result<(), String> {
     if args.queues > 1 && args.backend == Backend::Packet {
         return Err("--queues needs the xdp backend (AF_PACKET runs one shard)".into());
     }
-    if args.syn_rate > 0 && args.backend == Backend::Packet {
-        return Err("--syn-rate needs the xdp backend (the shield runs in its XDP program)".into());
-    }
-    if args.xdp_syn_cookies && args.backend == Backend::Packet {
-        return Err("--xdp-syn-cookies needs the xdp backend (the cookies are made in its XDP program)".into());
-    }
-    if args.syn_lane.is_some() && args.backend == Backend::Packet {
-        return Err("--syn-lane needs the xdp backend (the XDP program steers the SYNs)".into());
-    }
+    args.syn.check(args.backend)?;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -458,7 +498,6 @@ fn echo(args: EchoArgs) -> Result<(), String> {
     }
     config.window_budget = args.window_budget;
     config.flight_budget = args.flight_budget;
-    config.syn_cookies_from_device = args.xdp_syn_cookies;
     let addrs = args.stack.ip.iter().map(|(a, p)| format!("{a}/{p}")).collect::<Vec<_>>().join(" and ");
     let idle = args.idle_timeout.map(Duration::from_secs_f64);
 
@@ -485,21 +524,7 @@ fn echo(args: EchoArgs) -> Result<(), String> {
             xdp.fill_size = args.rx_ring;
             xdp.rx_size = args.rx_ring;
             xdp.frame_count = xdp.frame_count.max(2 * args.rx_ring);
-            xdp.syn_shield = (args.syn_rate > 0).then(|| {
-                let shield = SynShield::new(args.syn_rate);
-                SynShield { burst: args.syn_burst.unwrap_or(shield.burst), ..shield }
-            });
-            xdp.syn_lane = args.syn_lane;
-            if args.xdp_syn_cookies {
-                let iface = &args.stack.iface;
-                let mtu = netdev::mtu(iface).map_err(|e| format!("cannot read the MTU of {iface}: {e}"))?;
-                if netdev::driver(iface).is_ok_and(|d| d == "veth") {
-                    eprintln!(
-                        "note: {iface} is a veth: its peer takes the XDP program's SYN-ACKs only if the peer runs an XDP program of its own (see docs/lab.md)"
-                    );
-                }
-                xdp.syn_cookies = Some(config.syn_cookie_answer(mtu as usize));
-            }
+            args.syn.apply(&args.stack.iface, &mut xdp, &mut config)?;
             let queues: Vec<u32> = (0..args.queues).collect();
             let devices = XdpDevice::open_queues(xdp, &queues).map_err(|e| xdp_error(e, &args.stack.iface))?;
             for d in &devices {

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use bypass_io::xdp::{XdpConfig, XdpDevice};
 use bypass_io::{PacketConfig, PacketDevice};
 
-use crate::{Backend, StackArgs, check_setup, xdp_error};
+use bypass_stack::StackConfig;
+
+use crate::{Backend, StackArgs, SynArgs, check_setup, xdp_error};
 
 /// The preloaded library's file name, beside the `bypass` executable.
 const LIBRARY: &str = "libbypass_preload.so";
@@ -37,6 +39,8 @@ pub struct RunArgs {
     /// Record every frame received and sent to this pcapng file (FILE.q1, ... for more queues).
     #[arg(long)]
     pcap: Option<PathBuf>,
+    #[command(flatten)]
+    syn: SynArgs,
     /// The program and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "PROGRAM")]
     program: Vec<String>,
@@ -47,6 +51,7 @@ pub fn run(args: RunArgs) -> Result<(), String> {
     if args.queues > 1 && args.backend == Backend::Packet {
         return Err("--queues needs the xdp backend (AF_PACKET serves one queue)".into());
     }
+    args.syn.check(args.backend)?;
     let library = library()?;
     let program = find_program(&args.program[0])?;
     check_program(&program, &args.program[0])?;
@@ -57,6 +62,9 @@ pub fn run(args: RunArgs) -> Result<(), String> {
         Backend::Xdp => {
             let mut xdp = XdpConfig::new(&args.stack.iface, first);
             xdp.addrs = args.stack.ip.iter().map(|&(a, _)| a).collect();
+            // The program's own stacks take these settings from the environment (below).
+            let mut config = StackConfig::new(first, args.stack.ip[0].1, [0; 16]);
+            args.syn.apply(&args.stack.iface, &mut xdp, &mut config)?;
             let queues: Vec<u32> = (0..args.queues).collect();
             drop(XdpDevice::open_queues(xdp, &queues).map_err(|e| xdp_error(e, &args.stack.iface))?);
         }
@@ -89,6 +97,18 @@ pub fn run(args: RunArgs) -> Result<(), String> {
     }
     if let Some(pcap) = &args.pcap {
         command.env("BYPASS_PCAP", pcap);
+    }
+    if args.syn.syn_rate > 0 {
+        command.env("BYPASS_SYN_RATE", args.syn.syn_rate.to_string());
+    }
+    if let Some(burst) = args.syn.syn_burst {
+        command.env("BYPASS_SYN_BURST", burst.to_string());
+    }
+    if let Some(lane) = args.syn.syn_lane {
+        command.env("BYPASS_SYN_LANE", lane.to_string());
+    }
+    if args.syn.xdp_syn_cookies {
+        command.env("BYPASS_XDP_SYN_COOKIES", "1");
     }
     let err = command.exec();
     Err(format!("cannot run {}: {err}", program.display()))

@@ -147,6 +147,82 @@ fn bypass_ss_sees_a_program_under_bypass_run() {
     assert!(left.is_empty(), "stale endpoints removed: {left:?}");
 }
 
+/// `bypass run` takes the SYN defenses of `bypass echo` (`--syn-rate`, `--syn-burst`,
+/// `--xdp-syn-cookies`): a Python echo server behind a shield of one SYN a second, with the
+/// SYNs beyond it answered by the XDP program with its stacks' cookies, under a flood of raw
+/// SYNs from a spoofed address. Established connections keep echoing, ten new kernel clients
+/// connect (each by its second SYN at the latest, nearly all at the first) and echo, and `bypass
+/// stat` shows the program's answers (`device.syn_cookies_xdp`) and the connections the
+/// program's stack rebuilt from them (`syn_cookies_accepted`): the cookies the XDP program
+/// made are the ones the stack in the program checks, on the same clock.
+#[test]
+fn a_program_under_bypass_run_keeps_its_clients_through_a_syn_flood() {
+    use bypass_io::xdp::PassProgram;
+    use bypass_lab::syn_flood::{FloodConfig, SynFlood};
+    let Some(lab) = setup("run_flood", &[PYTHON3]) else { return };
+    // The peer's end of the veth takes the program's answers only with an XDP program of its
+    // own; this one drops the answers to the flood's spoofed address (tests/syn_flood.rs).
+    let _peer_xdp =
+        lab.in_peer(|| PassProgram::attach_dropping_others(&lab.peer_if, lab.peer_ip)).expect("a program on the peer");
+    let run_dir = TempDir::new("run-flood");
+    let options = ["--syn-rate", "1", "--syn-burst", "1", "--xdp-syn-cookies"];
+    let mut cmd = bypass_run_with(&lab, &options, &["python3", "-u", "-c", SOCKET_ECHO]);
+    cmd.env("BYPASS_RUN_DIR", &run_dir.0);
+    let started = Instant::now();
+    let mut server = Program::spawn("python3 socket echo", cmd, Some((lab.bypass_ns.clone(), lab.bypass_if.clone())));
+    // Ready once a client connects: with a shield of one SYN a second, through a cookie.
+    server.wait_ready(&lab, &[lab.v4(7)]);
+    let pid = server.child.as_ref().expect("running").id().to_string();
+    let established = common::peer_connect_many(&lab, lab.v4(7), 4);
+    let flood = FloodConfig { rate: Some(40_000), seed: 11, ..FloodConfig::new(&lab, lab.bypass_ip, 7) };
+    let flooder = SynFlood::start(&lab, flood).expect("start the SYN flood");
+    std::thread::sleep(Duration::from_millis(500)); // the flood under way, the bucket empty
+    for (i, stream) in established.iter().enumerate() {
+        common::echo_with_reader(stream, &common::data(20 + i as u64, 64 << 10), CLIENT)
+            .unwrap_or_else(|e| panic!("established connection {i} during the flood: {e}\n{}", server.output()));
+    }
+    const CLIENTS: u64 = 10;
+    let mut at_once = 0;
+    for i in 0..CLIENTS {
+        let started = Instant::now();
+        let client = lab
+            .in_peer(|| TcpStream::connect_timeout(&lab.v4(7), Duration::from_millis(1_500)))
+            .unwrap_or_else(|e| panic!("new client {i} during the flood, by its second SYN: {e}"));
+        at_once += u64::from(started.elapsed() < Duration::from_millis(500));
+        common::echo_with_reader(&client, &common::data(40 + i, 4096), CLIENT)
+            .unwrap_or_else(|e| panic!("new client {i} during the flood: {e}\n{}", server.output()));
+    }
+    let stat = Command::new(BYPASS)
+        .args(["stat", &pid, "--json"])
+        .env("BYPASS_RUN_DIR", &run_dir.0)
+        .output()
+        .expect("run bypass stat");
+    let report = flooder.stop().expect("the SYN flood");
+    let text = String::from_utf8_lossy(&stat.stdout);
+    let total = |name: &str| -> u64 {
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|doc| doc["total"][name].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let (answered, accepted) = (total("device.syn_cookies_xdp"), total("syn_cookies_accepted"));
+    eprintln!(
+        "bypass run under a flood of {} SYNs in {:.1?}: {at_once} of {CLIENTS} clients at their first SYN; device.syn_cookies_xdp {answered}, syn_cookies_accepted {accepted}",
+        report.sent, report.elapsed
+    );
+    assert!(answered > 0, "the XDP program answered SYNs: {text}");
+    // The bucket let through its burst and one SYN a second at most; the stack rebuilt the
+    // other clients' connections (the established four and the new ten) from the cookies.
+    let admitted_at_most = 2 + started.elapsed().as_secs();
+    assert!(
+        accepted + admitted_at_most >= CLIENTS + 4,
+        "the program's stack rebuilt {accepted} connections from cookies; at most {admitted_at_most} SYNs reached it: {text}"
+    );
+    assert!(at_once + 2 >= CLIENTS, "only {at_once} of {CLIENTS} clients connected at their first SYN");
+    drop(established);
+    server.stop();
+}
+
 /// An asyncio echo server (`asyncio.start_server` on every address, which listens on one
 /// socket per family; epoll underneath).
 const ASYNCIO_ECHO: &str = r#"

@@ -11,6 +11,9 @@
 //! | `BYPASS_BUSY_POLL` | `1`: a waiting call polls without end |
 //! | `BYPASS_SPIN_USEC` | microseconds a waiting call polls before it sleeps (default 0) |
 //! | `BYPASS_PCAP` | record every frame to this pcapng file |
+//! | `BYPASS_SYN_RATE`, `BYPASS_SYN_BURST` | the XDP program's SYN shield: SYNs per second and burst per queue |
+//! | `BYPASS_SYN_LANE` | entries of the SYN lane, a receive ring of bare SYNs |
+//! | `BYPASS_XDP_SYN_COOKIES` | `1`: the XDP program answers the SYNs beyond the shield with the stacks' cookies |
 //! | `BYPASS_LOG` | log filter, as `RUST_LOG` (`debug` shows every intercepted call) |
 
 use std::net::{IpAddr, SocketAddr};
@@ -18,7 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use bypass_io::xdp::{XdpConfig, XdpDevice};
+use bypass_io::netdev;
+use bypass_io::xdp::{SynShield, XdpConfig, XdpDevice};
 use bypass_io::{PacketConfig, PacketDevice};
 use bypass_runtime::{CaptureFactory, Mode, Runtime, RuntimeOptions};
 use bypass_stack::StackConfig;
@@ -150,6 +154,12 @@ fn start() -> Result<Env, String> {
     let busy_poll = var("BYPASS_BUSY_POLL").is_some_and(|v| v == "1");
     let spin = var("BYPASS_SPIN_USEC")
         .map_or(Ok(0), |u| u.parse::<u64>().map_err(|_| format!("BYPASS_SPIN_USEC: `{u}` is not microseconds")))?;
+    let count = |name: &str| {
+        var(name).map(|v| v.parse::<u32>().map_err(|_| format!("{name}: `{v}` is not a count"))).transpose()
+    };
+    let (syn_rate, syn_burst, syn_lane) =
+        (count("BYPASS_SYN_RATE")?, count("BYPASS_SYN_BURST")?, count("BYPASS_SYN_LANE")?);
+    let xdp_syn_cookies = var("BYPASS_XDP_SYN_COOKIES").is_some_and(|v| v == "1");
     let (first, first_prefix) = *addrs.first().ok_or("BYPASS_IP names no address")?;
     let mut config = StackConfig::new(first, first_prefix, secret());
     for &(a, p) in &addrs[1..] {
@@ -170,6 +180,18 @@ fn start() -> Result<Env, String> {
             Ok(Box::new(capture) as Box<dyn bypass_device::Capture>)
         }) as CaptureFactory
     });
+    // What `bypass run --syn-rate ... --xdp-syn-cookies` asked for, as `bypass echo` sets it.
+    let syn_shield = syn_rate.filter(|&r| r > 0).map(|rate| {
+        let shield = SynShield::new(rate);
+        SynShield { burst: syn_burst.unwrap_or(shield.burst), ..shield }
+    });
+    let syn_cookies = if xdp_syn_cookies {
+        let mtu = netdev::mtu(&iface).map_err(|e| format!("cannot read the MTU of {iface}: {e}"))?;
+        config.syn_cookies_from_device = true;
+        Some(config.syn_cookie_answer(mtu as usize))
+    } else {
+        None
+    };
     let options = RuntimeOptions {
         mode: Mode::InThread,
         busy_poll,
@@ -178,6 +200,8 @@ fn start() -> Result<Env, String> {
         // what one turn of its event loop writes leaves with one kick of the device.
         defer_transmit: busy_poll,
         capture,
+        // The XDP program counts cookie periods on CLOCK_MONOTONIC.
+        syn_cookie_clock: xdp_syn_cookies.then_some(bypass_io::xdp::monotonic_now as fn() -> Duration),
         ..RuntimeOptions::default()
     };
     // The helper threads the runtime starts inherit a mask blocking every signal, so that
@@ -191,6 +215,9 @@ fn start() -> Result<Env, String> {
             let mut xdp = XdpConfig::new(&iface, first);
             xdp.addrs = addrs.iter().map(|&(a, _)| a).collect();
             xdp.busy_poll = busy_poll;
+            xdp.syn_shield = syn_shield;
+            xdp.syn_lane = syn_lane;
+            xdp.syn_cookies = syn_cookies;
             let queues: Vec<u32> = (0..queues).collect();
             let devices = XdpDevice::open_queues(xdp, &queues).map_err(|e| e.to_string())?;
             Ok(Runtime::start(devices, config, options))

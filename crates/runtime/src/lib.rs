@@ -165,6 +165,10 @@ pub struct RuntimeOptions {
     /// `bypass-control`) for `bypass ss`, `bypass stat` and `bypass capture`: on by default.
     /// While nobody is attached it costs one relaxed load per turn of the stack's loop.
     pub control_endpoint: bool,
+    /// Count SYN cookie periods on this clock (`Stack::align_syn_cookie_clock`): for stacks
+    /// whose device answers SYNs with their cookies (`StackConfig::syn_cookies_from_device`),
+    /// the device's clock, CLOCK_MONOTONIC for the XDP program (`bypass_io::xdp::monotonic_now`).
+    pub syn_cookie_clock: Option<fn() -> Duration>,
 }
 
 impl Default for RuntimeOptions {
@@ -177,6 +181,7 @@ impl Default for RuntimeOptions {
             defer_transmit: false,
             capture: None,
             control_endpoint: true,
+            syn_cookie_clock: None,
         }
     }
 }
@@ -511,6 +516,9 @@ fn start_shards<D: Device + Send + 'static>(
             (Arc::clone(&link), pool.clone(), Arc::clone(&published), options.clone());
         let thread = std::thread::Builder::new().name(format!("bypass-shard-{index}")).spawn(move || {
             let mut stack = Stack::new(device, config);
+            if let Some(clock) = options2.syn_cookie_clock {
+                stack.align_syn_cookie_clock(clock);
+            }
             if let Some(factory) = &options2.capture {
                 stack.set_capture(factory(index, stack.epoch())?);
             }
@@ -542,6 +550,9 @@ fn start_cores<D: Device + Send + 'static>(
         config.ephemeral_port_share = (index as u16, count as u16);
         config.share_neighbours = count > 1;
         let mut stack = Stack::new(Box::new(device) as Box<dyn Device + Send>, config);
+        if let Some(clock) = options.syn_cookie_clock {
+            stack.align_syn_cookie_clock(clock);
+        }
         if let Some(factory) = &options.capture {
             stack.set_capture(factory(index, stack.epoch())?);
         }
