@@ -36,6 +36,10 @@ pub struct RunArgs {
     /// EF_POLL_USEC).
     #[arg(long, value_name = "N")]
     spin_usec: Option<u64>,
+    /// Compute every TCP checksum in the stack, instead of leaving them to the kernel and
+    /// the NIC (AF_XDP TX metadata, used by default where the kernel has it), as `bypass echo`.
+    #[arg(long)]
+    software_checksums: bool,
     /// Record every frame received and sent to this pcapng file (FILE.q1, ... for more queues).
     #[arg(long)]
     pcap: Option<PathBuf>,
@@ -62,6 +66,7 @@ pub fn run(args: RunArgs) -> Result<(), String> {
         Backend::Xdp => {
             let mut xdp = XdpConfig::new(&args.stack.iface, first);
             xdp.addrs = args.stack.ip.iter().map(|&(a, _)| a).collect();
+            xdp.tx_checksum_offload = !args.software_checksums;
             // The program's own stacks take these settings from the environment (below).
             let mut config = StackConfig::new(first, args.stack.ip[0].1, [0; 16]);
             args.syn.apply(&args.stack.iface, &mut xdp, &mut config)?;
@@ -97,6 +102,9 @@ pub fn run(args: RunArgs) -> Result<(), String> {
     }
     if let Some(pcap) = &args.pcap {
         command.env("BYPASS_PCAP", pcap);
+    }
+    if args.software_checksums {
+        command.env("BYPASS_SOFTWARE_CHECKSUMS", "1");
     }
     if args.syn.syn_rate > 0 {
         command.env("BYPASS_SYN_RATE", args.syn.syn_rate.to_string());

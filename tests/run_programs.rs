@@ -102,7 +102,8 @@ fn python_socket_echo() {
 
 /// A program under `bypass run` has a control endpoint like `bypass echo` (issue 30):
 /// `bypass ss` lists its stack's connection to a kernel client, established, and its
-/// listeners; `bypass stat` counts what the client sent. The program dies of SIGTERM (Python's
+/// listeners; `bypass stat` counts what the client sent, and the segments whose checksums the
+/// kernel completed (AF_XDP TX metadata, on by default as in `bypass echo`). The program dies of SIGTERM (Python's
 /// default), which runs no destructor: its endpoint is left behind, and the next `bypass ss`
 /// recognises it as stale, says so in one sentence and removes it.
 #[test]
@@ -137,6 +138,19 @@ fn bypass_ss_sees_a_program_under_bypass_run() {
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["total"]["tcp.bytes_in"].as_u64().unwrap())
         .sum();
     assert_eq!(bytes_in, 10_000, "stat counts what the client sent");
+    // As `bypass echo`, the program's stack leaves its TCP checksums to the kernel where AF_XDP
+    // TX metadata lets it (Linux 6.11 and later; this lab's kernel has it).
+    let out = ss(&["stat", &pid.to_string(), "--json"]);
+    let offloaded: u64 = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["total"]["device.tx_checksum_offloaded"]
+                .as_u64()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(offloaded > 0, "the kernel completes the checksums of what the program's stack sends");
     drop(client);
     server.stop();
     let out = ss(&["ss", &pid.to_string()]);

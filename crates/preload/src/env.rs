@@ -11,6 +11,7 @@
 //! | `BYPASS_BUSY_POLL` | `1`: a waiting call polls without end |
 //! | `BYPASS_SPIN_USEC` | microseconds a waiting call polls before it sleeps (default 0) |
 //! | `BYPASS_PCAP` | record every frame to this pcapng file |
+//! | `BYPASS_SOFTWARE_CHECKSUMS` | `1`: the stack computes every TCP checksum (by default the kernel and the NIC complete them where AF_XDP TX metadata lets it) |
 //! | `BYPASS_SYN_RATE`, `BYPASS_SYN_BURST` | the XDP program's SYN shield: SYNs per second and burst per queue |
 //! | `BYPASS_SYN_LANE` | entries of the SYN lane, a receive ring of bare SYNs |
 //! | `BYPASS_XDP_SYN_COOKIES` | `1`: the XDP program answers the SYNs beyond the shield with the stacks' cookies |
@@ -215,6 +216,9 @@ fn start() -> Result<Env, String> {
             let mut xdp = XdpConfig::new(&iface, first);
             xdp.addrs = addrs.iter().map(|&(a, _)| a).collect();
             xdp.busy_poll = busy_poll;
+            // As `bypass echo`: the kernel (and a NIC that offloads them) completes our TCP
+            // checksums where it can; the stack reads the device's `tx_offload`.
+            xdp.tx_checksum_offload = var("BYPASS_SOFTWARE_CHECKSUMS").is_none_or(|v| v != "1");
             xdp.syn_shield = syn_shield;
             xdp.syn_lane = syn_lane;
             xdp.syn_cookies = syn_cookies;
