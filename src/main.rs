@@ -276,8 +276,9 @@ struct SynArgs {
     #[arg(long, value_name = "N", requires = "syn_rate", value_parser = clap::value_parser!(u32).range(1..))]
     syn_burst: Option<u32>,
     /// Steer bare SYNs (those --syn-rate lets through) to a receive ring of their own, of N
-    /// entries per queue (AF_XDP only; a power of two from 8 to half of --rx-ring; 256 if
-    /// given without N): a flood then fills that ring, never the one established
+    /// entries per queue (AF_XDP only; a power of two from 8 to half of the receive ring,
+    /// 4096 frames unless `bypass echo --rx-ring` sets it; 256 if given without N): a
+    /// flood then fills that ring, never the one established
     /// connections' frames arrive in, and the stack answers a few SYNs at a time after its
     /// other frames (`device.syn_lane` counts the SYNs taken, `device.syn_lane_full` those
     /// dropped for a full lane).
