@@ -527,8 +527,16 @@ fn small_receive_window(backend: Backend) {
     // No reset; and no retransmission by the kernel during the echo (not `Check::Lossless`,
     // which also counts frames the interface took in before the server ran: the first SYN).
     judge(&lab, &before, server, backend, Check::Echo);
+    // A retransmission the peer's kernel learned was needless (a D-SACK for each, RFC 2883:
+    // both copies arrived) is not loss. Seen twice on a loaded machine (a CI run beside two
+    // builds), AF_PACKET only: 7 and 6 segments fast-retransmitted, each D-SACKed, the
+    // recovery undone. The reading: without an XDP program on bx0 a veth hands each frame to
+    // the backlog of the CPU that sent it, so two segments the kernel sent from two CPUs can
+    // arrive swapped; our ACK then carries a SACK block, and the kernel resends what lies
+    // between.
     let peer = common::peer_changes(&lab, &before);
-    assert_eq!(peer.get("TcpRetransSegs"), 0, "{backend:?}: the kernel peer retransmitted: {peer}");
+    let (retransmitted, needless) = (peer.get("TcpRetransSegs"), peer.get("TcpExtTCPDSACKRecvSegs"));
+    assert!(retransmitted <= needless, "{backend:?}: the kernel peer retransmitted what was lost: {peer}");
 }
 
 /// Set the sysctl `/proc/sys/<path>` to `value` in the peer namespace; return whether it took.
