@@ -497,11 +497,13 @@ impl Interface {
         if !sock.idle_listed && sock.conn.storage_attached() != (false, false) {
             sock.idle_listed = true;
             self.conns.idle.push((id.index, id.generation));
-            self.conns.idle_sweep.get_or_insert(now + IDLE_RELEASE);
+            let sweep = *self.conns.idle_sweep.get_or_insert(now + IDLE_RELEASE);
+            self.timer_floor = self.timer_floor.min(sweep);
         }
         if let Some(t) = sock.conn.poll_timeout_before(sock.scheduled) {
             sock.scheduled = Some(t);
-            self.conns.timers.insert(now, t, (id.index, id.generation));
+            let at = self.conns.timers.insert(now, t, (id.index, id.generation));
+            self.timer_floor = self.timer_floor.min(at);
         }
         (owner, state)
     }
