@@ -188,6 +188,16 @@ impl Interface {
         };
         self.conns.window_budget = resolve(self.config.window_budget, 2);
         self.conns.flight_budget = resolve(self.config.flight_budget, 4);
+        let budgeted = self.conns.window_budget != usize::MAX || self.conns.flight_budget != usize::MAX;
+        if budgeted && !self.conns.budgeted {
+            // The sums from what each connection noted as it last ran, kept from now on.
+            let socks = self.conns.slots.iter().filter_map(|s| s.sock.as_deref());
+            (self.conns.offered_bytes, self.conns.flight_bytes) =
+                socks.fold((0, 0), |(o, f), s| (o + s.offered as usize, f + s.in_flight as usize));
+        }
+        // Budgets lifted while connections remain leave them capped until their next pass,
+        // which `budget_cap` gives `u32::MAX`: the sums and the caps are kept for them.
+        self.conns.budgeted = budgeted || (self.conns.budgeted && !self.conns.table.is_empty());
     }
 
     /// Take the device's checksum capabilities ([`Device::checksums`]): checksums the
@@ -215,8 +225,12 @@ impl Interface {
     }
 
     /// Return the bytes the connections have in flight between them, as each last ran.
+    /// Without a budget, summed over the connections when asked.
     pub fn bytes_in_flight(&self) -> usize {
-        self.conns.flight_bytes
+        if self.conns.budgeted {
+            return self.conns.flight_bytes;
+        }
+        self.conns.slots.iter().filter_map(|s| s.sock.as_deref()).map(|s| s.in_flight as usize).sum()
     }
 
     /// Return the bytes allocated to the buffers of the connections in the table.
@@ -225,8 +239,12 @@ impl Interface {
     }
 
     /// Return the receive windows the connections offer between them, as each last ran.
+    /// Without a budget, summed over the connections when asked.
     pub fn offered_windows(&self) -> usize {
-        self.conns.offered_bytes
+        if self.conns.budgeted {
+            return self.conns.offered_bytes;
+        }
+        self.conns.slots.iter().filter_map(|s| s.sock.as_deref()).map(|s| s.offered as usize).sum()
     }
 
     /// Return the TCP settings for connections from our address `local`: the IPv6 ones have

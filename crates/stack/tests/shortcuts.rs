@@ -1,13 +1,23 @@
-//! `Interface::handle_timeouts` fires the timers only when one may be due, by one
-//! comparison with a floor the host keeps under every deadline (the connections' wheel,
-//! the idle sweep, the ARP requests, the reassembly's expiry), lowered wherever one is armed.
-//! Held to firing on every poll (`Interface::handle_timeouts_unasked`), which changes nothing
-//! when nothing is due: two worlds of a client and a server, fed the same random calls and
-//! the same impairments (lost frames, datagrams cut into fragments and a fragment lost now
-//! and then, time jumps past ARP entries' lives), must send the same frames, give the same
-//! events and show the same state after every poll (the next timer no later: see
-//! `compare`). A place that arms a timer without lowering the floor leaves the first
-//! world's timer unfired where the second fires it.
+//! Two shortcuts of the host's poll held to the general path they stand for.
+//!
+//! - `Interface::handle_timeouts` fires the timers only when one may be due, by one
+//!   comparison with a floor the host keeps under every deadline (the connections' wheel,
+//!   the idle sweep, the ARP requests, the reassembly's expiry), lowered wherever one is
+//!   armed; the general path is firing on every poll (`Interface::handle_timeouts_unasked`),
+//!   which changes nothing when nothing is due.
+//! - Without a window or flight budget, a pass over a connection sets no cap (each is
+//!   `u32::MAX` from the connection's making) and keeps no sum of the windows and data in
+//!   flight (`offered_windows` and `bytes_in_flight` sum what each connection noted when
+//!   asked); the general path is a budget so large that every cap `budget_cap` gives is
+//!   `u32::MAX`, with the sums kept on every pass.
+//!
+//! Two worlds of a client and a server, world 0 on both shortcuts and world 1 on both
+//! general paths, fed the same random calls and the same impairments (lost frames,
+//! datagrams cut into fragments and a fragment lost now and then, time jumps past ARP
+//! entries' lives), must send the same frames, give the same events and show the same
+//! state, the sums included, after every poll (the next timer no later: see `compare`). A
+//! place that arms a timer without lowering the floor leaves world 0's timer unfired where
+//! world 1 fires it; a pass that does not note what it should shows in the sums.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
@@ -44,8 +54,13 @@ struct Host {
 }
 
 impl Host {
-    fn new(ip: Ipv4Addr, mac: [u8; 6]) -> Host {
+    fn new(ip: Ipv4Addr, mac: [u8; 6], general: bool) -> Host {
         let mut config = StackConfig::new(ip, 24, [mac[5]; 16]);
+        if general {
+            // Budgets that never bind: every cap is `u32::MAX`, and the sums are kept.
+            config.window_budget = Some(usize::MAX - 1);
+            config.flight_budget = Some(usize::MAX - 1);
+        }
         config.tcp.min_rto = Duration::from_millis(200);
         // Short lives, so that a run sees ARP entries expire and datagrams time out.
         config.arp.ttl = Duration::from_secs(3);
@@ -84,10 +99,13 @@ impl Host {
             .map(|&id| i.connection(id).map(|c| (c.state(), c.send_queued(), c.recv_available(), c.bytes_in_flight())))
             .collect();
         let seen = format!(
-            "{events:?} {:?} conns {} pooled {} {:?}",
+            "{events:?} {:?} conns {} pooled {} offered {} flight {} buffers {} {:?}",
             i.counters(),
             i.connection_count(),
             i.pooled_buffers(),
+            i.offered_windows(),
+            i.bytes_in_flight(),
+            i.buffer_memory(),
             conns
         );
         (seen, i.poll_timeout())
@@ -163,12 +181,17 @@ fn carry(rng: &mut Rng, frames: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     out
 }
 
-fn run(seed: u64, steps: usize) {
+/// Run one random exchange of `steps` steps from `seed`. With `switch`, world 0 takes a
+/// budget that never binds a third of the way in (`set_device_rx_frames`: the sums then
+/// start from what each connection noted) and has it lifted at two thirds (the sums and
+/// caps kept on while connections remain).
+fn run(seed: u64, steps: usize, switch: bool) {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    // World 0 asks `timers_due` (the floor) before firing, world 1 fires on every poll.
-    let mut worlds: [World; 2] = std::array::from_fn(|_| {
-        let client = Host::new(C, [2, 0, 0, 0, 0, 1]);
-        let mut server = Host::new(S, [2, 0, 0, 0, 0, 2]);
+    // World 0 asks `timers_due` (the floor) before firing and has no budget; world 1 fires
+    // on every poll and has budgets that never bind.
+    let mut worlds: [World; 2] = std::array::from_fn(|w| {
+        let client = Host::new(C, [2, 0, 0, 0, 0, 1], w == 1);
+        let mut server = Host::new(S, [2, 0, 0, 0, 0, 2], w == 1);
         let listener = server.iface.listen(PORT).unwrap();
         World { client, server, listener }
     });
@@ -181,6 +204,11 @@ fn run(seed: u64, steps: usize) {
     let data: Vec<u8> = (0..8192u32).map(|i| (i * 31 % 251) as u8).collect();
     for step in 0..steps {
         let at = format!("seed {seed} step {step}");
+        if switch && (step == steps / 3 || step == 2 * steps / 3) {
+            let frames = (step == steps / 3).then_some(1 << 40);
+            worlds[0].client.iface.set_device_rx_frames(frames);
+            worlds[0].server.iface.set_device_rx_frames(frames);
+        }
         // The client: open, write, read, close now and then (the same calls in both worlds).
         for c in clients.iter_mut() {
             match *c {
@@ -268,8 +296,15 @@ fn run(seed: u64, steps: usize) {
 }
 
 #[test]
-fn firing_when_the_floor_says_is_firing_on_every_poll() {
+fn the_shortcuts_do_what_the_general_paths_do() {
     for seed in 0..60 {
-        run(seed, 300);
+        run(seed, 300, false);
+    }
+}
+
+#[test]
+fn budgets_set_and_lifted_while_connections_run_keep_the_sums() {
+    for seed in 100..130 {
+        run(seed, 300, true);
     }
 }
