@@ -101,19 +101,22 @@ impl<K: Copy> TimerWheel<K> {
     }
 
     /// Arm `key` for `when`; `now` is the current time (an entry already due fires at the
-    /// next [`expire`](Self::expire)).
-    pub(crate) fn insert(&mut self, now: Instant, when: Instant, key: K) {
+    /// next [`expire`](Self::expire)). Return when the wheel next needs an `expire` for it:
+    /// `when` itself, or the earlier deadline of the higher level's slot it went into, whose
+    /// entries then move down (what [`next_deadline`](Self::next_deadline) says, when no
+    /// other entry comes first).
+    pub(crate) fn insert(&mut self, now: Instant, when: Instant, key: K) -> Instant {
         if self.len == 0 {
             // Nothing is placed relative to the old tick: start from now.
             self.elapsed = self.elapsed.max(tick_of(now));
         }
         let (level, slot) = self.place(when, key);
         self.len += 1;
+        let at = if level == 0 { when } else { Instant::from_micros(self.slot_deadline(level, slot) << TICK_SHIFT) };
         if let Some(next) = self.next.get() {
-            let at =
-                if level == 0 { when } else { Instant::from_micros(self.slot_deadline(level, slot) << TICK_SHIFT) };
             self.next.set(Some(Some(next.map_or(at, |n| n.min(at)))));
         }
+        at
     }
 
     fn place(&mut self, when: Instant, key: K) -> (usize, usize) {
@@ -281,7 +284,12 @@ mod tests {
                 assert_eq!(fired, due, "at {now:?}");
             } else {
                 let when = Instant::from_micros(now.as_micros() + delay);
-                wheel.insert(now, when, k);
+                let before = wheel.next_deadline();
+                let at = wheel.insert(now, when, k);
+                // What the host lowers its timer floor to: never after the entry, and what
+                // `next_deadline` says when it comes first.
+                assert!(at <= when, "{at:?} after {when:?}");
+                assert_eq!(wheel.next_deadline(), Some(before.map_or(at, |b| b.min(at))));
                 model.push((when, k));
             }
             if k % 50 == 49 {

@@ -109,6 +109,14 @@ impl Sock {
         (self.offered, self.in_flight) = (offered, in_flight);
         (offered, in_flight)
     }
+
+    /// [`count_budgets`](Self::count_budgets) without a budget (`Connections::budgeted`):
+    /// note the window the connection offers now and its data in flight, which nothing
+    /// sums until asked.
+    #[inline]
+    pub(super) fn note_budgets(&mut self) {
+        (self.offered, self.in_flight) = (self.conn.receive_window(), self.conn.bytes_in_flight());
+    }
 }
 
 /// A place in the table. The connection is boxed: a slot is two words, so the table grows
@@ -203,12 +211,20 @@ pub(super) struct Connections {
     pub(super) window_budget: usize,
     /// Bytes allocated to the buffers of the connections in the table.
     pub(super) buffer_bytes: usize,
-    /// The receive windows the connections offer, summed as each last ran.
+    /// The receive windows the connections offer, summed as each last ran (kept while
+    /// `budgeted`).
     pub(super) offered_bytes: usize,
     /// `StackConfig::flight_budget` as resolved for the device (`usize::MAX`: no limit).
     pub(super) flight_budget: usize,
-    /// The connections' data in flight, summed as each last ran.
+    /// The connections' data in flight, summed as each last ran (kept while `budgeted`).
     pub(super) flight_bytes: usize,
+    /// A window or flight budget is set, or was while connections were in the table: the
+    /// sums `offered_bytes` and `flight_bytes` are kept and every pass sets the caps
+    /// (`Interface::apply_budgets`). Without (no budget since the table was last empty),
+    /// every cap is `u32::MAX` from the connection's making and stays so, and each pass
+    /// only notes the connection's own window and data in flight (`Sock::note_budgets`),
+    /// which `Interface::offered_windows` and `bytes_in_flight` sum when asked.
+    pub(super) budgeted: bool,
 }
 
 impl Connections {
@@ -237,6 +253,7 @@ impl Connections {
             offered_bytes: 0,
             flight_budget: usize::MAX,
             flight_bytes: 0,
+            budgeted: false,
         }
     }
 
@@ -282,8 +299,10 @@ impl Connections {
         let sock = slot.sock.take()?;
         self.table.remove(&sock.tuple);
         self.buffer_bytes -= sock.capacity;
-        self.offered_bytes -= sock.offered as usize;
-        self.flight_bytes -= sock.in_flight as usize;
+        if self.budgeted {
+            self.offered_bytes -= sock.offered as usize;
+            self.flight_bytes -= sock.in_flight as usize;
+        }
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(index);
         if let Some(bytes) = sock.orphan {

@@ -51,30 +51,34 @@ impl Interface {
                     // stands while the cache is unchanged and the entry unexpired: the
                     // lookup would return the same MAC (`next_hop_mac_until`).
                     Some(template) if sock.hop.is_some_and(|(v, expires)| v == version && expires > now) => {
-                        Some((template.header_len(), Some(template.dst_mac()), sock.hop))
+                        Some((template.header_len(), Some(template.dst_mac()), sock.hop, true))
                     }
                     _ => {
                         // Bound (checked above): nothing between there and here unbinds it.
                         let Some(remote) = sock.conn.remote_addr() else { break };
                         let (dst, fallback) = (remote.ip(), sock.peer_mac);
                         let (mac, until) = self.next_hop_mac_until(now, dst, fallback);
-                        Some((headers_len(dst), mac, until))
+                        Some((headers_len(dst), mac, until, false))
                     }
                 };
             }
-            let Some((headers, mac, until)) = hop else { break };
+            let Some((headers, mac, until, templated)) = hop else { break };
             let sock = self.conns.slots[index as usize].sock.as_mut().expect("live");
             let mut produced = None;
             let (notes, note) = (&self.notes, &mut self.note);
             match mac {
                 Some(mac) => {
                     // The headers come from the connection's template, made again when the
-                    // next hop's address has changed since it was made.
-                    if sock.headers.as_ref().is_none_or(|h| h.dst_mac() != mac) {
-                        let Some((src, dst)) = addresses(&sock.conn) else { break };
-                        sock.headers = Some(HeaderTemplate::new(self.mac, mac, src, dst, IpNumber::TCP));
+                    // next hop's address has changed since it was made. A hop taken from the
+                    // template (`templated`) is the template's, and `until` is `sock.hop`
+                    // already: nothing to check or note.
+                    if !templated {
+                        if sock.headers.as_ref().is_none_or(|h| h.dst_mac() != mac) {
+                            let Some((src, dst)) = addresses(&sock.conn) else { break };
+                            sock.headers = Some(HeaderTemplate::new(self.mac, mac, src, dst, IpNumber::TCP));
+                        }
+                        sock.hop = until;
                     }
-                    sock.hop = until;
                     let Sock { conn, headers: template, .. } = &mut **sock;
                     let template = template.as_ref().expect("made above");
                     // By value where a copy is all it needs (the time, the lengths), so the
@@ -166,9 +170,10 @@ impl Interface {
     }
 }
 
-/// A connection's headers' length, its next hop's MAC (`None`: unresolved), and how long
-/// the ARP cache's answer stands, if it is one (`Sock::hop`).
-type Hop = (usize, Option<[u8; 6]>, Option<(u64, Instant)>);
+/// A connection's headers' length, its next hop's MAC (`None`: unresolved), how long the
+/// ARP cache's answer stands, if it is one (`Sock::hop`), and whether all three came from
+/// the connection's header template (while `Sock::hop` stands).
+type Hop = (usize, Option<[u8; 6]>, Option<(u64, Instant)>, bool);
 
 /// Return a bound connection's local and remote addresses (`None` while it has no peer).
 fn addresses(conn: &bypass_tcp::Connection) -> Option<(IpAddr, IpAddr)> {

@@ -64,6 +64,8 @@ impl Interface {
                 }
                 if fallback.is_none() {
                     self.arp.resolve(hop, now);
+                    // Its request goes out at the next poll's `due_requests`.
+                    self.lower_timer_floor(now);
                 }
                 fallback
             }
@@ -104,7 +106,9 @@ impl Interface {
         let held = match dst {
             IpAddr::V4(dst) => {
                 let hop = self.next_hop(dst);
-                self.arp.hold(hop, frame, now).map_err(|f| (f, Drop::ArpQueueDrop))
+                let held = self.arp.hold(hop, frame, now).map_err(|f| (f, Drop::ArpQueueDrop));
+                self.lower_timer_floor(now);
+                held
             }
             IpAddr::V6(dst) => {
                 let hop = self.next_hop6(now, dst);

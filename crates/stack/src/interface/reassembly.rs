@@ -52,6 +52,10 @@ impl Interface {
                 }
             }
         }
+        // A datagram begun here expires at a time `timers_due` must see.
+        if let Some(t) = fragments.poll_timeout() {
+            self.lower_timer_floor(t);
+        }
         self.fragments = Some(fragments);
     }
 

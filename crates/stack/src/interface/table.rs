@@ -111,23 +111,25 @@ impl Interface {
     /// Give connection `index` its window cap, flight cap and growth permission, and count
     /// its buffers, after one lookup of its slot. The window budget is shared among the
     /// connections that can still be sent data (all but the orphans, whose data would be
-    /// answered with RST); the flight budget among all of them.
+    /// answered with RST); the flight budget among all of them. Without a budget
+    /// (`Connections::budgeted`), every cap is `u32::MAX` already, as `budget_cap` would
+    /// make it, and the window and flight are only noted, not summed.
     #[inline(always)]
     pub(super) fn apply_budgets(&mut self, index: u32) {
         let conns = &mut self.conns;
         let Some(sock) = conns.slots[index as usize].sock.as_deref_mut() else { return };
-        let mss = self.config.tcp.mss;
-        let connections = conns.table.len();
-        let (offered, in_flight) = sock.count_budgets(&mut conns.offered_bytes, &mut conns.flight_bytes);
-        let receivers = connections.saturating_sub(conns.orphans);
-        sock.conn.set_window_cap(Self::budget_cap(conns.window_budget, receivers, conns.offered_bytes, mss, offered));
-        sock.conn.set_flight_cap(Self::budget_cap(
-            conns.flight_budget,
-            connections,
-            conns.flight_bytes,
-            mss,
-            in_flight,
-        ));
+        if conns.budgeted {
+            let mss = self.config.tcp.mss;
+            let connections = conns.table.len();
+            let (offered, in_flight) = sock.count_budgets(&mut conns.offered_bytes, &mut conns.flight_bytes);
+            let receivers = connections.saturating_sub(conns.orphans);
+            let window_cap = Self::budget_cap(conns.window_budget, receivers, conns.offered_bytes, mss, offered);
+            sock.conn.set_window_cap(window_cap);
+            let flight_cap = Self::budget_cap(conns.flight_budget, connections, conns.flight_bytes, mss, in_flight);
+            sock.conn.set_flight_cap(flight_cap);
+        } else {
+            sock.note_budgets();
+        }
         let capacity = sock.conn.buffer_capacity();
         conns.buffer_bytes = conns.buffer_bytes - sock.capacity + capacity;
         sock.capacity = capacity;
@@ -482,7 +484,11 @@ impl Interface {
         let id = SocketId { index, generation: slot.generation };
         let mut sock = slot.sock.as_deref_mut().expect("live");
         if !counted {
-            sock.count_budgets(&mut self.conns.offered_bytes, &mut self.conns.flight_bytes);
+            if self.conns.budgeted {
+                sock.count_budgets(&mut self.conns.offered_bytes, &mut self.conns.flight_bytes);
+            } else {
+                sock.note_budgets();
+            }
         }
         // `deliver`, with the connection in hand; looked up again only after events.
         let taken = sock.conn.take_events();
@@ -497,11 +503,13 @@ impl Interface {
         if !sock.idle_listed && sock.conn.storage_attached() != (false, false) {
             sock.idle_listed = true;
             self.conns.idle.push((id.index, id.generation));
-            self.conns.idle_sweep.get_or_insert(now + IDLE_RELEASE);
+            let sweep = *self.conns.idle_sweep.get_or_insert(now + IDLE_RELEASE);
+            self.timer_floor = self.timer_floor.min(sweep);
         }
         if let Some(t) = sock.conn.poll_timeout_before(sock.scheduled) {
             sock.scheduled = Some(t);
-            self.conns.timers.insert(now, t, (id.index, id.generation));
+            let at = self.conns.timers.insert(now, t, (id.index, id.generation));
+            self.timer_floor = self.timer_floor.min(at);
         }
         (owner, state)
     }

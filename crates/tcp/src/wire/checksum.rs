@@ -176,6 +176,26 @@ pub(super) fn add_words(sum: Sum16BitWords, data: &[u8]) -> Sum16BitWords {
         acc = partial;
         carries += u64::from(carry);
     }
+    let mut total = add_tail(acc, carries, tail);
+    // Fold to 16 bits.
+    while total > 0xffff {
+        total = (total & 0xffff) + (total >> 16);
+    }
+    sum.add_2bytes((total as u16).to_ne_bytes())
+}
+
+/// Return a sum of 64-bit words `acc` (native byte order, summed with their carries
+/// chained), the `carries` out of bit 63 counted apart, and the 0 to 7 bytes of `tail` past
+/// the last word (as 16-bit words, a last odd byte padded with zero), congruent modulo
+/// 0xffff to the one's complement sum of all of them and below 2^36: the end of
+/// [`add_words`], and of the host's check of a received segment's checksum
+/// (`bypass-stack`'s `wire::sum`), which sums its words the same way.
+///
+/// The carries come back in at bit 0 (RFC 1071 2 (B): 2^64 is 1 modulo 0xffff), the 64-bit
+/// sum is folded to 33 bits, and the tail is added as a 32-bit, a 16-bit and a padded last
+/// word.
+#[inline]
+pub fn add_tail(acc: u64, carries: u64, tail: &[u8]) -> u64 {
     // End-around carries (RFC 1071 2 (B)): a carry out of bit 63 comes back in at bit 0.
     let (acc, carry) = acc.overflowing_add(carries);
     let acc = acc + u64::from(carry);
@@ -191,11 +211,7 @@ pub(super) fn add_words(sum: Sum16BitWords, data: &[u8]) -> Sum16BitWords {
     if let [last] = tail {
         total += u64::from(u16::from_ne_bytes([*last, 0]));
     }
-    // Fold to 16 bits.
-    while total > 0xffff {
-        total = (total & 0xffff) + (total >> 16);
-    }
-    sum.add_2bytes((total as u16).to_ne_bytes())
+    total
 }
 
 /// Compute the TCP checksum of `segment` (header and payload) and store it at bytes 16..18.

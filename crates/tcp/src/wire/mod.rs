@@ -56,7 +56,7 @@ mod checksum;
 mod options;
 mod segment;
 
-pub use checksum::{Checksum, set_checksum, set_checksum_as};
+pub use checksum::{Checksum, add_tail, set_checksum, set_checksum_as};
 pub(crate) use checksum::{PseudoSum, fill_checksum};
 pub use options::{SackBlock, SackBlocks, TcpOptions, Timestamps};
 pub(crate) use segment::PlainHeader;
