@@ -459,14 +459,7 @@ impl Recovery {
         if !sack {
             self.dup_acks = 0;
         }
-        cc.on_ack(&AckInfo {
-            now,
-            delivered: seg.len(),
-            in_flight: flight_before,
-            rtt: Some(Duration::from_micros(rtt)),
-            min_rtt: self.min_rtt.map(Duration::from_micros),
-            app_limited: seg.app_limited || !cwnd_limited,
-        });
+        cc.on_ack_parts(now, seg.len(), flight_before, rtt, self.min_rtt, seg.app_limited || !cwnd_limited);
     }
 
     /// PRR (RFC 6937 section 3) for `delivered` bytes: DeliveredData, then sndcnt, and cwnd
