@@ -91,6 +91,10 @@ pub(crate) struct RecvSpace {
     wscale: u8,
     /// The scale we offered in our SYN (used only if the peer offers one too).
     wscale_offer: u8,
+    /// How long an ACK of in-order data may wait ([`Config::delayed_ack`], at most
+    /// [`MAX_ACK_DELAY`]), in microseconds, worked out once: the receiver of every
+    /// exchange's segment arms the delayed-ACK timer with it.
+    ack_delay_us: Option<u64>,
     /// When the interval of receive-buffer autotuning began (see `drs_bytes`).
     drs_since: Option<Instant>,
     /// The receiver's round-trip estimate, the interval autotuning counts reads over.
@@ -181,6 +185,13 @@ impl RecvSpace {
 
     /// Return whether less than two of the peer's full-sized segments wait for an ACK (RFC
     /// 9293 3.8.6.3, RFC 5681 4.2: ACK at least every second one).
+    /// Return how long an ACK of in-order data may wait, in microseconds (`None`: no
+    /// delayed ACKs).
+    #[inline]
+    pub(crate) fn ack_delay_us(&self) -> Option<u64> {
+        self.ack_delay_us
+    }
+
     pub(crate) fn under_two_segments_unacked(&self) -> bool {
         self.unacked_bytes < 2 * self.mss
     }
@@ -256,8 +267,17 @@ impl RecvSpace {
         self.ack_due = AckDue::None;
     }
 
-    pub(crate) fn new(storage: Storage, wscale_offer: u8, our_mss: u16) -> Self {
+    /// Return a receive space on `storage` that offers `wscale_offer`, advertises `our_mss`
+    /// and delays its ACKs of in-order data by `ack_delay` (at most [`MAX_ACK_DELAY`];
+    /// `None`: no delayed ACKs).
+    pub(crate) fn new(storage: Storage, wscale_offer: u8, our_mss: u16, ack_delay: Option<Duration>) -> Self {
         RecvSpace {
+            // In whole microseconds (as `Instant + Duration` takes a delay), then capped:
+            // the cap is a whole number of them, so this is the capped delay's.
+            ack_delay_us: ack_delay.map(|delay| {
+                (delay.as_secs().saturating_mul(1_000_000).saturating_add(u64::from(delay.subsec_micros())))
+                    .min(MAX_ACK_DELAY.as_micros() as u64)
+            }),
             irs: SeqNum(0),
             nxt: SeqNum(0),
             adv: SeqNum(0),
@@ -741,10 +761,42 @@ mod tests {
 
     /// A receive space with a 4 KiB buffer, synchronized at `IRS`, its window offered.
     fn space() -> RecvSpace {
-        let mut rcv = RecvSpace::new(Storage::new(4096), 0, 1460);
+        let mut rcv = RecvSpace::new(Storage::new(4096), 0, 1460, None);
         rcv.start(IRS);
         assert_eq!(rcv.advertise_window(), 4096);
         rcv
+    }
+
+    /// The delay kept in microseconds is the configured one capped at `MAX_ACK_DELAY`, as
+    /// the delayed-ACK timer's deadline took it (`now + delay.min(MAX_ACK_DELAY)`).
+    #[test]
+    fn the_ack_delay_in_microseconds_is_the_capped_delay() {
+        assert_eq!(RecvSpace::new(Storage::new(0), 0, 1460, None).ack_delay_us(), None);
+        let now = Instant::from_micros(1_234_567);
+        for nanos in [
+            0,
+            1,
+            999,
+            1_000,
+            1_999,
+            40_000_000,
+            199_999_999,
+            200_000_000,
+            200_000_001,
+            200_001_000,
+            10_000_000_000,
+            u64::MAX,
+        ] {
+            let delay = Duration::from_nanos(nanos);
+            let rcv = RecvSpace::new(Storage::new(0), 0, 1460, Some(delay));
+            let us = rcv.ack_delay_us().expect("delayed ACKs configured");
+            assert_eq!(
+                Instant::from_micros(now.as_micros().saturating_add(us)),
+                now + delay.min(MAX_ACK_DELAY),
+                "{delay:?}"
+            );
+        }
+        assert_eq!(RecvSpace::new(Storage::new(0), 0, 1460, Some(Duration::MAX)).ack_delay_us(), Some(200_000));
     }
 
     /// `take_text`'s path for in-order text does what the general path (`take_any_text`)

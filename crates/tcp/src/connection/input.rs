@@ -12,7 +12,6 @@ use crate::event::{Cause, Event};
 use crate::outcome::{DropReason, Outcome};
 use crate::path::default_mss;
 use crate::recovery::AckContext;
-use crate::recv_space::MAX_ACK_DELAY;
 use crate::seq::SeqNum;
 use crate::state::State;
 use crate::time::Instant;
@@ -771,11 +770,13 @@ impl Connection {
     /// peer's segment size as measured (the receive space's `mss`), not our MSS: 1448-byte
     /// segments under timestamps are full-sized.
     fn ack_in_order(&mut self, now: Instant) {
-        match self.config.delayed_ack {
-            Some(delay) if self.rcv.under_two_segments_unacked() => {
+        // The delay is `Config::delayed_ack` capped at `MAX_ACK_DELAY`, in microseconds
+        // (the receive space worked it out once).
+        match self.rcv.ack_delay_us() {
+            Some(delay_us) if self.rcv.under_two_segments_unacked() => {
                 self.rcv.ack_delayed();
-                let delay = delay.min(MAX_ACK_DELAY);
-                self.timers.set_if_idle(Timer::DelayedAck, now + delay);
+                self.timers
+                    .set_if_idle(Timer::DelayedAck, Instant::from_micros(now.as_micros().saturating_add(delay_us)));
             }
             _ => self.rcv.ack_now(),
         }

@@ -355,7 +355,7 @@ macro_rules! with_initial_fields {
                 }
                 snd
             },
-            rcv: RecvSpace::new($recv, rcv_wscale_offer, $config.mss),
+            rcv: RecvSpace::new($recv, rcv_wscale_offer, $config.mss, $config.delayed_ack),
             ts: {
                 let mut ts = Timestamping::default();
                 if let Some((_, offset)) = $open {
