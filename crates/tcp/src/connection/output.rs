@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use super::timeouts::Due;
 use super::{Connection, PendingReset, Transmit, TransmitKind};
 use crate::controller::Controller;
 use crate::ecn::Ecn;
@@ -72,9 +73,15 @@ impl Connection {
             && self.remote.is_some()
             && self.pending_reset.is_none()
             && self.snd.sent.lost() == 0
-            && !(due.sws_override || due.loss_probe || due.window_probe || due.keepalive);
+            // No probe or override due: the four flags compared as one.
+            && *due == Due::default();
         if nothing {
-            self.update_persist(now);
+            // `update_persist` with no data waiting: with nothing queued beyond SND.MAX
+            // (no data, and any FIN sent), data waits only behind a rewind (SND.NXT before
+            // SND.MAX), which needs something in flight (SND.UNA =< SND.NXT =< SND.MAX).
+            debug_assert!(!(self.state.is_synchronized() && self.snd.max() == self.snd.una() && self.snd.has_unsent()));
+            let _ = now; // for the persist timer, which nothing waiting never arms
+            self.stop_persist();
         }
         nothing
     }
@@ -729,13 +736,20 @@ impl Connection {
     fn update_persist(&mut self, now: Instant) {
         let waiting = self.state.is_synchronized() && self.snd.max() == self.snd.una() && self.snd.has_unsent();
         if !waiting {
-            self.timers.stop(Timer::Persist);
-            self.timers.stop(Timer::SwsOverride);
-            if self.snd.wnd() > 0 {
-                self.rel.reset_persist_backoff();
-            }
+            self.stop_persist();
         } else {
             self.arm_persist(now);
+        }
+    }
+
+    /// [`update_persist`](Self::update_persist) with no data waiting: neither timer is
+    /// needed, and an open window ends the persist backoff.
+    #[inline(always)]
+    fn stop_persist(&mut self) {
+        self.timers.stop(Timer::Persist);
+        self.timers.stop(Timer::SwsOverride);
+        if self.snd.wnd() > 0 {
+            self.rel.reset_persist_backoff();
         }
     }
 
