@@ -477,6 +477,7 @@ impl RecvSpace {
     /// Consume `n` committed bytes from the front, or all of them if fewer; return how many.
     /// With everything read and no out-of-order data held, the ring starts over at the front
     /// of its storage.
+    #[inline]
     pub(crate) fn consume(&mut self, n: usize) -> usize {
         let n = n.min(self.buf.len());
         self.buf.discard(n);
