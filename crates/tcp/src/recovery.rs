@@ -121,8 +121,9 @@ pub(crate) struct Recovery {
     /// The largest per-ACK RTT sample, and the count of them (for `Stats`: the base RTT
     /// plus the most queueing seen).
     max_rtt: Option<u64>,
-    /// The connection's smoothed RTT at the last ACK: the reordering window's ceiling.
-    srtt: Option<Duration>,
+    /// The connection's smoothed RTT at the last ACK, in microseconds (as the estimator
+    /// keeps it): the reordering window's ceiling.
+    srtt: Option<u64>,
     rtt_samples: u64,
     /// Eifel (RFC 3522), where timestamps are in use: the TSval of the first retransmission
     /// of the last reduction and the sequence number it resent (Linux's `retrans_stamp`),
@@ -174,8 +175,8 @@ pub(crate) struct AckContext {
     pub smss: u32,
     /// An RTT sample this ACK gave (RTTM or the timed segment).
     pub rtt: Option<Duration>,
-    /// The smoothed RTT after it.
-    pub srtt: Option<Duration>,
+    /// The smoothed RTT after it, in microseconds.
+    pub srtt: Option<u64>,
     /// cwnd was what limited the sender over the last round trip (RFC 7661 4.3).
     pub cwnd_limited: bool,
     /// The ACK's TSecr, where timestamps are in use (Eifel, RFC 3522).
@@ -436,7 +437,7 @@ impl Recovery {
         &mut self,
         now: Instant,
         (seg, reordered): (&crate::sent::Sent, bool),
-        srtt: Option<Duration>,
+        srtt: Option<u64>,
         sack: bool,
         flight_before: u32,
         cwnd_limited: bool,
@@ -887,7 +888,7 @@ impl Recovery {
         }
         // A quarter of min_RTT in nanoseconds, as a `Duration` divides.
         let window = self.min_rtt.map_or(Duration::ZERO, |m| Duration::from_micros(m) / 4) * self.reo_wnd_mult.max(1);
-        self.srtt.map_or(window, |srtt| window.min(srtt))
+        self.srtt.map_or(window, |srtt| window.min(Duration::from_micros(srtt)))
     }
 
     /// RFC 8985 6.2 step 5: mark lost every segment in flight that was sent before the
@@ -942,7 +943,7 @@ mod tests {
             sack: true,
             smss: 1000,
             rtt: None,
-            srtt: Some(Duration::from_millis(10)),
+            srtt: Some(10_000),
             cwnd_limited: true,
             tsecr: None,
             can_send_new: false,

@@ -586,7 +586,7 @@ impl Connection {
             let cwnd_limited = self.cwnd_limited_at_ack();
             // Taken, as the general path's context takes it; the record's own is the sample.
             self.rel.take_rtt_sample();
-            let srtt = self.rel.rtt.srtt();
+            let srtt = self.rel.rtt.srtt_us();
             let sack = self.sack_enabled;
             self.rel.recovery.on_sole_ack(
                 now,
@@ -630,7 +630,7 @@ impl Connection {
             sack: self.sack_enabled,
             smss,
             rtt: self.rel.take_rtt_sample(),
-            srtt: self.rel.rtt.srtt(),
+            srtt: self.rel.rtt.srtt_us(),
             tsecr: self.ts.seg_tsecr(),
             can_send_new: self.snd.unsent() > 0 && (self.snd.una() + self.snd.wnd()).after(self.snd.max()),
         };
