@@ -26,7 +26,11 @@ use crate::time::Instant;
 use std::time::Duration;
 
 /// NewReno congestion window state for one connection.
+///
+/// `repr(C)`, its first three fields those of [`Cubic`](crate::cubic::Cubic) in the same
+/// order: see [`CongestionControl`].
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub struct NewReno {
     /// Sender maximum segment size.
     smss: u32,
@@ -177,8 +181,14 @@ impl Controller for NewReno {
 ///
 /// Inline, not boxed, though CUBIC's state is the larger: one per connection, read on every
 /// ACK, where an indirection would cost more than the bytes.
+///
+/// `repr(C, u8)`, a tag and then either controller at the same offset, and both `repr(C)`
+/// with `smss`, `cwnd` and `ssthresh` first: the two arms of `cwnd()` and `ssthresh()`
+/// (asked several times on every segment sent and every ACK) then read the same address,
+/// and the compiler makes one load of them instead of choosing between two places.
 #[derive(Debug, Clone)]
 #[allow(clippy::large_enum_variant)]
+#[repr(C, u8)]
 pub(crate) enum CongestionControl {
     NewReno(NewReno),
     Cubic(crate::cubic::Cubic),
