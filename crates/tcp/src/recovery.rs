@@ -245,7 +245,14 @@ impl Recovery {
 
     /// Return RFC 6675's `pipe`, with duplicate ACKs counted as segments that left the
     /// network where there is no SACK.
+    ///
+    /// Without duplicate ACKs (every ACK with SACK, and any without duplicates) the queue's
+    /// count as it is: no multiplication and its overflow check on every segment sent.
+    #[inline]
     pub fn pipe(&self, sent: &SentQueue, smss: u32) -> u32 {
+        if self.dup_acks == 0 {
+            return sent.pipe();
+        }
         sent.pipe().saturating_sub(self.dup_acks.saturating_mul(smss))
     }
 
