@@ -365,13 +365,37 @@ impl RecvSpace {
             && self.assembler.is_empty()
             && self.fin_pending.is_none()
         {
-            self.buf.write_at(self.buf.len(), payload);
-            self.buf.commit(payload.len());
-            let ready = payload.len() as u32;
-            self.nxt += ready;
-            return Ok(Text { ready, delayable: true, len: ready, fin: false });
+            return Ok(self.take_in_order(payload));
         }
         self.take_any_text(seq, payload, fin, sack)
+    }
+
+    /// [`take_text`](Self::take_text) for a segment header prediction took
+    /// (`Connection::predicted`): text at RCV.NXT, within the window, without a FIN, which
+    /// is what `take_text`'s first test asks of the segment, asked there already; this asks
+    /// only what the space holds (nothing out of order, no FIN waiting behind a hole).
+    #[inline(always)]
+    pub(crate) fn take_predicted_text(
+        &mut self,
+        seq: SeqNum,
+        payload: &[u8],
+        sack: bool,
+    ) -> Result<Text, ReassemblyFull> {
+        debug_assert!(seq == self.nxt && !payload.is_empty() && payload.len() <= self.window() as usize);
+        if self.assembler.is_empty() && self.fin_pending.is_none() {
+            return Ok(self.take_in_order(payload));
+        }
+        self.take_any_text(seq, payload, false, sack)
+    }
+
+    /// `take_text`'s in-order case: the text goes straight into the buffer.
+    #[inline(always)]
+    fn take_in_order(&mut self, payload: &[u8]) -> Text {
+        self.buf.write_at(self.buf.len(), payload);
+        self.buf.commit(payload.len());
+        let ready = payload.len() as u32;
+        self.nxt += ready;
+        Text { ready, delayable: true, len: ready, fin: false }
     }
 
     /// [`take_text`](Self::take_text) for any segment's text.

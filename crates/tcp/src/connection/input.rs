@@ -446,7 +446,7 @@ impl Connection {
         // leaves it), so the general path's test of both finds nothing.
         debug_assert!(self.state.can_receive() && !self.rcv.fin_received());
         if !seg.payload.is_empty() {
-            match self.receive_text_inline(now, seg) {
+            match self.receive_text_inline::<true>(now, seg) {
                 Ok(true) => self.on_fin(now, seg),
                 Ok(false) => {}
                 Err(dropped) => return dropped,
@@ -738,13 +738,20 @@ impl Connection {
     /// ([`receive_text_inline`](Self::receive_text_inline)).
     #[inline(never)]
     fn receive_text(&mut self, now: Instant, seg: &Segment<'_>) -> Result<bool, Outcome> {
-        self.receive_text_inline(now, seg)
+        self.receive_text_inline::<false>(now, seg)
     }
 
-    /// [`receive_text`](Self::receive_text), inlined into its callers.
+    /// [`receive_text`](Self::receive_text), inlined into its callers; `PREDICTED` for a
+    /// segment header prediction took (`predicted`), whose text is at RCV.NXT, within the
+    /// window and without a FIN (`RecvSpace::take_predicted_text`).
     #[inline(always)]
-    fn receive_text_inline(&mut self, now: Instant, seg: &Segment<'_>) -> Result<bool, Outcome> {
-        let Ok(text) = self.rcv.take_text(seg.seq, seg.payload, seg.flags.fin(), self.sack_enabled) else {
+    fn receive_text_inline<const PREDICTED: bool>(&mut self, now: Instant, seg: &Segment<'_>) -> Result<bool, Outcome> {
+        let taken = if PREDICTED {
+            self.rcv.take_predicted_text(seg.seq, seg.payload, self.sack_enabled)
+        } else {
+            self.rcv.take_text(seg.seq, seg.payload, seg.flags.fin(), self.sack_enabled)
+        };
+        let Ok(text) = taken else {
             return Err(self.drop_segment(seg, DropReason::ReassemblyFull));
         };
         if text.ready > 0 {
