@@ -52,7 +52,7 @@ impl Connection {
         // TSecr is meaningful with ACK set (RFC 7323 3.2); used only once timestamps are on.
         self.ts.set_seg_tsecr(seg.options.timestamps.filter(|_| seg.flags.ack()).map(|ts| ts.tsecr));
         log::trace!("{:?} {}: in {:?}", self.tuple(), self.state, seg);
-        if seg.dst_port != self.local.port() {
+        if seg.dst_port != self.local_port {
             return self.drop_segment(seg, DropReason::WrongPort);
         }
         match self.state {
@@ -123,6 +123,7 @@ impl Connection {
         // Data in the SYN is not kept: our SYN-ACK acknowledges only the SYN, so the
         // peer sends it again once established.
         self.remote = Some(SocketAddr::new(src, seg.src_port));
+        self.remote_port = seg.src_port;
         self.rcv.start(seg.seq);
         self.ts.ack_sent(self.rcv.nxt());
         self.negotiate_options(now, seg);

@@ -375,7 +375,7 @@ impl Connection {
             return None;
         }
         let remote = self.remote.as_ref()?;
-        let dst_port = remote.port();
+        let dst_port = self.remote_port;
         let pseudo = wire::PseudoSum::of(&self.local, remote).ok()?;
         // `send_new`'s decision, for a segment from SND.MAX without FIN, unforced.
         let smss = u32::from(self.snd.mss());
@@ -418,7 +418,7 @@ impl Connection {
             debug_assert!(!blocks);
         }
         let ack = self.rcv.nxt();
-        let header = PlainHeader { src_port: self.local.port(), dst_port, seq, ack, flags, window, timestamps };
+        let header = PlainHeader { src_port: self.local_port, dst_port, seq, ack, flags, window, timestamps };
         // Neither fails: `buf` holds the header and `len` bytes, fewer than 65,536.
         let hlen = header.write(buf).ok()?;
         let offset = (seq - self.snd.buf_seq()) as usize;
@@ -628,7 +628,7 @@ impl Connection {
         if flags.ack() && !flags.syn() && self.ecn.ok && self.ecn.echo {
             flags |= Flags::ECE;
         }
-        let (src_port, dst_port) = (self.local.port(), remote.port());
+        let (src_port, dst_port) = (self.local_port, self.remote_port);
         let ack = if flags.ack() { self.rcv.nxt() } else { SeqNum(0) };
         // RFC 7323 3.2: once negotiated, on every segment but RST (the SYN's come with it).
         let timestamps = if flags.syn() { None } else { self.ts.option(now) };
