@@ -612,8 +612,11 @@ impl RecvSpace {
             self.adv = edge;
         }
         let window = self.window();
-        let rounded = window.div_ceil(unit).saturating_mul(unit);
-        let field = if rounded <= room { rounded / unit } else { room / unit };
+        // A distance in sequence space, below 2^31: rounded up to the unit it stays below
+        // 2^32, so the units shifted back are the rounded window, without an overflow check.
+        let units = window.div_ceil(unit);
+        let rounded = units << self.wscale;
+        let field = if rounded <= room { units } else { room >> self.wscale };
         if rounded <= room {
             self.adv = self.nxt + rounded;
         } else if field * unit < window {
@@ -885,6 +888,23 @@ mod tests {
 
     fn ranges_of(rcv: &RecvSpace) -> Vec<(u32, u32)> {
         rcv.assembler.ranges().collect()
+    }
+
+    /// `advertise_window` rounds the window up to the unit by a shift, where it multiplied
+    /// with saturation and divided: the same rounded window and field for every window a
+    /// sequence-space distance can be (below 2^31), every scale and every room.
+    #[test]
+    fn the_window_rounded_by_shifts_is_the_window_rounded_by_multiplying() {
+        proptest::proptest!(|(window in 0u32..1 << 31, wscale in 0u8..=14, room in proptest::prelude::any::<u32>())| {
+            let unit = 1u32 << wscale;
+            let room = room.min(max_window(wscale));
+            let rounded = window.div_ceil(unit).saturating_mul(unit);
+            let field = if rounded <= room { rounded / unit } else { room / unit };
+            let units = window.div_ceil(unit);
+            let shifted = units << wscale;
+            proptest::prop_assert_eq!(shifted, rounded);
+            proptest::prop_assert_eq!(if shifted <= room { units } else { room >> wscale }, field);
+        });
     }
 
     /// `autotune` compares whole microseconds with the round trip rounded up to one, where
