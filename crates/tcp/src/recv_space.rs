@@ -661,12 +661,20 @@ impl RecvSpace {
         // block to send, and none reported. Two counts, in the receive space's hot line,
         // rather than the walk below over the blocks last reported and the ranges.
         if self.assembler.is_empty() && self.dsack.is_empty() {
-            if !self.sack_reported.is_empty() {
-                self.sack_reported = SackBlocks::new();
-            }
+            self.forget_sack_reported();
             return false;
         }
         true
+    }
+
+    /// [`sack_blocks_due`](Self::sack_blocks_due) where the caller knows it finds no block to
+    /// send ([`has_sack_blocks`](Self::has_sack_blocks) said so): forget the blocks last
+    /// reported, without asking again.
+    #[inline(always)]
+    pub(crate) fn forget_sack_reported(&mut self) {
+        if !self.sack_reported.is_empty() {
+            self.sack_reported = SackBlocks::new();
+        }
     }
 
     /// [`sack_blocks`](Self::sack_blocks) with out-of-order data held or a duplicate to

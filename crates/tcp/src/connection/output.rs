@@ -413,9 +413,10 @@ impl Connection {
             flags |= Flags::ECE;
         }
         if self.sack_enabled {
-            // None to send (above): this forgets the blocks last reported, as there.
-            let blocks = self.rcv.sack_blocks_due();
-            debug_assert!(!blocks);
+            // None to send (`has_sack_blocks` above): `sack_blocks_due` would find none and
+            // forget the blocks last reported; this does the second without the first.
+            debug_assert!(!self.rcv.has_sack_blocks());
+            self.rcv.forget_sack_reported();
         }
         let ack = self.rcv.nxt();
         let header = PlainHeader { src_port: self.local_port, dst_port, seq, ack, flags, window, timestamps };
