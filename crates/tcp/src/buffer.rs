@@ -163,6 +163,7 @@ impl RingBuffer {
     /// Bytes already placed beyond the committed data with
     /// [`write_at`](Self::write_at) keep their position relative to the
     /// data: after `discard(n)` a byte written at offset `o` is at `o - n`.
+    #[inline]
     pub fn discard(&mut self, n: usize) {
         let n = n.min(self.len);
         if n == 0 {

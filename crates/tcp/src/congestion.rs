@@ -23,9 +23,14 @@
 
 use crate::controller::{AckInfo, Algorithm, Controller, initial_window};
 use crate::time::Instant;
+use std::time::Duration;
 
 /// NewReno congestion window state for one connection.
+///
+/// `repr(C)`, its first three fields those of [`Cubic`](crate::cubic::Cubic) in the same
+/// order: see [`CongestionControl`].
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub struct NewReno {
     /// Sender maximum segment size.
     smss: u32,
@@ -176,8 +181,14 @@ impl Controller for NewReno {
 ///
 /// Inline, not boxed, though CUBIC's state is the larger: one per connection, read on every
 /// ACK, where an indirection would cost more than the bytes.
+///
+/// `repr(C, u8)`, a tag and then either controller at the same offset, and both `repr(C)`
+/// with `smss`, `cwnd` and `ssthresh` first: the two arms of `cwnd()` and `ssthresh()`
+/// (asked several times on every segment sent and every ACK) then read the same address,
+/// and the compiler makes one load of them instead of choosing between two places.
 #[derive(Debug, Clone)]
 #[allow(clippy::large_enum_variant)]
+#[repr(C, u8)]
 pub(crate) enum CongestionControl {
     NewReno(NewReno),
     Cubic(crate::cubic::Cubic),
@@ -204,6 +215,50 @@ macro_rules! dispatch {
             CongestionControl::Cubic(c) => c.$method($($arg),*),
         }
     };
+}
+
+impl CongestionControl {
+    /// [`Controller::on_ack`] for an ACK that delivered `delivered` bytes with
+    /// `in_flight` in flight before it, its RTT sample `rtt_us` and the connection's
+    /// min_RTT `min_rtt_us` in microseconds, the [`AckInfo`] made inside the controller's
+    /// arm: NewReno's growth, inlined, reads only what the ACK delivered and whether it was
+    /// application-limited, so the RTTs' `Duration`s (a division by a million each) and the
+    /// rest of the value are made only for CUBIC, which reads them.
+    #[inline(always)]
+    pub fn on_ack_parts(
+        &mut self,
+        now: Instant,
+        delivered: u32,
+        in_flight: u32,
+        rtt_us: u64,
+        min_rtt_us: Option<u64>,
+        app_limited: bool,
+    ) {
+        #[inline(always)]
+        fn info(
+            now: Instant,
+            delivered: u32,
+            in_flight: u32,
+            rtt_us: u64,
+            min_rtt_us: Option<u64>,
+            app_limited: bool,
+        ) -> AckInfo {
+            AckInfo {
+                now,
+                delivered,
+                in_flight,
+                rtt: Some(Duration::from_micros(rtt_us)),
+                min_rtt: min_rtt_us.map(Duration::from_micros),
+                app_limited,
+            }
+        }
+        match self {
+            CongestionControl::NewReno(c) => {
+                c.on_ack(&info(now, delivered, in_flight, rtt_us, min_rtt_us, app_limited))
+            }
+            CongestionControl::Cubic(c) => c.on_ack(&info(now, delivered, in_flight, rtt_us, min_rtt_us, app_limited)),
+        }
+    }
 }
 
 impl Controller for CongestionControl {

@@ -106,7 +106,11 @@ struct Saved {
 /// ACK's arrival time, monotonic), `rtt` (smoothed here for W_cubic(t + RTT), and HyStart++'s
 /// samples), `in_flight` (HyStart++'s rounds) and `app_limited` (no growth, and the curve's
 /// clock stops).
+///
+/// `repr(C)`, its first three fields `NewReno`'s in the same order (see
+/// `CongestionControl`).
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub(crate) struct Cubic {
     /// Sender maximum segment size.
     smss: u32,

@@ -121,8 +121,9 @@ pub(crate) struct Recovery {
     /// The largest per-ACK RTT sample, and the count of them (for `Stats`: the base RTT
     /// plus the most queueing seen).
     max_rtt: Option<u64>,
-    /// The connection's smoothed RTT at the last ACK: the reordering window's ceiling.
-    srtt: Option<Duration>,
+    /// The connection's smoothed RTT at the last ACK, in microseconds (as the estimator
+    /// keeps it): the reordering window's ceiling.
+    srtt: Option<u64>,
     rtt_samples: u64,
     /// Eifel (RFC 3522), where timestamps are in use: the TSval of the first retransmission
     /// of the last reduction and the sequence number it resent (Linux's `retrans_stamp`),
@@ -174,8 +175,8 @@ pub(crate) struct AckContext {
     pub smss: u32,
     /// An RTT sample this ACK gave (RTTM or the timed segment).
     pub rtt: Option<Duration>,
-    /// The smoothed RTT after it.
-    pub srtt: Option<Duration>,
+    /// The smoothed RTT after it, in microseconds.
+    pub srtt: Option<u64>,
     /// cwnd was what limited the sender over the last round trip (RFC 7661 4.3).
     pub cwnd_limited: bool,
     /// The ACK's TSecr, where timestamps are in use (Eifel, RFC 3522).
@@ -244,7 +245,14 @@ impl Recovery {
 
     /// Return RFC 6675's `pipe`, with duplicate ACKs counted as segments that left the
     /// network where there is no SACK.
+    ///
+    /// Without duplicate ACKs (every ACK with SACK, and any without duplicates) the queue's
+    /// count as it is: no multiplication and its overflow check on every segment sent.
+    #[inline]
     pub fn pipe(&self, sent: &SentQueue, smss: u32) -> u32 {
+        if self.dup_acks == 0 {
+            return sent.pipe();
+        }
         sent.pipe().saturating_sub(self.dup_acks.saturating_mul(smss))
     }
 
@@ -436,7 +444,7 @@ impl Recovery {
         &mut self,
         now: Instant,
         (seg, reordered): (&crate::sent::Sent, bool),
-        srtt: Option<Duration>,
+        srtt: Option<u64>,
         sack: bool,
         flight_before: u32,
         cwnd_limited: bool,
@@ -459,14 +467,7 @@ impl Recovery {
         if !sack {
             self.dup_acks = 0;
         }
-        cc.on_ack(&AckInfo {
-            now,
-            delivered: seg.len(),
-            in_flight: flight_before,
-            rtt: Some(Duration::from_micros(rtt)),
-            min_rtt: self.min_rtt.map(Duration::from_micros),
-            app_limited: seg.app_limited || !cwnd_limited,
-        });
+        cc.on_ack_parts(now, seg.len(), flight_before, rtt, self.min_rtt, seg.app_limited || !cwnd_limited);
     }
 
     /// PRR (RFC 6937 section 3) for `delivered` bytes: DeliveredData, then sndcnt, and cwnd
@@ -894,7 +895,7 @@ impl Recovery {
         }
         // A quarter of min_RTT in nanoseconds, as a `Duration` divides.
         let window = self.min_rtt.map_or(Duration::ZERO, |m| Duration::from_micros(m) / 4) * self.reo_wnd_mult.max(1);
-        self.srtt.map_or(window, |srtt| window.min(srtt))
+        self.srtt.map_or(window, |srtt| window.min(Duration::from_micros(srtt)))
     }
 
     /// RFC 8985 6.2 step 5: mark lost every segment in flight that was sent before the
@@ -949,7 +950,7 @@ mod tests {
             sack: true,
             smss: 1000,
             rtt: None,
-            srtt: Some(Duration::from_millis(10)),
+            srtt: Some(10_000),
             cwnd_limited: true,
             tsecr: None,
             can_send_new: false,

@@ -91,6 +91,10 @@ pub(crate) struct RecvSpace {
     wscale: u8,
     /// The scale we offered in our SYN (used only if the peer offers one too).
     wscale_offer: u8,
+    /// How long an ACK of in-order data may wait ([`Config::delayed_ack`], at most
+    /// [`MAX_ACK_DELAY`]), in microseconds, worked out once: the receiver of every
+    /// exchange's segment arms the delayed-ACK timer with it.
+    ack_delay_us: Option<u64>,
     /// When the interval of receive-buffer autotuning began (see `drs_bytes`).
     drs_since: Option<Instant>,
     /// The receiver's round-trip estimate, the interval autotuning counts reads over.
@@ -181,6 +185,13 @@ impl RecvSpace {
 
     /// Return whether less than two of the peer's full-sized segments wait for an ACK (RFC
     /// 9293 3.8.6.3, RFC 5681 4.2: ACK at least every second one).
+    /// Return how long an ACK of in-order data may wait, in microseconds (`None`: no
+    /// delayed ACKs).
+    #[inline]
+    pub(crate) fn ack_delay_us(&self) -> Option<u64> {
+        self.ack_delay_us
+    }
+
     pub(crate) fn under_two_segments_unacked(&self) -> bool {
         self.unacked_bytes < 2 * self.mss
     }
@@ -256,8 +267,17 @@ impl RecvSpace {
         self.ack_due = AckDue::None;
     }
 
-    pub(crate) fn new(storage: Storage, wscale_offer: u8, our_mss: u16) -> Self {
+    /// Return a receive space on `storage` that offers `wscale_offer`, advertises `our_mss`
+    /// and delays its ACKs of in-order data by `ack_delay` (at most [`MAX_ACK_DELAY`];
+    /// `None`: no delayed ACKs).
+    pub(crate) fn new(storage: Storage, wscale_offer: u8, our_mss: u16, ack_delay: Option<Duration>) -> Self {
         RecvSpace {
+            // In whole microseconds (as `Instant + Duration` takes a delay), then capped:
+            // the cap is a whole number of them, so this is the capped delay's.
+            ack_delay_us: ack_delay.map(|delay| {
+                (delay.as_secs().saturating_mul(1_000_000).saturating_add(u64::from(delay.subsec_micros())))
+                    .min(MAX_ACK_DELAY.as_micros() as u64)
+            }),
             irs: SeqNum(0),
             nxt: SeqNum(0),
             adv: SeqNum(0),
@@ -345,13 +365,37 @@ impl RecvSpace {
             && self.assembler.is_empty()
             && self.fin_pending.is_none()
         {
-            self.buf.write_at(self.buf.len(), payload);
-            self.buf.commit(payload.len());
-            let ready = payload.len() as u32;
-            self.nxt += ready;
-            return Ok(Text { ready, delayable: true, len: ready, fin: false });
+            return Ok(self.take_in_order(payload));
         }
         self.take_any_text(seq, payload, fin, sack)
+    }
+
+    /// [`take_text`](Self::take_text) for a segment header prediction took
+    /// (`Connection::predicted`): text at RCV.NXT, within the window, without a FIN, which
+    /// is what `take_text`'s first test asks of the segment, asked there already; this asks
+    /// only what the space holds (nothing out of order, no FIN waiting behind a hole).
+    #[inline(always)]
+    pub(crate) fn take_predicted_text(
+        &mut self,
+        seq: SeqNum,
+        payload: &[u8],
+        sack: bool,
+    ) -> Result<Text, ReassemblyFull> {
+        debug_assert!(seq == self.nxt && !payload.is_empty() && payload.len() <= self.window() as usize);
+        if self.assembler.is_empty() && self.fin_pending.is_none() {
+            return Ok(self.take_in_order(payload));
+        }
+        self.take_any_text(seq, payload, false, sack)
+    }
+
+    /// `take_text`'s in-order case: the text goes straight into the buffer.
+    #[inline(always)]
+    fn take_in_order(&mut self, payload: &[u8]) -> Text {
+        self.buf.write_at(self.buf.len(), payload);
+        self.buf.commit(payload.len());
+        let ready = payload.len() as u32;
+        self.nxt += ready;
+        Text { ready, delayable: true, len: ready, fin: false }
     }
 
     /// [`take_text`](Self::take_text) for any segment's text.
@@ -457,6 +501,7 @@ impl RecvSpace {
     /// Consume `n` committed bytes from the front, or all of them if fewer; return how many.
     /// With everything read and no out-of-order data held, the ring starts over at the front
     /// of its storage.
+    #[inline]
     pub(crate) fn consume(&mut self, n: usize) -> usize {
         let n = n.min(self.buf.len());
         self.buf.discard(n);
@@ -567,8 +612,11 @@ impl RecvSpace {
             self.adv = edge;
         }
         let window = self.window();
-        let rounded = window.div_ceil(unit).saturating_mul(unit);
-        let field = if rounded <= room { rounded / unit } else { room / unit };
+        // A distance in sequence space, below 2^31: rounded up to the unit it stays below
+        // 2^32, so the units shifted back are the rounded window, without an overflow check.
+        let units = window.div_ceil(unit);
+        let rounded = units << self.wscale;
+        let field = if rounded <= room { units } else { room >> self.wscale };
         if rounded <= room {
             self.adv = self.nxt + rounded;
         } else if field * unit < window {
@@ -613,12 +661,20 @@ impl RecvSpace {
         // block to send, and none reported. Two counts, in the receive space's hot line,
         // rather than the walk below over the blocks last reported and the ranges.
         if self.assembler.is_empty() && self.dsack.is_empty() {
-            if !self.sack_reported.is_empty() {
-                self.sack_reported = SackBlocks::new();
-            }
+            self.forget_sack_reported();
             return false;
         }
         true
+    }
+
+    /// [`sack_blocks_due`](Self::sack_blocks_due) where the caller knows it finds no block to
+    /// send ([`has_sack_blocks`](Self::has_sack_blocks) said so): forget the blocks last
+    /// reported, without asking again.
+    #[inline(always)]
+    pub(crate) fn forget_sack_reported(&mut self) {
+        if !self.sack_reported.is_empty() {
+            self.sack_reported = SackBlocks::new();
+        }
     }
 
     /// [`sack_blocks`](Self::sack_blocks) with out-of-order data held or a duplicate to
@@ -741,10 +797,42 @@ mod tests {
 
     /// A receive space with a 4 KiB buffer, synchronized at `IRS`, its window offered.
     fn space() -> RecvSpace {
-        let mut rcv = RecvSpace::new(Storage::new(4096), 0, 1460);
+        let mut rcv = RecvSpace::new(Storage::new(4096), 0, 1460, None);
         rcv.start(IRS);
         assert_eq!(rcv.advertise_window(), 4096);
         rcv
+    }
+
+    /// The delay kept in microseconds is the configured one capped at `MAX_ACK_DELAY`, as
+    /// the delayed-ACK timer's deadline took it (`now + delay.min(MAX_ACK_DELAY)`).
+    #[test]
+    fn the_ack_delay_in_microseconds_is_the_capped_delay() {
+        assert_eq!(RecvSpace::new(Storage::new(0), 0, 1460, None).ack_delay_us(), None);
+        let now = Instant::from_micros(1_234_567);
+        for nanos in [
+            0,
+            1,
+            999,
+            1_000,
+            1_999,
+            40_000_000,
+            199_999_999,
+            200_000_000,
+            200_000_001,
+            200_001_000,
+            10_000_000_000,
+            u64::MAX,
+        ] {
+            let delay = Duration::from_nanos(nanos);
+            let rcv = RecvSpace::new(Storage::new(0), 0, 1460, Some(delay));
+            let us = rcv.ack_delay_us().expect("delayed ACKs configured");
+            assert_eq!(
+                Instant::from_micros(now.as_micros().saturating_add(us)),
+                now + delay.min(MAX_ACK_DELAY),
+                "{delay:?}"
+            );
+        }
+        assert_eq!(RecvSpace::new(Storage::new(0), 0, 1460, Some(Duration::MAX)).ack_delay_us(), Some(200_000));
     }
 
     /// `take_text`'s path for in-order text does what the general path (`take_any_text`)
@@ -808,6 +896,23 @@ mod tests {
 
     fn ranges_of(rcv: &RecvSpace) -> Vec<(u32, u32)> {
         rcv.assembler.ranges().collect()
+    }
+
+    /// `advertise_window` rounds the window up to the unit by a shift, where it multiplied
+    /// with saturation and divided: the same rounded window and field for every window a
+    /// sequence-space distance can be (below 2^31), every scale and every room.
+    #[test]
+    fn the_window_rounded_by_shifts_is_the_window_rounded_by_multiplying() {
+        proptest::proptest!(|(window in 0u32..1 << 31, wscale in 0u8..=14, room in proptest::prelude::any::<u32>())| {
+            let unit = 1u32 << wscale;
+            let room = room.min(max_window(wscale));
+            let rounded = window.div_ceil(unit).saturating_mul(unit);
+            let field = if rounded <= room { rounded / unit } else { room / unit };
+            let units = window.div_ceil(unit);
+            let shifted = units << wscale;
+            proptest::prop_assert_eq!(shifted, rounded);
+            proptest::prop_assert_eq!(if shifted <= room { units } else { room >> wscale }, field);
+        });
     }
 
     /// `autotune` compares whole microseconds with the round trip rounded up to one, where

@@ -56,6 +56,12 @@ pub struct RttEstimator {
     base_us: u64,
     /// Timer expirations since the last sample (RFC 6298 5.5).
     backoffs: u32,
+    /// The RTO now, `base_us` backed off and capped ([`backed_off`](Self::backed_off)),
+    /// worked out whenever either changes: the connection reads it on every segment it
+    /// sends after idle (RFC 5681 4.1's test) and whenever it arms the retransmission
+    /// timer, several times an exchange, and the two change only on an RTT sample or a
+    /// timeout.
+    rto_us: u64,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -72,15 +78,25 @@ impl RttEstimator {
     pub fn new(initial_rto: Duration, min_rto: Duration, max_rto: Duration) -> Self {
         let max_us = micros(max_rto);
         let min_us = micros(min_rto).min(max_us);
+        let base_us = micros(initial_rto).clamp(min_us, max_us);
         RttEstimator {
             min_us,
             max_us,
             srtt_x8: 0,
             rttvar_x4: 0,
             has_sample: false,
-            base_us: micros(initial_rto).clamp(min_us, max_us),
+            base_us,
             backoffs: 0,
+            rto_us: base_us,
         }
+    }
+
+    /// Return the RTO worked out from its parts: the computed value doubled once per
+    /// [`backoff`](Self::backoff), capped at `max_rto`.
+    fn backed_off(&self) -> u64 {
+        1u64.checked_shl(self.backoffs)
+            .and_then(|factor| self.base_us.checked_mul(factor))
+            .map_or(self.max_us, |rto| rto.min(self.max_us))
     }
 
     /// [`sample_us`](Self::sample_us) with a `Duration`, as the tests give it.
@@ -117,6 +133,7 @@ impl RttEstimator {
         let rto = self.srtt_x8 / 8 + self.rttvar_x4.max(GRANULARITY_US);
         self.base_us = rto.clamp(self.min_us, self.max_us);
         self.backoffs = 0;
+        self.rto_us = self.backed_off();
     }
 
     /// Return the current RTO: the computed value doubled once per
@@ -125,12 +142,12 @@ impl RttEstimator {
         Duration::from_micros(self.rto_us())
     }
 
-    /// Return [`rto`](Self::rto) in microseconds.
+    /// Return [`rto`](Self::rto) in microseconds (kept up to date by every change of its
+    /// parts: a load).
     #[inline]
     pub fn rto_us(&self) -> u64 {
-        1u64.checked_shl(self.backoffs)
-            .and_then(|factor| self.base_us.checked_mul(factor))
-            .map_or(self.max_us, |rto| rto.min(self.max_us))
+        debug_assert_eq!(self.rto_us, self.backed_off());
+        self.rto_us
     }
 
     /// Return `now + rto()`, in microseconds throughout: the timers count in them, and a
@@ -144,6 +161,7 @@ impl RttEstimator {
     /// Double the RTO after the retransmission timer expired (RFC 6298 section 5.5), capped at `max_rto`.
     pub fn backoff(&mut self) {
         self.backoffs = self.backoffs.saturating_add(1);
+        self.rto_us = self.backed_off();
     }
 
     /// Return how many times the RTO was doubled since the last sample (for the tests).
@@ -176,6 +194,7 @@ impl RttEstimator {
             self.base_us = SYN_FALLBACK_US.clamp(self.min_us, self.max_us);
         }
         self.backoffs = 0;
+        self.rto_us = self.backed_off();
     }
 }
 
@@ -363,6 +382,27 @@ mod tests {
             let now = Instant::from_micros(now);
             prop_assert_eq!(est.rto_deadline(now), now + est.rto(), "saturating alike");
             prop_assert_eq!(est.srtt_us().map(Duration::from_micros), est.srtt());
+        }
+
+        /// The RTO kept up to date is the one worked out from its parts after any sequence of
+        /// samples, timeouts and SYN fallbacks, with any bounds.
+        #[test]
+        fn the_rto_kept_is_the_rto_worked_out(
+            initial in 0u64..5_000_000,
+            min in 0u64..2_000_000,
+            max in 0u64..200_000_000,
+            steps in proptest::collection::vec((0u8..3, 0u64..u64::MAX), 0..40),
+        ) {
+            let mut est = RttEstimator::new(Duration::from_micros(initial), Duration::from_micros(min), Duration::from_micros(max));
+            prop_assert_eq!(est.rto_us(), est.backed_off());
+            for (op, v) in steps {
+                match op {
+                    0 => est.sample_us(v % 10_000_000),
+                    1 => est.backoff(),
+                    _ => est.syn_timed_out_fallback(),
+                }
+                prop_assert_eq!(est.rto_us(), est.backed_off());
+            }
         }
     }
 }

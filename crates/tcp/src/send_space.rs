@@ -354,7 +354,10 @@ impl SendSpace {
     /// Take the (scaled) window of `seg` unconditionally, as the ACK completing the
     /// handshake gives it (RFC 9293 3.10.7.4, SYN-RECEIVED).
     pub(crate) fn set_window(&mut self, seg: &Segment<'_>) {
-        self.wnd = ((seg.window as u32) << self.wscale).min(max_window(self.wscale));
+        // A 16-bit field shifted by at most 14 (`set_wscale`): within `max_window` and 32
+        // bits, so no cap to apply.
+        debug_assert!(self.wscale <= 14);
+        self.wnd = u32::from(seg.window) << self.wscale;
         self.max_wnd = self.max_wnd.max(self.wnd);
         self.sws_max_wnd = self.sws_max_wnd.max(self.wnd);
         self.wl1 = seg.seq;

@@ -12,7 +12,6 @@ use crate::event::{Cause, Event};
 use crate::outcome::{DropReason, Outcome};
 use crate::path::default_mss;
 use crate::recovery::AckContext;
-use crate::recv_space::MAX_ACK_DELAY;
 use crate::seq::SeqNum;
 use crate::state::State;
 use crate::time::Instant;
@@ -53,7 +52,7 @@ impl Connection {
         // TSecr is meaningful with ACK set (RFC 7323 3.2); used only once timestamps are on.
         self.ts.set_seg_tsecr(seg.options.timestamps.filter(|_| seg.flags.ack()).map(|ts| ts.tsecr));
         log::trace!("{:?} {}: in {:?}", self.tuple(), self.state, seg);
-        if seg.dst_port != self.local.port() {
+        if seg.dst_port != self.local_port {
             return self.drop_segment(seg, DropReason::WrongPort);
         }
         match self.state {
@@ -124,6 +123,7 @@ impl Connection {
         // Data in the SYN is not kept: our SYN-ACK acknowledges only the SYN, so the
         // peer sends it again once established.
         self.remote = Some(SocketAddr::new(src, seg.src_port));
+        self.remote_port = seg.src_port;
         self.rcv.start(seg.seq);
         self.ts.ack_sent(self.rcv.nxt());
         self.negotiate_options(now, seg);
@@ -447,7 +447,7 @@ impl Connection {
         // leaves it), so the general path's test of both finds nothing.
         debug_assert!(self.state.can_receive() && !self.rcv.fin_received());
         if !seg.payload.is_empty() {
-            match self.receive_text_inline(now, seg) {
+            match self.receive_text_inline::<true>(now, seg) {
                 Ok(true) => self.on_fin(now, seg),
                 Ok(false) => {}
                 Err(dropped) => return dropped,
@@ -587,7 +587,7 @@ impl Connection {
             let cwnd_limited = self.cwnd_limited_at_ack();
             // Taken, as the general path's context takes it; the record's own is the sample.
             self.rel.take_rtt_sample();
-            let srtt = self.rel.rtt.srtt();
+            let srtt = self.rel.rtt.srtt_us();
             let sack = self.sack_enabled;
             self.rel.recovery.on_sole_ack(
                 now,
@@ -631,7 +631,7 @@ impl Connection {
             sack: self.sack_enabled,
             smss,
             rtt: self.rel.take_rtt_sample(),
-            srtt: self.rel.rtt.srtt(),
+            srtt: self.rel.rtt.srtt_us(),
             tsecr: self.ts.seg_tsecr(),
             can_send_new: self.snd.unsent() > 0 && (self.snd.una() + self.snd.wnd()).after(self.snd.max()),
         };
@@ -739,13 +739,20 @@ impl Connection {
     /// ([`receive_text_inline`](Self::receive_text_inline)).
     #[inline(never)]
     fn receive_text(&mut self, now: Instant, seg: &Segment<'_>) -> Result<bool, Outcome> {
-        self.receive_text_inline(now, seg)
+        self.receive_text_inline::<false>(now, seg)
     }
 
-    /// [`receive_text`](Self::receive_text), inlined into its callers.
+    /// [`receive_text`](Self::receive_text), inlined into its callers; `PREDICTED` for a
+    /// segment header prediction took (`predicted`), whose text is at RCV.NXT, within the
+    /// window and without a FIN (`RecvSpace::take_predicted_text`).
     #[inline(always)]
-    fn receive_text_inline(&mut self, now: Instant, seg: &Segment<'_>) -> Result<bool, Outcome> {
-        let Ok(text) = self.rcv.take_text(seg.seq, seg.payload, seg.flags.fin(), self.sack_enabled) else {
+    fn receive_text_inline<const PREDICTED: bool>(&mut self, now: Instant, seg: &Segment<'_>) -> Result<bool, Outcome> {
+        let taken = if PREDICTED {
+            self.rcv.take_predicted_text(seg.seq, seg.payload, self.sack_enabled)
+        } else {
+            self.rcv.take_text(seg.seq, seg.payload, seg.flags.fin(), self.sack_enabled)
+        };
+        let Ok(text) = taken else {
             return Err(self.drop_segment(seg, DropReason::ReassemblyFull));
         };
         if text.ready > 0 {
@@ -771,11 +778,13 @@ impl Connection {
     /// peer's segment size as measured (the receive space's `mss`), not our MSS: 1448-byte
     /// segments under timestamps are full-sized.
     fn ack_in_order(&mut self, now: Instant) {
-        match self.config.delayed_ack {
-            Some(delay) if self.rcv.under_two_segments_unacked() => {
+        // The delay is `Config::delayed_ack` capped at `MAX_ACK_DELAY`, in microseconds
+        // (the receive space worked it out once).
+        match self.rcv.ack_delay_us() {
+            Some(delay_us) if self.rcv.under_two_segments_unacked() => {
                 self.rcv.ack_delayed();
-                let delay = delay.min(MAX_ACK_DELAY);
-                self.timers.set_if_idle(Timer::DelayedAck, now + delay);
+                self.timers
+                    .set_if_idle(Timer::DelayedAck, Instant::from_micros(now.as_micros().saturating_add(delay_us)));
             }
             _ => self.rcv.ack_now(),
         }

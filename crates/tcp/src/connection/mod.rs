@@ -278,6 +278,11 @@ pub struct Connection {
     due: Due,
     ecn: EcnState,
     path: Path,
+    /// The ports of `local` and `remote` (0 while the remote half is unknown), kept beside
+    /// them: every segment in checks its destination port, and every segment out writes
+    /// both, where a `SocketAddr`'s port sits at one of two offsets, by its family.
+    local_port: u16,
+    remote_port: u16,
     /// Our address; the remote half is known once a SYN is sent or received.
     local: SocketAddr,
     remote: Option<SocketAddr>,
@@ -342,6 +347,8 @@ macro_rules! with_initial_fields {
             state: $state,
             local: $local,
             remote: $remote,
+            local_port: $local.port(),
+            remote_port: $remote.map_or(0, |remote: SocketAddr| remote.port()),
             passive: false,
             released: false,
             wscale_ok: false,
@@ -355,7 +362,7 @@ macro_rules! with_initial_fields {
                 }
                 snd
             },
-            rcv: RecvSpace::new($recv, rcv_wscale_offer, $config.mss),
+            rcv: RecvSpace::new($recv, rcv_wscale_offer, $config.mss, $config.delayed_ack),
             ts: {
                 let mut ts = Timestamping::default();
                 if let Some((_, offset)) = $open {

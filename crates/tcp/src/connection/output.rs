@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use super::timeouts::Due;
 use super::{Connection, PendingReset, Transmit, TransmitKind};
 use crate::controller::Controller;
 use crate::ecn::Ecn;
@@ -72,9 +73,15 @@ impl Connection {
             && self.remote.is_some()
             && self.pending_reset.is_none()
             && self.snd.sent.lost() == 0
-            && !(due.sws_override || due.loss_probe || due.window_probe || due.keepalive);
+            // No probe or override due: the four flags compared as one.
+            && *due == Due::default();
         if nothing {
-            self.update_persist(now);
+            // `update_persist` with no data waiting: with nothing queued beyond SND.MAX
+            // (no data, and any FIN sent), data waits only behind a rewind (SND.NXT before
+            // SND.MAX), which needs something in flight (SND.UNA =< SND.NXT =< SND.MAX).
+            debug_assert!(!(self.state.is_synchronized() && self.snd.max() == self.snd.una() && self.snd.has_unsent()));
+            let _ = now; // for the persist timer, which nothing waiting never arms
+            self.stop_persist();
         }
         nothing
     }
@@ -368,7 +375,7 @@ impl Connection {
             return None;
         }
         let remote = self.remote.as_ref()?;
-        let dst_port = remote.port();
+        let dst_port = self.remote_port;
         let pseudo = wire::PseudoSum::of(&self.local, remote).ok()?;
         // `send_new`'s decision, for a segment from SND.MAX without FIN, unforced.
         let smss = u32::from(self.snd.mss());
@@ -406,12 +413,13 @@ impl Connection {
             flags |= Flags::ECE;
         }
         if self.sack_enabled {
-            // None to send (above): this forgets the blocks last reported, as there.
-            let blocks = self.rcv.sack_blocks_due();
-            debug_assert!(!blocks);
+            // None to send (`has_sack_blocks` above): `sack_blocks_due` would find none and
+            // forget the blocks last reported; this does the second without the first.
+            debug_assert!(!self.rcv.has_sack_blocks());
+            self.rcv.forget_sack_reported();
         }
         let ack = self.rcv.nxt();
-        let header = PlainHeader { src_port: self.local.port(), dst_port, seq, ack, flags, window, timestamps };
+        let header = PlainHeader { src_port: self.local_port, dst_port, seq, ack, flags, window, timestamps };
         // Neither fails: `buf` holds the header and `len` bytes, fewer than 65,536.
         let hlen = header.write(buf).ok()?;
         let offset = (seq - self.snd.buf_seq()) as usize;
@@ -621,7 +629,7 @@ impl Connection {
         if flags.ack() && !flags.syn() && self.ecn.ok && self.ecn.echo {
             flags |= Flags::ECE;
         }
-        let (src_port, dst_port) = (self.local.port(), remote.port());
+        let (src_port, dst_port) = (self.local_port, self.remote_port);
         let ack = if flags.ack() { self.rcv.nxt() } else { SeqNum(0) };
         // RFC 7323 3.2: once negotiated, on every segment but RST (the SYN's come with it).
         let timestamps = if flags.syn() { None } else { self.ts.option(now) };
@@ -729,13 +737,20 @@ impl Connection {
     fn update_persist(&mut self, now: Instant) {
         let waiting = self.state.is_synchronized() && self.snd.max() == self.snd.una() && self.snd.has_unsent();
         if !waiting {
-            self.timers.stop(Timer::Persist);
-            self.timers.stop(Timer::SwsOverride);
-            if self.snd.wnd() > 0 {
-                self.rel.reset_persist_backoff();
-            }
+            self.stop_persist();
         } else {
             self.arm_persist(now);
+        }
+    }
+
+    /// [`update_persist`](Self::update_persist) with no data waiting: neither timer is
+    /// needed, and an open window ends the persist backoff.
+    #[inline(always)]
+    fn stop_persist(&mut self) {
+        self.timers.stop(Timer::Persist);
+        self.timers.stop(Timer::SwsOverride);
+        if self.snd.wnd() > 0 {
+            self.rel.reset_persist_backoff();
         }
     }
 
