@@ -5,33 +5,19 @@
 //! the same bytes, give the same events and reads, and show the same state, next timer
 //! included, after every poll.
 
+mod common;
+
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 use bypass_device::{DeviceInfo, ScriptedDevice};
 use bypass_stack::{Interface, ListenerId, SocketId, StackConfig};
 use bypass_tcp::Instant;
+use common::Rng;
 
 const C: Ipv4Addr = Ipv4Addr::new(10, 7, 0, 1);
 const S: Ipv4Addr = Ipv4Addr::new(10, 7, 0, 2);
 const PORT: u16 = 7;
-
-/// A small xorshift generator: the test's randomness, from a seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Return a number below `n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// One host: its interface on a scripted device.
 struct Host {

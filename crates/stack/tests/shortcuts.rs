@@ -19,33 +19,19 @@
 //! place that arms a timer without lowering the floor leaves world 0's timer unfired where
 //! world 1 fires it; a pass that does not note what it should shows in the sums.
 
+mod common;
+
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 use bypass_device::{DeviceInfo, ScriptedDevice};
 use bypass_stack::{Interface, ListenerId, SocketId, StackConfig};
 use bypass_tcp::Instant;
+use common::Rng;
 
 const C: Ipv4Addr = Ipv4Addr::new(10, 8, 0, 1);
 const S: Ipv4Addr = Ipv4Addr::new(10, 8, 0, 2);
 const PORT: u16 = 7;
-
-/// A small xorshift generator: the test's randomness, from a seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Return a number below `n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// One host: its interface on a scripted device.
 struct Host {

@@ -1,6 +1,6 @@
 //! What the in-memory host tests share: two stacks over the in-memory link on virtual time
-//! ([`Net`]), one `Interface` fed by hand on a [`ScriptedDevice`] ([`Host`]), and a capture
-//! that keeps what a stack sends ([`Collector`]).
+//! ([`Net`]), one `Interface` fed by hand on a [`ScriptedDevice`] ([`Host`]), a capture
+//! that keeps what a stack sends ([`Collector`]) and a small random generator ([`Rng`]).
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
 use std::net::{Ipv6Addr, SocketAddr};
@@ -161,4 +161,21 @@ pub fn ipv6_frame(
     f.extend_from_slice(&ip.to_bytes());
     f.extend_from_slice(payload);
     f
+}
+
+/// A small xorshift generator: a test's randomness, from a seed (not zero).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Return a number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
 }
