@@ -234,29 +234,19 @@ impl CongestionControl {
         min_rtt_us: Option<u64>,
         app_limited: bool,
     ) {
-        #[inline(always)]
-        fn info(
-            now: Instant,
-            delivered: u32,
-            in_flight: u32,
-            rtt_us: u64,
-            min_rtt_us: Option<u64>,
-            app_limited: bool,
-        ) -> AckInfo {
-            AckInfo {
-                now,
-                delivered,
-                in_flight,
-                rtt: Some(Duration::from_micros(rtt_us)),
-                min_rtt: min_rtt_us.map(Duration::from_micros),
-                app_limited,
-            }
-        }
+        // Inlined into each arm, so that NewReno's, which reads neither RTT, leaves their
+        // conversions out.
+        let info = || AckInfo {
+            now,
+            delivered,
+            in_flight,
+            rtt: Some(Duration::from_micros(rtt_us)),
+            min_rtt: min_rtt_us.map(Duration::from_micros),
+            app_limited,
+        };
         match self {
-            CongestionControl::NewReno(c) => {
-                c.on_ack(&info(now, delivered, in_flight, rtt_us, min_rtt_us, app_limited))
-            }
-            CongestionControl::Cubic(c) => c.on_ack(&info(now, delivered, in_flight, rtt_us, min_rtt_us, app_limited)),
+            CongestionControl::NewReno(c) => c.on_ack(&info()),
+            CongestionControl::Cubic(c) => c.on_ack(&info()),
         }
     }
 }
