@@ -7,10 +7,7 @@
 //! - iperf3, one stream each way.
 //!
 //! Repetitions are interleaved (kernel, ours, kernel, ...), medians reported. The kernel
-//! servers listen on a second address the kernel owns on the bypass interface, which has
-//! the kernel's default offloads for the section (tx checksum, TSO and GSO on, which the
-//! lab turns off for the other rows): each side as it ships, the kernel's TCP handing the
-//! veth 64 KiB super-packets, `bypass run` its checksums to the offload.
+//! servers listen on a second address the kernel owns on the bypass interface.
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
@@ -18,7 +15,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bypass_io::netdev::{self, Offload};
 use bypass_lab::testlab::Lab;
 
 /// The name `--only` and `--workload` know these rows by.
@@ -260,52 +256,16 @@ fn median(v: &mut [Fig]) -> Option<Fig> {
     v.get(v.len() / 2).copied()
 }
 
-/// The rows: name, unit, and the programs each needs.
-const PROGRAM_ROWS: [(&str, &str, &[&str]); 5] = [
-    ("nginx, GET / (wrk -t1 -c100)", "requests/s", &["nginx", "wrk"]),
-    ("redis, GET (redis-benchmark -c 50)", "requests/s", &["redis-server", "redis-benchmark"]),
-    ("redis, SET (redis-benchmark -c 50)", "requests/s", &["redis-server", "redis-benchmark"]),
-    ("iperf3, to the server", "Gbit/s", &["iperf3"]),
-    ("iperf3, from the server (-R)", "Gbit/s", &["iperf3"]),
-];
-
-/// The bypass interface with the kernel's default offloads while it lives, and with them off
-/// again after, as the lab keeps it for the other rows.
-struct DefaultOffloads<'a>(&'a Lab);
-
-impl<'a> DefaultOffloads<'a> {
-    fn set(lab: &'a Lab) -> Result<DefaultOffloads<'a>, String> {
-        let on = [(Offload::TxChecksum, true), (Offload::Tso, true), (Offload::Gso, true)];
-        let iface = &lab.bypass_if;
-        lab.in_bypass(|| netdev::set_offloads(iface, &on))
-            .map_err(|e| format!("cannot turn {iface}'s offloads on: {e}"))?;
-        Ok(DefaultOffloads(lab))
-    }
-}
-
-impl Drop for DefaultOffloads<'_> {
-    fn drop(&mut self) {
-        let iface = &self.0.bypass_if;
-        if let Err(e) = self.0.in_bypass(|| netdev::segmentation_offloads_off(iface)) {
-            eprintln!("bypass demo: cannot turn {iface}'s offloads back off: {e}");
-        }
-    }
-}
-
 /// Measure every program `runs` times on each side, interleaved.
 pub fn measure(lab: &Lab, kernel_ip: Ipv4Addr, runs: usize, duration: Duration, port: &mut u16) -> ProgramsSection {
     let secs = duration.as_secs_f64().round().max(1.0) as u64;
-    let _offloads = match DefaultOffloads::set(lab) {
-        Ok(guard) => guard,
-        Err(e) => {
-            let rows = PROGRAM_ROWS
-                .iter()
-                .map(|&(name, unit, _)| ProgramRow { name, unit, failure: Some(e.clone()), ..ProgramRow::default() })
-                .collect();
-            return ProgramsSection { rows };
-        }
-    };
-    let names = PROGRAM_ROWS;
+    let names: [(&'static str, &'static str, &[&str]); 5] = [
+        ("nginx, GET / (wrk -t1 -c100)", "requests/s", &["nginx", "wrk"]),
+        ("redis, GET (redis-benchmark -c 50)", "requests/s", &["redis-server", "redis-benchmark"]),
+        ("redis, SET (redis-benchmark -c 50)", "requests/s", &["redis-server", "redis-benchmark"]),
+        ("iperf3, to the server", "Gbit/s", &["iperf3"]),
+        ("iperf3, from the server (-R)", "Gbit/s", &["iperf3"]),
+    ];
     let scratch = Scratch(std::env::temp_dir().join(format!("bypass-demo-programs-{}", std::process::id())));
     let _ = std::fs::create_dir_all(&scratch.0);
     let mut samples: Vec<[Vec<Fig>; 2]> = vec![[Vec::new(), Vec::new()]; names.len()];
@@ -408,10 +368,6 @@ pub fn markdown(section: &ProgramsSection) -> String {
             r.failure.as_ref().map_or(String::new(), |f| format!(" {f}")),
         );
     }
-    let _ = writeln!(
-        out,
-        "\nbx0 has the kernel's default offloads for these rows (tx checksum, TSO and GSO on; the lab turns them off for the others): the kernel servers hand the veth super-packets of up to 64 KiB, `bypass run` leaves its checksums to the offload; the clients' end (px0) keeps its offloads off, so every frame to either server is MTU-sized. The kernel servers are not busy-polled (`net.core.busy_read` is global, and a veth without NAPI ignores it)."
-    );
     out
 }
 
