@@ -10,67 +10,43 @@ mod common;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
-use bypass_device::{DeviceInfo, ScriptedDevice};
-use bypass_stack::{Interface, ListenerId, SocketId, StackConfig};
+use bypass_stack::{ListenerId, SocketId, StackConfig};
 use bypass_tcp::Instant;
-use common::Rng;
+use common::{Host, Rng};
 
 const C: Ipv4Addr = Ipv4Addr::new(10, 7, 0, 1);
 const S: Ipv4Addr = Ipv4Addr::new(10, 7, 0, 2);
 const PORT: u16 = 7;
 
-/// One host: its interface on a scripted device.
-struct Host {
-    iface: Interface,
-    wire: ScriptedDevice,
+/// One host of the test, the changes of its configuration from the defaults made by `tweak`.
+fn host(ip: Ipv4Addr, mac: [u8; 6], tweak: &impl Fn(&mut StackConfig)) -> Host {
+    let mut config = StackConfig::new(ip, 24, [mac[5]; 16]);
+    config.tcp.min_rto = Duration::from_millis(200);
+    tweak(&mut config);
+    Host::without_ring(config, mac)
 }
 
-impl Host {
-    fn new(ip: Ipv4Addr, mac: [u8; 6], tweak: &impl Fn(&mut StackConfig)) -> Host {
-        let mut config = StackConfig::new(ip, 24, [mac[5]; 16]);
-        config.tcp.min_rto = Duration::from_millis(200);
-        tweak(&mut config);
-        let mut iface = Interface::new(config, mac, 1500);
-        iface.set_device_rx_frames(None);
-        Host { iface, wire: ScriptedDevice::new(DeviceInfo::new("test", mac, 1500, "by hand")) }
-    }
-
-    fn transmit(&mut self, now: Instant) -> Vec<Vec<u8>> {
-        self.iface.transmit(now, &mut self.wire).unwrap();
-        self.wire.take_sent().into_iter().map(|(_, f)| f).collect()
-    }
-
-    fn events(&mut self) -> Vec<String> {
-        std::iter::from_fn(|| self.iface.poll_event()).map(|e| format!("{e:?}")).collect()
-    }
-
-    /// What the application and the accounting can see of the host.
-    fn observed(&self, ids: &[Option<SocketId>]) -> String {
-        let i = &self.iface;
-        let conns: Vec<_> = ids
-            .iter()
-            .flatten()
-            .map(|&id| i.connection(id).map(|c| (c.state(), c.send_queued(), c.recv_available(), c.bytes_in_flight())))
-            .collect();
-        format!(
-            "{:?} timeout {:?} offered {} flight {} buffers {} conns {} pooled {} {:?}",
-            i.counters(),
-            i.poll_timeout(),
-            i.offered_windows(),
-            i.bytes_in_flight(),
-            i.buffer_memory(),
-            i.connection_count(),
-            i.pooled_buffers(),
-            conns
-        )
-    }
+/// What the application and the accounting can see of `host`.
+fn observed(host: &Host, ids: &[Option<SocketId>]) -> String {
+    let i = &host.iface;
+    format!(
+        "{:?} timeout {:?} offered {} flight {} buffers {} conns {} pooled {} {}",
+        i.counters(),
+        i.poll_timeout(),
+        i.offered_windows(),
+        i.bytes_in_flight(),
+        i.buffer_memory(),
+        i.connection_count(),
+        i.pooled_buffers(),
+        host.connections_seen(ids)
+    )
 }
 
 /// Check that the two servers give the same events and show the same state.
 fn compare(servers: &mut [Host; 2], accepted: &[Option<SocketId>], at: &str) {
     let [e0, e1] = [servers[0].events(), servers[1].events()];
     assert_eq!(e0, e1, "{at}: events");
-    let [o0, o1] = [servers[0].observed(accepted), servers[1].observed(accepted)];
+    let [o0, o1] = [observed(&servers[0], accepted), observed(&servers[1], accepted)];
     assert_eq!(o0, o1, "{at}: state");
 }
 
@@ -78,9 +54,9 @@ fn compare(servers: &mut [Host; 2], accepted: &[Option<SocketId>], at: &str) {
 /// the client's) config.
 fn run(seed: u64, steps: usize, tweak: impl Fn(&mut StackConfig)) {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let mut client = Host::new(C, [2, 0, 0, 0, 0, 1], &tweak);
+    let mut client = host(C, [2, 0, 0, 0, 0, 1], &tweak);
     // Server 0 passes on events with `deliver_events_settling`, server 1 with `deliver_events`.
-    let mut servers = [Host::new(S, [2, 0, 0, 0, 0, 2], &tweak), Host::new(S, [2, 0, 0, 0, 0, 2], &tweak)];
+    let mut servers = [host(S, [2, 0, 0, 0, 0, 2], &tweak), host(S, [2, 0, 0, 0, 0, 2], &tweak)];
     let listeners: Vec<ListenerId> = servers.iter_mut().map(|s| s.iface.listen(PORT).unwrap()).collect();
     let mut now = Instant::ZERO;
     let k = 1 + rng.below(2) as usize;
@@ -114,7 +90,7 @@ fn run(seed: u64, steps: usize, tweak: impl Fn(&mut StackConfig)) {
         }
         client.iface.handle_timeouts(now);
         client.iface.deliver_events();
-        let frames = client.transmit(now);
+        let frames = client.transmit_at(now);
         client.events();
 
         // Both servers take the same frames and poll as `Stack::poll` does (server 0) or
@@ -130,7 +106,7 @@ fn run(seed: u64, steps: usize, tweak: impl Fn(&mut StackConfig)) {
             } else {
                 s.iface.deliver_events();
             }
-            *polled = s.transmit(now);
+            *polled = s.transmit_at(now);
         }
         assert_eq!(polled[0], polled[1], "{at}: frames sent by the poll that received");
         compare(&mut servers, &accepted, &format!("{at}, the poll that received"));
@@ -165,7 +141,7 @@ fn run(seed: u64, steps: usize, tweak: impl Fn(&mut StackConfig)) {
             s.iface.handle_timeouts(now);
             s.iface.deliver_events();
         }
-        let [f1, g1] = [servers[0].transmit(now), servers[1].transmit(now)];
+        let [f1, g1] = [servers[0].transmit_at(now), servers[1].transmit_at(now)];
         assert_eq!(f1, g1, "{at}: frames sent after the application");
         compare(&mut servers, &accepted, &format!("{at}, after the application"));
         let f0: Vec<Vec<u8>> = polled[0].iter().chain(&f1).cloned().collect();

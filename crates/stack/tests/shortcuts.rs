@@ -24,78 +24,62 @@ mod common;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
-use bypass_device::{DeviceInfo, ScriptedDevice};
-use bypass_stack::{Interface, ListenerId, SocketId, StackConfig};
+use bypass_stack::{ListenerId, SocketId, StackConfig};
 use bypass_tcp::Instant;
-use common::Rng;
+use common::{Host, Rng};
 
 const C: Ipv4Addr = Ipv4Addr::new(10, 8, 0, 1);
 const S: Ipv4Addr = Ipv4Addr::new(10, 8, 0, 2);
 const PORT: u16 = 7;
 
-/// One host: its interface on a scripted device.
-struct Host {
-    iface: Interface,
-    wire: ScriptedDevice,
+/// One host of a world: with the general paths (`general`), budgets that never bind.
+fn host(ip: Ipv4Addr, mac: [u8; 6], general: bool) -> Host {
+    let mut config = StackConfig::new(ip, 24, [mac[5]; 16]);
+    if general {
+        // Budgets that never bind: every cap is `u32::MAX`, and the sums are kept.
+        config.window_budget = Some(usize::MAX - 1);
+        config.flight_budget = Some(usize::MAX - 1);
+    }
+    config.tcp.min_rto = Duration::from_millis(200);
+    // Short lives, so that a run sees ARP entries expire and datagrams time out.
+    config.arp.ttl = Duration::from_secs(3);
+    // ARP's retries apart from the connections' timers (a SYN's first is 1 s away).
+    config.arp.retry = Duration::from_millis(150);
+    config.fragments.ipv4_timeout = Duration::from_secs(2);
+    Host::without_ring(config, mac)
 }
 
-impl Host {
-    fn new(ip: Ipv4Addr, mac: [u8; 6], general: bool) -> Host {
-        let mut config = StackConfig::new(ip, 24, [mac[5]; 16]);
-        if general {
-            // Budgets that never bind: every cap is `u32::MAX`, and the sums are kept.
-            config.window_budget = Some(usize::MAX - 1);
-            config.flight_budget = Some(usize::MAX - 1);
-        }
-        config.tcp.min_rto = Duration::from_millis(200);
-        // Short lives, so that a run sees ARP entries expire and datagrams time out.
-        config.arp.ttl = Duration::from_secs(3);
-        // ARP's retries apart from the connections' timers (a SYN's first is 1 s away).
-        config.arp.retry = Duration::from_millis(150);
-        config.fragments.ipv4_timeout = Duration::from_secs(2);
-        let mut iface = Interface::new(config, mac, 1500);
-        iface.set_device_rx_frames(None);
-        Host { iface, wire: ScriptedDevice::new(DeviceInfo::new("test", mac, 1500, "by hand")) }
+/// One poll of `host` at `now`: take `frames`, fire the timers (asking first, or not), pass
+/// the events on, transmit; return the frames sent.
+fn poll(host: &mut Host, now: Instant, frames: &[Vec<u8>], unasked: bool) -> Vec<Vec<u8>> {
+    for f in frames {
+        host.iface.receive(now, f);
     }
+    if unasked {
+        host.iface.handle_timeouts_unasked(now);
+    } else {
+        host.iface.handle_timeouts(now);
+    }
+    host.iface.deliver_events();
+    host.transmit_at(now)
+}
 
-    /// One poll at `now`: take `frames`, fire the timers (asking first, or not), pass the
-    /// events on, transmit; return the frames sent.
-    fn poll(&mut self, now: Instant, frames: &[Vec<u8>], unasked: bool) -> Vec<Vec<u8>> {
-        for f in frames {
-            self.iface.receive(now, f);
-        }
-        if unasked {
-            self.iface.handle_timeouts_unasked(now);
-        } else {
-            self.iface.handle_timeouts(now);
-        }
-        self.iface.deliver_events();
-        self.iface.transmit(now, &mut self.wire).unwrap();
-        self.wire.take_sent().into_iter().map(|(_, f)| f).collect()
-    }
-
-    /// What the application and the accounting can see of the host, its events included,
-    /// and its next timer apart (see `compare`).
-    fn observed(&mut self, ids: &[Option<SocketId>]) -> (String, Option<Instant>) {
-        let events: Vec<_> = std::iter::from_fn(|| self.iface.poll_event()).map(|e| format!("{e:?}")).collect();
-        let i = &self.iface;
-        let conns: Vec<_> = ids
-            .iter()
-            .flatten()
-            .map(|&id| i.connection(id).map(|c| (c.state(), c.send_queued(), c.recv_available(), c.bytes_in_flight())))
-            .collect();
-        let seen = format!(
-            "{events:?} {:?} conns {} pooled {} offered {} flight {} buffers {} {:?}",
-            i.counters(),
-            i.connection_count(),
-            i.pooled_buffers(),
-            i.offered_windows(),
-            i.bytes_in_flight(),
-            i.buffer_memory(),
-            conns
-        );
-        (seen, i.poll_timeout())
-    }
+/// What the application and the accounting can see of `host`, its events included, and its
+/// next timer apart (see `compare`).
+fn observed(host: &mut Host, ids: &[Option<SocketId>]) -> (String, Option<Instant>) {
+    let events = host.events();
+    let i = &host.iface;
+    let seen = format!(
+        "{events:?} {:?} conns {} pooled {} offered {} flight {} buffers {} {}",
+        i.counters(),
+        i.connection_count(),
+        i.pooled_buffers(),
+        i.offered_windows(),
+        i.bytes_in_flight(),
+        i.buffer_memory(),
+        host.connections_seen(ids)
+    );
+    (seen, i.poll_timeout())
 }
 
 /// Check that two hosts, the first of world 0 and the second of world 1, show the same:
@@ -176,8 +160,8 @@ fn run(seed: u64, steps: usize, switch: bool) {
     // World 0 asks `timers_due` (the floor) before firing and has no budget; world 1 fires
     // on every poll and has budgets that never bind.
     let mut worlds: [World; 2] = std::array::from_fn(|w| {
-        let client = Host::new(C, [2, 0, 0, 0, 0, 1], w == 1);
-        let mut server = Host::new(S, [2, 0, 0, 0, 0, 2], w == 1);
+        let client = host(C, [2, 0, 0, 0, 0, 1], w == 1);
+        let mut server = host(S, [2, 0, 0, 0, 0, 2], w == 1);
         let listener = server.iface.listen(PORT).unwrap();
         World { client, server, listener }
     });
@@ -232,13 +216,15 @@ fn run(seed: u64, steps: usize, switch: bool) {
                 None => {}
             }
         }
-        let sent: Vec<_> = worlds.iter_mut().enumerate().map(|(i, w)| w.client.poll(now, &to_client, i == 1)).collect();
+        let sent: Vec<_> =
+            worlds.iter_mut().enumerate().map(|(i, w)| poll(&mut w.client, now, &to_client, i == 1)).collect();
         assert_eq!(sent[0], sent[1], "{at}: frames sent by the client");
-        let seen: Vec<_> = worlds.iter_mut().map(|w| w.client.observed(&clients)).collect();
+        let seen: Vec<_> = worlds.iter_mut().map(|w| observed(&mut w.client, &clients)).collect();
         compare(&seen, &format!("{at}: the client"));
         let to_server = carry(&mut rng, sent[0].clone());
 
-        let sent: Vec<_> = worlds.iter_mut().enumerate().map(|(i, w)| w.server.poll(now, &to_server, i == 1)).collect();
+        let sent: Vec<_> =
+            worlds.iter_mut().enumerate().map(|(i, w)| poll(&mut w.server, now, &to_server, i == 1)).collect();
         assert_eq!(sent[0], sent[1], "{at}: frames sent by the server");
         let ids: Vec<_> = worlds.iter_mut().map(|w| w.server.iface.accept(w.listener)).collect();
         assert_eq!(ids[0], ids[1], "{at}: accept");
@@ -262,11 +248,12 @@ fn run(seed: u64, steps: usize, switch: bool) {
                     }
                 }
             }
-            let sent: Vec<_> = worlds.iter_mut().enumerate().map(|(i, w)| w.server.poll(now, &[], i == 1)).collect();
+            let sent: Vec<_> =
+                worlds.iter_mut().enumerate().map(|(i, w)| poll(&mut w.server, now, &[], i == 1)).collect();
             assert_eq!(sent[0], sent[1], "{at}: frames sent after the application");
             replies.extend(sent[0].iter().cloned());
         }
-        let seen: Vec<_> = worlds.iter_mut().map(|w| w.server.observed(&accepted)).collect();
+        let seen: Vec<_> = worlds.iter_mut().map(|w| observed(&mut w.server, &accepted)).collect();
         compare(&seen, &format!("{at}: the server"));
         to_client = carry(&mut rng, replies);
         // Time: mostly none or a little (delayed ACKs pending), now and then past the

@@ -123,10 +123,42 @@ impl Host {
         self.iface.deliver_events();
     }
 
+    /// Return a host as [`Host::new`] makes it, on a device without a fixed receive ring (so
+    /// with no window or flight budget), as the hosts that compare two paths use.
+    pub fn without_ring(config: StackConfig, mac: [u8; 6]) -> Host {
+        let mut host = Host::new(config, mac);
+        host.iface.set_device_rx_frames(None);
+        host
+    }
+
     /// Return what the host sends now.
     pub fn sent(&mut self) -> Vec<Vec<u8>> {
-        self.iface.transmit(self.now, &mut self.wire).unwrap();
+        self.transmit_at(self.now)
+    }
+
+    /// Return what the host sends at `now` (its own clock left alone).
+    pub fn transmit_at(&mut self, now: Instant) -> Vec<Vec<u8>> {
+        self.iface.transmit(now, &mut self.wire).unwrap();
         self.wire.take_sent().into_iter().map(|(_, f)| f).collect()
+    }
+
+    /// Return the events waiting, taken, each as `{:?}` prints it.
+    pub fn events(&mut self) -> Vec<String> {
+        std::iter::from_fn(|| self.iface.poll_event()).map(|e| format!("{e:?}")).collect()
+    }
+
+    /// Return what the application sees of the connections `ids` (state, bytes queued to
+    /// send, bytes to read, bytes in flight), as `{:?}` prints it.
+    pub fn connections_seen(&self, ids: &[Option<SocketId>]) -> String {
+        let conns: Vec<_> = ids
+            .iter()
+            .flatten()
+            .map(|&id| {
+                let c = self.iface.connection(id)?;
+                Some((c.state(), c.send_queued(), c.recv_available(), c.bytes_in_flight()))
+            })
+            .collect();
+        format!("{conns:?}")
     }
 
     /// Move the clock to `to`, fire due timers and pass events on.
