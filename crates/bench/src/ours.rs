@@ -33,7 +33,17 @@ pub fn client<D: Device>(
     // The connection-rate workload leaves every closed connection in TIME-WAIT (2 MSL):
     // give it every port above 1023, as the demo does for the kernel client.
     config.ephemeral_ports = (1024, 65535);
-    client::run(&mut Client { stack: Stack::new(device, config), server }, plan, shared, interrupted)
+    let mut client = Client { stack: Stack::new(device, config), server };
+    let result = client::run(&mut client, plan, shared, interrupted);
+    // As the server's loop (`stack::server_with`): how the frames went out, for `RUST_LOG=debug`.
+    let stack = &mut client.stack;
+    let (rx, tx) = (stack.counters().rx_frames, stack.counters().tx_frames);
+    let kicks = stack.device_mut().device_counters().into_iter().find(|(n, _)| *n == "tx_kicks").map_or(0, |c| c.1);
+    log::debug!(
+        "our client: {rx} frames received, {tx} sent in {kicks} kicks, {} device calls",
+        stack.device().syscalls()
+    );
+    result
 }
 
 struct Client<D: Device> {

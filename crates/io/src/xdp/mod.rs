@@ -233,6 +233,10 @@ impl XdpConfig {
 /// Batch size for busy polling and the receive scratch list.
 const BUSY_POLL_BUDGET: u32 = 64;
 
+/// Frames a receive batch must reach for the next [`Device::recv`] to busy-poll although
+/// frames already wait in the ring (see `recv`).
+const RX_GATHER: usize = 4;
+
 /// Bytes of packets larger than a frame queued for sending after which `send` kicks the
 /// kernel itself, before the caller's [`Device::flush`]: copy mode copies every frame into a
 /// socket buffer when kicked, and a large burst queued whole (a window of 64 KB segments,
@@ -325,6 +329,8 @@ pub struct XdpDevice {
     tx_unkicked: usize,
     counters: Counters,
     busy_poll: bool,
+    /// Packets the last `recv` delivered from the RX ring.
+    rx_last_batch: usize,
     /// Packets of the largest size the kernel can deliver before it drops: the smaller of
     /// the fill and RX rings, divided by the frames such a packet takes.
     rx_frames: usize,
@@ -584,6 +590,7 @@ impl XdpDevice {
                 tx_unkicked: 0,
                 counters: Counters::default(),
                 busy_poll,
+                rx_last_batch: 0,
                 rx_frames: (config.fill_size.min(config.rx_size) as usize / rx_frames_per_packet).max(1),
                 wake: Default::default(),
             });
@@ -636,15 +643,17 @@ impl Device for XdpDevice {
     /// split between calls); their frames go back to the fill ring before returning. Return
     /// how many were handed to `on_frame` (dropped ones are counted in `device_counters`).
     fn recv(&mut self, budget: usize, on_frame: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        // Busy-poll first, even when frames already wait in the ring: the pass lets a batch
-        // gather, and a stack acknowledges a batch at a time. Taking the ring first, and
-        // polling only when it was empty, made a bulk receiver over a veth take frames one
-        // to three at a time and acknowledge every 2.9 segments instead of every 10, and
-        // slowed its sender (docs/performance.md, "Row 5b against the floor").
-        if self.busy_poll {
+        // Busy-poll (a `recvfrom(2)`) when the ring is empty, or when the last batch was a
+        // big one (`RX_GATHER` frames or more): under load the pass lets the next batch
+        // gather, and a bigger batch is answered in fewer kicks. When a small batch came
+        // before and frames already wait, take them at once: a round trip's answer leaves a
+        // system call sooner (docs/performance.md, "Busy-polling only when the ring is
+        // empty").
+        if self.busy_poll && (self.rx_last_batch >= RX_GATHER || self.socket.rx_is_empty()) {
             self.socket.wake_rx()?;
         }
         let delivered = self.recv_own(budget, on_frame)?;
+        self.rx_last_batch = delivered;
         if delivered < budget && self.lane_batch.capacity() > 0 {
             return Ok(delivered + self.recv_syn_lane((budget - delivered).min(SYN_LANE_BATCH), on_frame));
         }
