@@ -1054,4 +1054,42 @@ mod tests {
         assert_eq!(dev.counters.rx_multi_buffer, 2);
         assert_eq!(dev.recv(64, &mut |_| panic!("nothing more was sent")).unwrap(), 0);
     }
+
+    /// `recv` busy-polls (one system call) only when the RX ring is empty or the last batch
+    /// held `RX_GATHER` frames or more; after a smaller batch, frames already waiting are
+    /// taken at once.
+    #[test]
+    fn recv_busy_polls_only_when_the_ring_is_empty_or_the_last_batch_was_big() {
+        if !lab_available("recv_busy_polls_only_when_the_ring_is_empty_or_the_last_batch_was_big") {
+            return;
+        }
+        let _ = env_logger::builder().is_test(true).try_init();
+        let lab = Lab::create("gather").unwrap();
+        let mac = lab.bypass_mac.map(|b| format!("{b:02x}")).join(":");
+        let ip = lab.bypass_ip.to_string();
+        lab.ip_peer(&["neigh", "replace", &ip, "lladdr", &mac, "dev", &lab.peer_if, "nud", "permanent"]).unwrap();
+        let config = XdpConfig { busy_poll: true, ..XdpConfig::new(&lab.bypass_if, lab.bypass_ip) };
+        let mut dev = lab.in_bypass(|| XdpDevice::open(config)).unwrap();
+        assert!(dev.busy_poll, "busy polling could not be enabled on the lab's veth");
+        let peer = lab.in_peer(|| UdpSocket::bind((lab.peer_ip, 0)).unwrap());
+        let send = |n: usize| {
+            for i in 0..n {
+                peer.send_to(&[i as u8; 64], (lab.bypass_ip, 5000)).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        // Each step: (budget, packets delivered, system calls made).
+        let mut step = |budget: usize| {
+            let before = dev.syscalls();
+            let n = dev.recv(budget, &mut |_| {}).unwrap();
+            (n, dev.syscalls() - before)
+        };
+        send(RX_GATHER + 2);
+        assert_eq!(step(2), (2, 0), "frames wait and nothing came before: taken at once");
+        assert_eq!(step(RX_GATHER), (RX_GATHER, 0), "a small batch came before: taken at once");
+        assert_eq!(step(64), (0, 1), "a big batch came before: a busy-poll pass first");
+        assert_eq!(step(64), (0, 1), "the ring is empty: a busy-poll pass");
+        send(1);
+        assert_eq!(step(64), (1, 0), "after an empty batch the frame waiting is taken at once");
+    }
 }
