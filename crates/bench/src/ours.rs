@@ -35,14 +35,7 @@ pub fn client<D: Device>(
     config.ephemeral_ports = (1024, 65535);
     let mut client = Client { stack: Stack::new(device, config), server };
     let result = client::run(&mut client, plan, shared, interrupted);
-    // As the server's loop (`stack::server_with`): how the frames went out, for `RUST_LOG=debug`.
-    let stack = &mut client.stack;
-    let (rx, tx) = (stack.counters().rx_frames, stack.counters().tx_frames);
-    let kicks = stack.device_mut().device_counters().into_iter().find(|(n, _)| *n == "tx_kicks").map_or(0, |c| c.1);
-    log::debug!(
-        "our client: {rx} frames received, {tx} sent in {kicks} kicks, {} device calls",
-        stack.device().syscalls()
-    );
+    log::debug!("our client: {}", super::stack::traffic(&mut client.stack));
     result
 }
 

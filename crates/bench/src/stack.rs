@@ -15,6 +15,14 @@ use super::kernel::{ServerResult, Shared};
 use super::measure::{Own, Window};
 use crate::echo::EchoServer;
 
+/// Describe how `stack`'s frames went, for `RUST_LOG=debug`: received, sent, in how many
+/// kicks of the device, and its system calls.
+pub fn traffic<D: Device>(stack: &mut Stack<D>) -> String {
+    let (rx, tx) = (stack.counters().rx_frames, stack.counters().tx_frames);
+    let kicks = stack.device_mut().device_counters().into_iter().find(|(n, _)| *n == "tx_kicks").map_or(0, |c| c.1);
+    format!("{rx} frames received, {tx} sent in {kicks} kicks, {} device calls", stack.device().syscalls())
+}
+
 /// A bulk server: discards everything it reads (`source: false`) or writes without end
 /// (`source: true`); closes when the client does.
 struct Bulk {
@@ -153,12 +161,7 @@ pub fn server_with<D: Device>(
     }
     window.observe(&shared.phase, || own(&stack));
     window.finish(own(&stack));
-    let (rx, tx) = (stack.counters().rx_frames, stack.counters().tx_frames);
-    let kicks = stack.device_mut().device_counters().into_iter().find(|(n, _)| *n == "tx_kicks").map_or(0, |c| c.1);
-    log::debug!(
-        "our stack: {turns} turns of the loop, {rx} frames received, {tx} sent in {kicks} kicks, {} device calls",
-        stack.device().syscalls()
-    );
+    log::debug!("our stack: {turns} turns of the loop, {}", traffic(&mut stack));
     // Let the client's FIN be answered, then drop whatever is left.
     if let Service::Echo(echo) = &mut service {
         echo.shutdown(&mut stack);
